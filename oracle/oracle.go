@@ -1,0 +1,145 @@
+// Package oracle computes float64 references for every vkern op, together
+// with a sound per-element bound on the error a correct kernel may make.
+//
+// A kernel is correct when each output element ĉ lies within Bound of the
+// reference Value, before it is rounded to the output type; OutputBound adds
+// the rounding to f16. Each op's bound is derived in the doc comment of its
+// reference function, from two facts:
+//
+//   - f16·f16 products are exact in binary32 (11+11 significant bits ≤ 24,
+//     exponents inside binary32's range, subnormals included), and
+//   - each binary32 addition, multiplication or division is within a relative
+//     u = 2⁻²³ of its exact result. Round-to-nearest only needs 2⁻²⁴; the
+//     factor two covers accumulators that truncate (tensor cores).
+//
+// With γ(n) = n·u/(1 − n·u), a sum of n terms in any order is within γ(n−1)
+// times the sum of the terms' magnitudes (Higham, "Accuracy and Stability of
+// Numerical Algorithms", §3.1). Bounds also include the oracle's own float64
+// error, so that Value need not be exact.
+//
+// The oracle does not judge: comparing a kernel's output against a
+// Reference, including NaN and infinity rules, is package verify's job. It
+// also claims nothing about kernels that use fast-math, flush subnormals to
+// zero, or compute exp with more than a few ulps of error (see Softmax).
+package oracle
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/vkern/vkern/op"
+)
+
+// Unit roundoff of the accumulating binary32 arithmetic the bounds allow for
+// (see the package doc), and of the oracle's own float64 arithmetic.
+const (
+	U32 = 0x1p-23
+	U64 = 0x1p-53
+)
+
+// F16 output rounding: round-to-nearest in binary16 is within a relative
+// 2⁻¹¹ for normal results and an absolute 2⁻²⁵ (half the smallest subnormal)
+// in the subnormal range.
+const (
+	f16RelativeRounding = 0x1p-11
+	f16AbsoluteRounding = 0x1p-25
+)
+
+// Gamma is γ(n) = n·u/(1 − n·u), +Inf when n·u ≥ 1.
+func Gamma(n int64, u float64) float64 {
+	nu := float64(n) * u
+	if nu >= 1 {
+		return math.Inf(1)
+	}
+	return nu / (1 - nu)
+}
+
+// Reference is an op's float64 result with its error model.
+type Reference struct {
+	// Value is the exact result up to the oracle's own error, which Bound
+	// already includes. NaN and ±Inf follow IEEE arithmetic on the formula.
+	Value []float64
+	// Bound is, per element, how far a correct kernel's binary32 result may
+	// lie from Value before rounding to the output type.
+	Bound []float64
+	// Typical, when not nil, is a per-element typical-error scale: the
+	// √n-growth model of DESIGN.md's statistical check. An error many times
+	// Typical is an outlier even when it is under Bound.
+	Typical []float64
+}
+
+// OutputBound is the bound after rounding a binary32 result to dtype: for
+// f16, |fl16(ĉ) − c| ≤ |ĉ − c| + 2⁻¹¹·|ĉ| + 2⁻²⁵ with |ĉ| ≤ |c| + bound.
+func OutputBound(dtype op.DType, value, bound float64) float64 {
+	if dtype != op.F16 {
+		return bound
+	}
+	return bound + f16RelativeRounding*(math.Abs(value)+bound) + f16AbsoluteRounding
+}
+
+// Compute runs the reference of o at shape s on inputs (f16 bit patterns,
+// in wire order). It uses every core and stops early when ctx is done.
+func Compute(ctx context.Context, o *op.Op, s op.Shape, inputs [][]uint16) (*Reference, error) {
+	if err := o.Validate(s); err != nil {
+		return nil, err
+	}
+	lengths := make([]int64, 0, len(inputs)+1)
+	for _, in := range inputs {
+		lengths = append(lengths, int64(len(in)))
+	}
+	lengths = append(lengths, s.Elements(o.Output))
+	if err := o.CheckLengths(s, lengths); err != nil {
+		return nil, fmt.Errorf("oracle: %w", err)
+	}
+	switch o.ID {
+	case op.Gemm:
+		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
+		return MatMul(ctx, Matrix{inputs[0], m, k, false}, Matrix{inputs[1], k, n, false})
+	case op.GemmGradA:
+		// dA (M×K) = dC (M×N) · Bᵀ, B stored K×N.
+		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
+		return MatMul(ctx, Matrix{inputs[0], m, n, false}, Matrix{inputs[1], n, k, true})
+	case op.GemmGradB:
+		// dB (K×N) = Aᵀ · dC, A stored M×K.
+		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
+		return MatMul(ctx, Matrix{inputs[0], k, m, true}, Matrix{inputs[1], m, n, false})
+	case op.Softmax:
+		return SoftmaxRows(ctx, inputs[0], int(s.Dims[0]), int(s.Dims[1]))
+	case op.SoftmaxGrad:
+		return SoftmaxGradRows(ctx, inputs[0], inputs[1], int(s.Dims[0]), int(s.Dims[1]))
+	}
+	return nil, fmt.Errorf("oracle: no reference for op %s", o.Name)
+}
+
+// parallelRows runs fn over [0, rows) in contiguous chunks on every core.
+// Chunks are small enough to balance load and large enough to amortise the
+// goroutine; fn must write only its own rows.
+func parallelRows(ctx context.Context, rows, costPerRow int, fn func(lo, hi int)) error {
+	workers := runtime.GOMAXPROCS(0)
+	// Aim for ~4 chunks per worker, each worth at least ~64k operations.
+	chunk := max(1, rows/(4*workers), 65536/max(1, costPerRow))
+	chunk = min(chunk, max(1, (rows+workers-1)/workers))
+	next := make(chan int, (rows+chunk-1)/chunk)
+	for lo := 0; lo < rows; lo += chunk {
+		next <- lo
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for lo := range next {
+				if ctx.Err() != nil {
+					return
+				}
+				fn(lo, min(lo+chunk, rows))
+			}
+		}()
+	}
+	wg.Wait()
+	return ctx.Err()
+}

@@ -1,0 +1,171 @@
+package verify
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/vkern/vkern/f16"
+	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/oracle"
+)
+
+// Poison patterns fill every output buffer before a run. Both are negative
+// NaNs with every payload bit set, which no backend produces for an IEEE
+// result (x86 makes 0xfe00/0xffc00000, CUDA 0x7fff/0x7fffffff), so an element
+// that still holds the pattern after the run was never written.
+const (
+	poisonF16 uint16 = 0xffff
+	poisonF32 uint32 = 0xffffffff
+)
+
+// outlierFactor: an error more than this many times the typical-error scale
+// is an outlier (see oracle.MatMul, "Typical").
+const outlierFactor = 16
+
+// f16Overflow is the smallest magnitude that rounds to infinity in f16.
+const f16Overflow = 65520
+
+// Poison fills an output buffer of dtype with the poison pattern.
+func Poison(dtype op.DType, out []byte) {
+	if dtype == op.F32 {
+		for i := 0; i+4 <= len(out); i += 4 {
+			binary.LittleEndian.PutUint32(out[i:], poisonF32)
+		}
+		return
+	}
+	for i := 0; i+2 <= len(out); i += 2 {
+		binary.LittleEndian.PutUint16(out[i:], poisonF16)
+	}
+}
+
+// Stats are the error figures of one case.
+type Stats struct {
+	Elements          int64
+	Checked           int64 // elements compared (all of them, unless the run failed)
+	Wrong             int64
+	Unwritten         int64
+	Outliers          int64
+	MaxAbsError       float64 // over elements where both values are finite
+	MaxErrorOverBound float64 // max |error| / bound; ≤ 1 passes
+	RMSError          float64
+	FirstWrong        string // a sentence about the first wrong element
+}
+
+// element reads output element i as float64, and whether it is the poison.
+func element(dtype op.DType, out []byte, i int) (float64, bool) {
+	if dtype == op.F32 {
+		b := binary.LittleEndian.Uint32(out[4*i:])
+		return float64(math.Float32frombits(b)), b == poisonF32
+	}
+	b := binary.LittleEndian.Uint16(out[2*i:])
+	return f16.ToFloat64(b), b == poisonF16
+}
+
+// roundTo rounds a reference value to the output type, for exact checks.
+func roundTo(dtype op.DType, v float64) float64 {
+	if dtype == op.F32 {
+		return float64(float32(v))
+	}
+	return f16.ToFloat64(f16.FromFloat64(v))
+}
+
+// Compare checks out (little-endian elements of o's output type) against
+// ref. exact demands bit-for-bit agreement with the reference rounded to the
+// output type (±0 compare equal); otherwise each element must lie within its
+// bound. In both modes: a NaN reference wants a NaN; an infinite reference
+// wants the same infinity; an f16 result may be ±Inf only where the binary32
+// result could have reached 65520; poison means unwritten. checkTypical
+// applies the statistical outlier test where ref has a typical-error model.
+func Compare(o *op.Op, s op.Shape, ref *oracle.Reference, out []byte, exact, checkTypical bool) Stats {
+	dtype := o.Output.DType
+	st := Stats{Elements: s.Elements(o.Output)}
+	var sumSquares float64
+	var finite int64
+	var firstOutlier string
+	cols := int(s.Dims[o.Output.Cols])
+	for i := range ref.Value {
+		st.Checked++
+		want := ref.Value[i]
+		got, unwritten := element(dtype, out, i)
+		preBound := ref.Bound[i]
+		bound := oracle.OutputBound(dtype, want, preBound)
+		var ok bool
+		var why string
+		switch {
+		case unwritten:
+			st.Unwritten++
+			why = "was never written (still holds the poison pattern)"
+		case math.IsNaN(want):
+			ok = math.IsNaN(got)
+			why = "should be NaN"
+		case math.IsInf(want, 0):
+			ok = got == want
+			why = fmt.Sprintf("should be %v", want)
+		case math.IsNaN(got):
+			why = "is NaN where the reference is finite"
+		case math.IsInf(got, 0):
+			ok = dtype == op.F16 && math.Signbit(got) == math.Signbit(want) && math.Abs(want)+preBound >= f16Overflow
+			why = "is infinite where the result cannot reach the f16 overflow threshold 65520"
+		case exact:
+			rounded := roundTo(dtype, want)
+			ok = got == rounded
+			why = fmt.Sprintf("differs from the exact result %g", rounded)
+			bound = 0
+			st.note(math.Abs(got-rounded), 0, &sumSquares, &finite)
+		default:
+			e := math.Abs(got - want)
+			ok = e <= bound
+			why = "is outside the error bound"
+			st.note(e, bound, &sumSquares, &finite)
+			// Rounding to the output type is not part of the typical
+			// model: allow it in full on top.
+			if !checkTypical || ref.Typical == nil || !ok {
+				break
+			}
+			if limit := outlierFactor*ref.Typical[i] + oracle.OutputBound(dtype, want, 0); e > limit {
+				st.Outliers++
+				if firstOutlier == "" {
+					firstOutlier = fmt.Sprintf("%s[%d,%d] = %g, reference %g: error %.3g is over %d× the typical error %.3g plus output rounding (limit %.3g), though under the bound %.3g",
+						o.Output.Name, i/cols, i%cols, got, want, e, outlierFactor, ref.Typical[i], limit, bound)
+				}
+			}
+		}
+		if !ok {
+			st.Wrong++
+			if st.FirstWrong == "" {
+				st.FirstWrong = fmt.Sprintf("%s[%d,%d] = %s %s: reference %g, bound %.3g",
+					o.Output.Name, i/cols, i%cols, formatValue(dtype, out, i), why, want, bound)
+			}
+		}
+	}
+	if st.FirstWrong == "" {
+		st.FirstWrong = firstOutlier
+	}
+	if finite > 0 {
+		st.RMSError = math.Sqrt(sumSquares / float64(finite))
+	}
+	return st
+}
+
+func (st *Stats) note(e, bound float64, sumSquares *float64, finite *int64) {
+	st.MaxAbsError = max(st.MaxAbsError, e)
+	switch {
+	case e == 0:
+	case bound > 0:
+		st.MaxErrorOverBound = max(st.MaxErrorOverBound, e/bound)
+	default:
+		st.MaxErrorOverBound = math.Inf(1)
+	}
+	*sumSquares += e * e
+	*finite++
+}
+
+func formatValue(dtype op.DType, out []byte, i int) string {
+	if dtype == op.F32 {
+		b := binary.LittleEndian.Uint32(out[4*i:])
+		return fmt.Sprintf("%g (0x%08x)", math.Float32frombits(b), b)
+	}
+	b := binary.LittleEndian.Uint16(out[2*i:])
+	return fmt.Sprintf("%g (0x%04x)", f16.ToFloat64(b), b)
+}

@@ -1,0 +1,199 @@
+package verify
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/vkern/vkern/f16"
+	"github.com/vkern/vkern/op"
+)
+
+// Dist is an input distribution.
+type Dist uint8
+
+const (
+	// Integer draws small whole numbers, so that every f32 intermediate is
+	// exact and ops marked ExactOnIntegers must match bit for bit.
+	Integer Dist = iota + 1
+	// Uniform draws from [−1, 1).
+	Uniform
+	// Normal draws from N(0, 1).
+	Normal
+	// Wide draws magnitudes 2⁻¹⁴…2¹⁴ with random signs.
+	Wide
+	// Special mixes in NaN, ±Inf, −Inf-masked rows, subnormals and values
+	// whose results overflow f16.
+	Special
+)
+
+var distNames = map[Dist]string{Integer: "integer", Uniform: "uniform", Normal: "normal", Wide: "wide", Special: "special"}
+
+// Dists lists every distribution, in report order.
+func Dists() []Dist { return []Dist{Integer, Uniform, Normal, Wide, Special} }
+
+func (d Dist) String() string {
+	if n, ok := distNames[d]; ok {
+		return n
+	}
+	return fmt.Sprintf("dist(%d)", d)
+}
+
+// MarshalText writes the distribution's name.
+func (d Dist) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// ParseDist reads a distribution's name.
+func ParseDist(s string) (Dist, error) {
+	for _, d := range Dists() {
+		if distNames[d] == s {
+			return d, nil
+		}
+	}
+	names := make([]string, 0, len(distNames))
+	for _, d := range Dists() {
+		names = append(names, distNames[d])
+	}
+	return 0, fmt.Errorf("unknown distribution %q: want one of %s", s, strings.Join(names, ", "))
+}
+
+// symmetric says whether the distribution has zero mean and no dominant
+// terms, where the √n typical-error model applies (see oracle.MatMul).
+func (d Dist) symmetric() bool { return d == Uniform || d == Normal }
+
+// Generate makes the inputs of one case, as f16 bit patterns in wire order.
+// The same (op, shape, dist, seed) always gives the same inputs.
+func Generate(o *op.Op, s op.Shape, d Dist, seed uint64) [][]uint16 {
+	rng := rand.New(rand.NewPCG(seed, uint64(o.ID)<<8|uint64(d)))
+	inputs := make([][]uint16, len(o.Inputs))
+	for i, p := range o.Inputs {
+		n := s.Elements(p)
+		rows, cols := int(s.Dims[p.Rows]), int(s.Dims[p.Cols])
+		in := make([]uint16, n)
+		switch {
+		case d == Integer && o.ID == op.Softmax:
+			fill(in, rng, func(r *rand.Rand) float64 { return float64(r.IntN(17) - 8) })
+		case d == Integer && o.ID == op.SoftmaxGrad && p.Name == "Y":
+			sparseSixteenths(in, rng, rows, cols)
+		case d == Integer:
+			fill(in, rng, func(r *rand.Rand) float64 { return float64(r.IntN(9) - 4) })
+		case d == Uniform:
+			fill(in, rng, func(r *rand.Rand) float64 { return 2*r.Float64() - 1 })
+		case d == Normal:
+			fill(in, rng, func(r *rand.Rand) float64 { return r.NormFloat64() })
+		case d == Wide:
+			fill(in, rng, wide)
+		case d == Special:
+			fill(in, rng, func(r *rand.Rand) float64 { return r.NormFloat64() })
+			plantSpecials(o, p.Name, in, rng, rows, cols)
+		}
+		inputs[i] = in
+	}
+	return inputs
+}
+
+func fill(dst []uint16, rng *rand.Rand, draw func(*rand.Rand) float64) {
+	for i := range dst {
+		dst[i] = f16.FromFloat64(draw(rng))
+	}
+}
+
+func wide(r *rand.Rand) float64 {
+	v := math.Exp2(28*r.Float64() - 14)
+	if r.IntN(2) == 0 {
+		return -v
+	}
+	return v
+}
+
+// sparseSixteenths fills each row with at most 16 nonzero multiples of 1/16
+// in (0, 1], a peaked distribution like a softmax output. With integer dY in
+// [−4, 4], every product, the row sum D (|D| ≤ 64) and dY − D are multiples
+// of 1/16 below 2¹⁰, and Y·(dY − D) a multiple of 1/256 below 2⁷: all exact
+// in f32, so softmax_grad's integer case is a bit-for-bit check.
+func sparseSixteenths(dst []uint16, rng *rand.Rand, rows, cols int) {
+	zero := f16.FromFloat64(0)
+	for i := range dst {
+		dst[i] = zero
+	}
+	for r := 0; r < rows; r++ {
+		for t := 0; t < min(16, cols); t++ {
+			dst[r*cols+rng.IntN(cols)] = f16.FromFloat64(float64(1+rng.IntN(16)) / 16)
+		}
+	}
+}
+
+// plantSpecials puts IEEE special values at known places. Rows (of matrices
+// whose rows feed output rows) and columns are chosen so that most outputs
+// stay finite and each special kind reaches some output:
+//
+//   - gemm ops: a NaN, a +Inf and a −Inf in the first three rows of the first
+//     operand and the last column of the second; subnormals everywhere at
+//     random; and a block of ±60000 that pushes f16 outputs past 65520.
+//   - softmax: a row masked at random with −Inf, a fully −Inf row, a row with
+//     a NaN, a row with +Inf, subnormals, and a row of large equal values.
+//   - softmax_grad: a NaN in dY, an Inf in dY where Y > 0, an Inf in dY where
+//     Y = 0 (0·Inf = NaN), subnormal Y, and dY near the f16 maximum.
+func plantSpecials(o *op.Op, operand string, in []uint16, rng *rand.Rand, rows, cols int) {
+	set := func(r, c int, v uint16) {
+		if r >= 0 && r < rows && c >= 0 && c < cols {
+			in[r*cols+c] = v
+		}
+	}
+	subnormal := func() uint16 { return uint16(1+rng.IntN(0x3ff)) | uint16(rng.IntN(2))<<15 }
+	for t := 0; t < max(1, len(in)/50); t++ {
+		in[rng.IntN(len(in))] = subnormal()
+	}
+	big := f16.FromFloat64(60000)
+	switch o.Kind {
+	case op.MatMul:
+		first := operand == o.Inputs[0].Name
+		specials := []uint16{f16.NaN, f16.PosInf, f16.NegInf}
+		for i, v := range specials {
+			if first {
+				set(i, rng.IntN(cols), v)
+			} else {
+				set(rng.IntN(rows), cols-1-i, v)
+			}
+		}
+		// Large values in the middle rows/columns make some dot products
+		// exceed the f16 range (the f16-output ops must give ±Inf there).
+		for r := rows / 2; r < min(rows, rows/2+2); r++ {
+			for c := 0; c < cols; c++ {
+				if first || c == cols/2 {
+					v := big
+					if rng.IntN(4) == 0 {
+						v |= 0x8000
+					}
+					set(r, c, v)
+				}
+			}
+		}
+	case op.RowWise:
+		switch {
+		case o.ID == op.Softmax:
+			for c := 0; c < cols; c++ {
+				if rng.IntN(3) == 0 {
+					set(0, c, f16.NegInf)
+				}
+				set(1, c, f16.NegInf)
+				set(4, c, big)
+			}
+			set(2, rng.IntN(cols), f16.NaN)
+			set(3, rng.IntN(cols), f16.PosInf)
+		case operand == "dY":
+			set(0, rng.IntN(cols), f16.NaN)
+			set(1, 0, f16.PosInf)
+			set(2, 0, f16.NegInf)
+			for c := 0; c < cols; c++ {
+				set(3, c, f16.FromFloat64(65504*(2*rng.Float64()-1)))
+			}
+		case operand == "Y":
+			set(1, 0, f16.FromFloat64(0.5)) // Inf·0.5 = Inf: D = Inf
+			set(2, 0, 0)                    // −Inf·0 = NaN: row NaN
+			for c := 0; c < cols; c += 3 {
+				set(5, c, subnormal()&0x7fff)
+			}
+		}
+	}
+}

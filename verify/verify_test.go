@@ -1,0 +1,305 @@
+package verify
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vkern/vkern/f16"
+	"github.com/vkern/vkern/op"
+)
+
+// goKernels is a Device whose kernels are plain Go binary32 code, written
+// independently of the oracle. A mutate hook plants a defect, so the tests
+// can show which defects the verifier catches without a C++ compiler. The
+// C++ kernels get the same treatment through source mutation in package
+// vkern's tests.
+type goKernels struct {
+	mutate func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool)
+	err    error
+}
+
+func (g goKernels) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]byte) (time.Duration, error) {
+	if g.err != nil {
+		return 0, g.err
+	}
+	in := make([][]float32, len(o.Inputs))
+	for i := range o.Inputs {
+		in[i] = make([]float32, len(buffers[i])/2)
+		for j := range in[i] {
+			in[i][j] = f16.ToFloat32(binary.LittleEndian.Uint16(buffers[i][2*j:]))
+		}
+	}
+	n := s.Elements(o.Output)
+	out := make([]float32, n)
+	write := make([]bool, n)
+	for i := range write {
+		write[i] = true
+	}
+	goKernel(o, s, in, out)
+	if g.mutate != nil {
+		g.mutate(o, s, in, out, write)
+	}
+	dst := buffers[len(buffers)-1]
+	for i, v := range out {
+		if !write[i] {
+			continue
+		}
+		if o.Output.DType == op.F32 {
+			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
+		} else {
+			binary.LittleEndian.PutUint16(dst[2*i:], f16.FromFloat32(v))
+		}
+	}
+	return time.Microsecond, nil
+}
+
+func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
+	switch o.ID {
+	case op.Gemm, op.GemmGradA, op.GemmGradB:
+		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
+		// Every op as rows×cols outputs, each a sum of length l of x(i,t)·y(t,j).
+		var rows, cols, l int
+		var x, y func(i, t int) float32
+		switch o.ID {
+		case op.Gemm:
+			rows, cols, l = m, n, k
+			x = func(i, t int) float32 { return in[0][i*k+t] }
+			y = func(t, j int) float32 { return in[1][t*n+j] }
+		case op.GemmGradA:
+			rows, cols, l = m, k, n
+			x = func(i, t int) float32 { return in[0][i*n+t] }
+			y = func(t, j int) float32 { return in[1][j*n+t] }
+		case op.GemmGradB:
+			rows, cols, l = k, n, m
+			x = func(i, t int) float32 { return in[0][t*k+i] }
+			y = func(t, j int) float32 { return in[1][t*n+j] }
+		}
+		for i := 0; i < rows; i++ {
+			for j := 0; j < cols; j++ {
+				var acc float32
+				for t := 0; t < l; t++ {
+					acc += x(i, t) * y(t, j)
+				}
+				out[i*cols+j] = acc
+			}
+		}
+	case op.Softmax:
+		r, c := int(s.Dims[0]), int(s.Dims[1])
+		for i := 0; i < r; i++ {
+			row := in[0][i*c : (i+1)*c]
+			m := float32(math.Inf(-1))
+			for _, v := range row {
+				if v > m || v != v {
+					m = v
+				}
+			}
+			var sum float32
+			for _, v := range row {
+				sum += float32(math.Exp(float64(v - m)))
+			}
+			for j, v := range row {
+				out[i*c+j] = float32(math.Exp(float64(v-m))) / sum
+			}
+		}
+	case op.SoftmaxGrad:
+		r, c := int(s.Dims[0]), int(s.Dims[1])
+		for i := 0; i < r; i++ {
+			dy, y := in[0][i*c:(i+1)*c], in[1][i*c:(i+1)*c]
+			var dot float32
+			for j := range dy {
+				dot += dy[j] * y[j]
+			}
+			for j := range dy {
+				out[i*c+j] = y[j] * (dy[j] - dot)
+			}
+		}
+	}
+}
+
+func quickPlan(t *testing.T) []Case {
+	t.Helper()
+	cases, err := Plan{Ops: op.All(), Seed: 1, Quick: true}.Cases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cases
+}
+
+func TestCorrectGoKernelsPassEveryQuickCase(t *testing.T) {
+	res := Run(context.Background(), goKernels{}, quickPlan(t), nil)
+	for _, r := range res.Cases {
+		if r.Verdict != Passed {
+			t.Errorf("%s: %s: %s", r.Case, r.Verdict, r.Reason)
+		}
+	}
+	if res.Verdict != Passed {
+		t.Fatalf("overall verdict %s", res.Verdict)
+	}
+}
+
+// A planted defect and the ops it applies to.
+type planted struct {
+	name   string
+	ops    []op.ID
+	shapes []string // shapes on which the defect is well defined; nil: quick defaults
+	mutate func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool)
+}
+
+var plantedDefects = []planted{
+	{"the first output element is never written", []op.ID{op.Gemm, op.GemmGradA, op.GemmGradB, op.Softmax, op.SoftmaxGrad}, nil,
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) { write[0] = false }},
+	{"row 1 holds row 0's results", []op.ID{op.Gemm, op.Softmax}, []string{"17x31x129", "7x4099"},
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+			cols := int(s.Dims[o.Output.Cols])
+			copy(out[cols:2*cols], out[:cols])
+		}},
+	{"the f32 output is rounded through f16", []op.ID{op.Gemm}, nil,
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+			for i, v := range out {
+				out[i] = f16.ToFloat32(f16.FromFloat32(v))
+			}
+		}},
+	{"the last term of each dot product is dropped", []op.ID{op.Gemm}, []string{"17x31x129", "64x48x80"},
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+			m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
+			for i := 0; i < m; i++ {
+				for j := 0; j < n; j++ {
+					out[i*n+j] -= in[0][i*k+k-1] * in[1][(k-1)*n+j]
+				}
+			}
+		}},
+	{"softmax without the max subtraction", []op.ID{op.Softmax}, nil,
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+			r, c := int(s.Dims[0]), int(s.Dims[1])
+			for i := 0; i < r; i++ {
+				var sum float32
+				for _, v := range in[0][i*c : (i+1)*c] {
+					sum += float32(math.Exp(float64(v)))
+				}
+				for j, v := range in[0][i*c : (i+1)*c] {
+					out[i*c+j] = float32(math.Exp(float64(v))) / sum
+				}
+			}
+		}},
+	{"an error of one part in 2⁹ on every element", []op.ID{op.Gemm, op.Softmax, op.SoftmaxGrad}, nil,
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+			for i := range out {
+				out[i] *= 1 + 0x1p-9
+			}
+		}},
+}
+
+func TestPlantedDefectsInGoKernelsAreIncorrect(t *testing.T) {
+	for _, p := range plantedDefects {
+		for _, id := range p.ops {
+			o, _ := op.ByID(id)
+			t.Run(p.name+" in "+o.Name, func(t *testing.T) {
+				plan := Plan{Ops: []*op.Op{o}, Seed: 7, Quick: true}
+				for _, spec := range p.shapes {
+					if s, err := o.ParseShape(spec); err == nil {
+						plan.Shapes = append(plan.Shapes, s)
+					}
+				}
+				cases, err := plan.Cases()
+				if err != nil {
+					t.Fatal(err)
+				}
+				res := Run(context.Background(), goKernels{mutate: p.mutate}, cases, nil)
+				if res.Verdict != Incorrect {
+					t.Fatalf("verdict %s, want incorrect", res.Verdict)
+				}
+				for _, r := range res.Cases {
+					if r.Verdict == Incorrect {
+						t.Logf("caught by %s: %.200s", r.Case, r.Reason)
+						return
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestADeviceErrorIsFailedNotIncorrect(t *testing.T) {
+	res := Run(context.Background(), goKernels{err: errors.New("server died")}, quickPlan(t)[:2], nil)
+	if res.Verdict != Failed || !strings.Contains(res.Cases[0].Reason, "server died") {
+		t.Fatalf("verdict %s, reason %q", res.Verdict, res.Cases[0].Reason)
+	}
+}
+
+func TestNothingCheckedIsNotAPass(t *testing.T) {
+	if v := Run(context.Background(), goKernels{}, nil, nil).Verdict; v != Failed {
+		t.Fatalf("empty run verdict %s, want failed", v)
+	}
+}
+
+func TestTheWorstVerdictWins(t *testing.T) {
+	tests := []struct{ a, b, want Verdict }{
+		{Passed, Passed, Passed},
+		{Passed, NotSupported, NotSupported},
+		{NotSupported, Failed, Failed},
+		{Failed, Incorrect, Incorrect},
+		{Incorrect, Passed, Incorrect},
+	}
+	for _, tt := range tests {
+		if got := Worse(tt.a, tt.b); got != tt.want {
+			t.Errorf("Worse(%s, %s) = %s, want %s", tt.a, tt.b, got, tt.want)
+		}
+	}
+}
+
+func TestWritesPastTheOutputAndIntoInputsAreCaught(t *testing.T) {
+	o, _ := op.Lookup("softmax")
+	s, _ := o.ParseShape("3x5")
+	c := Case{Op: o, Shape: s, Dist: Normal, Seed: 1}
+	for name, dev := range map[string]Device{
+		"past the output": deviceFunc(func(buffers [][]byte) {
+			out := buffers[len(buffers)-1]
+			out[len(out)-1] = 0
+		}),
+		"into an input": deviceFunc(func(buffers [][]byte) { buffers[0][0] ^= 1 }),
+	} {
+		t.Run(name, func(t *testing.T) {
+			res := Run(context.Background(), dev, []Case{c}, nil)
+			if res.Verdict != Incorrect {
+				t.Fatalf("verdict %s, want incorrect", res.Verdict)
+			}
+		})
+	}
+}
+
+// deviceFunc runs the correct Go kernels, then lets damage touch the raw buffers.
+type deviceFunc func(buffers [][]byte)
+
+func (d deviceFunc) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]byte) (time.Duration, error) {
+	t, err := goKernels{}.RunOp(ctx, o, s, buffers)
+	d(buffers)
+	return t, err
+}
+
+func TestPlanRejectsAShapeNoChosenOpAccepts(t *testing.T) {
+	o, _ := op.Lookup("softmax")
+	_, err := Plan{Ops: []*op.Op{o}, Shapes: []op.Shape{{Dims: []int64{2, 2, 2}}}}.Cases()
+	if err == nil || !strings.Contains(err.Error(), "2x2x2") {
+		t.Fatalf("error = %v", err)
+	}
+}
+
+func TestGenerateIsDeterministic(t *testing.T) {
+	o, _ := op.Lookup("gemm")
+	s, _ := o.ParseShape("5x6x7")
+	for _, d := range Dists() {
+		a, b := Generate(o, s, d, 3), Generate(o, s, d, 3)
+		for i := range a {
+			for j := range a[i] {
+				if a[i][j] != b[i][j] {
+					t.Fatalf("%s: input %d element %d differs between two draws", d, i, j)
+				}
+			}
+		}
+	}
+}
