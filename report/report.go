@@ -1,0 +1,279 @@
+// Package report turns a verification run into evidence: a Markdown page a
+// person reads and a JSON document a machine reads, both saying what was
+// shown, what was not, and on what device, toolchain and binary.
+//
+// report does not run anything and does not judge: verdicts come from
+// package verify. It only words them, and it words every claim so that it
+// names the cases behind it.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/verify"
+)
+
+// Environment is where a run happened.
+type Environment struct {
+	Backend       string
+	BackendReason string // why this backend (for --backend auto)
+	Device        map[string]string
+	Compiler      Compiler
+	CacheKey      string
+	SourceSHA256  string
+	BinarySHA256  string
+	Notes         []string // things that happened on the way, e.g. a rebuilt binary
+	Started       time.Time
+	Elapsed       time.Duration
+	Command       string
+}
+
+// Compiler identifies the toolchain that built the kernels.
+type Compiler struct {
+	Path        string   `json:"compiler"`
+	Version     string   `json:"version"`
+	Fingerprint string   `json:"fingerprint"`
+	Flags       []string `json:"flags"`
+	Target      string   `json:"target"`
+}
+
+// Float is a float64 that JSON can carry when it is infinite or NaN: those
+// are written as the strings "+Inf", "-Inf" and "NaN".
+type Float float64
+
+// MarshalJSON writes finite values as numbers, the rest as strings.
+func (f Float) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	switch {
+	case math.IsNaN(v):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(v, 1):
+		return []byte(`"+Inf"`), nil
+	case math.IsInf(v, -1):
+		return []byte(`"-Inf"`), nil
+	}
+	return strconv.AppendFloat(nil, v, 'g', -1, 64), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (f *Float) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		switch s {
+		case "NaN":
+			*f = Float(math.NaN())
+		case "+Inf":
+			*f = Float(math.Inf(1))
+		case "-Inf":
+			*f = Float(math.Inf(-1))
+		default:
+			return fmt.Errorf("report: %q is not a number", s)
+		}
+		return nil
+	}
+	var v float64
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*f = Float(v)
+	return nil
+}
+
+// Report is the JSON document; the Markdown page is rendered from it.
+type Report struct {
+	Tool          string            `json:"tool"`
+	Command       string            `json:"command,omitempty"`
+	Started       time.Time         `json:"started"`
+	Seconds       float64           `json:"seconds"`
+	Backend       string            `json:"backend"`
+	BackendReason string            `json:"backend_reason,omitempty"`
+	Device        Device            `json:"device"`
+	Toolchain     Compiler          `json:"toolchain"`
+	CacheKey      string            `json:"cache_key"`
+	SourceSHA256  string            `json:"source_sha256"`
+	BinarySHA256  string            `json:"binary_sha256"`
+	Verdict       verify.Verdict    `json:"verdict"`
+	Summary       Summary           `json:"summary"`
+	Evidence      []string          `json:"evidence"`
+	NonClaims     []string          `json:"non_claims"`
+	Notes         []string          `json:"notes,omitempty"`
+	Cases         []Case            `json:"cases"`
+	Ops           map[string]OpLine `json:"ops"`
+}
+
+// Device is what the kernel server said about its device in its handshake.
+type Device struct {
+	Name   string            `json:"name"`
+	Arch   string            `json:"arch"`
+	Fields map[string]string `json:"fields"`
+}
+
+// Summary counts cases by verdict.
+type Summary struct {
+	Passed       int `json:"passed"`
+	Incorrect    int `json:"incorrect"`
+	Failed       int `json:"failed"`
+	NotSupported int `json:"not_supported"`
+}
+
+// Case is one checked case.
+type Case struct {
+	Op                string         `json:"op"`
+	Shape             string         `json:"shape"`
+	Dist              string         `json:"dist"`
+	Seed              uint64         `json:"seed"`
+	Verdict           verify.Verdict `json:"verdict"`
+	Exact             bool           `json:"exact"`
+	Elements          int64          `json:"elements"`
+	MaxAbsError       Float          `json:"max_abs_error"`
+	MaxErrorOverBound Float          `json:"max_error_over_bound"`
+	RMSError          Float          `json:"rms_error"`
+	Outliers          int64          `json:"outliers"`
+	Unwritten         int64          `json:"unwritten"`
+	KernelTimeNs      int64          `json:"kernel_time_ns"`
+	Reason            string         `json:"reason,omitempty"`
+}
+
+// OpLine summarises one op.
+type OpLine struct {
+	Verdict           verify.Verdict `json:"verdict"`
+	Cases             int            `json:"cases"`
+	Passed            int            `json:"passed"`
+	ExactCases        int            `json:"exact_cases"`
+	Shapes            []string       `json:"shapes"`
+	Dists             []string       `json:"dists"`
+	MaxErrorOverBound Float          `json:"max_error_over_bound"`
+	Elements          int64          `json:"elements"`
+}
+
+// New builds the report of res, run in env.
+func New(res verify.Result, env Environment) *Report {
+	r := &Report{
+		Tool:          "vkern verify",
+		Command:       env.Command,
+		Started:       env.Started.UTC(),
+		Seconds:       math.Round(env.Elapsed.Seconds()*1000) / 1000,
+		Backend:       env.Backend,
+		BackendReason: env.BackendReason,
+		Device:        Device{Name: env.Device["device"], Arch: env.Device["arch"], Fields: env.Device},
+		Toolchain:     env.Compiler,
+		CacheKey:      env.CacheKey,
+		SourceSHA256:  env.SourceSHA256,
+		BinarySHA256:  env.BinarySHA256,
+		Verdict:       res.Verdict,
+		Notes:         env.Notes,
+		Ops:           map[string]OpLine{},
+	}
+	for _, c := range res.Cases {
+		r.Cases = append(r.Cases, Case{
+			Op: c.Op.Name, Shape: c.Shape.String(), Dist: c.Dist.String(), Seed: c.Seed,
+			Verdict: c.Verdict, Exact: c.Exact(), Elements: c.Stats.Elements,
+			MaxAbsError: Float(c.Stats.MaxAbsError), MaxErrorOverBound: Float(c.Stats.MaxErrorOverBound),
+			RMSError: Float(c.Stats.RMSError), Outliers: c.Stats.Outliers, Unwritten: c.Stats.Unwritten,
+			KernelTimeNs: c.KernelTime.Nanoseconds(), Reason: c.Reason,
+		})
+		switch c.Verdict {
+		case verify.Passed:
+			r.Summary.Passed++
+		case verify.Incorrect:
+			r.Summary.Incorrect++
+		case verify.Failed:
+			r.Summary.Failed++
+		case verify.NotSupported:
+			r.Summary.NotSupported++
+		}
+		line := r.Ops[c.Op.Name]
+		line.Verdict = verify.Worse(line.Verdict, c.Verdict)
+		line.Cases++
+		if c.Verdict == verify.Passed {
+			line.Passed++
+			line.Elements += c.Stats.Elements
+			if c.Exact() {
+				line.ExactCases++
+			}
+			line.MaxErrorOverBound = Float(math.Max(float64(line.MaxErrorOverBound), c.Stats.MaxErrorOverBound))
+		}
+		line.Shapes = appendNew(line.Shapes, c.Shape.String())
+		line.Dists = appendNew(line.Dists, c.Dist.String())
+		r.Ops[c.Op.Name] = line
+	}
+	r.Evidence, r.NonClaims = claims(r, res)
+	return r
+}
+
+func appendNew(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
+}
+
+// opNames returns the report's ops in wire-id order.
+func (r *Report) opNames() []string {
+	var names []string
+	for _, o := range op.All() {
+		if _, ok := r.Ops[o.Name]; ok {
+			names = append(names, o.Name)
+		}
+	}
+	return names
+}
+
+// claims words what the run showed and what it did not.
+func claims(r *Report, res verify.Result) (evidence, nonClaims []string) {
+	for _, name := range r.opNames() {
+		line := r.Ops[name]
+		if line.Passed == 0 {
+			continue
+		}
+		s := fmt.Sprintf("%s: %d of %d cases passed on %s; %d output elements checked, the worst at %.3g of its error bound",
+			name, line.Passed, line.Cases, r.Backend, line.Elements, float64(line.MaxErrorOverBound))
+		if line.ExactCases > 0 {
+			s += fmt.Sprintf("; %d integer cases matched the exact result bit for bit", line.ExactCases)
+		}
+		evidence = append(evidence, s)
+	}
+	if r.Summary.Passed > 0 {
+		evidence = append(evidence,
+			"every output buffer and a guard region past its end were filled with a NaN poison pattern before each run; in passing cases no element kept it, no guard byte changed and no input changed",
+			"each element was compared with a float64 reference under a per-element error bound derived in package oracle (f32 accumulation, u = 2⁻²³, plus f16 output rounding); NaN and infinities had to match the reference exactly")
+	}
+	if r.BinarySHA256 != "" {
+		evidence = append(evidence, fmt.Sprintf("the kernel server binary (sha256 %s) was checked against its cache manifest before it was started, and its handshake reported the embedded sources' sha256 %s", short(r.BinarySHA256), short(r.SourceSHA256)))
+	}
+	nonClaims = append(nonClaims,
+		"only the shapes, distributions and seeds listed below were checked; other shapes may take other code paths",
+		"kernel times are single runs measured by the server, not benchmarks: use vkern bench for speed",
+		"a write before the start of an output buffer, or into memory no buffer owns, is not detected",
+	)
+	seen := map[string]bool{}
+	for _, name := range r.opNames() {
+		o, _ := op.Lookup(name)
+		for _, nc := range o.NonClaims {
+			if !seen[nc] {
+				seen[nc] = true
+				nonClaims = append(nonClaims, nc)
+			}
+		}
+	}
+	if r.Backend == "cpu" {
+		nonClaims = append(nonClaims, "the cpu backend shows the C++ kernels correct on this CPU and compiler; it shows nothing about GPU kernels")
+	}
+	sort.Strings(nonClaims[3:])
+	return evidence, nonClaims
+}
+
+func short(h string) string {
+	if len(h) > 16 {
+		return h[:16]
+	}
+	return h
+}
