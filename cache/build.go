@@ -1,0 +1,355 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// buildPrefix and trashPrefix start the names of the temporary folders
+	// in Dir: .build-<key>-<random> while a build runs, .trash-<key>-<random>
+	// while a discarded entry is deleted.
+	buildPrefix = ".build-"
+	trashPrefix = ".trash-"
+	// srcDirName is the folder inside a build folder that holds the sources.
+	srcDirName = "src"
+	// buildTimeout bounds one compiler run.
+	buildTimeout = 10 * time.Minute
+	// buildWaitDelay bounds how long the compiler's output pipes may stay
+	// open after it exits or is killed.
+	buildWaitDelay = 5 * time.Second
+	// buildErrorTailLines is how much compiler output a BuildError quotes.
+	buildErrorTailLines = 40
+	// sourceDefine is the string macro that carries SourceSHA256 into the binary.
+	sourceDefine = "VKERN_SOURCE_SHA256"
+)
+
+// BuildError is a failed compile. The build folder is gone by the time it
+// is returned; the command and the output are all that is left of it.
+type BuildError struct {
+	// Command is the argv that ran, in the build folder: src/ held the
+	// sources and server was the output.
+	Command []string
+	// OutputTail is the last 40 lines of the compiler's stdout and stderr.
+	OutputTail string
+	// Err is why it failed: the exit status, a timeout, or a cancelled context.
+	Err error
+}
+
+func (e *BuildError) Error() string {
+	out := e.OutputTail
+	if strings.TrimSpace(out) == "" {
+		out = "(no output)"
+	}
+	return fmt.Sprintf("cache: build failed: %v\ncommand: %s\ncompiler output (last %d lines at most):\n%s",
+		e.Err, quoteArgs(e.Command), buildErrorTailLines, out)
+}
+
+func (e *BuildError) Unwrap() error { return e.Err }
+
+// Build returns the artifact for r, compiling it only when the store does not
+// have it yet.
+//
+// An existing entry is rechecked and returned. An entry that fails the recheck
+// or whose manifest cannot be read is not used: Build returns an error wrapping
+// ErrBadEntry (and ErrTampered or ErrCorrupt) that names the problem; call
+// Rebuild to replace it. A missing entry is built under the key's lock: of many
+// processes that build one key at once, one compiles and the others wait (as
+// long as ctx allows) and return its result. A failed build leaves nothing in
+// the store and returns a *BuildError.
+func (s *Store) Build(ctx context.Context, r Request) (*Artifact, error) {
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	key := Key(r)
+	if a, err := s.load(key); !errors.Is(err, fs.ErrNotExist) {
+		return a, err
+	}
+	lock, err := s.lockKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.release()
+	if a, err := s.load(key); !errors.Is(err, fs.ErrNotExist) {
+		return a, err // built by the process that held the lock before us
+	}
+	return s.compile(ctx, key, r, "")
+}
+
+// Rebuild replaces a bad entry for r and returns the new one. Under the key's
+// lock it rechecks the entry: one that passes (another process has rebuilt it
+// meanwhile) is returned as it is; a bad one is deleted and built again, and
+// the new manifest's Replaced field says what was wrong with the old one. With
+// no entry at all, Rebuild is Build.
+func (s *Store) Rebuild(ctx context.Context, r Request) (*Artifact, error) {
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	key := Key(r)
+	lock, err := s.lockKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.release()
+	a, err := s.load(key)
+	switch {
+	case err == nil:
+		return a, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return s.compile(ctx, key, r, "")
+	case errors.Is(err, ErrBadEntry):
+		if derr := s.discard(key); derr != nil {
+			return nil, fmt.Errorf("cache: removing the bad entry %s: %w (it was bad because: %v)", key, derr, err)
+		}
+		return s.compile(ctx, key, r, err.Error())
+	default:
+		return nil, err
+	}
+}
+
+// compile builds r into a temporary folder and publishes it as the entry
+// key. The caller holds the key's lock.
+func (s *Store) compile(ctx context.Context, key string, r Request, replaced string) (*Artifact, error) {
+	// A builder that was killed leaves its build folder; ours replaces it.
+	// Failing to delete it only leaves it for Clean.
+	_ = s.removeTemporary(buildPrefix + key + "-")
+	tmp, err := os.MkdirTemp(s.Dir, buildPrefix+key+"-")
+	if err != nil {
+		return nil, fmt.Errorf("cache: creating a build folder in %s: %w; set VKERN_CACHE to a writable folder", s.Dir, err)
+	}
+	published := false
+	defer func() {
+		if !published {
+			os.RemoveAll(tmp)
+		}
+	}()
+
+	src := filepath.Join(tmp, srcDirName)
+	if err := writeSources(src, r.Files); err != nil {
+		return nil, err
+	}
+	sourceSHA := SourceSHA256(r.Files)
+	argv := r.Compiler.Command(srcDirName, r.Main, binaryName, map[string]string{sourceDefine: sourceSHA})
+	output, seconds, err := runCompiler(ctx, tmp, argv)
+	if err != nil {
+		return nil, &BuildError{Command: argv, OutputTail: lastLines(output, buildErrorTailLines), Err: err}
+	}
+	if err := os.RemoveAll(src); err != nil {
+		return nil, fmt.Errorf("cache: removing the sources from the build folder: %w", err)
+	}
+	binarySHA, err := syncAndHash(filepath.Join(tmp, binaryName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &BuildError{Command: argv, OutputTail: lastLines(output, buildErrorTailLines),
+			Err: fmt.Errorf("the compiler exited 0 but wrote no %s", binaryName)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cache: reading the built binary: %w", err)
+	}
+
+	c := r.Compiler
+	m := Manifest{
+		Format:       manifestFormat,
+		Key:          key,
+		Backend:      c.Backend,
+		Main:         r.Main,
+		SourceSHA256: sourceSHA,
+		BinarySHA256: binarySHA,
+		Compiler:     CompilerInfo{Name: c.Name, Path: c.Path, Version: c.Version, Fingerprint: c.Fingerprint},
+		Flags:        append([]string(nil), c.Flags...),
+		Target:       c.Target,
+		BuildCommand: argv,
+		BuiltAt:      time.Now().UTC(),
+		BuildSeconds: seconds,
+		Replaced:     replaced,
+	}
+	manifest, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("cache: encoding the manifest: %w", err)
+	}
+	if err := writeFileSync(filepath.Join(tmp, buildLogName), output); err != nil {
+		return nil, err
+	}
+	if err := writeFileSync(filepath.Join(tmp, manifestName), append(manifest, '\n')); err != nil {
+		return nil, err
+	}
+	if err := syncDir(tmp); err != nil {
+		return nil, err
+	}
+
+	final := filepath.Join(s.Dir, key)
+	if err := os.Rename(tmp, final); err != nil {
+		// Only a builder that bypassed the lock can have got here first;
+		// its entry is as good as ours if it passes the recheck.
+		if a, lerr := s.load(key); lerr == nil {
+			return a, nil
+		}
+		return nil, fmt.Errorf("cache: publishing %s: %w", final, err)
+	}
+	published = true
+	if err := syncDir(s.Dir); err != nil {
+		return nil, err
+	}
+	return &Artifact{Key: key, Dir: final, Binary: filepath.Join(final, binaryName), Manifest: m}, nil
+}
+
+// runCompiler runs argv in dir and returns its combined output and how long
+// it ran.
+func runCompiler(ctx context.Context, dir string, argv []string) (output []byte, seconds float64, err error) {
+	bctx, cancel := context.WithTimeout(ctx, buildTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(bctx, argv[0], argv[1:]...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	cmd.WaitDelay = buildWaitDelay
+	// The compiler runs in its own process group and a cancelled build kills
+	// the whole group: killing the g++ driver alone would leave cc1plus, as
+	// and ld running, holding the output pipe open.
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return unix.Kill(-cmd.Process.Pid, unix.SIGKILL) }
+	start := time.Now()
+	err = cmd.Run()
+	seconds = time.Since(start).Seconds()
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		err = fmt.Errorf("stopped: %w", ctx.Err())
+	case bctx.Err() != nil:
+		err = fmt.Errorf("the compiler did not finish within %v: %w", buildTimeout, bctx.Err())
+	case errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
+		if _, serr := os.Stat(argv[0]); serr != nil {
+			err = fmt.Errorf("%w; the compiler %s is gone: detect it again (check CXX)", err, argv[0])
+		}
+	}
+	return out.Bytes(), seconds, err
+}
+
+// writeSources writes files under dir.
+func writeSources(dir string, files map[string][]byte) error {
+	for p, content := range files {
+		full := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return fmt.Errorf("cache: writing source %s: %w", p, err)
+		}
+		if err := os.WriteFile(full, content, 0o644); err != nil {
+			return fmt.Errorf("cache: writing source %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// syncAndHash flushes the file at path to disk and returns its hex SHA-256.
+func syncAndHash(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// writeFileSync writes data to a new file at path and flushes it to disk.
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+	_, werr := f.Write(data)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return fmt.Errorf("cache: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// syncDir flushes a folder's entries (new names, renames) to disk.
+func syncDir(path string) error {
+	d, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+	serr := d.Sync()
+	cerr := d.Close()
+	if err := errors.Join(serr, cerr); err != nil {
+		return fmt.Errorf("cache: syncing folder %s: %w", path, err)
+	}
+	return nil
+}
+
+// discard takes the entry key out of the store: first renamed out of the
+// way in one step, so no reader sees it half deleted, then deleted.
+func (s *Store) discard(key string) error {
+	trash, err := os.MkdirTemp(s.Dir, trashPrefix+key+"-")
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(filepath.Join(s.Dir, key), filepath.Join(trash, key)); err != nil {
+		os.Remove(trash)
+		return err
+	}
+	// The entry is gone from its key now; if deleting the files fails,
+	// Clean deletes the leftover .trash- folder later.
+	os.RemoveAll(trash)
+	return nil
+}
+
+// removeTemporary deletes the folders in Dir whose names start with prefix.
+func (s *Store) removeTemporary(prefix string) error {
+	entries, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			errs = append(errs, os.RemoveAll(filepath.Join(s.Dir, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lastLines returns the last n lines of out.
+func lastLines(out []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(bytes.ToValidUTF8(out, []byte("?"))), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// quoteArgs joins argv for display the way a POSIX shell would read it
+// back, single-quoting the arguments that need it.
+func quoteArgs(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$`*?[]{}()<>|&;#~") {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		} else {
+			q[i] = a
+		}
+	}
+	return strings.Join(q, " ")
+}

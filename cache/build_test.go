@@ -1,0 +1,651 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vkern/vkern/toolchain"
+)
+
+// fakeCompilerScript is a stand-in C++ compiler: it appends one line to the
+// counter file per build, sleeps, and writes an executable "binary" that
+// records its arguments to -o.
+const fakeCompilerScript = `#!/bin/sh
+PATH=/usr/bin:/bin
+out=
+prev=
+for a in "$@"; do
+  if [ "$prev" = "-o" ]; then out="$a"; fi
+  prev="$a"
+done
+echo "$$" >> '@COUNTER@'
+sleep @SLEEP@
+printf '#!/bin/sh\n# built by: %s\necho fake server\n' "$*" > "$out"
+chmod +x "$out"
+`
+
+// failingCompilerScript prints 100 numbered error lines and fails.
+const failingCompilerScript = `#!/bin/sh
+PATH=/usr/bin:/bin
+i=1
+while [ $i -le 100 ]; do
+  printf 'src/main.cc:%d:1: error: problem %03d\n' $i $i >&2
+  i=$((i+1))
+done
+exit 1
+`
+
+// silentCompilerScript succeeds without writing anything.
+const silentCompilerScript = "#!/bin/sh\nexit 0\n"
+
+// slowCompilerScript runs a grandchild that outlives a killed parent unless the
+// whole process group is killed.
+const slowCompilerScript = "#!/bin/sh\nPATH=/usr/bin:/bin\nsleep 30\n"
+
+// compilerAt returns the Compiler that the tests, and the helper processes,
+// build with: path is the script, and the rest is fixed so every process
+// computes the same key.
+func compilerAt(path string) *toolchain.Compiler {
+	return &toolchain.Compiler{
+		Backend:     toolchain.BackendCPU,
+		Name:        "fakecc",
+		Path:        path,
+		Version:     "fakecc 1.0",
+		VersionText: "fakecc 1.0\nnot a real compiler",
+		Flags:       []string{"-std=c++17", "-O3", "-pthread"},
+		Target:      "test cpu (features sha256:000000000000)",
+		Fingerprint: "fakecc-fingerprint",
+	}
+}
+
+// testRequest is a small request with a header in a subfolder.
+func testRequest(c *toolchain.Compiler) Request {
+	return Request{
+		Files: map[string][]byte{
+			"main.cc":          []byte("#include \"kernels/answer.h\"\nint main() { return kAnswer - 42; }\n"),
+			"kernels/answer.h": []byte("static const int kAnswer = 42;\n"),
+		},
+		Main:     "main.cc",
+		Compiler: c,
+	}
+}
+
+// fakeSetup writes a compiler script into a fresh folder and opens a store
+// in another; it returns the store, the compiler and the counter file.
+func fakeSetup(t *testing.T, script string) (*Store, *toolchain.Compiler, string) {
+	t.Helper()
+	tools := t.TempDir()
+	counter := filepath.Join(tools, "builds")
+	path := filepath.Join(tools, "fakecc")
+	writeScript(t, path, script, counter, "0.05")
+	s, err := Open(filepath.Join(t.TempDir(), "cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, compilerAt(path), counter
+}
+
+// writeScript writes a compiler script, filling in its counter file and
+// sleep time.
+func writeScript(t *testing.T, path, script, counter, sleep string) {
+	t.Helper()
+	text := strings.NewReplacer("@COUNTER@", counter, "@SLEEP@", sleep).Replace(script)
+	if err := os.WriteFile(path, []byte(text), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// builds counts the lines in the fake compiler's counter file.
+func builds(t *testing.T, counter string) int {
+	t.Helper()
+	b, err := os.ReadFile(counter)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "\n")
+}
+
+// dirNames lists dir.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestBuildOnceThenHit(t *testing.T) {
+	s, cc, counter := fakeSetup(t, fakeCompilerScript)
+	r := testRequest(cc)
+	ctx := context.Background()
+
+	first, err := s.Build(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the first build compiles once and publishes a complete entry", func(t *testing.T) {
+		if n := builds(t, counter); n != 1 {
+			t.Errorf("compiler ran %d times, want 1", n)
+		}
+		if got, want := dirNames(t, s.Dir), []string{Key(r)}; !slices.Equal(got, want) {
+			t.Errorf("store holds %q, want only the entry %q (no lock file, no build folder)", got, want)
+		}
+		if got, want := dirNames(t, first.Dir), []string{buildLogName, manifestName, binaryName}; !slices.Equal(got, want) {
+			t.Errorf("entry holds %q, want %q", got, want)
+		}
+		if err := first.Recheck(); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("the manifest says what was built from what", func(t *testing.T) {
+		m := first.Manifest
+		sum, err := fileSHA256(first.Binary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checks := []struct {
+			field     string
+			got, want any
+		}{
+			{"Key", m.Key, Key(r)},
+			{"Backend", m.Backend, "cpu"},
+			{"Main", m.Main, "main.cc"},
+			{"SourceSHA256", m.SourceSHA256, SourceSHA256(r.Files)},
+			{"BinarySHA256", m.BinarySHA256, sum},
+			{"Compiler", m.Compiler, CompilerInfo{Name: "fakecc", Path: cc.Path, Version: "fakecc 1.0", Fingerprint: "fakecc-fingerprint"}},
+			{"Flags", strings.Join(m.Flags, " "), "-std=c++17 -O3 -pthread"},
+			{"Target", m.Target, cc.Target},
+			{"BuildCommand", strings.Join(m.BuildCommand, " "),
+				cc.Path + ` -std=c++17 -O3 -pthread -I src -DVKERN_SOURCE_SHA256="` + SourceSHA256(r.Files) + `" -o server src/main.cc`},
+			{"Replaced", m.Replaced, ""},
+		}
+		for _, c := range checks {
+			if c.got != c.want {
+				t.Errorf("Manifest.%s = %v, want %v", c.field, c.got, c.want)
+			}
+		}
+		if time.Since(m.BuiltAt) > time.Minute || m.BuildSeconds <= 0 {
+			t.Errorf("BuiltAt %v, BuildSeconds %v", m.BuiltAt, m.BuildSeconds)
+		}
+	})
+	t.Run("the source hash reaches the compiler as a string define", func(t *testing.T) {
+		b, err := os.ReadFile(first.Binary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := `-DVKERN_SOURCE_SHA256="` + SourceSHA256(r.Files) + `"`; !strings.Contains(string(b), want) {
+			t.Errorf("the fake binary records its build arguments as\n%s\nwithout %s", b, want)
+		}
+	})
+	t.Run("a second build of the same request is a hit", func(t *testing.T) {
+		second, err := s.Build(ctx, testRequest(cc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := builds(t, counter); n != 1 {
+			t.Errorf("compiler ran %d times, want 1", n)
+		}
+		if second.Binary != first.Binary || second.Manifest.BinarySHA256 != first.Manifest.BinarySHA256 ||
+			!second.Manifest.BuiltAt.Equal(first.Manifest.BuiltAt) {
+			t.Errorf("second artifact %+v differs from the first %+v", second, first)
+		}
+	})
+	t.Run("a changed source builds a second entry", func(t *testing.T) {
+		r2 := testRequest(cc)
+		r2.Files["kernels/answer.h"] = []byte("static const int kAnswer = 43;\n")
+		third, err := s.Build(ctx, r2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := builds(t, counter); n != 2 || third.Key == first.Key {
+			t.Errorf("compiler ran %d times (want 2), keys %s and %s", n, first.Key, third.Key)
+		}
+	})
+}
+
+func TestTamperedBinaryIsReportedAndRebuilt(t *testing.T) {
+	s, cc, counter := fakeSetup(t, fakeCompilerScript)
+	r := testRequest(cc)
+	ctx := context.Background()
+	a, err := s.Build(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(a.Binary, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("echo pwned\n")
+	f.Close()
+	tampered, err := fileSHA256(a.Binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("Recheck names the path and both hashes", func(t *testing.T) {
+		err := a.Recheck()
+		if !errors.Is(err, ErrTampered) || !errors.Is(err, ErrBadEntry) {
+			t.Fatalf("Recheck = %v, want ErrTampered", err)
+		}
+		for _, want := range []string{a.Binary, a.Manifest.BinarySHA256, tampered} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error lacks %q:\n%v", want, err)
+			}
+		}
+	})
+	t.Run("Build reports the entry instead of returning it or quietly rebuilding", func(t *testing.T) {
+		got, err := s.Build(ctx, r)
+		if !errors.Is(err, ErrTampered) || got != nil {
+			t.Fatalf("Build = %v, %v; want nil and ErrTampered", got, err)
+		}
+		if n := builds(t, counter); n != 1 {
+			t.Errorf("compiler ran %d times, want 1", n)
+		}
+	})
+	t.Run("Rebuild replaces it and says why", func(t *testing.T) {
+		fresh, err := s.Rebuild(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := builds(t, counter); n != 2 {
+			t.Errorf("compiler ran %d times, want 2", n)
+		}
+		if err := fresh.Recheck(); err != nil {
+			t.Error(err)
+		}
+		if !strings.Contains(fresh.Manifest.Replaced, tampered) {
+			t.Errorf("Manifest.Replaced = %q, want the reason naming hash %s", fresh.Manifest.Replaced, tampered)
+		}
+		if got := dirNames(t, s.Dir); !slices.Equal(got, []string{a.Key}) {
+			t.Errorf("store holds %q, want only the entry", got)
+		}
+	})
+	t.Run("Rebuild of a good entry returns it without compiling", func(t *testing.T) {
+		if _, err := s.Rebuild(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if n := builds(t, counter); n != 2 {
+			t.Errorf("compiler ran %d times, want 2", n)
+		}
+	})
+}
+
+func TestBadEntriesAreReportedAndRebuilt(t *testing.T) {
+	tests := []struct {
+		name    string
+		damage  func(t *testing.T, a *Artifact)
+		wantErr error
+		wantMsg string
+	}{
+		{
+			name:    "a manifest that is not JSON is corrupt",
+			damage:  func(t *testing.T, a *Artifact) { write(t, filepath.Join(a.Dir, manifestName), "{not json") },
+			wantErr: ErrCorrupt, wantMsg: manifestName,
+		},
+		{
+			name:    "a missing manifest is corrupt",
+			damage:  func(t *testing.T, a *Artifact) { remove(t, filepath.Join(a.Dir, manifestName)) },
+			wantErr: ErrCorrupt, wantMsg: "has no manifest.json",
+		},
+		{
+			name: "a manifest for another key is corrupt",
+			damage: func(t *testing.T, a *Artifact) {
+				path := filepath.Join(a.Dir, manifestName)
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				write(t, path, strings.Replace(string(b), a.Key, strings.Repeat("e", 64), 1))
+			},
+			wantErr: ErrCorrupt, wantMsg: "is for key",
+		},
+		{
+			name: "a manifest without a binary hash is corrupt",
+			damage: func(t *testing.T, a *Artifact) {
+				path := filepath.Join(a.Dir, manifestName)
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				write(t, path, strings.Replace(string(b), a.Manifest.BinarySHA256, "", 1))
+			},
+			wantErr: ErrCorrupt, wantMsg: "binary_sha256",
+		},
+		{
+			name:    "a missing binary is tampered with",
+			damage:  func(t *testing.T, a *Artifact) { remove(t, a.Binary) },
+			wantErr: ErrTampered, wantMsg: "is missing",
+		},
+		{
+			name: "a file in place of the entry folder is corrupt",
+			damage: func(t *testing.T, a *Artifact) {
+				if err := os.RemoveAll(a.Dir); err != nil {
+					t.Fatal(err)
+				}
+				write(t, a.Dir, "not a folder")
+			},
+			wantErr: ErrCorrupt, wantMsg: "is not a folder",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, cc, counter := fakeSetup(t, fakeCompilerScript)
+			r := testRequest(cc)
+			ctx := context.Background()
+			a, err := s.Build(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.damage(t, a)
+
+			_, err = s.Build(ctx, r)
+			if !errors.Is(err, tt.wantErr) || !errors.Is(err, ErrBadEntry) || !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Fatalf("Build on the damaged entry = %v; want %v mentioning %q", err, tt.wantErr, tt.wantMsg)
+			}
+			if !strings.Contains(err.Error(), "Rebuild") {
+				t.Errorf("error does not say what to do: %v", err)
+			}
+			fresh, err := s.Rebuild(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fresh.Recheck(); err != nil {
+				t.Error(err)
+			}
+			if n := builds(t, counter); n != 2 {
+				t.Errorf("compiler ran %d times, want 2", n)
+			}
+			if fresh.Manifest.Replaced == "" {
+				t.Error("Manifest.Replaced is empty, want the reason the old entry was discarded")
+			}
+			if _, err := s.Build(ctx, r); err != nil {
+				t.Errorf("Build after Rebuild: %v", err)
+			}
+		})
+	}
+}
+
+func TestFailedBuildsLeaveNothingBehind(t *testing.T) {
+	tests := []struct {
+		name    string
+		script  string
+		want    []string // in the error
+		notWant []string
+	}{
+		{
+			name:    "a compiler error reports the last 40 lines of output and the command",
+			script:  failingCompilerScript,
+			want:    []string{"exit status 1", "problem 061", "problem 100", "-o server src/main.cc", "'-DVKERN_SOURCE_SHA256=\""},
+			notWant: []string{"problem 060"},
+		},
+		{
+			name:   "a compiler that writes no binary is a failed build",
+			script: silentCompilerScript,
+			want:   []string{"exited 0 but wrote no server", "(no output)"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, cc, _ := fakeSetup(t, tt.script)
+			a, err := s.Build(context.Background(), testRequest(cc))
+			var be *BuildError
+			if !errors.As(err, &be) {
+				t.Fatalf("Build = %+v, %v; want a *BuildError", a, err)
+			}
+			if be.Command[0] != cc.Path {
+				t.Errorf("BuildError.Command = %q", be.Command)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error lacks %q:\n%v", want, err)
+				}
+			}
+			for _, bad := range tt.notWant {
+				if strings.Contains(err.Error(), bad) {
+					t.Errorf("error has %q, beyond the last 40 lines:\n%v", bad, err)
+				}
+			}
+			if left := dirNames(t, s.Dir); len(left) != 0 {
+				t.Errorf("failed build left %q in the store", left)
+			}
+		})
+	}
+}
+
+func TestCancelledBuildKillsTheCompilerAndLeavesNothing(t *testing.T) {
+	s, cc, _ := fakeSetup(t, slowCompilerScript)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := s.Build(ctx, testRequest(cc))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Build = %v, want context.DeadlineExceeded", err)
+	}
+	if elapsed := time.Since(start); elapsed > 3*time.Second {
+		t.Errorf("Build took %v to give up; the compiler's children kept it waiting", elapsed)
+	}
+	if left := dirNames(t, s.Dir); len(left) != 0 {
+		t.Errorf("cancelled build left %q in the store", left)
+	}
+}
+
+func TestBuildWaitsForTheLockOnlyAsLongAsTheContextAllows(t *testing.T) {
+	s, cc, counter := fakeSetup(t, fakeCompilerScript)
+	r := testRequest(cc)
+	held, err := s.lockKey(context.Background(), Key(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = s.Build(ctx, r)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "another vkern process") {
+		t.Fatalf("Build with the lock held elsewhere = %v, want a deadline error that says why it waited", err)
+	}
+	held.release()
+	if _, err := s.Build(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if n := builds(t, counter); n != 1 {
+		t.Errorf("compiler ran %d times, want 1", n)
+	}
+}
+
+func TestBuildRemovesWhatAKilledBuilderLeft(t *testing.T) {
+	s, cc, _ := fakeSetup(t, fakeCompilerScript)
+	r := testRequest(cc)
+	stale := filepath.Join(s.Dir, buildPrefix+Key(r)+"-killed")
+	if err := os.MkdirAll(filepath.Join(stale, srcDirName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(s.Dir, Key(r)+lockSuffix), "") // a lock file no one holds
+	if _, err := s.Build(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if got := dirNames(t, s.Dir); !slices.Equal(got, []string{Key(r)}) {
+		t.Errorf("store holds %q, want only the entry", got)
+	}
+}
+
+func TestBuildRejectsBadRequests(t *testing.T) {
+	s, cc, counter := fakeSetup(t, fakeCompilerScript)
+	tests := []struct {
+		name   string
+		change func(r *Request)
+		want   string
+	}{
+		{"a request without a compiler is refused", func(r *Request) { r.Compiler = nil }, "toolchain.DetectCPU"},
+		{"a compiler without a path is refused", func(r *Request) { r.Compiler = &toolchain.Compiler{Backend: "cpu"} }, "incomplete"},
+		{"a request without files is refused", func(r *Request) { r.Files = nil }, "no source files"},
+		{"a main file that is not among the files is refused", func(r *Request) { r.Main = "server.cc" }, `Main "server.cc" is not one of the 2 source files (kernels/answer.h, main.cc)`},
+		{"a source path that climbs out is refused", func(r *Request) { r.Files["../evil.h"] = nil }, `"../evil.h" must be relative`},
+		{"an absolute source path is refused", func(r *Request) { r.Files["/etc/evil.h"] = nil }, `"/etc/evil.h" must be relative`},
+		{"an unclean source path is refused", func(r *Request) { r.Files["kernels/../x.h"] = nil }, `"kernels/../x.h" must be relative`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := testRequest(cc)
+			tt.change(&r)
+			for _, build := range []func(context.Context, Request) (*Artifact, error){s.Build, s.Rebuild} {
+				_, err := build(context.Background(), r)
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("got %v, want an error containing %q", err, tt.want)
+				}
+			}
+		})
+	}
+	if n := builds(t, counter); n != 0 {
+		t.Errorf("compiler ran %d times for bad requests", n)
+	}
+	if left := dirNames(t, s.Dir); len(left) != 0 {
+		t.Errorf("bad requests left %q in the store", left)
+	}
+}
+
+func TestListAndClean(t *testing.T) {
+	s, cc, _ := fakeSetup(t, fakeCompilerScript)
+	ctx := context.Background()
+	var keys []string
+	for _, answer := range []string{"1", "2", "3"} {
+		r := testRequest(cc)
+		r.Files["kernels/answer.h"] = []byte("static const int kAnswer = " + answer + ";\n")
+		a, err := s.Build(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, a.Key)
+	}
+
+	t.Run("List returns every entry, newest first", func(t *testing.T) {
+		ms, err := s.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, m := range ms {
+			got = append(got, m.Key)
+		}
+		if want := []string{keys[2], keys[1], keys[0]}; !slices.Equal(got, want) {
+			t.Errorf("List keys = %q, want %q", got, want)
+		}
+	})
+	t.Run("List names a corrupt entry and still returns the others", func(t *testing.T) {
+		write(t, filepath.Join(s.Dir, keys[1], manifestName), "garbage")
+		ms, err := s.List()
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), keys[1]) {
+			t.Errorf("List error = %v, want ErrCorrupt naming %s", err, keys[1])
+		}
+		if len(ms) != 2 {
+			t.Errorf("List returned %d manifests, want 2", len(ms))
+		}
+	})
+	t.Run("Clean leaves an entry that is being built and says so", func(t *testing.T) {
+		held, err := s.lockKey(ctx, keys[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		removed, err := s.Clean()
+		held.release()
+		if removed != 2 || err == nil || !strings.Contains(err.Error(), keys[0]) {
+			t.Errorf("Clean = %d, %v; want 2 removed and an error naming %s", removed, err, keys[0])
+		}
+		if got := dirNames(t, s.Dir); !slices.Equal(got, []string{keys[0]}) {
+			t.Errorf("store holds %q, want only %s", got, keys[0])
+		}
+	})
+	t.Run("Clean removes entries, leftovers and stray lock files but not foreign files", func(t *testing.T) {
+		if err := os.MkdirAll(filepath.Join(s.Dir, buildPrefix+keys[1]+"-killed", srcDirName), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(s.Dir, trashPrefix+keys[2]+"-killed", keys[2]), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(s.Dir, keys[2]+lockSuffix), "")
+		write(t, filepath.Join(s.Dir, probePrefix+"killed"), "vkern")
+		write(t, filepath.Join(s.Dir, "README.txt"), "someone else's file")
+		removed, err := s.Clean()
+		if err != nil || removed != 1 {
+			t.Errorf("Clean = %d, %v; want 1, nil", removed, err)
+		}
+		if got := dirNames(t, s.Dir); !slices.Equal(got, []string{"README.txt"}) {
+			t.Errorf("store holds %q, want only README.txt", got)
+		}
+		if ms, err := s.List(); len(ms) != 0 || err != nil {
+			t.Errorf("List after Clean = %v, %v", ms, err)
+		}
+	})
+}
+
+func TestBuildWithTheRealCompiler(t *testing.T) {
+	ctx := context.Background()
+	cc, err := toolchain.DetectCPU(ctx)
+	if errors.Is(err, toolchain.ErrNoCompiler) {
+		t.Skipf("no C++ compiler here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Request{
+		Files: map[string][]byte{
+			"main.cc": []byte(`#include <cstdio>
+#include "kernels/greeting.h"
+int main() { std::printf("%s %s\n", kGreeting, VKERN_SOURCE_SHA256); }
+`),
+			"kernels/greeting.h": []byte(`static const char kGreeting[] = "hello from vkern";` + "\n"),
+		},
+		Main:     "main.cc",
+		Compiler: cc,
+	}
+	a, err := s.Build(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(a.Binary).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "hello from vkern " + SourceSHA256(r.Files) + "\n"; string(out) != want {
+		t.Errorf("the built binary printed %q, want %q", out, want)
+	}
+	again, err := s.Build(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Manifest.BuiltAt.Equal(a.Manifest.BuiltAt) {
+		t.Error("the second Build compiled again")
+	}
+	t.Logf("%s built %s in %.2fs", cc.Version, a.Key[:12], a.Manifest.BuildSeconds)
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func remove(t *testing.T, path string) {
+	t.Helper()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+}

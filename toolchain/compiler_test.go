@@ -1,0 +1,146 @@
+package toolchain
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestFingerprint(t *testing.T) {
+	basePath, baseText := "/usr/bin/x86_64-linux-gnu-g++-12", "g++ (Debian 12.2.0-14) 12.2.0\nCopyright (C) 2022"
+	baseFlags := []string{"-std=c++17", "-O3", "-march=native", "-pthread"}
+	base := fingerprint(basePath, baseText, baseFlags)
+
+	t.Run("the same inputs give the same fingerprint", func(t *testing.T) {
+		if again := fingerprint(basePath, baseText, slices.Clone(baseFlags)); again != base {
+			t.Errorf("fingerprint is not stable: %s then %s", base, again)
+		}
+		if len(base) != 64 || strings.Trim(base, "0123456789abcdef") != "" {
+			t.Errorf("fingerprint %q is not 64 lowercase hex digits", base)
+		}
+	})
+
+	changes := []struct {
+		name        string
+		path, text  string
+		flags       []string
+		description string
+	}{
+		{name: "another compiler binary changes the fingerprint", path: "/usr/bin/x86_64-linux-gnu-g++-13", text: baseText, flags: baseFlags},
+		{name: "another version text changes the fingerprint", path: basePath, text: "g++ (Debian 12.2.0-15) 12.2.0\nCopyright (C) 2022", flags: baseFlags},
+		{name: "another arch flag changes the fingerprint", path: basePath, text: baseText, flags: []string{"-std=c++17", "-O3", "-mcpu=native", "-pthread"}},
+		{name: "a missing flag changes the fingerprint", path: basePath, text: baseText, flags: []string{"-std=c++17", "-O3", "-pthread"}},
+		{name: "reordered flags change the fingerprint", path: basePath, text: baseText, flags: []string{"-O3", "-std=c++17", "-march=native", "-pthread"}},
+		{name: "two flags joined into one change the fingerprint", path: basePath, text: baseText, flags: []string{"-std=c++17 -O3", "-march=native", "-pthread"}},
+		{name: "text moved from the version into the path changes the fingerprint", path: basePath + "g", text: baseText[1:], flags: baseFlags},
+	}
+	for _, c := range changes {
+		t.Run(c.name, func(t *testing.T) {
+			if got := fingerprint(c.path, c.text, c.flags); got == base {
+				t.Errorf("fingerprint(%q, %q, %q) = base fingerprint %s", c.path, c.text, c.flags, base)
+			}
+		})
+	}
+}
+
+func TestCommand(t *testing.T) {
+	c := &Compiler{
+		Path:   "/usr/lib/llvm-15/bin/clang",
+		Invoke: "/usr/bin/clang++",
+		Flags:  []string{"-std=c++17", "-O3", "-march=native", "-pthread"},
+	}
+	tests := []struct {
+		name    string
+		c       *Compiler
+		defines map[string]string
+		want    []string
+	}{
+		{
+			name:    "defines become sorted string literals after the flags and include path",
+			c:       c,
+			defines: map[string]string{"VKERN_SOURCE_SHA256": "abc123", "A_FIRST": "x"},
+			want: []string{"/usr/bin/clang++", "-std=c++17", "-O3", "-march=native", "-pthread",
+				"-I", "src", `-DA_FIRST="x"`, `-DVKERN_SOURCE_SHA256="abc123"`, "-o", "server", "src/cpu/main.cc"},
+		},
+		{
+			name:    "quotes, backslashes and newlines in a define are escaped",
+			c:       c,
+			defines: map[string]string{"NOTE": "say \"hi\"\\\nbye"},
+			want: []string{"/usr/bin/clang++", "-std=c++17", "-O3", "-march=native", "-pthread",
+				"-I", "src", `-DNOTE="say \"hi\"\\\nbye"`, "-o", "server", "src/cpu/main.cc"},
+		},
+		{
+			name: "a compiler without Invoke is run by its Path",
+			c:    &Compiler{Path: "/opt/fake/cc", Flags: []string{"-O2"}},
+			want: []string{"/opt/fake/cc", "-O2", "-I", "src", "-o", "server", "src/cpu/main.cc"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.c.Command("src", "cpu/main.cc", "server", tt.defines)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("Command =\n%q\nwant\n%q", got, tt.want)
+			}
+		})
+	}
+}
+
+const x86CPUInfo = `processor	: 0
+vendor_id	: AuthenticAMD
+cpu family	: 25
+model		: 1
+model name	: AMD EPYC 7B13
+flags		: fpu vme de pse avx avx2 fma
+bogomips	: 4899.99
+
+processor	: 1
+vendor_id	: AuthenticAMD
+cpu family	: 25
+model		: 1
+model name	: AMD EPYC 7B13 (second socket, ignored)
+flags		: fpu vme de pse avx avx2 fma avx512f
+`
+
+const armCPUInfo = `processor	: 0
+BogoMIPS	: 50.00
+Features	: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics
+CPU implementer	: 0x41
+CPU architecture: 8
+CPU variant	: 0x3
+CPU part	: 0xd0c
+CPU revision	: 1
+`
+
+func TestTargetFromCPUInfo(t *testing.T) {
+	x86 := targetFromCPUInfo("amd64", []byte(x86CPUInfo))
+	tests := []struct {
+		name    string
+		goarch  string
+		cpuinfo string
+		prefix  string // what the target must start with
+		differs string // a target this one must differ from ("" for none)
+	}{
+		{name: "an x86 CPU is named by model, family and model number", goarch: "amd64", cpuinfo: x86CPUInfo,
+			prefix: "amd64 AMD EPYC 7B13 family 25 model 1 (features sha256:"},
+		{name: "only the first processor is read", goarch: "amd64", cpuinfo: x86CPUInfo + "processor : 2\nflags : sse\n",
+			prefix: x86},
+		{name: "the same model with other features is another target", goarch: "amd64",
+			cpuinfo: strings.Replace(x86CPUInfo, "avx2 fma\n", "avx2 fma avx512f\n", 1),
+			prefix:  "amd64 AMD EPYC 7B13 family 25 model 1 (features sha256:", differs: x86},
+		{name: "an Arm CPU is named by implementer, part and variant", goarch: "arm64", cpuinfo: armCPUInfo,
+			prefix: "arm64 implementer 0x41 part 0xd0c variant 0x3 (features sha256:"},
+		{name: "an empty cpuinfo still gives a target", goarch: "amd64", cpuinfo: "",
+			prefix: "amd64 unknown model (features none)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := targetFromCPUInfo(tt.goarch, []byte(tt.cpuinfo))
+			if !strings.HasPrefix(got, tt.prefix) {
+				t.Errorf("target = %q, want prefix %q", got, tt.prefix)
+			}
+			if tt.differs != "" && got == tt.differs {
+				t.Errorf("target = %q, same as %q", got, tt.differs)
+			}
+		})
+	}
+}
