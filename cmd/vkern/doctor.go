@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/vkern/vkern"
+	"github.com/vkern/vkern/cache"
+	"github.com/vkern/vkern/toolchain"
+)
+
+const doctorHelp = `Usage: vkern doctor
+
+Checks, in order, what vkern needs here and says for each: ok, or what is
+missing and the fix. It builds (or finds in the cache) the cpu kernel server,
+starts it and pings it.
+
+Exit status: 0 the cpu backend works · 1 it does not
+`
+
+// doctorTimeout bounds the whole check, a cold compile included.
+const doctorTimeout = 5 * time.Minute
+
+func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if code, done := parseFlags(fs, args, doctorHelp, stdout, stderr); done {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
+	defer cancel()
+	ok := true
+	line := func(status, what, detail string) {
+		fmt.Fprintf(stdout, "%-8s %-18s %s\n", status, what, detail)
+	}
+
+	compiler, err := toolchain.DetectCPU(ctx)
+	if err != nil {
+		ok = false
+		line("missing", "C++ compiler", err.Error())
+	} else {
+		line("ok", "C++ compiler", fmt.Sprintf("%s (%s), flags %s", compiler.Path, compiler.Version, strings.Join(compiler.Flags, " ")))
+		line("ok", "build target", compiler.Target)
+	}
+
+	for _, gpu := range []struct{ tool, backend, fix string }{
+		{"nvcc", "cuda", "install the CUDA toolkit and put nvcc on PATH"},
+		{"hipcc", "hip", "install ROCm's hipcc"},
+	} {
+		if path, err := exec.LookPath(gpu.tool); err == nil {
+			line("found", gpu.tool, path+" (this build has no "+gpu.backend+" kernels yet; the cpu backend is used)")
+		} else {
+			line("absent", gpu.tool, "no "+gpu.backend+" backend here; "+gpu.fix+" to use one")
+		}
+	}
+	if out, err := exec.CommandContext(ctx, "nvidia-smi", "-L").Output(); err == nil {
+		line("found", "NVIDIA GPUs", strings.TrimSpace(string(out)))
+	} else {
+		line("absent", "NVIDIA GPUs", "nvidia-smi not found or found no GPU")
+	}
+
+	dir, err := cache.DefaultDir()
+	if err == nil {
+		var store *cache.Store
+		if store, err = cache.Open(dir); err == nil {
+			entries, _ := store.List()
+			line("ok", "cache", fmt.Sprintf("%s (%d entries)", dir, len(entries)))
+		}
+	}
+	if err != nil {
+		ok = false
+		line("broken", "cache", err.Error())
+	}
+
+	if ok {
+		start := time.Now()
+		dev, err := vkern.Open(ctx, vkern.Options{Backend: "cpu"})
+		if err == nil {
+			defer dev.Close()
+			err = dev.Ping(ctx)
+		}
+		if err != nil {
+			ok = false
+			line("broken", "cpu kernel server", err.Error())
+		} else {
+			info, _ := dev.Info(ctx)
+			line("ok", "cpu kernel server", fmt.Sprintf("%s on %s, answered in %s (build or cache lookup included)",
+				short(info.CacheKey), info.Device["device"], time.Since(start).Round(time.Millisecond)))
+		}
+	}
+	if !ok {
+		fmt.Fprintln(stdout, "\nvkern cannot run here until the lines above marked missing or broken are fixed.")
+		return exitFailure
+	}
+	fmt.Fprintln(stdout, "\nThe cpu backend works: `vkern verify --backend cpu` will run.")
+	return exitOK
+}
+
+func short(h string) string {
+	if len(h) > 16 {
+		return h[:16]
+	}
+	return h
+}

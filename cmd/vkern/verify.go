@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vkern/vkern"
+	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/report"
+	"github.com/vkern/vkern/verify"
+)
+
+const verifyHelp = `Usage: vkern verify [flags]
+
+Builds the kernel server for the backend (or finds it in the cache), runs every
+case (op × shape × distribution × seed), checks each output element against a
+float64 reference under its error bound, and prints a summary.
+
+  --backend B    auto | cpu | cuda | hip (default auto)
+  --op NAME      gemm | gemm_grad_a | gemm_grad_b | softmax | softmax_grad
+                 (repeatable or comma-separated; default all)
+  --shape S      MxNxK for the gemm ops, ROWSxCOLS for the softmax ops
+                 (repeatable; each applies to the chosen ops it fits; default: a built-in set)
+  --dist D       integer | uniform | normal | wide | special (repeatable; default all)
+  --seed N       first seed (default 1); trial t uses seed N+t
+  --trials N     seeds per op, shape and distribution (default 1)
+  --quick        smaller default shapes
+  --json FILE    write the JSON report to FILE
+  --md FILE      write the Markdown report to FILE
+  --timeout D    give up after D, e.g. 10m (default none)
+
+Exit status: 0 every case passed · 1 a case was incorrect, failed or not supported · 2 usage error
+`
+
+func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var ops, shapes, dists listFlag
+	backend := fs.String("backend", "auto", "")
+	fs.Var(&ops, "op", "")
+	fs.Var(&shapes, "shape", "")
+	fs.Var(&dists, "dist", "")
+	seed := fs.Uint64("seed", 1, "")
+	trials := fs.Int("trials", 1, "")
+	quick := fs.Bool("quick", false, "")
+	jsonPath := fs.String("json", "", "")
+	mdPath := fs.String("md", "", "")
+	timeout := fs.Duration("timeout", 0, "")
+	if code, done := parseFlags(fs, args, verifyHelp, stdout, stderr); done {
+		return code
+	}
+	if err := checkBackend(*backend); err != nil {
+		fmt.Fprintf(stderr, "vkern verify: %v\n", err)
+		return exitUsage
+	}
+	plan, err := buildPlan(ops, shapes, dists, *seed, *trials, *quick)
+	if err != nil {
+		fmt.Fprintf(stderr, "vkern verify: %v\n", err)
+		return exitUsage
+	}
+	for _, p := range []string{*jsonPath, *mdPath} {
+		if err := checkOutputPath(p); err != nil {
+			fmt.Fprintf(stderr, "vkern verify: %v\n", err)
+			return exitUsage
+		}
+	}
+	cases, err := plan.Cases()
+	if err != nil {
+		fmt.Fprintf(stderr, "vkern verify: %v\n", err)
+		return exitUsage
+	}
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+
+	started := time.Now()
+	progress := newProgress(stderr)
+	progress.status("building and starting the %s kernel server", *backend)
+	dev, err := vkern.Open(ctx, vkern.Options{Backend: *backend})
+	progress.clear()
+	if err != nil {
+		fmt.Fprintf(stderr, "vkern verify: %v\n", err)
+		return exitFailure
+	}
+	defer dev.Close()
+	info, err := dev.Info(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "vkern verify: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(stdout, "vkern verify: %d cases on %s (%s), %s\n", len(cases), info.Backend, info.Device["device"], info.BackendReason)
+
+	res := verify.Run(ctx, dev, cases, func(done int, r verify.CaseResult) {
+		progress.step(done, len(cases), r)
+	})
+	progress.clear()
+	if info2, err := dev.Info(ctx); err == nil {
+		info = info2 // notes gathered during the run, e.g. a rebuilt binary
+	}
+	rep := report.New(res, report.Environment{
+		Backend: info.Backend, BackendReason: info.BackendReason, Device: info.Device,
+		Compiler: report.Compiler{
+			Path: info.Compiler.Path, Version: info.Compiler.Version, Fingerprint: info.Compiler.Fingerprint,
+			Flags: info.Compiler.Flags, Target: info.Compiler.Target,
+		},
+		CacheKey: info.CacheKey, SourceSHA256: info.SourceSHA256, BinarySHA256: info.BinarySHA256,
+		Notes: info.Notes, Started: started, Elapsed: time.Since(started),
+		Command: "vkern verify " + strings.Join(args, " "),
+	})
+	printSummary(stdout, rep)
+	code := exitOK
+	if res.Verdict != verify.Passed {
+		code = exitFailure
+	}
+	if *jsonPath != "" {
+		if err := writeAtomic(*jsonPath, rep.WriteJSON); err != nil {
+			fmt.Fprintf(stderr, "vkern verify: %v\n", err)
+			code = exitFailure
+		}
+	}
+	if *mdPath != "" {
+		if err := writeAtomic(*mdPath, rep.WriteMarkdown); err != nil {
+			fmt.Fprintf(stderr, "vkern verify: %v\n", err)
+			code = exitFailure
+		}
+	}
+	return code
+}
+
+// parseFlags parses args, printing help on --help. done says the command
+// should return code now.
+func parseFlags(fs *flag.FlagSet, args []string, help string, stdout, stderr io.Writer) (code int, done bool) {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, help)
+		return exitOK, true
+	case err != nil:
+		fmt.Fprintf(stderr, "vkern %s: %v; run `vkern %s --help` for the flags\n", fs.Name(), err, fs.Name())
+		return exitUsage, true
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "vkern %s: unexpected argument %q; flags start with --; run `vkern %s --help`\n", fs.Name(), fs.Arg(0), fs.Name())
+		return exitUsage, true
+	}
+	return 0, false
+}
+
+func checkBackend(name string) error {
+	switch name {
+	case "auto", "cpu", "cuda", "hip":
+		return nil
+	}
+	return fmt.Errorf("--backend %q: want auto, cpu, cuda or hip", name)
+}
+
+func buildPlan(ops, shapes, dists []string, seed uint64, trials int, quick bool) (verify.Plan, error) {
+	plan := verify.Plan{Seed: seed, Trials: trials, Quick: quick}
+	if trials < 1 {
+		return plan, fmt.Errorf("--trials %d: want at least 1", trials)
+	}
+	if len(ops) == 0 {
+		plan.Ops = op.All()
+	}
+	for _, name := range ops {
+		o, err := op.Lookup(name)
+		if err != nil {
+			return plan, fmt.Errorf("--op: %w", err)
+		}
+		plan.Ops = append(plan.Ops, o)
+	}
+	for _, spec := range shapes {
+		s, err := parseAnyShape(plan.Ops, spec)
+		if err != nil {
+			return plan, err
+		}
+		plan.Shapes = append(plan.Shapes, s)
+	}
+	for _, name := range dists {
+		d, err := verify.ParseDist(name)
+		if err != nil {
+			return plan, fmt.Errorf("--dist: %w", err)
+		}
+		plan.Dists = append(plan.Dists, d)
+	}
+	return plan, nil
+}
+
+// parseAnyShape parses spec with the first chosen op whose syntax has the
+// same number of dimensions, so the error names the right contract.
+func parseAnyShape(ops []*op.Op, spec string) (op.Shape, error) {
+	dims := len(strings.Split(spec, "x"))
+	var last error
+	for _, o := range ops {
+		s, err := o.ParseShape(spec)
+		if err == nil {
+			return s, nil
+		}
+		last = err
+		if (o.Kind == op.MatMul) == (dims == 3) {
+			return op.Shape{}, fmt.Errorf("--shape: %w", err)
+		}
+	}
+	return op.Shape{}, fmt.Errorf("--shape %q fits none of the chosen ops: %w", spec, last)
+}
+
+// checkOutputPath fails early when a report could not be written, so a long
+// run does not end in a lost report.
+func checkOutputPath(path string) error {
+	if path == "" {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("cannot write %s: folder %s: %w; create it first", path, dir, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("cannot write %s: %s is not a folder", path, dir)
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("cannot write %s: it is a folder; name a file", path)
+	}
+	return nil
+}
+
+// writeAtomic writes a file through a temporary file in the same folder and
+// a rename, so a reader never sees half a report.
+func writeAtomic(path string, write func(io.Writer) error) error {
+	var buf bytes.Buffer
+	if err := write(&buf); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	_, werr := tmp.Write(buf.Bytes())
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+func printSummary(w io.Writer, r *report.Report) {
+	fmt.Fprintf(w, "\n%-13s %-10s %7s %6s %14s\n", "op", "verdict", "passed", "exact", "worst err/bnd")
+	for _, o := range op.All() {
+		l, ok := r.Ops[o.Name]
+		if !ok {
+			continue
+		}
+		worst := "–"
+		if l.Passed > 0 {
+			worst = fmt.Sprintf("%.3g", float64(l.MaxErrorOverBound))
+		}
+		fmt.Fprintf(w, "%-13s %-10s %3d/%-3d %6d %14s\n", o.Name, l.Verdict, l.Passed, l.Cases, l.ExactCases, worst)
+	}
+	for _, c := range r.Cases {
+		if c.Verdict != verify.Passed {
+			fmt.Fprintf(w, "\n%s %s %s seed %d: %s: %s\n", c.Op, c.Shape, c.Dist, c.Seed, c.Verdict, c.Reason)
+		}
+	}
+	fmt.Fprintf(w, "\n%s: %d passed, %d incorrect, %d failed, %d not supported (%.1f s)\n",
+		strings.ToUpper(r.Verdict.String()), r.Summary.Passed, r.Summary.Incorrect, r.Summary.Failed, r.Summary.NotSupported, r.Seconds)
+}

@@ -1,0 +1,325 @@
+package vkern
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/vkern/vkern/cache"
+	"github.com/vkern/vkern/kernels"
+	"github.com/vkern/vkern/kserver"
+	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/toolchain"
+)
+
+// Errors a caller may want to tell apart (test with errors.Is).
+var (
+	// ErrNotSupported: the backend cannot run here, or not in this build.
+	ErrNotSupported = errors.New("not supported")
+	// ErrStaleBuffer: the buffer belonged to a kernel server that has died.
+	ErrStaleBuffer = kserver.ErrStaleHandle
+)
+
+// Options configure Open. The zero value is usable: backend auto, the
+// default cache folder, a 60 s deadline for calls whose context has none.
+type Options struct {
+	// Backend is "auto" (or empty), "cpu", "cuda" or "hip".
+	Backend string
+	// CacheDir overrides $VKERN_CACHE and the user cache folder.
+	CacheDir string
+	// CallTimeout is the deadline of a call whose context has none.
+	CallTimeout time.Duration
+}
+
+// Info describes an open device: what it is, and what built its server.
+type Info struct {
+	Backend       string
+	BackendReason string
+	Device        map[string]string // the server's HELLO fields
+	Compiler      *toolchain.Compiler
+	CacheKey      string
+	SourceSHA256  string
+	BinarySHA256  string
+	BinaryPath    string
+	Notes         []string // e.g. a cached binary that failed its recheck and was rebuilt
+}
+
+// Device is one kernel server and the buffers in it. Its methods are safe
+// for concurrent use.
+type Device struct {
+	backend, reason string
+	compiler        *toolchain.Compiler
+	store           *cache.Store
+	request         cache.Request
+	client          *kserver.Client
+
+	mu       sync.Mutex
+	artifact *cache.Artifact
+	notes    []string
+}
+
+// Open finds the compiler for the chosen backend, builds (or finds in the
+// cache) its kernel server, starts it and completes the handshake.
+func Open(ctx context.Context, opts Options) (*Device, error) {
+	backend, reason, err := chooseBackend(opts.Backend)
+	if err != nil {
+		return nil, err
+	}
+	compiler, err := toolchain.DetectCPU(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("vkern: %s backend: %w", backend, err)
+	}
+	files, main, err := kernels.Sources(backend)
+	if err != nil {
+		return nil, fmt.Errorf("vkern: %w", err)
+	}
+	dir := opts.CacheDir
+	if dir == "" {
+		if dir, err = cache.DefaultDir(); err != nil {
+			return nil, fmt.Errorf("vkern: %w", err)
+		}
+	}
+	store, err := cache.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("vkern: %w", err)
+	}
+	d := &Device{
+		backend: backend, reason: reason, compiler: compiler, store: store,
+		request: cache.Request{Files: files, Main: main, Compiler: compiler},
+	}
+	d.artifact, err = store.Build(ctx, d.request)
+	if errors.Is(err, cache.ErrBadEntry) {
+		// A damaged entry is reported and replaced, never run.
+		d.notes = append(d.notes, fmt.Sprintf("%v: the entry was rebuilt", err))
+		d.artifact, err = store.Rebuild(ctx, d.request)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("vkern: building the %s kernel server: %w", backend, err)
+	}
+	d.client = kserver.New(kserver.Config{
+		Path:               d.artifact.Binary,
+		BeforeStart:        d.recheck,
+		CallTimeout:        opts.CallTimeout,
+		ExpectSourceSHA256: d.artifact.Manifest.SourceSHA256,
+	})
+	if _, err := d.client.Hello(ctx); err != nil {
+		d.client.Close()
+		return nil, fmt.Errorf("vkern: starting the %s kernel server: %w", backend, err)
+	}
+	return d, nil
+}
+
+// chooseBackend resolves "auto" and rejects unknown names. Only the cpu
+// backend exists in this build; auto says so when it sees a GPU toolchain.
+func chooseBackend(name string) (backend, reason string, err error) {
+	switch name {
+	case "", "auto":
+		for _, gpu := range []struct{ backend, compiler string }{{"cuda", "nvcc"}, {"hip", "hipcc"}} {
+			if path, err := exec.LookPath(gpu.compiler); err == nil {
+				return "cpu", fmt.Sprintf("auto: %s found at %s, but this vkern has no %s kernels yet; using cpu", gpu.compiler, path, gpu.backend), nil
+			}
+		}
+		return "cpu", "auto: no nvcc or hipcc on PATH; using cpu", nil
+	case "cpu":
+		return "cpu", "--backend cpu was given", nil
+	case "cuda", "hip":
+		return "", "", fmt.Errorf("vkern: backend %q: %w in this build yet; use --backend cpu", name, ErrNotSupported)
+	}
+	return "", "", fmt.Errorf("vkern: unknown backend %q: want auto, cpu, cuda or hip", name)
+}
+
+// recheck runs before every server start: a binary whose SHA-256 no longer
+// matches its manifest is reported and rebuilt, never executed.
+func (d *Device) recheck(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	err := d.artifact.Recheck()
+	if err == nil {
+		return nil
+	}
+	art, rerr := d.store.Rebuild(ctx, d.request)
+	if rerr != nil {
+		return fmt.Errorf("%w; rebuilding it failed: %v", err, rerr)
+	}
+	if art.Binary != d.artifact.Binary {
+		return fmt.Errorf("vkern: rebuilt server moved from %s to %s", d.artifact.Binary, art.Binary)
+	}
+	d.notes = append(d.notes, fmt.Sprintf("%v: the entry was rebuilt before the server was started", err))
+	d.artifact = art
+	return nil
+}
+
+// Info describes the device and its server. It starts the server if it is
+// not running.
+func (d *Device) Info(ctx context.Context) (Info, error) {
+	hello, err := d.client.Hello(ctx)
+	if err != nil {
+		return Info{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return Info{
+		Backend: d.backend, BackendReason: d.reason, Device: hello.Fields, Compiler: d.compiler,
+		CacheKey: d.artifact.Key, SourceSHA256: d.artifact.Manifest.SourceSHA256,
+		BinarySHA256: d.artifact.Manifest.BinarySHA256, BinaryPath: d.artifact.Binary,
+		Notes: append([]string(nil), d.notes...),
+	}, nil
+}
+
+// Ping makes one round trip to the server.
+func (d *Device) Ping(ctx context.Context) error { return d.client.Ping(ctx) }
+
+// Stderr returns the tail of the server's stderr.
+func (d *Device) Stderr() string { return d.client.Stderr() }
+
+// Close shuts the server down: politely, then by force. It is safe to call
+// more than once.
+func (d *Device) Close() error { return d.client.Close() }
+
+// freeTimeout bounds the clean-up after RunOp, whatever the caller's context.
+const freeTimeout = 5 * time.Second
+
+// Buffer is memory in the kernel server, Bytes long.
+type Buffer struct {
+	d      *Device
+	handle kserver.Handle
+	Bytes  int64
+}
+
+// Alloc makes a buffer of n bytes in the server.
+func (d *Device) Alloc(ctx context.Context, n int64) (*Buffer, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("vkern: Alloc(%d): a buffer needs at least 1 byte", n)
+	}
+	h, err := d.client.Alloc(ctx, uint64(n))
+	if err != nil {
+		return nil, err
+	}
+	return &Buffer{d: d, handle: h, Bytes: n}, nil
+}
+
+// Free releases the buffer.
+func (b *Buffer) Free(ctx context.Context) error { return b.d.client.Free(ctx, b.handle) }
+
+// Write copies data into the buffer starting at byte offset.
+func (b *Buffer) Write(ctx context.Context, offset int64, data []byte) error {
+	if offset < 0 || offset+int64(len(data)) > b.Bytes {
+		return fmt.Errorf("vkern: Write of %d bytes at offset %d into a %d-byte buffer runs past its end", len(data), offset, b.Bytes)
+	}
+	return b.d.client.Write(ctx, b.handle, uint64(offset), data)
+}
+
+// Read fills dst from the buffer starting at byte offset.
+func (b *Buffer) Read(ctx context.Context, offset int64, dst []byte) error {
+	if offset < 0 || offset+int64(len(dst)) > b.Bytes {
+		return fmt.Errorf("vkern: Read of %d bytes at offset %d from a %d-byte buffer runs past its end", len(dst), offset, b.Bytes)
+	}
+	return b.d.client.Read(ctx, b.handle, uint64(offset), dst)
+}
+
+// WriteF16 writes f16 bit patterns from the start of the buffer.
+func (b *Buffer) WriteF16(ctx context.Context, v []uint16) error {
+	data := make([]byte, 2*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint16(data[2*i:], x)
+	}
+	return b.Write(ctx, 0, data)
+}
+
+// ReadF16 reads len(dst) f16 bit patterns from the start of the buffer.
+func (b *Buffer) ReadF16(ctx context.Context, dst []uint16) error {
+	data := make([]byte, 2*len(dst))
+	if err := b.Read(ctx, 0, data); err != nil {
+		return err
+	}
+	for i := range dst {
+		dst[i] = binary.LittleEndian.Uint16(data[2*i:])
+	}
+	return nil
+}
+
+// ReadF32 reads len(dst) float32 values from the start of the buffer.
+func (b *Buffer) ReadF32(ctx context.Context, dst []float32) error {
+	data := make([]byte, 4*len(dst))
+	if err := b.Read(ctx, 0, data); err != nil {
+		return err
+	}
+	for i := range dst {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
+	}
+	return nil
+}
+
+// Run executes o at shape s on buffers in wire order (inputs, then the
+// output) and returns the kernel's own time as measured by the server. Each
+// buffer must be at least as large as its operand.
+func (d *Device) Run(ctx context.Context, o *op.Op, s op.Shape, buffers ...*Buffer) (time.Duration, error) {
+	if err := o.Validate(s); err != nil {
+		return 0, err
+	}
+	operands := o.Operands()
+	if len(buffers) != len(operands) {
+		return 0, fmt.Errorf("%s: got %d buffers, want %d (inputs then output)", o.Name, len(buffers), len(operands))
+	}
+	handles := make([]kserver.Handle, len(buffers))
+	for i, b := range buffers {
+		if b == nil || b.d != d {
+			return 0, fmt.Errorf("%s: buffer %s is nil or belongs to another device", o.Name, operands[i].Name)
+		}
+		if want := s.Bytes(operands[i]); b.Bytes < want {
+			return 0, fmt.Errorf("%s: buffer %s has %d bytes, want at least %d for %s at shape %s",
+				o.Name, operands[i].Name, b.Bytes, want, operands[i].DType, s)
+		}
+		handles[i] = b.handle
+	}
+	ns, err := d.client.Run(ctx, uint32(o.ID), s.Params(), handles)
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %w", o.Name, s, err)
+	}
+	if ns > math.MaxInt64 {
+		ns = math.MaxInt64
+	}
+	return time.Duration(ns), nil
+}
+
+// RunOp allocates a buffer per slice, uploads them all, runs o, reads every
+// buffer back into its slice and frees the buffers. It is how package verify
+// drives a device: reading the inputs back shows whether a kernel wrote into
+// them.
+func (d *Device) RunOp(ctx context.Context, o *op.Op, s op.Shape, data [][]byte) (time.Duration, error) {
+	buffers := make([]*Buffer, 0, len(data))
+	defer func() {
+		// Freeing is best effort: when the server died, its buffers died
+		// with it and Free reports a stale handle at once.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), freeTimeout)
+		defer cancel()
+		for _, b := range buffers {
+			b.Free(fctx)
+		}
+	}()
+	for _, bytes := range data {
+		b, err := d.Alloc(ctx, int64(len(bytes)))
+		if err != nil {
+			return 0, err
+		}
+		buffers = append(buffers, b)
+		if err := b.Write(ctx, 0, bytes); err != nil {
+			return 0, err
+		}
+	}
+	elapsed, err := d.Run(ctx, o, s, buffers...)
+	if err != nil {
+		return 0, err
+	}
+	for i, b := range buffers {
+		if err := b.Read(ctx, 0, data[i]); err != nil {
+			return 0, err
+		}
+	}
+	return elapsed, nil
+}

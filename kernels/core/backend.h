@@ -1,0 +1,57 @@
+// What a backend implements for the server core (server.cc).
+//
+// A build holds exactly one backend: the backend's unity file (cpu/main.cc,
+// later cuda/main.cu) includes the core and defines every function below.
+// The core owns the handle table, the wire format and all validation; a
+// backend sees only well-formed requests: live buffers, offset + length
+// inside the buffer, shapes that match the op table (ops.h).
+//
+// Device pointers are opaque to the core (host memory on the cpu backend,
+// device memory on a GPU). A backend returns kStatusOK, kStatusOutOfMemory
+// (alloc only) or kStatusDeviceError; the core turns a device error into a
+// DEVICE_ERROR response and exits with status 4.
+#ifndef VKERN_CORE_BACKEND_H
+#define VKERN_CORE_BACKEND_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/ops.h"
+#include "core/protocol.h"
+
+namespace vkern {
+
+struct HelloField {
+  std::string key;
+  std::string value;
+};
+
+// Opens the device. On failure the server writes the message to stderr and
+// exits with status 4 before HELLO.
+Result backend_open();
+
+// The device evidence for HELLO: backend, device, arch, cores, memory_bytes,
+// driver, runtime, compiler, and any extra keys the backend wants reported.
+// The core adds source_sha256.
+std::vector<HelloField> backend_hello_fields();
+
+Result backend_alloc(uint64_t bytes, void** ptr);
+void backend_free(void* ptr, uint64_t bytes);
+Result backend_write(void* buffer, uint64_t offset, const uint8_t* src, uint64_t length);
+Result backend_read(const void* buffer, uint64_t offset, uint8_t* dst, uint64_t length);
+Result backend_sync();
+
+// Runs one op to completion. params has op.param_count entries, each >= 1;
+// buffers has op.buffer_count device pointers, inputs first, every one large
+// enough for its shape, no output equal to an input. kernel_ns receives the
+// time of the kernel alone.
+Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers,
+                   uint64_t* kernel_ns);
+
+// Closes the device (joins threads, releases the context) before exit.
+void backend_close();
+
+}  // namespace vkern
+
+#endif  // VKERN_CORE_BACKEND_H

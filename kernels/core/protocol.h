@@ -1,0 +1,99 @@
+// The kernel-server wire contract (PROTOCOL.md, version 1): frame limits,
+// opcodes, status codes, exit statuses and little-endian field access.
+//
+// Every integer on the wire is little-endian. The helpers below assemble and
+// split bytes explicitly, so they are correct on any host byte order and never
+// read through a misaligned pointer.
+#ifndef VKERN_CORE_PROTOCOL_H
+#define VKERN_CORE_PROTOCOL_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace vkern {
+
+constexpr uint32_t kProtocolVersion = 1;
+
+// The environment cookie the host passes; without it the server refuses to run.
+constexpr const char* kCookieName = "VKERN_KERNEL_SERVER";
+constexpr const char* kCookieValue = "5f0c9e7a-vkern-kernel-server-v1";
+
+// maxFrameBytes caps a frame body (header + payload) in both directions.
+constexpr uint32_t kMaxFrameBytes = 32u * 1024u * 1024u;
+// Every body opens with id u32, opcode u16, status u16.
+constexpr uint32_t kHeaderBytes = 8;
+// The most payload one frame can carry: what a READ may ask for at once.
+constexpr uint32_t kMaxPayloadBytes = kMaxFrameBytes - kHeaderBytes;
+
+enum Opcode : uint16_t {
+  kOpHello = 1,
+  kOpPing = 2,
+  kOpAlloc = 3,
+  kOpFree = 4,
+  kOpWrite = 5,
+  kOpRead = 6,
+  kOpRun = 7,
+  kOpSync = 8,
+  kOpShutdown = 9,
+};
+
+enum Status : uint16_t {
+  kStatusOK = 0,
+  kStatusMalformed = 1,
+  kStatusUnknownOpcode = 2,
+  kStatusBadHandle = 3,
+  kStatusOutOfRange = 4,
+  kStatusOutOfMemory = 5,
+  kStatusInvalidArgument = 6,
+  kStatusDeviceError = 7,
+};
+
+enum ExitStatus : int {
+  kExitClean = 0,          // SHUTDOWN, or end of input at a frame boundary
+  kExitTruncatedFrame = 2,  // end of input inside a frame
+  kExitOversizedFrame = 3,  // a length prefix over kMaxFrameBytes
+  kExitDeviceError = 4,     // the device failed; a DEVICE_ERROR was sent
+  kExitOutputClosed = 5,    // stdout could not be written (the host went away)
+  kExitNoCookie = 64,       // started without the environment cookie
+};
+
+// An outcome: a status and, unless OK, a message naming the values involved.
+struct Result {
+  Status status = kStatusOK;
+  std::string message;
+
+  bool ok() const { return status == kStatusOK; }
+  static Result OK() { return Result{}; }
+  static Result Error(Status s, std::string msg) { return Result{s, std::move(msg)}; }
+};
+
+inline uint16_t load_u16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] | (p[1] << 8));
+}
+
+inline uint32_t load_u32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+
+inline uint64_t load_u64(const uint8_t* p) {
+  return static_cast<uint64_t>(load_u32(p)) | (static_cast<uint64_t>(load_u32(p + 4)) << 32);
+}
+
+inline void store_u16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+
+inline void store_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+inline void store_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+}  // namespace vkern
+
+#endif  // VKERN_CORE_PROTOCOL_H

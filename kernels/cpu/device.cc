@@ -1,0 +1,352 @@
+// The cpu backend's device: host-memory buffers, a persistent thread pool,
+// the HELLO evidence, and the dispatch from RUN to the kernels.
+//
+// Buffers are zero-filled host allocations; the sum of live buffers is held
+// under the machine's physical memory, so an ALLOC that could only succeed
+// by overcommit answers OUT_OF_MEMORY instead of inviting the OOM killer.
+// The pool's threads are created once, in backend_open; VKERN_THREADS (a
+// positive integer) overrides the default of one thread per hardware thread.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace vkern {
+
+// ThreadPool runs one batch of independent tasks at a time on a fixed set of
+// threads: the calling thread (worker 0) plus size() - 1 workers that sleep
+// between batches. Tasks are handed out one index at a time from a shared
+// counter, so uneven tasks balance themselves. A task learns which worker runs
+// it, so kernels can give each worker its own scratch memory, allocated by the
+// caller before the batch (an allocation failure then stays on the calling
+// thread, where it becomes an OUT_OF_MEMORY response).
+class ThreadPool {
+ public:
+  explicit ThreadPool(unsigned threads) : threads_(threads < 1 ? 1 : threads) {
+    for (unsigned w = 1; w < threads_; ++w) workers_.emplace_back([this, w] { work(w); });
+  }
+
+  ~ThreadPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  unsigned size() const { return threads_; }
+
+  // Calls task(i, worker) once for every i in [0, count), worker in
+  // [0, size()), and returns when all are done. Tasks must not throw.
+  template <class Task>
+  void parallel_for(size_t count, const Task& task) {
+    if (count == 0) return;
+    if (count == 1 || workers_.empty()) {
+      for (size_t i = 0; i < count; ++i) task(i, 0u);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      task_ = [](const void* ctx, size_t i, unsigned worker) { (*static_cast<const Task*>(ctx))(i, worker); };
+      ctx_ = &task;
+      count_ = count;
+      next_.store(0, std::memory_order_relaxed);
+      busy_ = static_cast<unsigned>(workers_.size());
+      ++generation_;
+    }
+    wake_.notify_all();
+    drain(0);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this] { return busy_ == 0; });
+  }
+
+ private:
+  void drain(unsigned worker) {
+    for (size_t i = next_.fetch_add(1); i < count_; i = next_.fetch_add(1)) task_(ctx_, i, worker);
+  }
+
+  void work(unsigned worker) {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        if (stopping_) return;
+        seen = generation_;
+      }
+      drain(worker);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--busy_ == 0) done_.notify_one();
+    }
+  }
+
+  const unsigned threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  bool stopping_ = false;
+  uint64_t generation_ = 0;
+  unsigned busy_ = 0;
+  void (*task_)(const void*, size_t, unsigned) = nullptr;
+  const void* ctx_ = nullptr;
+  size_t count_ = 0;
+  std::atomic<size_t> next_{0};
+};
+
+// Scratch is kernel working memory kept across RUNs and only ever grown, so
+// a repeated shape allocates nothing. Each kernel owns its slots.
+class Scratch {
+ public:
+  enum Slot { kGemmPackedL, kGemmPackedR, kGemmSums, kSoftmaxRows, kSlotCount };
+
+  // floats returns room for count floats in slot; growing zero-fills.
+  float* floats(Slot slot, size_t count) {
+    std::vector<float>& v = slots_[slot];
+    if (v.size() < count) {
+      v.clear();
+      v.shrink_to_fit();
+      v.resize(count);
+    }
+    return v.data();
+  }
+
+ private:
+  std::vector<float> slots_[kSlotCount];
+};
+
+// The kernels, defined in gemm.cc and softmax.cc. Matrices are row-major;
+// every dimension is >= 1 and every buffer holds its whole shape.
+void gemm(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const uint16_t* b, float* c, size_t M, size_t N, size_t K);
+void gemm_grad_a(ThreadPool& pool, Scratch& scratch, const uint16_t* dc, const uint16_t* b, uint16_t* da, size_t M, size_t N,
+                 size_t K);
+void gemm_grad_b(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const uint16_t* dc, uint16_t* db, size_t M, size_t N,
+                 size_t K);
+void softmax(ThreadPool& pool, Scratch& scratch, const uint16_t* x, uint16_t* y, size_t R, size_t C);
+void softmax_grad(ThreadPool& pool, Scratch& scratch, const uint16_t* dy, const uint16_t* y, uint16_t* dx, size_t R, size_t C);
+
+namespace {
+
+ThreadPool* g_pool = nullptr;
+Scratch* g_scratch = nullptr;
+uint64_t g_live_bytes = 0;
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
+
+unsigned hardware_threads() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : n;
+}
+
+// pool_threads reads VKERN_THREADS, falling back to the hardware thread count
+// (with a note on stderr) when it is not a positive integer.
+unsigned pool_threads() {
+  const char* env = std::getenv("VKERN_THREADS");
+  if (env == nullptr || *env == '\0') return hardware_threads();
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (*end != '\0' || n < 1 || n > 4096) {
+    std::fprintf(stderr, "vkern kernel server: ignoring VKERN_THREADS=%s (want an integer in 1..4096)\n", env);
+    return hardware_threads();
+  }
+  return static_cast<unsigned>(n);
+}
+
+// cpu_model_name is the first "model name" line of /proc/cpuinfo (x86) or
+// its "Hardware"/"Model" line (some aarch64 kernels), else "unknown CPU".
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  std::string fallback;
+  while (std::getline(in, line)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+    size_t start = colon + 1;
+    while (start < line.size() && line[start] == ' ') ++start;
+    const std::string value = line.substr(start);
+    if (value.empty()) continue;
+    if (key == "model name") return value;
+    if ((key == "Hardware" || key == "Model") && fallback.empty()) fallback = value;
+  }
+  return fallback.empty() ? "unknown CPU" : fallback;
+}
+
+const char* arch_name() {
+#if defined(__x86_64__)
+  return "x86_64";
+#elif defined(__aarch64__)
+  return "aarch64";
+#elif defined(__riscv) && __riscv_xlen == 64
+  return "riscv64";
+#else
+  return "unknown";
+#endif
+}
+
+// vector_isa names the vector instruction sets the compiler targeted, which
+// decide how the gemm micro-kernel's 8-lane vectors are lowered.
+std::string vector_isa() {
+  static const char* const targeted[] = {
+#if defined(__AVX512F__)
+      "avx512f",
+#endif
+#if defined(__AVX2__)
+      "avx2",
+#endif
+#if defined(__FMA__)
+      "fma",
+#endif
+#if defined(__ARM_NEON)
+      "neon",
+#endif
+#if defined(__ARM_FEATURE_SVE)
+      "sve",
+#endif
+      nullptr,
+  };
+  std::string s;
+  for (const char* const* name = targeted; *name != nullptr; ++name) s += (s.empty() ? "" : ",") + std::string(*name);
+  return s.empty() ? "generic" : s;
+}
+
+// compiler_version is __VERSION__, which names the compiler except under
+// GCC ("12.2.0"), where it gets a "gcc " prefix.
+const char* compiler_version() {
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__INTEL_COMPILER)
+  return "gcc " __VERSION__;
+#else
+  return __VERSION__;
+#endif
+}
+
+}  // namespace
+
+Result backend_open() {
+  g_pool = new ThreadPool(pool_threads());
+  g_scratch = new Scratch();
+  return Result::OK();
+}
+
+void backend_close() {
+  delete g_scratch;
+  g_scratch = nullptr;
+  delete g_pool;
+  g_pool = nullptr;
+}
+
+std::vector<HelloField> backend_hello_fields() {
+  return {
+      {"backend", "cpu"},
+      {"device", cpu_model_name()},
+      {"arch", arch_name()},
+      {"cores", std::to_string(hardware_threads())},
+      {"threads", std::to_string(g_pool->size())},
+      {"memory_bytes", std::to_string(physical_memory_bytes())},
+      {"driver", "none"},
+      {"runtime", "none"},
+      {"compiler", compiler_version()},
+      {"vector_isa", vector_isa()},
+  };
+}
+
+Result backend_alloc(uint64_t bytes, void** ptr) {
+  const uint64_t limit = physical_memory_bytes();
+  if (limit != 0 && (bytes > limit || g_live_bytes > limit - bytes)) {
+    return Result::Error(kStatusOutOfMemory, "ALLOC of " + std::to_string(bytes) + " bytes with " +
+                                                 std::to_string(g_live_bytes) +
+                                                 " bytes live would pass the machine's " + std::to_string(limit) +
+                                                 " bytes of memory");
+  }
+  void* p = bytes > SIZE_MAX ? nullptr : std::calloc(static_cast<size_t>(bytes), 1);
+  if (p == nullptr) {
+    return Result::Error(kStatusOutOfMemory, "ALLOC of " + std::to_string(bytes) + " bytes failed (" +
+                                                 std::to_string(g_live_bytes) + " bytes live)");
+  }
+  g_live_bytes += bytes;
+  *ptr = p;
+  return Result::OK();
+}
+
+void backend_free(void* ptr, uint64_t bytes) {
+  std::free(ptr);
+  g_live_bytes -= bytes;
+}
+
+Result backend_write(void* buffer, uint64_t offset, const uint8_t* src, uint64_t length) {
+  if (length > 0) std::memcpy(static_cast<uint8_t*>(buffer) + offset, src, length);
+  return Result::OK();
+}
+
+Result backend_read(const void* buffer, uint64_t offset, uint8_t* dst, uint64_t length) {
+  if (length > 0) std::memcpy(dst, static_cast<const uint8_t*>(buffer) + offset, length);
+  return Result::OK();
+}
+
+// Every RUN finishes before its response is sent, so there is never
+// outstanding work to wait for.
+Result backend_sync() { return Result::OK(); }
+
+Result run_kernel(const OpSpec& op, const int64_t* params, void* const* buffers, uint64_t* kernel_ns);
+
+Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers, uint64_t* kernel_ns) {
+  // Kernels allocate their scratch on this thread before they fan out, so
+  // running out of memory surfaces here, never inside a worker.
+  try {
+    return run_kernel(op, params, buffers, kernel_ns);
+  } catch (const std::bad_alloc&) {
+    return Result::Error(kStatusOutOfMemory, std::string(op.name) + ": cannot allocate the kernel's scratch memory");
+  }
+}
+
+Result run_kernel(const OpSpec& op, const int64_t* params, void* const* buffers, uint64_t* kernel_ns) {
+  ThreadPool& pool = *g_pool;
+  Scratch& scratch = *g_scratch;
+  const auto in16 = [buffers](int i) { return static_cast<const uint16_t*>(buffers[i]); };
+  const auto out16 = [buffers](int i) { return static_cast<uint16_t*>(buffers[i]); };
+  const auto dim = [params](int i) { return static_cast<size_t>(params[i]); };
+  const auto start = std::chrono::steady_clock::now();
+  switch (op.id) {
+    case OpId::kGemm:
+      gemm(pool, scratch, in16(0), in16(1), static_cast<float*>(buffers[2]), dim(kM), dim(kN), dim(kK));
+      break;
+    case OpId::kGemmGradA:
+      gemm_grad_a(pool, scratch, in16(0), in16(1), out16(2), dim(kM), dim(kN), dim(kK));
+      break;
+    case OpId::kGemmGradB:
+      gemm_grad_b(pool, scratch, in16(0), in16(1), out16(2), dim(kM), dim(kN), dim(kK));
+      break;
+    case OpId::kSoftmax:
+      softmax(pool, scratch, in16(0), out16(1), dim(kR), dim(kC));
+      break;
+    case OpId::kSoftmaxGrad:
+      softmax_grad(pool, scratch, in16(0), in16(1), out16(2), dim(kR), dim(kC));
+      break;
+  }
+  const auto stop = std::chrono::steady_clock::now();
+  *kernel_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(stop - start).count());
+  return Result::OK();
+}
+
+}  // namespace vkern

@@ -1,0 +1,16 @@
+// The cpu backend's unity file: the only file the builder compiles.
+//
+//   $CXX -std=c++17 -O3 -march=native -pthread -I<dir>
+//        -DVKERN_SOURCE_SHA256=\"<hex>\" -o server <dir>/cpu/main.cc
+//
+// (one command line; <dir> holds core/ and cpu/).
+//
+// One translation unit keeps the build to a single compiler call and lets the
+// compiler inline across the core and the kernels.
+#include "core/server.cc"
+#include "cpu/device.cc"
+#include "cpu/convert.cc"
+#include "cpu/gemm.cc"
+#include "cpu/softmax.cc"
+
+int main() { return vkern::run_server(); }

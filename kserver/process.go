@@ -1,0 +1,228 @@
+package kserver
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// process is one incarnation of the kernel server. The Client sees only this
+// interface; execProcess below holds every os/exec detail.
+type process interface {
+	// stdin and stdout are the host's ends of the child's pipes.
+	stdin() io.Writer
+	stdout() io.Reader
+	pid() int
+	// kill sends SIGKILL and expires the pipes' deadlines so that a blocked
+	// read or write returns. It is safe at any time, from any goroutine, any
+	// number of times, before or after the child exits.
+	kill()
+	// wait waits up to timeout for the child to exit and its stderr to be
+	// drained; it reports whether that happened. A timeout of 0 only looks.
+	wait(timeout time.Duration) bool
+	// diagnose says how the child ended ("exit status 3", "signal: killed",
+	// or "still running") and gives a hint for the exit status, if any.
+	diagnose() (exit, hint string)
+	// stderrTail is the tail of the child's stderr so far.
+	stderrTail() string
+	// release closes the host's pipe ends. Call it after the child has exited
+	// or been killed, and only from the goroutine that does the I/O.
+	release()
+}
+
+// waitDelay bounds how long Wait waits for the child's stderr to close after
+// the child itself has exited (a grandchild could hold it open).
+const waitDelay = 2 * time.Second
+
+type execProcess struct {
+	cmd     *exec.Cmd
+	in      *os.File // host end of the child's stdin
+	out     *os.File // host end of the child's stdout
+	stderr  *tailBuffer
+	done    chan struct{}
+	waitErr error // set before done is closed
+}
+
+// startProcess starts path with no arguments and the environment env. Its
+// stdin and stdout are pipes the host reads and writes directly, so nothing
+// is lost when it exits; its stderr goes through exec's copying goroutine
+// into a ring of stderrBytes, so a chatty child never blocks.
+func startProcess(path string, env []string, stderrBytes int) (*execProcess, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	p := &execProcess{
+		// Built by hand, not with exec.Command, so that a bare name is never
+		// looked up in $PATH: the binary that runs is the one whose hash
+		// BeforeStart checked.
+		cmd:    &exec.Cmd{Path: path, Args: []string{path}, Env: env, Stdin: inR, Stdout: outW, WaitDelay: waitDelay},
+		in:     inW,
+		out:    outR,
+		stderr: newTailBuffer(stderrBytes),
+		done:   make(chan struct{}),
+	}
+	p.cmd.Stderr = p.stderr
+	err = p.cmd.Start()
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, err
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *execProcess) stdin() io.Writer   { return p.in }
+func (p *execProcess) stdout() io.Reader  { return p.out }
+func (p *execProcess) pid() int           { return p.cmd.Process.Pid }
+func (p *execProcess) stderrTail() string { return p.stderr.String() }
+
+func (p *execProcess) kill() {
+	// After the child has exited, Kill returns os.ErrProcessDone: nothing to do.
+	_ = p.cmd.Process.Kill()
+	past := time.Unix(1, 0)
+	_ = p.in.SetWriteDeadline(past)
+	_ = p.out.SetReadDeadline(past)
+}
+
+func (p *execProcess) wait(timeout time.Duration) bool {
+	if timeout <= 0 {
+		select {
+		case <-p.done:
+			return true
+		default:
+			return false
+		}
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+func (p *execProcess) diagnose() (exit, hint string) {
+	select {
+	case <-p.done:
+	default:
+		return "still running", ""
+	}
+	state := p.cmd.ProcessState
+	if state == nil { // Wait failed before the child was reaped
+		return fmt.Sprintf("unknown status (%v)", p.waitErr), ""
+	}
+	exit = state.String()
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		switch ws.Signal() {
+		case syscall.SIGKILL:
+			hint = "SIGKILL comes from the host's own kill, the OOM killer, or a person"
+		case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL, syscall.SIGFPE, syscall.SIGABRT:
+			hint = "the server crashed; a kernel reading or writing out of bounds is the usual cause"
+		}
+		return exit, hint
+	}
+	switch state.ExitCode() {
+	case ExitTruncated:
+		hint = "status 2: the server saw its input end inside a frame"
+	case ExitOverCap:
+		hint = fmt.Sprintf("status 3: the server saw a length prefix over the %d-byte cap", MaxFrameBytes)
+	case ExitDeviceError:
+		hint = "status 4: the device reported an error it cannot recover from; the next call starts a fresh server"
+	case ExitNoCookie:
+		hint = "status 64: the server did not see " + CookieEnv + " in its environment"
+	}
+	if p.waitErr != nil && !errors.As(p.waitErr, new(*exec.ExitError)) {
+		exit += fmt.Sprintf(" (%v)", p.waitErr) // exec.ErrWaitDelay and the like
+	}
+	return exit, hint
+}
+
+func (p *execProcess) release() {
+	p.in.Close()
+	p.out.Close()
+}
+
+// startHint says what to do about an error from startProcess.
+func startHint(err error) string {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "the kernel-server binary is missing; `vkern cache clean` rebuilds it"
+	case errors.Is(err, fs.ErrPermission):
+		return "the kernel-server binary is not executable (or its folder is not searchable); `vkern cache clean` rebuilds it"
+	case errors.Is(err, syscall.ENOEXEC):
+		return "the file is not a program for this machine (a partial build, or built for another architecture); `vkern cache clean` rebuilds it"
+	}
+	return ""
+}
+
+// childEnv is the child's environment: the host's, then extra, then the
+// cookie, with any other value of the cookie variable removed.
+func childEnv(extra []string) []string {
+	env := make([]string, 0, len(os.Environ())+len(extra)+1)
+	for _, kv := range append(os.Environ(), extra...) {
+		if !strings.HasPrefix(kv, CookieEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, CookieEnv+"="+CookieValue)
+}
+
+// tailBuffer keeps the last len(ring) bytes written to it. Writes never block
+// and never fail, so the goroutine that drains the child's stderr never stalls.
+type tailBuffer struct {
+	mu    sync.Mutex
+	ring  []byte
+	next  int   // where the next byte goes
+	total int64 // bytes ever written
+}
+
+func newTailBuffer(size int) *tailBuffer {
+	return &tailBuffer{ring: make([]byte, max(size, 1))}
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(p)
+	b.total += int64(n)
+	if len(p) > len(b.ring) {
+		p = p[len(p)-len(b.ring):]
+	}
+	c := copy(b.ring[b.next:], p)
+	copy(b.ring, p[c:])
+	b.next = (b.next + len(p)) % len(b.ring)
+	return n, nil
+}
+
+// String returns the tail, prefixed by a note when earlier bytes were dropped.
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.total <= int64(len(b.ring)) {
+		return string(b.ring[:b.total])
+	}
+	return fmt.Sprintf("[%d earlier bytes dropped]\n", b.total-int64(len(b.ring))) +
+		string(b.ring[b.next:]) + string(b.ring[:b.next])
+}
