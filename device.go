@@ -34,6 +34,10 @@ type Options struct {
 	CacheDir string
 	// CallTimeout is the deadline of a call whose context has none.
 	CallTimeout time.Duration
+
+	// editSources lets this package's tests plant defects in the kernel
+	// sources before they are built (the mutants get their own cache keys).
+	editSources func(files map[string][]byte) error
 }
 
 // Info describes an open device: what it is, and what built its server.
@@ -77,6 +81,11 @@ func Open(ctx context.Context, opts Options) (*Device, error) {
 	files, main, err := kernels.Sources(backend)
 	if err != nil {
 		return nil, fmt.Errorf("vkern: %w", err)
+	}
+	if opts.editSources != nil {
+		if err := opts.editSources(files); err != nil {
+			return nil, err
+		}
 	}
 	dir := opts.CacheDir
 	if dir == "" {

@@ -1,0 +1,198 @@
+package vkern
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vkern/vkern/kerneltest"
+	"github.com/vkern/vkern/op"
+)
+
+// testCache is one cache folder for the whole test binary, so the real cpu
+// server is compiled once however many tests open it.
+var (
+	testCacheOnce sync.Once
+	testCacheDir  string
+)
+
+func cacheDir(t *testing.T) string {
+	t.Helper()
+	testCacheOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "vkern-test-cache-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		testCacheDir = dir
+	})
+	return testCacheDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if testCacheDir != "" {
+		os.RemoveAll(testCacheDir)
+	}
+	os.Exit(code)
+}
+
+// openCPU opens the real cpu backend, skipping when no C++ compiler exists.
+func openCPU(t *testing.T, opts Options) *Device {
+	t.Helper()
+	if _, err := exec.LookPath("g++"); err != nil {
+		if _, err := exec.LookPath("clang++"); err != nil && os.Getenv("CXX") == "" {
+			t.Skip("no C++ compiler: the cpu backend cannot be built here")
+		}
+	}
+	opts.Backend = "cpu"
+	if opts.CacheDir == "" {
+		opts.CacheDir = cacheDir(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dev, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+func TestCPUBackendConformance(t *testing.T) {
+	dev := openCPU(t, Options{})
+	t.Run("gemm", func(t *testing.T) { kerneltest.Gemm(t, dev) })
+	t.Run("gemm_grad_a", func(t *testing.T) { kerneltest.GemmGradA(t, dev) })
+	t.Run("gemm_grad_b", func(t *testing.T) { kerneltest.GemmGradB(t, dev) })
+	t.Run("softmax", func(t *testing.T) { kerneltest.Softmax(t, dev) })
+	t.Run("softmax_grad", func(t *testing.T) { kerneltest.SoftmaxGrad(t, dev) })
+}
+
+func TestOpenReportsWhatBuiltAndRunsTheServer(t *testing.T) {
+	dev := openCPU(t, Options{})
+	info, err := dev.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Backend != "cpu" || info.Device["backend"] != "cpu" {
+		t.Errorf("backend %q, server says %q", info.Backend, info.Device["backend"])
+	}
+	if info.Device["source_sha256"] != info.SourceSHA256 || len(info.SourceSHA256) != 64 {
+		t.Errorf("server reports sources %q, cache built %q", info.Device["source_sha256"], info.SourceSHA256)
+	}
+	if len(info.BinarySHA256) != 64 || info.CacheKey == "" || info.Compiler == nil {
+		t.Errorf("incomplete info: %+v", info)
+	}
+}
+
+func TestBadBackendNamesAreRejected(t *testing.T) {
+	for name, want := range map[string]error{"cuda": ErrNotSupported, "hip": ErrNotSupported, "tpu": nil} {
+		_, err := Open(context.Background(), Options{Backend: name, CacheDir: t.TempDir()})
+		if err == nil || (want != nil && !errors.Is(err, want)) || !strings.Contains(err.Error(), name) {
+			t.Errorf("Open(%q) error = %v", name, err)
+		}
+	}
+}
+
+func TestRunChecksBuffersAgainstTheContract(t *testing.T) {
+	dev := openCPU(t, Options{})
+	ctx := context.Background()
+	gemm, _ := op.Lookup("gemm")
+	s, _ := gemm.ParseShape("4x4x4")
+	a, _ := dev.Alloc(ctx, 32)
+	b, _ := dev.Alloc(ctx, 32)
+	small, _ := dev.Alloc(ctx, 60) // C needs 64 bytes
+	_, err := dev.Run(ctx, gemm, s, a, b, small)
+	if err == nil || !strings.Contains(err.Error(), "buffer C has 60 bytes, want at least 64") {
+		t.Fatalf("error = %v", err)
+	}
+	if _, err := dev.Alloc(ctx, 0); err == nil {
+		t.Fatal("Alloc(0) succeeded")
+	}
+	if err := a.Write(ctx, 30, make([]byte, 4)); err == nil {
+		t.Fatal("a write past the end succeeded")
+	}
+}
+
+// serverPID finds the running server's process id through /proc, by the
+// binary path Info reports.
+func serverPID(t *testing.T, dev *Device) int {
+	t.Helper()
+	info, err := dev.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		exe, err := os.Readlink("/proc/" + e.Name() + "/exe")
+		if err != nil || exe != info.BinaryPath {
+			continue
+		}
+		var pid int
+		for _, c := range e.Name() {
+			pid = pid*10 + int(c-'0')
+		}
+		if pid != os.Getpid() {
+			return pid
+		}
+	}
+	t.Skip("cannot find the server process in /proc")
+	return 0
+}
+
+func TestAKilledServerIsReportedAndReplaced(t *testing.T) {
+	dev := openCPU(t, Options{})
+	ctx := context.Background()
+	buf, err := dev.Alloc(ctx, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(serverPID(t, dev), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The first call after the death reports it; a buffer of the dead
+	// server stays dead; then a fresh server serves.
+	var died error
+	for i := 0; i < 3 && died == nil; i++ {
+		died = dev.Ping(ctx)
+	}
+	if died == nil || !strings.Contains(died.Error(), "killed") {
+		t.Errorf("after kill -9, calls returned %v; want an error saying the server was killed", died)
+	}
+	if err := buf.Write(ctx, 0, make([]byte, 8)); !errors.Is(err, ErrStaleBuffer) {
+		t.Errorf("writing a dead server's buffer: %v, want ErrStaleBuffer", err)
+	}
+	if err := dev.Ping(ctx); err != nil {
+		t.Fatalf("the next server does not answer: %v", err)
+	}
+	kerneltest.Op(t, dev, "softmax")
+}
+
+func TestATamperedBinaryIsRebuiltNotRun(t *testing.T) {
+	dir := t.TempDir()
+	dev := openCPU(t, Options{CacheDir: dir})
+	info, _ := dev.Info(context.Background())
+	dev.Close()
+	f, err := os.OpenFile(info.BinaryPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("tampered"))
+	f.Close()
+	dev2 := openCPU(t, Options{CacheDir: dir})
+	info2, err := dev2.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info2.BinarySHA256 != info.BinarySHA256 {
+		t.Errorf("rebuilt binary hash %s, first build %s", info2.BinarySHA256, info.BinarySHA256)
+	}
+	if len(info2.Notes) == 0 || !strings.Contains(strings.Join(info2.Notes, " "), "rebuilt") {
+		t.Errorf("notes %q do not say the entry was rebuilt", info2.Notes)
+	}
+}
