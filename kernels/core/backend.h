@@ -8,8 +8,9 @@
 //
 // Device pointers are opaque to the core (host memory on the cpu backend,
 // device memory on a GPU). A backend returns kStatusOK, kStatusOutOfMemory
-// (alloc only) or kStatusDeviceError; the core turns a device error into a
-// DEVICE_ERROR response and exits with status 4.
+// (from alloc, or from run when the kernel's scratch memory cannot be had) or
+// kStatusDeviceError; the core turns a device error into a DEVICE_ERROR
+// response and exits with status 4.
 #ifndef VKERN_CORE_BACKEND_H
 #define VKERN_CORE_BACKEND_H
 
@@ -46,8 +47,7 @@ Result backend_sync();
 // buffers has op.buffer_count device pointers, inputs first, every one large
 // enough for its shape, no output equal to an input. kernel_ns receives the
 // time of the kernel alone.
-Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers,
-                   uint64_t* kernel_ns);
+Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers, uint64_t* kernel_ns);
 
 // Closes the device (joins threads, releases the context) before exit.
 void backend_close();

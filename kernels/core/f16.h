@@ -29,8 +29,9 @@ inline float float_from_bits(uint32_t u) {
   return f;
 }
 
-// Both conversions compute every case and then select, with no branches, so
-// loops over arrays vectorise and mixed inputs cost no mispredictions.
+// Both conversions compute every case and then select one, so the same steps
+// vectorise lane by lane (cpu/convert.cc does that for whole runs; a compiler
+// may still turn the scalar selects into branches).
 
 // f16_to_f32 is exact: every binary16 value, subnormals and signed zeros
 // included, is a binary32 value. Inf keeps its sign; NaN keeps its sign and
@@ -70,7 +71,7 @@ inline uint16_t f32_to_f16(float f) {
   // multiple is then the low mantissa bits. 1024 × 2^-24 encodes as 0x0400,
   // the smallest normal, which is right for values that round up to it.
   const uint32_t small = float_bits(float_from_bits(magnitude) + 0.5f) - 0x3f000000u;
-  const uint32_t bits = magnitude > 0x7f800000u   ? nan
+  const uint32_t bits = magnitude > 0x7f800000u    ? nan
                         : magnitude >= 0x477ff000u ? inf
                         : magnitude >= 0x38800000u ? normal
                                                    : small;

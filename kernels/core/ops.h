@@ -49,6 +49,7 @@ struct OpSpec {
 enum : int { kM = 0, kN = 1, kK = 2 };
 enum : int { kR = 0, kC = 1 };
 
+// clang-format off
 constexpr OpSpec kOps[] = {
     {OpId::kGemm, "gemm", 3, {"M", "N", "K"}, 3,
      {{"A", DType::kF16, kM, kK, false},
@@ -71,6 +72,7 @@ constexpr OpSpec kOps[] = {
       {"Y", DType::kF16, kR, kC, false},
       {"dX", DType::kF16, kR, kC, true}}},
 };
+// clang-format on
 
 inline const OpSpec* find_op(uint32_t id) {
   for (const OpSpec& op : kOps) {

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace vkern {
 
@@ -50,7 +51,7 @@ enum Status : uint16_t {
 };
 
 enum ExitStatus : int {
-  kExitClean = 0,          // SHUTDOWN, or end of input at a frame boundary
+  kExitClean = 0,           // SHUTDOWN, or end of input at a frame boundary
   kExitTruncatedFrame = 2,  // end of input inside a frame
   kExitOversizedFrame = 3,  // a length prefix over kMaxFrameBytes
   kExitDeviceError = 4,     // the device failed; a DEVICE_ERROR was sent
@@ -65,16 +66,34 @@ struct Result {
 
   bool ok() const { return status == kStatusOK; }
   static Result OK() { return Result{}; }
-  static Result Error(Status s, std::string msg) { return Result{s, std::move(msg)}; }
 };
 
-inline uint16_t load_u16(const uint8_t* p) {
-  return static_cast<uint16_t>(p[0] | (p[1] << 8));
+inline void append_part(std::string& s, const std::string& part) { s += part; }
+inline void append_part(std::string& s, const char* part) { s += part; }
+template <class Int, std::enable_if_t<std::is_integral_v<Int>, int> = 0>
+inline void append_part(std::string& s, Int part) {
+  s += std::to_string(part);
 }
 
+// cat joins strings and integers into one message: cat("A has ", 12, " bytes").
+template <class... Parts>
+std::string cat(const Parts&... parts) {
+  std::string s;
+  (append_part(s, parts), ...);
+  return s;
+}
+
+// fail is a Result with status s and the message cat(parts...).
+template <class... Parts>
+Result fail(Status s, const Parts&... parts) {
+  return Result{s, cat(parts...)};
+}
+
+inline uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
 inline uint32_t load_u32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
+         (static_cast<uint32_t>(p[3]) << 24);
 }
 
 inline uint64_t load_u64(const uint8_t* p) {

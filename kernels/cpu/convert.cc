@@ -34,8 +34,7 @@ inline void f16_to_f32_run(const uint16_t* src, float* dst, size_t n) {
     const u32x8 magnitude = w & 0x7fffu;
     const u32x8 inf_nan = 0x7f800000u | ((magnitude & 0x03ffu) << 13);
     const u32x8 normal = (magnitude << 13) + 0x38000000u;
-    const f32x8_lanes small_value =
-        __builtin_convertvector(reinterpret_cast<i32x8>(magnitude), f32x8_lanes) * 0x1p-24f;
+    const f32x8_lanes small_value = __builtin_convertvector(reinterpret_cast<i32x8>(magnitude), f32x8_lanes) * 0x1p-24f;
     const u32x8 small = reinterpret_cast<u32x8>(small_value);
     const u32x8 bits = magnitude >= 0x7c00u ? inf_nan : magnitude >= 0x0400u ? normal : small;
     const u32x8 out = sign | bits;

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <mutex>
 #include <new>
@@ -35,17 +36,15 @@ namespace vkern {
 class ThreadPool {
  public:
   explicit ThreadPool(unsigned threads) : threads_(threads < 1 ? 1 : threads) {
-    for (unsigned w = 1; w < threads_; ++w) workers_.emplace_back([this, w] { work(w); });
+    try {
+      for (unsigned w = 1; w < threads_; ++w) workers_.emplace_back([this, w] { work(w); });
+    } catch (...) {
+      stop();  // the threads already started must be joined before the members go
+      throw;
+    }
   }
 
-  ~ThreadPool() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (std::thread& t : workers_) t.join();
-  }
+  ~ThreadPool() { stop(); }
 
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -77,6 +76,16 @@ class ThreadPool {
   }
 
  private:
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : workers_) t.join();
+    workers_.clear();
+  }
+
   void drain(unsigned worker) {
     for (size_t i = next_.fetch_add(1); i < count_; i = next_.fetch_add(1)) task_(ctx_, i, worker);
   }
@@ -132,13 +141,15 @@ class Scratch {
 
 // The kernels, defined in gemm.cc and softmax.cc. Matrices are row-major;
 // every dimension is >= 1 and every buffer holds its whole shape.
-void gemm(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const uint16_t* b, float* c, size_t M, size_t N, size_t K);
-void gemm_grad_a(ThreadPool& pool, Scratch& scratch, const uint16_t* dc, const uint16_t* b, uint16_t* da, size_t M, size_t N,
-                 size_t K);
-void gemm_grad_b(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const uint16_t* dc, uint16_t* db, size_t M, size_t N,
-                 size_t K);
+void gemm(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const uint16_t* b, float* c, size_t M, size_t N,
+          size_t K);
+void gemm_grad_a(ThreadPool& pool, Scratch& scratch, const uint16_t* dc, const uint16_t* b, uint16_t* da, size_t M,
+                 size_t N, size_t K);
+void gemm_grad_b(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const uint16_t* dc, uint16_t* db, size_t M,
+                 size_t N, size_t K);
 void softmax(ThreadPool& pool, Scratch& scratch, const uint16_t* x, uint16_t* y, size_t R, size_t C);
-void softmax_grad(ThreadPool& pool, Scratch& scratch, const uint16_t* dy, const uint16_t* y, uint16_t* dx, size_t R, size_t C);
+void softmax_grad(ThreadPool& pool, Scratch& scratch, const uint16_t* dy, const uint16_t* y, uint16_t* dx, size_t R,
+                  size_t C);
 
 namespace {
 
@@ -210,21 +221,21 @@ const char* arch_name() {
 std::string vector_isa() {
   static const char* const targeted[] = {
 #if defined(__AVX512F__)
-      "avx512f",
+    "avx512f",
 #endif
 #if defined(__AVX2__)
-      "avx2",
+    "avx2",
 #endif
 #if defined(__FMA__)
-      "fma",
+    "fma",
 #endif
 #if defined(__ARM_NEON)
-      "neon",
+    "neon",
 #endif
 #if defined(__ARM_FEATURE_SVE)
-      "sve",
+    "sve",
 #endif
-      nullptr,
+    nullptr,
   };
   std::string s;
   for (const char* const* name = targeted; *name != nullptr; ++name) s += (s.empty() ? "" : ",") + std::string(*name);
@@ -244,8 +255,13 @@ const char* compiler_version() {
 }  // namespace
 
 Result backend_open() {
-  g_pool = new ThreadPool(pool_threads());
-  g_scratch = new Scratch();
+  const unsigned threads = pool_threads();
+  try {
+    g_pool = new ThreadPool(threads);
+    g_scratch = new Scratch();
+  } catch (const std::exception& e) {
+    return fail(kStatusDeviceError, "starting a pool of ", threads, " threads: ", e.what());
+  }
   return Result::OK();
 }
 
@@ -274,15 +290,12 @@ std::vector<HelloField> backend_hello_fields() {
 Result backend_alloc(uint64_t bytes, void** ptr) {
   const uint64_t limit = physical_memory_bytes();
   if (limit != 0 && (bytes > limit || g_live_bytes > limit - bytes)) {
-    return Result::Error(kStatusOutOfMemory, "ALLOC of " + std::to_string(bytes) + " bytes with " +
-                                                 std::to_string(g_live_bytes) +
-                                                 " bytes live would pass the machine's " + std::to_string(limit) +
-                                                 " bytes of memory");
+    return fail(kStatusOutOfMemory, "ALLOC of ", bytes, " bytes with ", g_live_bytes,
+                " bytes live would pass the machine's ", limit, " bytes of memory");
   }
   void* p = bytes > SIZE_MAX ? nullptr : std::calloc(static_cast<size_t>(bytes), 1);
   if (p == nullptr) {
-    return Result::Error(kStatusOutOfMemory, "ALLOC of " + std::to_string(bytes) + " bytes failed (" +
-                                                 std::to_string(g_live_bytes) + " bytes live)");
+    return fail(kStatusOutOfMemory, "ALLOC of ", bytes, " bytes failed (", g_live_bytes, " bytes live)");
   }
   g_live_bytes += bytes;
   *ptr = p;
@@ -316,7 +329,7 @@ Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers
   try {
     return run_kernel(op, params, buffers, kernel_ns);
   } catch (const std::bad_alloc&) {
-    return Result::Error(kStatusOutOfMemory, std::string(op.name) + ": cannot allocate the kernel's scratch memory");
+    return fail(kStatusOutOfMemory, op.name, ": cannot allocate the kernel's scratch memory");
   }
 }
 
@@ -331,18 +344,10 @@ Result run_kernel(const OpSpec& op, const int64_t* params, void* const* buffers,
     case OpId::kGemm:
       gemm(pool, scratch, in16(0), in16(1), static_cast<float*>(buffers[2]), dim(kM), dim(kN), dim(kK));
       break;
-    case OpId::kGemmGradA:
-      gemm_grad_a(pool, scratch, in16(0), in16(1), out16(2), dim(kM), dim(kN), dim(kK));
-      break;
-    case OpId::kGemmGradB:
-      gemm_grad_b(pool, scratch, in16(0), in16(1), out16(2), dim(kM), dim(kN), dim(kK));
-      break;
-    case OpId::kSoftmax:
-      softmax(pool, scratch, in16(0), out16(1), dim(kR), dim(kC));
-      break;
-    case OpId::kSoftmaxGrad:
-      softmax_grad(pool, scratch, in16(0), in16(1), out16(2), dim(kR), dim(kC));
-      break;
+    case OpId::kGemmGradA: gemm_grad_a(pool, scratch, in16(0), in16(1), out16(2), dim(kM), dim(kN), dim(kK)); break;
+    case OpId::kGemmGradB: gemm_grad_b(pool, scratch, in16(0), in16(1), out16(2), dim(kM), dim(kN), dim(kK)); break;
+    case OpId::kSoftmax: softmax(pool, scratch, in16(0), out16(1), dim(kR), dim(kC)); break;
+    case OpId::kSoftmaxGrad: softmax_grad(pool, scratch, in16(0), in16(1), out16(2), dim(kR), dim(kC)); break;
   }
   const auto stop = std::chrono::steady_clock::now();
   *kernel_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(stop - start).count());

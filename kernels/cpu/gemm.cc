@@ -12,6 +12,7 @@
 //
 // Blocking (the GotoBLAS/BLIS scheme, sized for a 32 KiB L1 and >= 512 KiB L2):
 //
+//   for each block of kRowBlock output rows:
 //   for each block of kColBlock output columns:
 //     for each block of kDepthBlock reduction terms:
 //       pack R[depth block, column block] to f32 panels kNR wide     (parallel over panels)
@@ -33,8 +34,9 @@
 //   tile elements that finish_tile never writes. The depth is never padded,
 //   so Inf and NaN inputs propagate exactly as in the plain triple loop.
 // - Partial sums live in registers within a depth block and in an f32 scratch
-//   between depth blocks; Out is written once per element, on the last depth
-//   block, so an f16 output is rounded exactly once.
+//   (one row block × column block, at most 64 MiB) between depth blocks; Out
+//   is written once per element, on the last depth block, so an f16 output
+//   is rounded exactly once, and an element skipped keeps the host's poison.
 // - Every index that multiplies two dimensions is size_t (64-bit).
 #include <algorithm>
 #include <cstddef>
@@ -53,11 +55,12 @@ namespace {
 // f32x8 is eight f32 lanes: one AVX register, two NEON or SSE registers.
 typedef float f32x8 __attribute__((vector_size(32)));
 
-constexpr size_t kMR = 6;   // micro-tile rows: 6 × 2 accumulator vectors + 2 B vectors + 1 A broadcast
-constexpr size_t kNR = 16;  // micro-tile columns: two f32x8
+constexpr size_t kMR = 6;            // micro-tile rows: 6 × 2 accumulator vectors + 2 B vectors + 1 A broadcast
+constexpr size_t kNR = 16;           // micro-tile columns: two f32x8
 constexpr size_t kDepthBlock = 256;  // packed R panel: 256 × 16 × 4 B = 16 KiB, in L1
 constexpr size_t kRowStrip = 96;     // packed L strip: 96 × 256 × 4 B = 96 KiB, in L2
 constexpr size_t kColBlock = 4096;   // packed R block: at most 256 × 4096 × 4 B = 4 MiB
+constexpr size_t kRowBlock = 4096;   // partial sums: at most 4096 × 4096 × 4 B = 64 MiB
 
 size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
@@ -73,14 +76,19 @@ struct Operand {
   static Operand transpose_of(const uint16_t* data, size_t stored_cols) { return Operand{data, stored_cols, true}; }
 };
 
-// Output is where finished elements go (exactly one of c32, c16 is set) and
-// where partial sums wait between depth blocks.
+// Output is where finished elements go (exactly one of c32, c16 is set,
+// rows × cols) and where partial sums wait between depth blocks: element
+// (row, col) of the current row and column block at
+// sums[(row − sums_row0) · sums_cols + col − sums_col0].
 struct Output {
   float* c32;
   uint16_t* c16;
-  float* sums;  // rows × cols f32, used only when there is more than one depth block
   size_t rows;
   size_t cols;
+  float* sums;  // used only when there is more than one depth block
+  size_t sums_row0;
+  size_t sums_col0;
+  size_t sums_cols;
 };
 
 // VKERN_MULTIPLY_ADD(acc, a, b) sets acc = acc + a·b. The products are exact
@@ -88,9 +96,9 @@ struct Output {
 // only for speed and changes no result. (A macro, because passing 32-byte
 // vectors to functions warns about the ABI on targets without AVX.)
 #if defined(__FMA__) && defined(__AVX__)
-#define VKERN_MULTIPLY_ADD(acc, a, b)                                                             \
-  (acc) = reinterpret_cast<f32x8>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b), \
-                                                  reinterpret_cast<__m256>(acc)))
+#define VKERN_MULTIPLY_ADD(acc, a, b) \
+  (acc) = reinterpret_cast<f32x8>(    \
+      _mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b), reinterpret_cast<__m256>(acc)))
 #else
 #define VKERN_MULTIPLY_ADD(acc, a, b) (acc) += (a) * (b)
 #endif
@@ -176,12 +184,13 @@ void micro_kernel(size_t depth, const float* lhs, const float* rhs, float* tile)
 // finish_tile folds one depth block's tile (mr × nr valid elements at
 // row0, col0) into the running sums, and on the last depth block writes the
 // finished elements to the output: f32 as is, f16 rounded once.
-void finish_tile(const Output& out, const float* tile, size_t row0, size_t col0, size_t mr, size_t nr,
-                 bool first_block, bool last_block) {
+void finish_tile(const Output& out, const float* tile, size_t row0, size_t col0, size_t mr, size_t nr, bool first_block,
+                 bool last_block) {
   for (size_t i = 0; i < mr; ++i) {
     const size_t row = row0 + i;
     const float* part = tile + i * kNR;
-    float* sums = first_block && last_block ? nullptr : out.sums + row * out.cols + col0;
+    float* sums =
+        first_block && last_block ? nullptr : out.sums + (row - out.sums_row0) * out.sums_cols + (col0 - out.sums_col0);
     if (!last_block) {
       for (size_t j = 0; j < nr; ++j) sums[j] = first_block ? part[j] : sums[j] + part[j];
       continue;
@@ -205,49 +214,56 @@ void finish_tile(const Output& out, const float* tile, size_t row0, size_t col0,
 // product computes out = l · r for rows × depth times depth × cols.
 void product(ThreadPool& pool, Scratch& scratch, const Operand& l, const Operand& r, size_t rows, size_t cols,
              size_t depth, Output out) {
-  const size_t col_block = std::min(kColBlock, cols);
-  const size_t depth_block = std::min(kDepthBlock, depth);
   const size_t threads = pool.size();
+  const size_t depth_block = std::min(kDepthBlock, depth);
+  const size_t col_block = std::min(kColBlock, cols);
+  const size_t row_block = std::min(kRowBlock, rows);
   float* packed_r = scratch.floats(Scratch::kGemmPackedR, depth_block * ceil_div(col_block, kNR) * kNR);
   const size_t lhs_floats = depth_block * ceil_div(std::min(kRowStrip, rows), kMR) * kMR;
   float* packed_l = scratch.floats(Scratch::kGemmPackedL, threads * lhs_floats);
-  out.sums = depth > kDepthBlock ? scratch.floats(Scratch::kGemmSums, rows * cols) : nullptr;
+  out.sums = depth > kDepthBlock ? scratch.floats(Scratch::kGemmSums, row_block * col_block) : nullptr;
 
-  const size_t row_strips = ceil_div(rows, kRowStrip);
-  for (size_t c0 = 0; c0 < cols; c0 += kColBlock) {
-    const size_t nc = std::min(kColBlock, cols - c0);
-    const size_t panels = ceil_div(nc, kNR);
-    // Enough tasks to keep every thread busy to the end: split the columns
-    // when there are too few row strips.
-    const size_t col_strips = std::min(panels, std::max<size_t>(1, ceil_div(4 * threads, row_strips)));
-    const size_t panels_per_strip = ceil_div(panels, col_strips);
-    for (size_t d0 = 0; d0 < depth; d0 += kDepthBlock) {
-      const size_t kc = std::min(kDepthBlock, depth - d0);
-      const bool first_block = d0 == 0;
-      const bool last_block = d0 + kc == depth;
-      pool.parallel_for(panels, [&](size_t q, unsigned) {
-        const size_t j0 = q * kNR;
-        pack_rhs_panel(r, d0, kc, c0 + j0, std::min(kNR, nc - j0), packed_r + q * kc * kNR);
-      });
-      pool.parallel_for(row_strips * col_strips, [&](size_t task, unsigned worker) {
-        const size_t strip_row0 = (task / col_strips) * kRowStrip;
-        const size_t strip_rows = std::min(kRowStrip, rows - strip_row0);
-        const size_t panel_begin = (task % col_strips) * panels_per_strip;
-        const size_t panel_end = std::min(panels, panel_begin + panels_per_strip);
-        float* lhs = packed_l + worker * lhs_floats;
-        pack_lhs(l, strip_row0, strip_rows, d0, kc, lhs);
-        alignas(64) float tile[kMR * kNR];
-        for (size_t q = panel_begin; q < panel_end; ++q) {
-          const size_t col0 = c0 + q * kNR;
-          const size_t nr = std::min(kNR, cols - col0);
-          const float* rhs = packed_r + q * kc * kNR;
-          for (size_t i0 = 0; i0 < strip_rows; i0 += kMR) {
-            micro_kernel(kc, lhs + (i0 / kMR) * kc * kMR, rhs, tile);
-            finish_tile(out, tile, strip_row0 + i0, col0, std::min(kMR, strip_rows - i0), nr, first_block,
-                        last_block);
+  for (size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const size_t mb = std::min(kRowBlock, rows - r0);
+    const size_t row_strips = ceil_div(mb, kRowStrip);
+    for (size_t c0 = 0; c0 < cols; c0 += kColBlock) {
+      const size_t nc = std::min(kColBlock, cols - c0);
+      const size_t panels = ceil_div(nc, kNR);
+      // Enough tasks to keep every thread busy to the end: split the columns
+      // when there are too few row strips.
+      const size_t col_strips = std::min(panels, std::max<size_t>(1, ceil_div(4 * threads, row_strips)));
+      const size_t panels_per_strip = ceil_div(panels, col_strips);
+      out.sums_row0 = r0;
+      out.sums_col0 = c0;
+      out.sums_cols = nc;
+      for (size_t d0 = 0; d0 < depth; d0 += kDepthBlock) {
+        const size_t kc = std::min(kDepthBlock, depth - d0);
+        const bool first_block = d0 == 0;
+        const bool last_block = d0 + kc == depth;
+        pool.parallel_for(panels, [&](size_t q, unsigned) {
+          const size_t j0 = q * kNR;
+          pack_rhs_panel(r, d0, kc, c0 + j0, std::min(kNR, nc - j0), packed_r + q * kc * kNR);
+        });
+        pool.parallel_for(row_strips * col_strips, [&](size_t task, unsigned worker) {
+          const size_t strip_row0 = r0 + (task / col_strips) * kRowStrip;
+          const size_t strip_rows = std::min(kRowStrip, r0 + mb - strip_row0);
+          const size_t panel_begin = (task % col_strips) * panels_per_strip;
+          const size_t panel_end = std::min(panels, panel_begin + panels_per_strip);
+          float* lhs = packed_l + worker * lhs_floats;
+          pack_lhs(l, strip_row0, strip_rows, d0, kc, lhs);
+          alignas(64) float tile[kMR * kNR];
+          for (size_t q = panel_begin; q < panel_end; ++q) {
+            const size_t col0 = c0 + q * kNR;
+            const size_t nr = std::min(kNR, cols - col0);
+            const float* rhs = packed_r + q * kc * kNR;
+            for (size_t i0 = 0; i0 < strip_rows; i0 += kMR) {
+              micro_kernel(kc, lhs + (i0 / kMR) * kc * kMR, rhs, tile);
+              finish_tile(out, tile, strip_row0 + i0, col0, std::min(kMR, strip_rows - i0), nr, first_block,
+                          last_block);
+            }
           }
-        }
-      });
+        });
+      }
     }
   }
 }
@@ -258,7 +274,7 @@ void gemm(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const uint16_t*
           size_t K) {
   const Operand lhs = Operand::row_major(a, K);
   const Operand rhs = Operand::row_major(b, N);
-  product(pool, scratch, lhs, rhs, M, N, K, Output{c, nullptr, nullptr, M, N});
+  product(pool, scratch, lhs, rhs, M, N, K, Output{c, nullptr, M, N, nullptr, 0, 0, 0});
 }
 
 // dA = dC · Bᵀ: B is stored K×N, so Bᵀ (N×K) is its transposed view.
@@ -266,7 +282,7 @@ void gemm_grad_a(ThreadPool& pool, Scratch& scratch, const uint16_t* dc, const u
                  size_t N, size_t K) {
   const Operand lhs = Operand::row_major(dc, N);
   const Operand rhs = Operand::transpose_of(b, N);
-  product(pool, scratch, lhs, rhs, M, K, N, Output{nullptr, da, nullptr, M, K});
+  product(pool, scratch, lhs, rhs, M, K, N, Output{nullptr, da, M, K, nullptr, 0, 0, 0});
 }
 
 // dB = Aᵀ · dC: A is stored M×K, so Aᵀ (K×M) is its transposed view.
@@ -274,7 +290,7 @@ void gemm_grad_b(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const ui
                  size_t N, size_t K) {
   const Operand lhs = Operand::transpose_of(a, K);
   const Operand rhs = Operand::row_major(dc, N);
-  product(pool, scratch, lhs, rhs, K, N, M, Output{nullptr, db, nullptr, K, N});
+  product(pool, scratch, lhs, rhs, K, N, M, Output{nullptr, db, K, N, nullptr, 0, 0, 0});
 }
 
 }  // namespace vkern

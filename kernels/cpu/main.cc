@@ -7,10 +7,14 @@
 //
 // One translation unit keeps the build to a single compiler call and lets the
 // compiler inline across the core and the kernels.
+// Order matters: the kernels use the pool and scratch (device.cc) and the
+// bulk conversions (convert.cc).
+// clang-format off
 #include "core/server.cc"
 #include "cpu/device.cc"
 #include "cpu/convert.cc"
 #include "cpu/gemm.cc"
 #include "cpu/softmax.cc"
+// clang-format on
 
 int main() { return vkern::run_server(); }

@@ -6,11 +6,16 @@
 //
 //   softmax       m   = max_j x_j
 //                 e_j = expf(x_j − m)      kept in f32, never rounded to f16
-//                 s   = Σ_j e_j            in order, in f32
+//                 s   = Σ_j e_j            in f32
 //                 y_j = f16(e_j / s)       the only rounding to f16
 //
-//   softmax_grad  d    = Σ_j dy_j · y_j    in order, in f32 (each product exact)
+//   softmax_grad  d    = Σ_j dy_j · y_j    in f32 (each product is exact)
 //                 dx_j = f16(y_j · (dy_j − d))
+//
+// Sums run in 8 interleaved f32 partial sums (lane l takes j ≡ l mod 8 of the
+// first 8·⌊C/8⌋ terms), which are then added in lane order, then the tail in
+// order: a fixed order, so results are deterministic and do not depend on the
+// thread count.
 //
 // IEEE facts relied on (expf from <cmath>; no fast-math, no flush-to-zero):
 // - A NaN in a row is skipped by the max but makes s NaN, so every y_j is NaN.
@@ -24,6 +29,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "core/f16.h"
@@ -31,7 +37,56 @@
 namespace vkern {
 namespace {
 
-// row_blocks splits rows into enough blocks for the pool to balance.
+typedef float f32x8_row __attribute__((vector_size(32)));
+
+// max_of returns the largest of n values; NaNs are skipped (x > m is false).
+float max_of(const float* v, size_t n) {
+  const float lowest = -std::numeric_limits<float>::infinity();
+  f32x8_row m8 = {lowest, lowest, lowest, lowest, lowest, lowest, lowest, lowest};
+  size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    f32x8_row x;
+    std::memcpy(&x, v + j, sizeof x);
+    m8 = x > m8 ? x : m8;
+  }
+  float m = lowest;
+  for (int lane = 0; lane < 8; ++lane) m = m8[lane] > m ? m8[lane] : m;
+  for (; j < n; ++j) m = v[j] > m ? v[j] : m;
+  return m;
+}
+
+// sum_of returns Σ v_j in the fixed order described above.
+float sum_of(const float* v, size_t n) {
+  f32x8_row s8 = {};
+  size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    f32x8_row x;
+    std::memcpy(&x, v + j, sizeof x);
+    s8 += x;
+  }
+  float s = 0.0f;
+  for (int lane = 0; lane < 8; ++lane) s += s8[lane];
+  for (; j < n; ++j) s += v[j];
+  return s;
+}
+
+// dot_of returns Σ a_j·b_j in the same order as sum_of.
+float dot_of(const float* a, const float* b, size_t n) {
+  f32x8_row s8 = {};
+  size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    f32x8_row x, y;
+    std::memcpy(&x, a + j, sizeof x);
+    std::memcpy(&y, b + j, sizeof y);
+    s8 += x * y;
+  }
+  float s = 0.0f;
+  for (int lane = 0; lane < 8; ++lane) s += s8[lane];
+  for (; j < n; ++j) s += a[j] * b[j];
+  return s;
+}
+
+// rows_per_task splits rows into enough blocks for the pool to balance.
 size_t rows_per_task(const ThreadPool& pool, size_t rows) {
   const size_t tasks = std::min(rows, size_t{8} * pool.size());
   return (rows + tasks - 1) / tasks;
@@ -40,14 +95,9 @@ size_t rows_per_task(const ThreadPool& pool, size_t rows) {
 // softmax_row: values holds cols floats of the worker's scratch.
 void softmax_row(const uint16_t* x, uint16_t* y, size_t cols, float* values) {
   f16_to_f32_run(x, values, cols);
-  float row_max = -std::numeric_limits<float>::infinity();
-  for (size_t j = 0; j < cols; ++j) row_max = values[j] > row_max ? values[j] : row_max;
-  float sum = 0.0f;
-  for (size_t j = 0; j < cols; ++j) {
-    const float e = std::exp(values[j] - row_max);
-    values[j] = e;
-    sum += e;
-  }
+  const float row_max = max_of(values, cols);
+  for (size_t j = 0; j < cols; ++j) values[j] = std::exp(values[j] - row_max);
+  const float sum = sum_of(values, cols);
   for (size_t j = 0; j < cols; ++j) values[j] = values[j] / sum;
   f32_to_f16_run(values, y, cols);
 }
@@ -58,8 +108,7 @@ void softmax_grad_row(const uint16_t* dy, const uint16_t* y, uint16_t* dx, size_
                       float* y_values) {
   f16_to_f32_run(dy, dy_values, cols);
   f16_to_f32_run(y, y_values, cols);
-  float dot = 0.0f;
-  for (size_t j = 0; j < cols; ++j) dot += dy_values[j] * y_values[j];
+  const float dot = dot_of(dy_values, y_values, cols);
   for (size_t j = 0; j < cols; ++j) dy_values[j] = y_values[j] * (dy_values[j] - dot);
   f32_to_f16_run(dy_values, dx, cols);
 }

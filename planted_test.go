@@ -1,0 +1,81 @@
+package vkern
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/vkern/vkern/kerneltest"
+)
+
+// plantedDefects are real defects planted in the real C++ kernels by editing
+// their sources; each mutant server is built and verified, and must be
+// reported incorrect. If the verifier is weakened so that one passes, this
+// test fails. If a kernel is rewritten so that a snippet is gone, this test
+// fails too, and the snippet must be updated to the new code.
+var plantedDefects = []kerneltest.Mutation{
+	{
+		Name: "one output element left unwritten", File: "cpu/gemm.cc",
+		Old: "c32_row[j] = value;", New: "if (row != 0 || col0 + j != 0) c32_row[j] = value;",
+		Op: "gemm", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "f32 output rounded through f16", File: "cpu/gemm.cc",
+		Old: "c32_row[j] = value;", New: "c32_row[j] = f16_to_f32(f32_to_f16(value));",
+		Op: "gemm", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "last k term dropped", File: "cpu/gemm.cc",
+		Old: "for (size_t k = 0; k < depth; ++k) {", New: "for (size_t k = 0; k + 1 < depth; ++k) {",
+		Op: "gemm_grad_b", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "off-by-one row", File: "cpu/gemm.cc",
+		Old: "const size_t row = row0 + i;", New: "const size_t row = row0 + i + 1 < out.rows ? row0 + i + 1 : row0 + i;",
+		Op: "gemm_grad_a", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "max subtraction missing in softmax", File: "cpu/softmax.cc",
+		Old: "std::exp(values[j] - row_max)", New: "std::exp(values[j])",
+		Op: "softmax", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "B used where Bᵀ belongs", File: "cpu/gemm.cc",
+		Old: "const Operand rhs = Operand::transpose_of(b, N);", New: "const Operand rhs = Operand::row_major(b, K);",
+		Op: "gemm_grad_a", Shapes: []string{"33x33x33"},
+	},
+	{
+		Name: "A used where Aᵀ belongs", File: "cpu/gemm.cc",
+		Old: "const Operand lhs = Operand::transpose_of(a, K);", New: "const Operand lhs = Operand::row_major(a, M);",
+		Op: "gemm_grad_b", Shapes: []string{"33x33x33"},
+	},
+}
+
+// plant returns a source edit that applies m, failing when its snippet does
+// not occur exactly once.
+func plant(m kerneltest.Mutation) func(files map[string][]byte) error {
+	return func(files map[string][]byte) error {
+		src, ok := files[m.File]
+		if !ok {
+			return fmt.Errorf("planted defect %q: no source file %s", m.Name, m.File)
+		}
+		if n := bytes.Count(src, []byte(m.Old)); n != 1 {
+			return fmt.Errorf("planted defect %q: %q occurs %d times in %s, want once; update the snippet to the current kernel", m.Name, m.Old, n, m.File)
+		}
+		files[m.File] = bytes.Replace(src, []byte(m.Old), []byte(m.New), 1)
+		return nil
+	}
+}
+
+func TestPlantedDefectsInTheCPUKernelsAreIncorrect(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds one server per planted defect")
+	}
+	for _, m := range plantedDefects {
+		t.Run(m.Name, func(t *testing.T) {
+			t.Parallel()
+			dev := openCPU(t, Options{editSources: plant(m)})
+			m.Run(t, dev)
+		})
+	}
+}
