@@ -32,6 +32,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"verify", "build the kernels, run every case, check it against the oracle, report", runVerify},
+		{"bench", "measure the server and the kernels, with ratios to anchors measured in the same run", runBench},
 		{"doctor", "say which compilers, devices and cache work here, and how to fix what does not", runDoctor},
 		{"cache", "path | ls | clean: the content-addressed kernel cache", runCache},
 		{"version", "print the version", runVersion},
