@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestUsageErrorsExitTwoWithALineThatNamesTheValue(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, "Usage"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"verify", "--bogus"}, "-bogus"},
+		{[]string{"verify", "--op", "gemv"}, `unknown op "gemv"`},
+		{[]string{"verify", "--dist", "weird"}, `unknown distribution "weird"`},
+		{[]string{"verify", "--shape", "0x4x4"}, "M = 0"},
+		{[]string{"verify", "--shape", "4x4x"}, "not a whole number"},
+		{[]string{"verify", "--op", "softmax", "--shape", "4x4x4"}, "softmax"},
+		{[]string{"verify", "--trials", "0"}, "--trials 0"},
+		{[]string{"verify", "--backend", "tpu"}, `--backend "tpu"`},
+		{[]string{"verify", "--json", "/nonexistent-dir/r.json"}, "/nonexistent-dir"},
+		{[]string{"verify", "stray"}, `unexpected argument "stray"`},
+		{[]string{"cache"}, "want one of path, ls, clean"},
+		{[]string{"cache", "empty"}, `unknown subcommand "empty"`},
+		{[]string{"bench", "--suite", "nope"}, `unknown --suite "nope"`},
+		{[]string{"bench", "--n", "0"}, "--n 0"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, _, stderr := runCLI(t, tt.args...)
+			if code != exitUsage {
+				t.Errorf("exit %d, want %d", code, exitUsage)
+			}
+			if !strings.Contains(stderr, tt.want) {
+				t.Errorf("stderr %q does not contain %q", stderr, tt.want)
+			}
+			if n := strings.Count(strings.TrimSpace(stderr), "\n"); n > 0 && tt.args != nil {
+				t.Errorf("the error takes %d lines, want one: %q", n+1, stderr)
+			}
+		})
+	}
+}
+
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, c := range commands() {
+		if c.name == "version" {
+			continue
+		}
+		code, stdout, _ := runCLI(t, c.name, "--help")
+		if code != exitOK || !strings.Contains(stdout, "Usage: vkern "+c.name) {
+			t.Errorf("vkern %s --help: exit %d, output %q", c.name, code, stdout)
+		}
+	}
+	if code, stdout, _ := runCLI(t, "help"); code != exitOK || !strings.Contains(stdout, "verify") {
+		t.Errorf("vkern help: exit %d, output %q", code, stdout)
+	}
+}
+
+func TestCachePathHonoursVKERN_CACHE(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("VKERN_CACHE", dir)
+	code, stdout, _ := runCLI(t, "cache", "path")
+	if code != exitOK || strings.TrimSpace(stdout) != dir {
+		t.Fatalf("exit %d, path %q, want %q", code, stdout, dir)
+	}
+}
+
+func TestAMissingCompilerExitsOneWithTheFix(t *testing.T) {
+	t.Setenv("VKERN_CACHE", t.TempDir())
+	t.Setenv("CXX", "/no/such/compiler")
+	code, _, stderr := runCLI(t, "verify", "--backend", "cpu", "--quick")
+	if code != exitFailure || !strings.Contains(stderr, "/no/such/compiler") || !strings.Contains(stderr, "CXX") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestAnUnwritableCacheExitsWithTheFolderAndTheFix(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o644)
+	t.Setenv("VKERN_CACHE", filepath.Join(file, "cache"))
+	code, _, stderr := runCLI(t, "verify", "--backend", "cpu", "--quick")
+	if code != exitFailure || !strings.Contains(stderr, "VKERN_CACHE") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestVerifyEndToEndWritesBothReports(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the kernel server")
+	}
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("no g++")
+	}
+	t.Setenv("VKERN_CACHE", t.TempDir())
+	dir := t.TempDir()
+	jsonPath, mdPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.md")
+	code, stdout, stderr := runCLI(t, "verify", "--backend", "cpu", "--op", "gemm,softmax",
+		"--shape", "5x6x7", "--shape", "3x9", "--dist", "integer", "--dist", "special", "--json", jsonPath, "--md", mdPath)
+	if code != exitOK {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "PASSED: 4 passed") {
+		t.Errorf("stdout lacks the summary:\n%s", stdout)
+	}
+	var rep map[string]any
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("report JSON: %v", err)
+	}
+	for _, key := range []string{"backend", "device", "toolchain", "cache_key", "verdict", "summary", "evidence", "non_claims", "cases"} {
+		if _, ok := rep[key]; !ok {
+			t.Errorf("JSON report lacks %q", key)
+		}
+	}
+	cases, _ := rep["cases"].([]any)
+	if len(cases) != 4 {
+		t.Fatalf("%d cases in the JSON, want 4", len(cases))
+	}
+	first, _ := cases[0].(map[string]any)
+	for _, key := range []string{"op", "shape", "dist", "seed", "verdict", "max_abs_error", "max_error_over_bound", "rms_error", "elements", "kernel_time_ns"} {
+		if _, ok := first[key]; !ok {
+			t.Errorf("JSON case lacks %q", key)
+		}
+	}
+	md, err := os.ReadFile(mdPath)
+	if err != nil || !bytes.Contains(md, []byte("# vkern verify: passed")) {
+		t.Errorf("Markdown report: %v\n%s", err, md)
+	}
+}
