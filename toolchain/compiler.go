@@ -1,48 +1,71 @@
 // Package toolchain finds the compiler that builds vkern's kernel server for a
-// backend, says exactly which compiler it is, and spells the command that
-// builds the server.
+// backend, says exactly which compiler it is and which target it builds for,
+// and spells the command that builds the server.
 //
-// DetectCPU finds a C++ compiler for the cpu backend: the one named by $CXX
-// when that is set, else the first of g++, clang++ and c++ on PATH that can
-// build a program. It runs the compiler to read its version, learns which of
-// -march=native and -mcpu=native it accepts, and reads the host CPU's model
-// and ISA features into Target, so that a binary built for one CPU is never
-// mistaken for one built for another. The resulting Compiler carries a
-// Fingerprint (compiler binary, version text, flags) that package cache folds
+// Detect dispatches on the backend name. DetectCPU finds a C++ compiler for
+// the cpu backend: the one named by $CXX when that is set, else the first of
+// g++, clang++ and c++ on PATH that can build a program. It runs the compiler
+// to read its version, learns which of -march=native and -mcpu=native it
+// accepts, and reads the host CPU's model and ISA features into Target, so
+// that a binary built for one CPU is never mistaken for one built for
+// another.
+//
+// DetectCUDA finds nvcc and asks the GPU itself for its compute capability:
+// it builds a small probe program with that nvcc and runs it, and the probe
+// prints what cudaGetDeviceProperties says about every visible device. The
+// architecture picks the -gencode flag (sm_90a on Hopper, whose wgmma needs
+// the 'a' target). DetectHIP finds hipcc and reads the GPU agents' gfx names
+// from rocminfo. Both take the architecture from an environment variable
+// instead ($VKERN_CUDA_ARCH, $VKERN_HIP_ARCH), so that a machine without a
+// GPU can compile for one.
+//
+// Every Compiler carries a Fingerprint (compiler binary, version text,
+// flags; the GPU architecture is among the flags) that package cache folds
 // into its key together with the Target and the kernel sources.
 //
-// Probing runs the compiler a few times, so its results are kept for the
-// life of the process, per compiler binary: calling DetectCPU again is cheap.
-// A compiler replaced in place (new size or modification time) is probed
-// afresh.
+// Probing runs the compiler, and for cuda builds and runs a program, so the
+// results are kept for the life of the process, per compiler binary:
+// detecting again is cheap. A compiler replaced in place (new size or
+// modification time) is probed afresh. Failed probes are not kept.
 //
 // The package does not build the server (package cache runs Command, under a
-// lock, into its store), does not install compilers, does not look for GPUs,
-// and does not judge whether a compiler is new enough for the kernels: a
-// compiler that cannot build them fails in the build, with its own message.
-// The nvcc and hipcc backends will get their own Detect functions that fill
-// the same Compiler type.
+// lock, into its store), does not install compilers or drivers, and does not
+// judge whether a compiler is new enough for the kernels or knows the
+// architecture it is asked for: a compiler that cannot build them fails in the
+// build, with its own message.
 package toolchain
 
 import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"hash"
 	"path/filepath"
 	"sort"
 	"strings"
 )
 
-// BackendCPU is the Backend of compilers that build the C++ CPU kernel server.
-const BackendCPU = "cpu"
+// The backends, as Compiler.Backend and Detect spell them.
+const (
+	// BackendCPU is the Backend of compilers that build the C++ CPU kernel
+	// server: g++, clang++ or c++.
+	BackendCPU = "cpu"
+	// BackendCUDA is the Backend of nvcc, building the server for NVIDIA GPUs.
+	BackendCUDA = "cuda"
+	// BackendHIP is the Backend of hipcc, building the same .cu sources for
+	// AMD GPUs.
+	BackendHIP = "hip"
+)
 
 // Compiler is one compiler, found and probed, ready to build a kernel server.
 type Compiler struct {
-	// Backend is the backend the compiler builds for: "cpu".
+	// Backend is the backend the compiler builds for: "cpu", "cuda" or
+	// "hip".
 	Backend string
 	// Name is the compiler as it was asked for: "g++", "clang++", "c++", or
-	// the last element of $CXX.
+	// the last element of $CXX; "nvcc" or "hipcc", or the last element of
+	// $NVCC or $HIPCC.
 	Name string
 	// Path is the compiler's absolute path with every symlink resolved: the
 	// binary that actually runs, and the identity used in Fingerprint.
@@ -53,21 +76,43 @@ type Compiler struct {
 	// symlink to clang, which does not link the C++ library when called as
 	// clang, and a ccache symlink only works under the compiler's name.
 	Invoke string
-	// Version is the first line of `--version`.
+	// Version is the first line of `--version`; for nvcc, whose first line
+	// only says "nvcc: NVIDIA (R) Cuda compiler driver", it is "nvcc " and the
+	// version from the "Cuda compilation tools, release 13.0, V13.0.48" line
+	// ("nvcc 13.0.48").
 	Version string
 	// VersionText is the whole `--version` output, trimmed.
 	VersionText string
-	// Flags are the flags every build uses, in order, for example
-	// -std=c++17 -O3 -march=native -pthread.
+	// Flags are the flags every build uses, in order, each one argv element,
+	// for example
+	//   cpu:  -std=c++17 -O3 -march=native -pthread
+	//   cuda: -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xcompiler=-pthread
+	//   hip:  -std=c++17 -O3 --offload-arch=gfx1030 --offload-arch=gfx90a -pthread
+	// No flag relaxes floating point (no fast-math).
 	Flags []string
-	// ArchFlag is the flag in Flags that targets the host CPU: "-march=native"
-	// or "-mcpu=native", whichever the compiler accepted first, or "" when it
-	// accepted neither and the build is for the compiler's default target.
+	// ArchFlag is the one flag in Flags that picks the target. cpu:
+	// "-march=native" or "-mcpu=native", whichever the compiler accepted
+	// first, or "" when it accepted neither and the build is for the
+	// compiler's default target. cuda and hip: the -gencode= or
+	// --offload-arch= flag when the build is for one architecture, and ""
+	// when it is for several (one flag each; Arch lists them).
 	ArchFlag string
-	// Target is the CPU the code is built for: GOARCH, the CPU model, and a
-	// short hash of the CPU's ISA feature flags, for example
+	// Arch is the GPU architecture the code is built for, as the compiler
+	// spells it: "sm_90a", "sm_86" (cuda), "gfx1030" (hip), or several
+	// separated by commas ("gfx1030,gfx90a"). It is "" for cpu.
+	Arch string
+	// Target is what the code is built for. cpu: GOARCH, the CPU model, and
+	// a short hash of the CPU's ISA feature flags, for example
 	// "amd64 AMD EPYC family 25 model 1 (features sha256:3f9a0c2b71d4)".
+	// cuda and hip: each architecture followed by the name of the device that
+	// asked for it, "sm_90a NVIDIA H100 80GB HBM3" (several joined by ", "),
+	// or Arch alone when it came from $VKERN_CUDA_ARCH or $VKERN_HIP_ARCH.
 	Target string
+	// GPUs are the devices the probe saw, in the runtime's order (cuda:
+	// CUDA_VISIBLE_DEVICES applies; hip: rocminfo's GPU agents). Nil for cpu
+	// and when the architecture came from $VKERN_CUDA_ARCH or
+	// $VKERN_HIP_ARCH: then no device was asked.
+	GPUs []GPU
 	// Fingerprint is the hex SHA-256 of Path, VersionText and Flags, encoded
 	// without ambiguity: for each of Path and VersionText its length as a
 	// big-endian uint64 and then its bytes; then the number of flags as a
@@ -78,12 +123,21 @@ type Compiler struct {
 
 // Command returns the argv that builds the kernel server: Invoke (or Path
 // when Invoke is empty), Flags, -I srcDir, one -D per define in sorted key
-// order, -o out, and srcDir/mainFile.
+// order, -o out, and srcDir/mainFile. For cuda and hip the source file is
+// preceded by "-x cu" or "-x hip", so that it is compiled as GPU code
+// whatever its extension (the GPU main file is a .cu).
 //
-// Every define becomes a C string literal: the value is quoted and its
-// backslashes, double quotes and newlines escaped, so -DVKERN_SOURCE_SHA256
-// arrives in the code as "3f9a…". The argv is meant for exec, not a shell.
-// Keys are used as given; they must be C identifiers.
+// Every define becomes a C string literal, so -DVKERN_SOURCE_SHA256 arrives
+// in the code as "3f9a…". The argv is meant for exec, not a shell. Keys are
+// used as given; they must be C identifiers. For cpu and hip the value is
+// quoted and its backslashes, double quotes and newlines escaped (hipcc
+// re-quotes every argument for the shell it runs clang through). nvcc runs
+// its sub-steps through sh with each -D in double quotes, escaping only the
+// double quotes: a backslash would be eaten and $ or a backquote expanded.
+// So for cuda every byte of the value other than a letter, a digit or one of
+// " _.,:/+-=" is written as a C octal escape whose backslash is doubled
+// ("\042"); the shell halves the backslash and the compiler reads the byte.
+// A value of hex digits (a digest) is the same in every form.
 func (c *Compiler) Command(srcDir, mainFile, out string, defines map[string]string) []string {
 	exe := c.Invoke
 	if exe == "" {
@@ -97,16 +151,45 @@ func (c *Compiler) Command(srcDir, mainFile, out string, defines map[string]stri
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	for _, k := range keys {
-		argv = append(argv, "-D"+k+"="+cStringLiteral(defines[k]))
+	literal := cStringLiteral
+	if c.Backend == BackendCUDA {
+		literal = nvccStringLiteral
 	}
-	return append(argv, "-o", out, filepath.Join(srcDir, mainFile))
+	for _, k := range keys {
+		argv = append(argv, "-D"+k+"="+literal(defines[k]))
+	}
+	argv = append(argv, "-o", out)
+	switch c.Backend {
+	case BackendCUDA:
+		argv = append(argv, "-x", "cu")
+	case BackendHIP:
+		argv = append(argv, "-x", "hip")
+	}
+	return append(argv, filepath.Join(srcDir, mainFile))
 }
 
 // cStringLiteral quotes s as a C string literal.
 func cStringLiteral(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\r", `\r`)
 	return `"` + r.Replace(s) + `"`
+}
+
+// nvccStringLiteral quotes s as a C string literal that survives nvcc's
+// shell: see Command.
+func nvccStringLiteral(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', strings.IndexByte(" _.,:/+-=", c) >= 0:
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, `\\%03o`, c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // fingerprint computes Compiler.Fingerprint; the field's doc gives the encoding.

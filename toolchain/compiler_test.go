@@ -52,6 +52,7 @@ func TestCommand(t *testing.T) {
 	tests := []struct {
 		name    string
 		c       *Compiler
+		main    string // "" means cpu/main.cc
 		defines map[string]string
 		want    []string
 	}{
@@ -74,10 +75,41 @@ func TestCommand(t *testing.T) {
 			c:    &Compiler{Path: "/opt/fake/cc", Flags: []string{"-O2"}},
 			want: []string{"/opt/fake/cc", "-O2", "-I", "src", "-o", "server", "src/cpu/main.cc"},
 		},
+		{
+			name: "nvcc gets its flags, the defines, and -x cu before the .cu file",
+			c: &Compiler{Backend: BackendCUDA, Path: "/usr/local/cuda-13.0/bin/nvcc", Invoke: "/usr/local/cuda/bin/nvcc",
+				Flags: []string{"-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-pthread"}},
+			main:    "cuda/main.cu",
+			defines: map[string]string{"VKERN_SOURCE_SHA256": "abc123"},
+			want: []string{"/usr/local/cuda/bin/nvcc", "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-pthread",
+				"-I", "src", `-DVKERN_SOURCE_SHA256="abc123"`, "-o", "server", "-x", "cu", "src/cuda/main.cu"},
+		},
+		{
+			name:    "for nvcc every byte of a define but letters, digits and a few marks is a doubled-backslash octal escape",
+			c:       &Compiler{Backend: BackendCUDA, Path: "/usr/local/cuda/bin/nvcc", Flags: []string{"-O3"}},
+			main:    "cuda/main.cu",
+			defines: map[string]string{"NOTE": "say \"hi\" \\ $HOME `id` 100%\n", "VKERN_SOURCE_SHA256": "3f9a_0c2b-1.2:x/y+z=w,v"},
+			want: []string{"/usr/local/cuda/bin/nvcc", "-O3", "-I", "src",
+				`-DNOTE="say \\042hi\\042 \\134 \\044HOME \\140id\\140 100\\045\\012"`,
+				`-DVKERN_SOURCE_SHA256="3f9a_0c2b-1.2:x/y+z=w,v"`, "-o", "server", "-x", "cu", "src/cuda/main.cu"},
+		},
+		{
+			name: "hipcc gets one --offload-arch per architecture and -x hip before the .cu file",
+			c: &Compiler{Backend: BackendHIP, Path: "/usr/bin/hipcc",
+				Flags: []string{"-std=c++17", "-O3", "--offload-arch=gfx1030", "--offload-arch=gfx90a", "-pthread"}},
+			main:    "cuda/main.cu",
+			defines: map[string]string{"VKERN_SOURCE_SHA256": "abc123"},
+			want: []string{"/usr/bin/hipcc", "-std=c++17", "-O3", "--offload-arch=gfx1030", "--offload-arch=gfx90a", "-pthread",
+				"-I", "src", `-DVKERN_SOURCE_SHA256="abc123"`, "-o", "server", "-x", "hip", "src/cuda/main.cu"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := tt.c.Command("src", "cpu/main.cc", "server", tt.defines)
+			main := tt.main
+			if main == "" {
+				main = "cpu/main.cc"
+			}
+			got := tt.c.Command("src", main, "server", tt.defines)
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("Command =\n%q\nwant\n%q", got, tt.want)
 			}

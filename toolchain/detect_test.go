@@ -333,3 +333,32 @@ func TestDetectCPURefusesACCompilerDriver(t *testing.T) {
 		t.Fatalf("DetectCPU with CXX=%s = %v; want ErrNoCompiler saying it cannot build a C++ program", gcc, err)
 	}
 }
+
+func TestDetectDispatchesOnTheBackend(t *testing.T) {
+	bin := t.TempDir()
+	fakeCompiler{version: "fakecc 1.0"}.write(t, bin, "g++")
+	fakeNVCC{version: nvcc13Version, probeStdout: probeOutput(h100)}.write(t, bin, "nvcc")
+	fakeCompiler{version: hipccVersion}.write(t, bin, "hipcc")
+	t.Setenv("CXX", "")
+	cudaTestEnv(t, bin)
+	hipTestEnv(t, bin, "/nonexistent/hipcc", "/nonexistent/rocminfo")
+	t.Setenv(hipArchEnv, "gfx1030")
+
+	for _, backend := range []string{BackendCPU, BackendCUDA, BackendHIP} {
+		t.Run(backend+" gives a "+backend+" compiler", func(t *testing.T) {
+			c, err := Detect(context.Background(), backend)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Backend != backend {
+				t.Errorf("Detect(%q).Backend = %q", backend, c.Backend)
+			}
+		})
+	}
+	t.Run("an unknown backend is refused, naming the known ones", func(t *testing.T) {
+		_, err := Detect(context.Background(), "metal")
+		if err == nil || !strings.Contains(err.Error(), `"metal"`) || !strings.Contains(err.Error(), `"cuda"`) {
+			t.Errorf("Detect(metal) = %v", err)
+		}
+	})
+}
