@@ -62,12 +62,15 @@ func MatMul(ctx context.Context, x, y Matrix) (*Reference, error) {
 		}
 	}
 	panels := (n + panelWidth - 1) / panelWidth
-	yv := make([]float64, panels*l*panelWidth)
+	const stride = 2 * panelWidth // per k: the panel's values, then their magnitudes
+	yv := make([]float64, panels*l*stride)
 	for p := 0; p < panels; p++ {
 		for k := 0; k < l; k++ {
 			for t := 0; t < panelWidth; t++ {
 				if j := p*panelWidth + t; j < n {
-					yv[(p*l+k)*panelWidth+t] = y.at(k, j)
+					v := y.at(k, j)
+					yv[(p*l+k)*stride+t] = v
+					yv[(p*l+k)*stride+panelWidth+t] = math.Abs(v)
 				}
 			}
 		}
@@ -84,7 +87,7 @@ func MatMul(ctx context.Context, x, y Matrix) (*Reference, error) {
 		for i := lo; i < hi; i++ {
 			row := xv[i*l : (i+1)*l]
 			for p := 0; p < panels; p++ {
-				mulPanel(row, yv[p*l*panelWidth:(p+1)*l*panelWidth], &c, &s)
+				mulPanel(row, yv[p*l*stride:(p+1)*l*stride], &c, &s)
 				for t := 0; t < panelWidth; t++ {
 					j := p*panelWidth + t
 					if j >= n {
@@ -105,23 +108,25 @@ func MatMul(ctx context.Context, x, y Matrix) (*Reference, error) {
 
 // mulPanel computes, for the four columns of one packed panel, the dot
 // products c[t] = Σₖ row[k]·panel[k][t] and the magnitudes s[t] =
-// Σₖ|row[k]·panel[k][t]|. Eight independent accumulators keep the loop out
-// of memory; the magnitude is taken of the exact product so that specials
-// (Inf·0 = NaN) propagate into s the same way as into c.
+// Σₖ|row[k]|·|panel[k][t]|. The panel holds each k's four values followed by
+// their magnitudes, so the loop reads memory in order and takes no absolute
+// values of its own; eight independent accumulators keep it out of memory.
+// An Inf·0 product is NaN in c and in s alike.
 func mulPanel(row, panel []float64, c, s *[panelWidth]float64) {
+	const stride = 2 * panelWidth
 	var c0, c1, c2, c3, s0, s1, s2, s3 float64
-	panel = panel[:len(row)*panelWidth]
+	panel = panel[:len(row)*stride]
 	for k, a := range row {
-		q := panel[k*panelWidth : k*panelWidth+panelWidth : k*panelWidth+panelWidth]
-		p0, p1, p2, p3 := a*q[0], a*q[1], a*q[2], a*q[3]
-		c0 += p0
-		c1 += p1
-		c2 += p2
-		c3 += p3
-		s0 += math.Abs(p0)
-		s1 += math.Abs(p1)
-		s2 += math.Abs(p2)
-		s3 += math.Abs(p3)
+		q := panel[k*stride : k*stride+stride : k*stride+stride]
+		m := math.Abs(a)
+		c0 += a * q[0]
+		c1 += a * q[1]
+		c2 += a * q[2]
+		c3 += a * q[3]
+		s0 += m * q[4]
+		s1 += m * q[5]
+		s2 += m * q[6]
+		s3 += m * q[7]
 	}
 	*c = [panelWidth]float64{c0, c1, c2, c3}
 	*s = [panelWidth]float64{s0, s1, s2, s3}
