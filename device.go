@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,8 +19,6 @@ import (
 
 // Errors a caller may want to tell apart (test with errors.Is).
 var (
-	// ErrNotSupported: the backend cannot run here, or not in this build.
-	ErrNotSupported = errors.New("not supported")
 	// ErrStaleBuffer: the buffer belonged to a kernel server that has died.
 	ErrStaleBuffer = kserver.ErrStaleHandle
 )
@@ -70,13 +68,9 @@ type Device struct {
 // Open finds the compiler for the chosen backend, builds (or finds in the
 // cache) its kernel server, starts it and completes the handshake.
 func Open(ctx context.Context, opts Options) (*Device, error) {
-	backend, reason, err := chooseBackend(opts.Backend)
+	backend, compiler, reason, err := chooseBackend(ctx, opts.Backend)
 	if err != nil {
 		return nil, err
-	}
-	compiler, err := toolchain.DetectCPU(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("vkern: %s backend: %w", backend, err)
 	}
 	files, main, err := kernels.Sources(backend)
 	if err != nil {
@@ -123,23 +117,38 @@ func Open(ctx context.Context, opts Options) (*Device, error) {
 	return d, nil
 }
 
-// chooseBackend resolves "auto" and rejects unknown names. Only the cpu
-// backend exists in this build; auto says so when it sees a GPU toolchain.
-func chooseBackend(name string) (backend, reason string, err error) {
+// chooseBackend resolves "auto" to the first backend whose compiler and
+// device answer — cuda, then hip, then cpu — and says why; a named backend
+// must work or its error is returned.
+func chooseBackend(ctx context.Context, name string) (backend string, c *toolchain.Compiler, reason string, err error) {
 	switch name {
-	case "", "auto":
-		for _, gpu := range []struct{ backend, compiler string }{{"cuda", "nvcc"}, {"hip", "hipcc"}} {
-			if path, err := exec.LookPath(gpu.compiler); err == nil {
-				return "cpu", fmt.Sprintf("auto: %s found at %s, but this vkern has no %s kernels yet; using cpu", gpu.compiler, path, gpu.backend), nil
-			}
+	case "cpu", "cuda", "hip":
+		c, err := toolchain.Detect(ctx, name)
+		if err != nil {
+			return "", nil, "", fmt.Errorf("vkern: %s backend: %w", name, err)
 		}
-		return "cpu", "auto: no nvcc or hipcc on PATH; using cpu", nil
-	case "cpu":
-		return "cpu", "--backend cpu was given", nil
-	case "cuda", "hip":
-		return "", "", fmt.Errorf("vkern: backend %q: %w in this build yet; use --backend cpu", name, ErrNotSupported)
+		return name, c, "--backend " + name + " was given", nil
+	case "", "auto":
+	default:
+		return "", nil, "", fmt.Errorf("vkern: unknown backend %q: want auto, cpu, cuda or hip", name)
 	}
-	return "", "", fmt.Errorf("vkern: unknown backend %q: want auto, cpu, cuda or hip", name)
+	var skipped []string
+	for _, gpu := range []string{"cuda", "hip"} {
+		c, err := toolchain.Detect(ctx, gpu)
+		switch {
+		case err == nil:
+			return gpu, c, fmt.Sprintf("auto: %s (%s) and a %s device answered", gpu, c.Version, c.Target), nil
+		case errors.Is(err, toolchain.ErrNoDevice):
+			skipped = append(skipped, gpu+": compiler found but no device")
+		default:
+			skipped = append(skipped, gpu+": no compiler")
+		}
+	}
+	c, err = toolchain.Detect(ctx, "cpu")
+	if err != nil {
+		return "", nil, "", fmt.Errorf("vkern: auto: no GPU backend (%s), and the cpu backend: %w", strings.Join(skipped, "; "), err)
+	}
+	return "cpu", c, "auto: " + strings.Join(skipped, "; ") + "; using cpu", nil
 }
 
 // recheck runs before every server start: a binary whose SHA-256 no longer

@@ -489,7 +489,7 @@ func TestBuildRejectsBadRequests(t *testing.T) {
 		change func(r *Request)
 		want   string
 	}{
-		{"a request without a compiler is refused", func(r *Request) { r.Compiler = nil }, "toolchain.DetectCPU"},
+		{"a request without a compiler is refused", func(r *Request) { r.Compiler = nil }, "toolchain.Detect"},
 		{"a compiler without a path is refused", func(r *Request) { r.Compiler = &toolchain.Compiler{Backend: "cpu"} }, "incomplete"},
 		{"a request without files is refused", func(r *Request) { r.Files = nil }, "no source files"},
 		{"a main file that is not among the files is refused", func(r *Request) { r.Main = "server.cc" }, `Main "server.cc" is not one of the 2 source files (kernels/answer.h, main.cc)`},

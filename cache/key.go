@@ -26,7 +26,7 @@ type Request struct {
 	Files map[string][]byte
 	// Main is the file to compile, one of the Files keys; it includes the rest.
 	Main string
-	// Compiler builds it; see toolchain.DetectCPU.
+	// Compiler builds it; see toolchain.Detect.
 	Compiler *toolchain.Compiler
 }
 
@@ -98,10 +98,10 @@ func isSHA256Hex(s string) bool {
 func (r Request) validate() error {
 	c := r.Compiler
 	if c == nil {
-		return fmt.Errorf("cache: the request has no compiler; detect one with toolchain.DetectCPU")
+		return fmt.Errorf("cache: the request has no compiler; detect one with toolchain.Detect")
 	}
 	if c.Path == "" || c.Backend == "" {
-		return fmt.Errorf("cache: the request's compiler is incomplete (Path %q, Backend %q); detect it with toolchain.DetectCPU", c.Path, c.Backend)
+		return fmt.Errorf("cache: the request's compiler is incomplete (Path %q, Backend %q); detect it with toolchain.Detect", c.Path, c.Backend)
 	}
 	if len(r.Files) == 0 {
 		return fmt.Errorf("cache: the request has no source files")

@@ -28,7 +28,7 @@ import (
 	"strings"
 )
 
-//go:embed core/*.h core/*.cc cpu/*.cc
+//go:embed core/*.h core/*.cc cpu/*.cc cuda/*.cu cuda/*.cuh cuda/*.h
 var sources embed.FS
 
 // backendDirs lists, per backend, the folders whose files make up its
@@ -38,19 +38,17 @@ var backendDirs = map[string]struct {
 	main string
 }{
 	"cpu": {dirs: []string{"core", "cpu"}, main: "cpu/main.cc"},
+	// HIP compiles the cuda sources through cuda/compat.h.
+	"cuda": {dirs: []string{"core", "cuda"}, main: "cuda/main.cu"},
+	"hip":  {dirs: []string{"core", "cuda"}, main: "cuda/main.cu"},
 }
 
 // Sources returns the kernel-server sources of backend, keyed by their path
 // relative to the build folder ("core/server.cc", "cpu/gemm.cc", ...), and
-// the one file to compile. Only "cpu" has sources in this build; "cuda" and
-// "hip" report that they have none yet.
+// the one file to compile. "cuda" and "hip" share one set of sources.
 func Sources(backend string) (files map[string][]byte, mainFile string, err error) {
 	b, ok := backendDirs[backend]
 	if !ok {
-		switch backend {
-		case "cuda", "hip":
-			return nil, "", fmt.Errorf("kernels: the %s backend has no kernel sources in this build yet (backends with sources: %s)", backend, backendList())
-		}
 		return nil, "", fmt.Errorf("kernels: unknown backend %q (backends with sources: %s)", backend, backendList())
 	}
 	files = make(map[string][]byte)

@@ -31,8 +31,32 @@ func TestSourcesCPUHoldsTheCoreAndTheBackend(t *testing.T) {
 	}
 }
 
+func TestSourcesCUDAAndHIPShareOneSet(t *testing.T) {
+	cuda, cudaMain, err := Sources("cuda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hip, hipMain, err := Sources("hip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cudaMain != "cuda/main.cu" || hipMain != cudaMain {
+		t.Errorf("main files %q and %q, want cuda/main.cu for both", cudaMain, hipMain)
+	}
+	for _, want := range []string{"core/server.cc", "cuda/main.cu", "cuda/device.cu", "cuda/compat.h", "cuda/ops.cuh", "cuda/gemm.cu", "cuda/softmax.cu"} {
+		if len(cuda[want]) == 0 || string(cuda[want]) != string(hip[want]) {
+			t.Errorf("Sources(cuda) and Sources(hip) disagree on or lack %s", want)
+		}
+	}
+	for path := range cuda {
+		if strings.HasPrefix(path, "cpu/") {
+			t.Errorf("the cuda set holds the cpu file %s", path)
+		}
+	}
+}
+
 func TestSourcesRefusesOtherBackends(t *testing.T) {
-	for _, backend := range []string{"cuda", "hip", "tpu", ""} {
+	for _, backend := range []string{"tpu", ""} {
 		if _, _, err := Sources(backend); err == nil {
 			t.Errorf("Sources(%q) succeeded, want an error", backend)
 		} else if !strings.Contains(err.Error(), "cpu") {

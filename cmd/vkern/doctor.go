@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,7 +19,8 @@ const doctorHelp = `Usage: vkern doctor
 
 Checks, in order, what vkern needs here and says for each: ok, or what is
 missing and the fix. It builds (or finds in the cache) the cpu kernel server,
-starts it and pings it.
+starts it and pings it. GPU toolchains are probed too: a compiler alone is not
+enough, the device must answer.
 
 Exit status: 0 the cpu backend works · 1 it does not
 `
@@ -39,7 +41,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stdout, "%-8s %-18s %s\n", status, what, detail)
 	}
 
-	compiler, err := toolchain.DetectCPU(ctx)
+	compiler, err := toolchain.Detect(ctx, "cpu")
 	if err != nil {
 		ok = false
 		line("missing", "C++ compiler", err.Error())
@@ -48,14 +50,15 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		line("ok", "build target", compiler.Target)
 	}
 
-	for _, gpu := range []struct{ tool, backend, fix string }{
-		{"nvcc", "cuda", "install the CUDA toolkit and put nvcc on PATH"},
-		{"hipcc", "hip", "install ROCm's hipcc"},
-	} {
-		if path, err := exec.LookPath(gpu.tool); err == nil {
-			line("found", gpu.tool, path+" (this build has no "+gpu.backend+" kernels yet; the cpu backend is used)")
-		} else {
-			line("absent", gpu.tool, "no "+gpu.backend+" backend here; "+gpu.fix+" to use one")
+	for _, gpu := range []struct{ backend, what string }{{"cuda", "CUDA (nvcc)"}, {"hip", "HIP (hipcc)"}} {
+		c, err := toolchain.Detect(ctx, gpu.backend)
+		switch {
+		case err == nil:
+			line("ok", gpu.what, fmt.Sprintf("%s (%s), target %s: `vkern verify --backend %s` will run", c.Path, c.Version, c.Target, gpu.backend))
+		case errors.Is(err, toolchain.ErrNoDevice):
+			line("no GPU", gpu.what, err.Error())
+		default:
+			line("absent", gpu.what, err.Error())
 		}
 	}
 	if out, err := exec.CommandContext(ctx, "nvidia-smi", "-L").Output(); err == nil {

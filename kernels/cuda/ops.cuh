@@ -1,0 +1,53 @@
+// The five ops on a CUDA (or HIP) device: the host-side entry points.
+//
+// Every matrix is row-major and every pointer is a device pointer; f16 is
+// IEEE binary16 (__half, the same bits as the server's uint16_t). Each call
+// enqueues its kernels on stream s and returns the launch's error (a
+// configuration error, or an error left by an earlier asynchronous failure);
+// it does not synchronise. Dimensions are >= 1 (the server checks); index
+// arithmetic that multiplies two dimensions is 64-bit.
+//
+// Semantics match the cpu backend (kernels/cpu/gemm.cc, softmax.cc):
+// products and sums in f32, f16 outputs rounded once to nearest-even, IEEE
+// special values propagated as by the plain formula.
+//
+// Scratch (device memory allocated on first need with cudaMalloc, grown with
+// cudaFree + cudaMalloc, which synchronise the device, and kept until the
+// process exits; one buffer per file, on the device current at its first
+// allocation):
+// - vk_softmax, vk_softmax_grad: only for rows too long to hold on chip
+//   (C > 65,536 for softmax, C > 32,768 for softmax_grad): 8 bytes per row
+//   per 32,768-element segment. cudaErrorMemoryAllocation when it cannot be
+//   had.
+// - the gemms: only for products of at least 2³⁰ multiply-adds with an
+//   operand whose row length is not a multiple of 8 (or whose base is not
+//   16-byte aligned): a copy of each such operand with rows padded to a
+//   multiple of 8, at most 1 GiB in all. When that cannot be had, the kernel
+//   reads the operand in place instead (slower, no error).
+// Calls that may use scratch must not run concurrently on different streams
+// or host threads (the kernel server runs one request at a time).
+#ifndef VKERN_CUDA_OPS_CUH
+#define VKERN_CUDA_OPS_CUH
+
+#include <cstdint>
+
+#include "cuda/compat.h"
+
+// C (f32, M×N) = A (M×K) · B (K×N).
+cudaError_t vk_gemm(const __half* A, const __half* B, float* C, int64_t M, int64_t N, int64_t K, cudaStream_t s);
+
+// dA (M×K) = dC (M×N) · Bᵀ, where B is stored K×N.
+cudaError_t vk_gemm_grad_a(const __half* dC, const __half* B, __half* dA, int64_t M, int64_t N, int64_t K,
+                           cudaStream_t s);
+
+// dB (K×N) = Aᵀ · dC (M×N), where A is stored M×K.
+cudaError_t vk_gemm_grad_b(const __half* A, const __half* dC, __half* dB, int64_t M, int64_t N, int64_t K,
+                           cudaStream_t s);
+
+// Y[r] = exp(X[r] − max X[r]) / Σ exp(X[r] − max X[r]), for each of R rows of C.
+cudaError_t vk_softmax(const __half* X, __half* Y, int64_t R, int64_t C, cudaStream_t s);
+
+// dX[r] = Y[r] ⊙ (dY[r] − Σ dY[r] ⊙ Y[r]), for each of R rows of C.
+cudaError_t vk_softmax_grad(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C, cudaStream_t s);
+
+#endif  // VKERN_CUDA_OPS_CUH

@@ -1,0 +1,537 @@
+// softmax and softmax_grad on the GPU: f16 in, f16 out, f32 inside.
+//
+// Per row of C elements (the same math as kernels/cpu/softmax.cc):
+//
+//   softmax       m   = max_j x_j                       (NaNs skipped, as fmaxf does)
+//                 e_j = exp2f((x_j − m) · log2 e)       f32, never rounded to f16
+//                 s   = Σ_j e_j                         f32
+//                 y_j = f16(e_j · (1 / s))              the only rounding to f16
+//
+//   softmax_grad  d    = Σ_j dy_j · y_j                 f32 (each product is exact)
+//                 dx_j = f16(y_j · (dy_j − d))
+//
+// Launch shapes:
+// - Rows that fit on chip (C <= 65,536 for softmax, <= 32,768 for
+//   softmax_grad): one pass. A row belongs to T threads (one warp, with
+//   several rows per block, for C <= 1,024; otherwise one block of T =
+//   64..1,024 threads); each thread holds E elements of the row in registers
+//   as packed f16 pairs (E <= 128, so T·E <= 65,536 with at most 64
+//   registers of row data per thread), read once with 16-byte loads where
+//   the row allows,
+//   and the row's reductions are warp shuffles plus one shared-memory step.
+//   Thread t holds vectors t, t + T, t + 2T, … of VW elements, so every load
+//   and store is coalesced. Blocks walk the rows in a grid-stride loop.
+// - Longer rows: the row is cut into segments of 32,768 elements, one block
+//   each. softmax: a first kernel writes each segment's (max, Σ exp(x − max))
+//   to scratch; a second combines the row's pairs (rescaling each partial sum
+//   by exp(max_seg − max) once) and writes the segment. softmax_grad: a first
+//   kernel writes each segment's partial dot product; a second sums them and
+//   streams through the segment. So long rows are read twice and written
+//   once.
+//
+// Vector width VW: 8 (16-byte accesses) when C is a multiple of 8 and the
+// pointers are 16-byte aligned, so no vector straddles the end of a row;
+// otherwise 1 (2-byte accesses, still coalesced).
+//
+// Accuracy, against the oracle's bound: x − m is exact or within 2⁻²⁴
+// relative (x and m are f16 values), the product with log2 e adds two more
+// roundings, and exp2f is within 2 ulp, so each e_j is within
+// (1.5·|x − m| + 2)·2⁻²³ relative of exp(x − m) (the bound allows
+// (4·|x − m| + 16)·2⁻²³). The segmented path multiplies a partial sum by one
+// more exp of the same accuracy, with |x − m_seg| + |m_seg − m| = |x − m|.
+// y = e · (1/s) is two roundings, which the bound allows.
+//
+// IEEE facts relied on (no fast-math, no flush-to-zero: exp2f keeps
+// subnormal results, f16 subnormal inputs convert exactly):
+// - A NaN in a row is skipped by the max but makes s (or d) NaN: all NaN.
+// - A +Inf in a row makes m = +Inf and that entry's x − m = NaN: all NaN.
+// - With m finite, an entry of −Inf gives exp2f(−Inf) = 0 exactly.
+// - A row of only −Inf has m = −Inf and x − m = NaN: all NaN.
+// - Padding slots past the end of a row hold −Inf (softmax) or 0 (grad), so
+//   they add 0 whenever the row's result is not NaN anyway.
+// - Segments: a segment of only −Inf (and NaN) has m_seg = −Inf; its terms
+//   are taken as 0 for −Inf entries (exactly what they are once the row's m
+//   is finite; if the row's m is −Inf every output is NaN regardless) and
+//   NaN entries still give NaN. A partial whose max equals the row's max is
+//   used unscaled, so −Inf − (−Inf) never arises in the combination.
+//
+// Scratch (long rows only): see ops.cuh.
+#include <cstdint>
+
+#include "cuda/compat.h"
+#include "cuda/ops.cuh"
+
+#if defined(VKERN_SOFTMAX_TUNING)
+// Tests only: picks the kernel for 16,384 < C <= 32,768. softmax: 0: 1,024
+// threads × 32 elements, 1: 512 × 64, 2: 256 × 128; softmax_grad: 1:
+// 1,024 × 32, otherwise 512 × 64. −1: the normal choice.
+int vk_softmax_tuning_config = -1;
+#endif
+
+namespace {
+namespace vkern_softmax {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kSegment = 32768;  // elements per block on the long-row path (512 threads × 64)
+constexpr int kSegmentThreads = 512;
+constexpr int kSegmentElems = kSegment / kSegmentThreads;
+constexpr uint32_t kNegInfPair = 0xfc00fc00u;  // two f16 −Inf
+
+__device__ __forceinline__ float exp_of(float d) { return exp2f(d * kLog2e); }
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
+
+__device__ __forceinline__ float half_lo(uint32_t w) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)));
+}
+__device__ __forceinline__ float half_hi(uint32_t w) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+}
+__device__ __forceinline__ float element(const uint32_t* w, int idx) {
+  return idx & 1 ? half_hi(w[idx / 2]) : half_lo(w[idx / 2]);
+}
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |
+         static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16;
+}
+
+// max2 is the elementwise max of two f16 pairs, skipping NaN as fmaxf does
+// (the other operand; NaN only when both are).
+__device__ __forceinline__ __half2 max2(__half2 a, __half2 b) {
+#if defined(__HIP_PLATFORM_AMD__)
+  // HIP 5.x has no __hmax2; through f32 the max of f16 values is exact.
+  return __floats2half2_rn(fmaxf(__low2float(a), __low2float(b)), fmaxf(__high2float(a), __high2float(b)));
+#else
+  return __hmax2(a, b);
+#endif
+}
+
+// max_of returns the largest of the 2N f16 values, skipping NaNs (NaN only
+// when all are). The max of f16 values is exact in f16, so no conversion to
+// f32 is needed, and the 2N values are never all alive as floats.
+template <int N>
+__device__ __forceinline__ float max_of(const uint32_t (&w)[N]) {
+  static_assert(N % 4 == 0, "four independent chains");
+  __half2 m[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) m[k] = *reinterpret_cast<const __half2*>(&w[k]);
+#pragma unroll
+  for (int i = 4; i < N; ++i) m[i % 4] = max2(m[i % 4], *reinterpret_cast<const __half2*>(&w[i]));
+  const __half2 m2 = max2(max2(m[0], m[1]), max2(m[2], m[3]));
+  return fmaxf(__low2float(m2), __high2float(m2));
+}
+
+// launder hides the words' values from the compiler, so that the f16 → f32
+// conversions of one loop are not kept alive (as E floats) for the next one:
+// converting again costs one instruction; keeping them costs registers.
+template <int N>
+__device__ __forceinline__ void launder(uint32_t (&w)[N]) {
+#if !defined(__HIP_PLATFORM_AMD__)
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(w[i]));
+#else
+  (void)w;  // an optimisation hint only; HIP builds go without it
+#endif
+}
+
+// RowSlice: E elements of a row held by thread t of the T threads that own
+// it. Element idx of the slice is vector idx / VW, lane idx % VW; vector j is
+// at column (j·T + t)·VW of the row (or the segment).
+template <int T, int E, int VW>
+struct RowSlice {
+  static_assert(VW == 8 || VW == 1, "vector width 8 or 1");
+  static_assert(E % VW == 0 && E % 8 == 0, "E must hold whole vectors and pairs");
+  static constexpr int kVectors = E / VW;
+
+  uint32_t w[E / 2];  // element idx in w[idx / 2], low half for even idx
+
+  // Columns inside one row or segment fit an int (at most 65,536).
+  __device__ static int column(int j, int t) { return (j * T + t) * VW; }
+
+  // Loads columns < cols of row; other slots get fill (a pair of f16 bits).
+  // Addresses are one per-thread base plus compile-time offsets.
+  __device__ void load(const __half* row, int cols, int t, uint32_t fill) {
+    if (VW == 8) {
+      const uint4* base = reinterpret_cast<const uint4*>(row) + t;
+#pragma unroll
+      for (int j = 0; j < kVectors; ++j) {
+        uint4 v = make_uint4(fill, fill, fill, fill);
+        if (column(j, t) < cols) v = VK_LDG(base + j * T);
+        w[j * 4 + 0] = v.x;
+        w[j * 4 + 1] = v.y;
+        w[j * 4 + 2] = v.z;
+        w[j * 4 + 3] = v.w;
+      }
+    } else {
+      const unsigned short* base = reinterpret_cast<const unsigned short*>(row) + t;
+#pragma unroll
+      for (int j = 0; j < kVectors; j += 2) {
+        const uint32_t lo = column(j, t) < cols ? VK_LDG(base + j * T) : (fill & 0xffffu);
+        const uint32_t hi = column(j + 1, t) < cols ? VK_LDG(base + (j + 1) * T) : (fill >> 16);
+        w[j / 2] = lo | hi << 16;
+      }
+    }
+  }
+
+  // Stores the slots of columns < cols; pair(i) returns the packed f16 bits
+  // of elements 2i and 2i + 1. Each vector is stored as soon as it is made,
+  // and slots past the end are never computed.
+  template <class PairFn>
+  __device__ static void store(__half* row, int cols, int t, PairFn pair) {
+    if (VW == 8) {
+      uint4* base = reinterpret_cast<uint4*>(row) + t;
+#pragma unroll
+      for (int j = 0; j < kVectors; ++j) {
+        if (column(j, t) < cols) base[j * T] = make_uint4(pair(j * 4), pair(j * 4 + 1), pair(j * 4 + 2), pair(j * 4 + 3));
+      }
+    } else {
+      unsigned short* base = reinterpret_cast<unsigned short*>(row) + t;
+#pragma unroll
+      for (int j = 0; j < kVectors; j += 2) {
+        if (column(j, t) >= cols) continue;
+        const uint32_t bits = pair(j / 2);
+        base[j * T] = static_cast<unsigned short>(bits & 0xffffu);
+        if (column(j + 1, t) < cols) base[(j + 1) * T] = static_cast<unsigned short>(bits >> 16);
+      }
+    }
+  }
+};
+
+// Reductions over the T threads that own a row. For T > 32 the block is one
+// row (T = blockDim.x); red holds T/32 floats. Each ends with a barrier so
+// that red can be reused at once.
+template <int T>
+__device__ __forceinline__ float row_max(float v, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, VK_SHFL_XOR(v, o));
+  if (T == 32) return v;
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = lane < T / 32 ? red[lane] : neg_inf();
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, VK_SHFL_XOR(v, o));
+  __syncthreads();
+  return v;
+}
+
+template <int T>
+__device__ __forceinline__ float row_sum(float v, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += VK_SHFL_XOR(v, o);
+  if (T == 32) return v;
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = lane < T / 32 ? red[lane] : 0.0f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += VK_SHFL_XOR(v, o);
+  __syncthreads();
+  return v;
+}
+
+// Whether a slice's exps are kept in registers between the sum and the
+// output, rather than computed twice (the budget is 64 registers a thread
+// at 1,024 threads, 128 at 512).
+template <int T, int E>
+struct KeepExps {
+  static constexpr bool value = E <= 32 || (T <= 512 && E <= 64);
+};
+
+// ---------------------------------------------------------------------------
+// Rows on chip.
+
+// softmax_rows: RPB rows per block of T·RPB threads (RPB > 1 only for T = 32).
+template <int T, int RPB, int E, int VW>
+__global__ void __launch_bounds__(T* RPB)
+    softmax_rows(const __half* __restrict__ X, __half* __restrict__ Y, int64_t R, int64_t C) {
+  static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
+  __shared__ float red[T / 32];
+  const int t = threadIdx.x % T;
+  const int cols = static_cast<int>(C);  // C <= T·E here
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
+       r += static_cast<int64_t>(gridDim.x) * RPB) {
+    RowSlice<T, E, VW> x;
+    x.load(X + r * C, cols, t, kNegInfPair);
+    float m = neg_inf();
+    m = fmaxf(m, max_of(x.w));
+    m = row_max<T>(m, red);
+    launder(x.w);
+    float s = 0.0f;
+    __half* y = Y + r * C;
+    if (KeepExps<T, E>::value) {
+      float e[E];
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        e[i] = exp_of(element(x.w, i) - m);
+        s += e[i];
+      }
+      s = row_sum<T>(s, red);
+      const float inv = 1.0f / s;
+      RowSlice<T, E, VW>::store(y, cols, t, [&](int i) { return pack(e[2 * i] * inv, e[2 * i + 1] * inv); });
+    } else {
+#pragma unroll
+      for (int i = 0; i < E; ++i) s += exp_of(element(x.w, i) - m);
+      s = row_sum<T>(s, red);
+      launder(x.w);
+      const float inv = 1.0f / s;
+      RowSlice<T, E, VW>::store(y, cols, t, [&](int i) {
+        return pack(exp_of(element(x.w, 2 * i) - m) * inv, exp_of(element(x.w, 2 * i + 1) - m) * inv);
+      });
+    }
+  }
+}
+
+template <int T, int RPB, int E, int VW>
+__global__ void __launch_bounds__(T* RPB)
+    softmax_grad_rows(const __half* __restrict__ dY, const __half* __restrict__ Y, __half* __restrict__ dX, int64_t R,
+                      int64_t C) {
+  static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
+  __shared__ float red[T / 32];
+  const int t = threadIdx.x % T;
+  const int cols = static_cast<int>(C);  // C <= T·E here
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
+       r += static_cast<int64_t>(gridDim.x) * RPB) {
+    RowSlice<T, E, VW> g, y;
+    g.load(dY + r * C, cols, t, 0u);
+    y.load(Y + r * C, cols, t, 0u);
+    float d = 0.0f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) d = fmaf(element(g.w, i), element(y.w, i), d);
+    d = row_sum<T>(d, red);
+    launder(g.w);
+    launder(y.w);
+    RowSlice<T, E, VW>::store(dX + r * C, cols, t, [&](int i) {
+      return pack(element(y.w, 2 * i) * (element(g.w, 2 * i) - d),
+                  element(y.w, 2 * i + 1) * (element(g.w, 2 * i + 1) - d));
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Long rows: segments of kSegment elements, job = row · P + segment.
+
+template <int VW>
+__global__ void __launch_bounds__(kSegmentThreads)
+    softmax_segment_stats(const __half* __restrict__ X, float2* __restrict__ partials, int64_t R, int64_t C, int64_t P) {
+  __shared__ float red[kSegmentThreads / 32];
+  const int t = threadIdx.x;
+  for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
+    const int64_t r = job / P, first = job % P * kSegment;
+    const int cols = static_cast<int>(C - first < kSegment ? C - first : kSegment);
+    RowSlice<kSegmentThreads, kSegmentElems, VW> x;
+    x.load(X + r * C + first, cols, t, kNegInfPair);
+    float m = neg_inf();
+    m = fmaxf(m, max_of(x.w));
+    m = row_max<kSegmentThreads>(m, red);
+    launder(x.w);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kSegmentElems; ++i) {
+      const float v = element(x.w, i);
+      s += v == neg_inf() ? 0.0f : exp_of(v - m);
+    }
+    s = row_sum<kSegmentThreads>(s, red);
+    if (t == 0) partials[job] = make_float2(m, s);
+  }
+}
+
+template <int VW>
+__global__ void __launch_bounds__(kSegmentThreads)
+    softmax_segment_write(const __half* __restrict__ X, __half* __restrict__ Y, const float2* __restrict__ partials,
+                          int64_t R, int64_t C, int64_t P) {
+  __shared__ float red[kSegmentThreads / 32];
+  const int t = threadIdx.x;
+  for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
+    const int64_t r = job / P, first = job % P * kSegment;
+    const int cols = static_cast<int>(C - first < kSegment ? C - first : kSegment);
+    const float2* part = partials + r * P;
+    float m = neg_inf();
+    for (int64_t i = t; i < P; i += kSegmentThreads) m = fmaxf(m, part[i].x);
+    m = row_max<kSegmentThreads>(m, red);
+    float s = 0.0f;
+    for (int64_t i = t; i < P; i += kSegmentThreads) {
+      const float2 p = part[i];
+      s += p.x == m ? p.y : p.y * exp_of(p.x - m);
+    }
+    s = row_sum<kSegmentThreads>(s, red);
+    const float inv = 1.0f / s;
+    RowSlice<kSegmentThreads, kSegmentElems, VW> x;
+    x.load(X + r * C + first, cols, t, kNegInfPair);
+    RowSlice<kSegmentThreads, kSegmentElems, VW>::store(Y + r * C + first, cols, t, [&](int i) {
+      return pack(exp_of(element(x.w, 2 * i) - m) * inv, exp_of(element(x.w, 2 * i + 1) - m) * inv);
+    });
+  }
+}
+
+template <int VW>
+__global__ void __launch_bounds__(kSegmentThreads)
+    softmax_grad_segment_dots(const __half* __restrict__ dY, const __half* __restrict__ Y, float* __restrict__ partials,
+                              int64_t R, int64_t C, int64_t P) {
+  __shared__ float red[kSegmentThreads / 32];
+  const int t = threadIdx.x;
+  for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
+    const int64_t r = job / P, first = job % P * kSegment;
+    const int cols = static_cast<int>(C - first < kSegment ? C - first : kSegment);
+    const int64_t first_element = r * C + first;
+    float d = 0.0f;
+#pragma unroll 4
+    for (int base = 0; base < cols; base += kSegmentThreads * 8) {
+      RowSlice<kSegmentThreads, 8, VW> g, y;
+      g.load(dY + first_element + base, cols - base, t, 0u);
+      y.load(Y + first_element + base, cols - base, t, 0u);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) d = fmaf(element(g.w, i), element(y.w, i), d);
+    }
+    d = row_sum<kSegmentThreads>(d, red);
+    if (t == 0) partials[job] = d;
+  }
+}
+
+template <int VW>
+__global__ void __launch_bounds__(kSegmentThreads)
+    softmax_grad_segment_write(const __half* __restrict__ dY, const __half* __restrict__ Y, __half* __restrict__ dX,
+                               const float* __restrict__ partials, int64_t R, int64_t C, int64_t P) {
+  __shared__ float red[kSegmentThreads / 32];
+  const int t = threadIdx.x;
+  for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
+    const int64_t r = job / P, first = job % P * kSegment;
+    const int cols = static_cast<int>(C - first < kSegment ? C - first : kSegment);
+    float d = 0.0f;
+    for (int64_t i = t; i < P; i += kSegmentThreads) d += partials[r * P + i];
+    d = row_sum<kSegmentThreads>(d, red);
+    // d is known, so the segment streams through in slices of 8 elements a
+    // thread, holding nothing between slices.
+    const int64_t first_element = r * C + first;
+#pragma unroll 4
+    for (int base = 0; base < cols; base += kSegmentThreads * 8) {
+      RowSlice<kSegmentThreads, 8, VW> g, y;
+      g.load(dY + first_element + base, cols - base, t, 0u);
+      y.load(Y + first_element + base, cols - base, t, 0u);
+      RowSlice<kSegmentThreads, 8, VW>::store(dX + first_element + base, cols - base, t, [&](int i) {
+        return pack(element(y.w, 2 * i) * (element(g.w, 2 * i) - d),
+                    element(y.w, 2 * i + 1) * (element(g.w, 2 * i + 1) - d));
+      });
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+constexpr int64_t kMaxBlocks = int64_t{1} << 30;  // grid-stride loops cover the rest
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+unsigned grid_for(int64_t jobs) { return static_cast<unsigned>(jobs < kMaxBlocks ? jobs : kMaxBlocks); }
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// scratch returns at least bytes of device memory shared by all calls (see
+// ops.cuh), growing it when needed.
+cudaError_t scratch(size_t bytes, void** out) {
+  static void* buffer = nullptr;
+  static size_t capacity = 0;
+  if (bytes > capacity) {
+    if (buffer != nullptr) {
+      const cudaError_t err = cudaFree(buffer);
+      buffer = nullptr;
+      capacity = 0;
+      if (err != cudaSuccess) return err;
+    }
+    if (cudaMalloc(&buffer, bytes) != cudaSuccess) {
+      buffer = nullptr;
+      (void)cudaGetLastError();  // clear the allocation failure; report it here instead
+      return cudaErrorMemoryAllocation;
+    }
+    capacity = bytes;
+  }
+  *out = buffer;
+  return cudaSuccess;
+}
+
+template <int T, int RPB, int E, int VW>
+cudaError_t launch_softmax_rows(const __half* X, __half* Y, int64_t R, int64_t C, cudaStream_t s) {
+  softmax_rows<T, RPB, E, VW><<<grid_for(ceil_div(R, RPB)), T * RPB, 0, s>>>(X, Y, R, C);
+  return cudaGetLastError();
+}
+
+template <int T, int RPB, int E, int VW>
+cudaError_t launch_softmax_grad_rows(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C,
+                                     cudaStream_t s) {
+  softmax_grad_rows<T, RPB, E, VW><<<grid_for(ceil_div(R, RPB)), T * RPB, 0, s>>>(dY, Y, dX, R, C);
+  return cudaGetLastError();
+}
+
+template <int VW>
+cudaError_t softmax_with(const __half* X, __half* Y, int64_t R, int64_t C, cudaStream_t s) {
+  if (C <= 256) return launch_softmax_rows<32, 8, 8, VW>(X, Y, R, C, s);
+  if (C <= 512) return launch_softmax_rows<32, 8, 16, VW>(X, Y, R, C, s);
+  if (C <= 1024) return launch_softmax_rows<32, 4, 32, VW>(X, Y, R, C, s);
+  if (C <= 2048) return launch_softmax_rows<64, 1, 32, VW>(X, Y, R, C, s);
+  if (C <= 4096) return launch_softmax_rows<128, 1, 32, VW>(X, Y, R, C, s);
+  if (C <= 8192) return launch_softmax_rows<256, 1, 32, VW>(X, Y, R, C, s);
+  if (C <= 16384) return launch_softmax_rows<512, 1, 32, VW>(X, Y, R, C, s);
+  if (C <= 32768) {
+#if defined(VKERN_SOFTMAX_TUNING)
+    if (vk_softmax_tuning_config == 1) return launch_softmax_rows<512, 1, 64, VW>(X, Y, R, C, s);
+    if (vk_softmax_tuning_config == 2) return launch_softmax_rows<256, 1, 128, VW>(X, Y, R, C, s);
+#endif
+    return launch_softmax_rows<1024, 1, 32, VW>(X, Y, R, C, s);
+  }
+  if (C <= 65536) return launch_softmax_rows<512, 1, 128, VW>(X, Y, R, C, s);
+
+  const int64_t P = ceil_div(C, kSegment);
+  void* buffer = nullptr;
+  const cudaError_t err = scratch(static_cast<size_t>(R * P) * sizeof(float2), &buffer);
+  if (err != cudaSuccess) return err;
+  float2* partials = static_cast<float2*>(buffer);
+  softmax_segment_stats<VW><<<grid_for(R * P), kSegmentThreads, 0, s>>>(X, partials, R, C, P);
+  const cudaError_t launched = cudaGetLastError();
+  if (launched != cudaSuccess) return launched;
+  softmax_segment_write<VW><<<grid_for(R * P), kSegmentThreads, 0, s>>>(X, Y, partials, R, C, P);
+  return cudaGetLastError();
+}
+
+template <int VW>
+cudaError_t softmax_grad_with(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C, cudaStream_t s) {
+  if (C <= 256) return launch_softmax_grad_rows<32, 8, 8, VW>(dY, Y, dX, R, C, s);
+  if (C <= 512) return launch_softmax_grad_rows<32, 8, 16, VW>(dY, Y, dX, R, C, s);
+  if (C <= 1024) return launch_softmax_grad_rows<32, 4, 32, VW>(dY, Y, dX, R, C, s);
+  if (C <= 2048) return launch_softmax_grad_rows<64, 1, 32, VW>(dY, Y, dX, R, C, s);
+  if (C <= 4096) return launch_softmax_grad_rows<128, 1, 32, VW>(dY, Y, dX, R, C, s);
+  if (C <= 8192) return launch_softmax_grad_rows<256, 1, 32, VW>(dY, Y, dX, R, C, s);
+  if (C <= 16384) return launch_softmax_grad_rows<512, 1, 32, VW>(dY, Y, dX, R, C, s);
+  if (C <= 32768) {
+#if defined(VKERN_SOFTMAX_TUNING)
+    if (vk_softmax_tuning_config == 1) return launch_softmax_grad_rows<1024, 1, 32, VW>(dY, Y, dX, R, C, s);
+#endif
+    return launch_softmax_grad_rows<512, 1, 64, VW>(dY, Y, dX, R, C, s);
+  }
+
+  const int64_t P = ceil_div(C, kSegment);
+  void* buffer = nullptr;
+  const cudaError_t err = scratch(static_cast<size_t>(R * P) * sizeof(float), &buffer);
+  if (err != cudaSuccess) return err;
+  float* partials = static_cast<float*>(buffer);
+  softmax_grad_segment_dots<VW><<<grid_for(R * P), kSegmentThreads, 0, s>>>(dY, Y, partials, R, C, P);
+  const cudaError_t launched = cudaGetLastError();
+  if (launched != cudaSuccess) return launched;
+  softmax_grad_segment_write<VW><<<grid_for(R * P), kSegmentThreads, 0, s>>>(dY, Y, dX, partials, R, C, P);
+  return cudaGetLastError();
+}
+
+}  // namespace vkern_softmax
+}  // namespace
+
+cudaError_t vk_softmax(const __half* X, __half* Y, int64_t R, int64_t C, cudaStream_t s) {
+  using namespace vkern_softmax;
+  if (C % 8 == 0 && aligned16(X) && aligned16(Y)) return softmax_with<8>(X, Y, R, C, s);
+  return softmax_with<1>(X, Y, R, C, s);
+}
+
+cudaError_t vk_softmax_grad(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C, cudaStream_t s) {
+  using namespace vkern_softmax;
+  if (C % 8 == 0 && aligned16(dY) && aligned16(Y) && aligned16(dX)) return softmax_grad_with<8>(dY, Y, dX, R, C, s);
+  return softmax_grad_with<1>(dY, Y, dX, R, C, s);
+}
