@@ -56,9 +56,10 @@
 // are exact, so FMA and multiply-then-add agree). Defining
 // VKERN_GEMM_PORTABLE forces that path on CUDA too, so it can be tested there.
 //
-// Measured on an H100 (nvcc 13.0, interleaved with torch.mm in one process):
-// about 275-300 TFLOP/s at 4096³ and 8192³ for all three ops, 0.38-0.47 of
-// cuBLAS; 4097×4099×4101 (padded path) about 210 TFLOP/s.
+// Measured on an H100 (nvcc 13.0, timed interleaved with torch.mm in one
+// process): 295-315 TFLOP/s at 4096³ (0.44-0.50 of cuBLAS), 288-302 at
+// 8192³ and 8192×4096×11008 (0.39-0.41); 4097×4099×4101 (padded path)
+// 207-224, 1.6× torch.mm there.
 //
 // Tuning hook (tests only): built with VKERN_GEMM_TUNING, the global
 // vk_gemm_tuning_config picks the tile configuration (the ids listed at
@@ -157,20 +158,22 @@ struct TileConfig {
   static_assert(kWarpsM * kWarpM == BM_ && kWarpsN * kWarpN == BN_, "warps must tile the block tile");
 };
 
-// The configurations the dispatcher chooses from (see choose_config).
-using ConfigLarge = TileConfig<128, 256, 32, 2, 4, 4, 1>;   // 8 warps of 64×64
-using ConfigMedium = TileConfig<128, 128, 32, 2, 2, 4, 2>;  // 4 warps of 64×64
-using ConfigSmall = TileConfig<64, 64, 32, 2, 2, 4, 4>;     // 4 warps of 32×32
-// Alternatives kept for the tuning hook only.
-using ConfigMedium8 = TileConfig<128, 128, 32, 2, 4, 4, 2>;    // 8 warps of 64×32
-using ConfigLargeK64 = TileConfig<128, 256, 64, 2, 4, 3, 1>;   // 8 warps of 64×64, BK 64
-using ConfigTall = TileConfig<256, 128, 32, 4, 2, 4, 1>;       // 8 warps of 64×64
-using ConfigMediumK64 = TileConfig<128, 128, 64, 2, 2, 3, 2>;  // 4 warps of 64×64, BK 64
-using ConfigMedium5 = TileConfig<128, 128, 32, 2, 2, 5, 2>;    // 4 warps of 64×64, 5 stages
+// The configurations, with gemm 4096³ TFLOP/s on an H100 (the aligned loader
+// as it is now; the ones marked * were measured with an earlier loader that
+// computed bounds on every step, about 5-10% slower across the board).
+// The dispatcher uses LargeK64, Medium and Small (choose_config).
+using ConfigLarge = TileConfig<128, 256, 32, 2, 4, 4, 1>;      // 8 warps of 64×64: 279
+using ConfigMedium = TileConfig<128, 128, 32, 2, 2, 4, 2>;     // 4 warps of 64×64: 289
+using ConfigSmall = TileConfig<64, 64, 32, 2, 2, 4, 4>;        // 4 warps of 32×32: 162*, for small grids
+using ConfigMedium8 = TileConfig<128, 128, 32, 2, 4, 4, 2>;    // 8 warps of 64×32: 248*
+using ConfigLargeK64 = TileConfig<128, 256, 64, 2, 4, 3, 1>;   // 8 warps of 64×64, BK 64: 318
+using ConfigTall = TileConfig<256, 128, 32, 4, 2, 4, 1>;       // 8 warps of 64×64: 222*
+using ConfigMediumK64 = TileConfig<128, 128, 64, 2, 2, 3, 2>;  // 4 warps of 64×64, BK 64: 260*
+using ConfigMedium5 = TileConfig<128, 128, 32, 2, 2, 5, 2>;    // 4 warps of 64×64, 5 stages: 291
 // The staged loader (unaligned operands) holds a step's loads in registers
 // across the products, so its tiles keep fewer accumulators per thread.
 using ConfigUnalignedMedium = TileConfig<128, 128, 32, 2, 4, 4, 1>;  // 8 warps of 64×32
-using ConfigUnalignedSmall = TileConfig<64, 64, 32, 2, 2, 4, 2>;
+using ConfigUnalignedSmall = TileConfig<64, 64, 32, 2, 2, 4, 2>;     // 4 warps of 32×32
 
 // Shared-memory tile of an operand: kOuter rows of kInner contiguous halves
 // (plus padding). A depth-contiguous operand has the depth as kInner.

@@ -14,13 +14,13 @@
 // - Rows that fit on chip (C <= 65,536 for softmax, <= 32,768 for
 //   softmax_grad): one pass. A row belongs to T threads (one warp, with
 //   several rows per block, for C <= 1,024; otherwise one block of T =
-//   64..1,024 threads); each thread holds E elements of the row in registers
-//   as packed f16 pairs (E <= 128, so T·E <= 65,536 with at most 64
-//   registers of row data per thread), read once with 16-byte loads where
-//   the row allows,
-//   and the row's reductions are warp shuffles plus one shared-memory step.
-//   Thread t holds vectors t, t + T, t + 2T, … of VW elements, so every load
-//   and store is coalesced. Blocks walk the rows in a grid-stride loop.
+//   64..1,024 threads); each thread holds E <= 128 elements of the row in
+//   registers as packed f16 pairs (at most 64 registers of row data), read
+//   once with 16-byte loads where the row allows, and the row's reductions
+//   are warp shuffles plus one shared-memory step. Thread t holds vectors t,
+//   t + T, t + 2T, … of VW elements, so every load and store is coalesced.
+//   Blocks walk the rows in a grid-stride loop. (The table is in
+//   softmax_with and softmax_grad_with.)
 // - Longer rows: the row is cut into segments of 32,768 elements, one block
 //   each. softmax: a first kernel writes each segment's (max, Σ exp(x − max))
 //   to scratch; a second combines the row's pairs (rescaling each partial sum
@@ -54,6 +54,11 @@
 //   is finite; if the row's m is −Inf every output is NaN regardless) and
 //   NaN entries still give NaN. A partial whose max equals the row's max is
 //   used unscaled, so −Inf − (−Inf) never arises in the combination.
+//
+// Measured on an H100 (nvcc 13.0, timed interleaved with torch in one
+// process; copy ceiling 2.97 TB/s read + write): softmax 8192×32768 2.83
+// TB/s (1.28× torch.softmax), 8192×50304 2.86 TB/s; softmax_grad 8192×32768
+// 2.89 TB/s (2.2× torch); odd C (2-byte accesses) 1.5-2.1 TB/s.
 //
 // Scratch (long rows only): see ops.cuh.
 #include <cstdint>
