@@ -24,8 +24,12 @@ func (m Matrix) at(i, j int) float64 {
 }
 
 // panelWidth is the number of output columns the inner loop keeps in
-// registers; see mulPanel.
-const panelWidth = 4
+// registers (see mulPanel); rowBlock rows of X share each panel while it is
+// in cache.
+const (
+	panelWidth = 4
+	rowBlock   = 16
+)
 
 // MatMul is the reference of C = X·Y for an M×L matrix X and an L×N matrix Y,
 // the shape of all three GEMM ops (the gradient ops pass transposed views).
@@ -84,18 +88,24 @@ func MatMul(ctx context.Context, x, y Matrix) (*Reference, error) {
 	typicalFactor := math.Sqrt(float64(l)) * U32
 	err := parallelRows(ctx, m, l*n, func(lo, hi int) {
 		var c, s [panelWidth]float64
-		for i := lo; i < hi; i++ {
-			row := xv[i*l : (i+1)*l]
+		// A block of rows meets each panel in turn, so the panel (2·4·L
+		// values) stays in cache while the rows stream past it; the other
+		// order would stream all of Y from memory for every row.
+		for r0 := lo; r0 < hi; r0 += rowBlock {
+			r1 := min(r0+rowBlock, hi)
 			for p := 0; p < panels; p++ {
-				mulPanel(row, yv[p*l*stride:(p+1)*l*stride], &c, &s)
-				for t := 0; t < panelWidth; t++ {
-					j := p*panelWidth + t
-					if j >= n {
-						break
+				panel := yv[p*l*stride : (p+1)*l*stride]
+				for i := r0; i < r1; i++ {
+					mulPanel(xv[i*l:(i+1)*l], panel, &c, &s)
+					for t := 0; t < panelWidth; t++ {
+						j := p*panelWidth + t
+						if j >= n {
+							break
+						}
+						ref.Value[i*n+j] = c[t]
+						ref.Bound[i*n+j] = boundFactor * s[t]
+						ref.Typical[i*n+j] = typicalFactor * s[t]
 					}
-					ref.Value[i*n+j] = c[t]
-					ref.Bound[i*n+j] = boundFactor * s[t]
-					ref.Typical[i*n+j] = typicalFactor * s[t]
 				}
 			}
 		}

@@ -300,7 +300,7 @@ func TestOutputBoundAddsF16Rounding(t *testing.T) {
 
 func BenchmarkMatMulOracle(b *testing.B) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	const n = 512
+	const n = 1024
 	x, y := randomF16(rng, n*n, "uniform"), randomF16(rng, n*n, "uniform")
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
