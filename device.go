@@ -42,7 +42,7 @@ type Options struct {
 type Info struct {
 	Backend       string
 	BackendReason string
-	Device        map[string]string // the server's HELLO fields
+	Device        map[string]string // the server's HELLO fields (nil from Build)
 	Compiler      *toolchain.Compiler
 	CacheKey      string
 	SourceSHA256  string
@@ -65,9 +65,40 @@ type Device struct {
 	notes    []string
 }
 
-// Open finds the compiler for the chosen backend, builds (or finds in the
-// cache) its kernel server, starts it and completes the handshake.
+// Build finds the compiler for the chosen backend and builds its kernel
+// server, or finds it in the cache, without starting it. It needs no device
+// when the target is given ($VKERN_CUDA_ARCH, $VKERN_HIP_ARCH): that is how
+// CI compile-checks the HIP build.
+func Build(ctx context.Context, opts Options) (Info, error) {
+	d, err := build(ctx, opts)
+	if err != nil {
+		return Info{}, err
+	}
+	return d.info(nil), nil
+}
+
+// Open builds (or finds in the cache) the backend's kernel server, starts it
+// and completes the handshake.
 func Open(ctx context.Context, opts Options) (*Device, error) {
+	d, err := build(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	d.client = kserver.New(kserver.Config{
+		Path:               d.artifact.Binary,
+		BeforeStart:        d.recheck,
+		CallTimeout:        opts.CallTimeout,
+		ExpectSourceSHA256: d.artifact.Manifest.SourceSHA256,
+	})
+	if _, err := d.client.Hello(ctx); err != nil {
+		d.client.Close()
+		return nil, fmt.Errorf("vkern: starting the %s kernel server: %w", d.backend, err)
+	}
+	return d, nil
+}
+
+// build does Open's work up to a built artifact.
+func build(ctx context.Context, opts Options) (*Device, error) {
 	backend, compiler, reason, err := chooseBackend(ctx, opts.Backend)
 	if err != nil {
 		return nil, err
@@ -103,16 +134,6 @@ func Open(ctx context.Context, opts Options) (*Device, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("vkern: building the %s kernel server: %w", backend, err)
-	}
-	d.client = kserver.New(kserver.Config{
-		Path:               d.artifact.Binary,
-		BeforeStart:        d.recheck,
-		CallTimeout:        opts.CallTimeout,
-		ExpectSourceSHA256: d.artifact.Manifest.SourceSHA256,
-	})
-	if _, err := d.client.Hello(ctx); err != nil {
-		d.client.Close()
-		return nil, fmt.Errorf("vkern: starting the %s kernel server: %w", backend, err)
 	}
 	return d, nil
 }
@@ -179,14 +200,18 @@ func (d *Device) Info(ctx context.Context) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	return d.info(hello.Fields), nil
+}
+
+func (d *Device) info(device map[string]string) Info {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return Info{
-		Backend: d.backend, BackendReason: d.reason, Device: hello.Fields, Compiler: d.compiler,
+		Backend: d.backend, BackendReason: d.reason, Device: device, Compiler: d.compiler,
 		CacheKey: d.artifact.Key, SourceSHA256: d.artifact.Manifest.SourceSHA256,
 		BinarySHA256: d.artifact.Manifest.BinarySHA256, BinaryPath: d.artifact.Binary,
 		Notes: append([]string(nil), d.notes...),
-	}, nil
+	}
 }
 
 // Ping makes one round trip to the server.

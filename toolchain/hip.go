@@ -88,8 +88,21 @@ func DetectHIP(ctx context.Context) (*Compiler, error) {
 		archFlags = append(archFlags, "--offload-arch="+a)
 	}
 	flags := concat(hipBaseFlags, archFlags, hipTailFlags)
-	version, _, _ := strings.Cut(hipcc.versionText, "\n")
-	return gpuCompiler(BackendHIP, hipcc, strings.TrimSpace(version), flags, archFlags, archs, target, gpus), nil
+	return gpuCompiler(BackendHIP, hipcc, hipccVersionOf(hipcc.versionText), flags, archFlags, archs, target, gpus), nil
+}
+
+// hipccVersion is Compiler.Version for hipcc: "hipcc (HIP version:
+// 5.2.21153-0)". The line is looked for, not assumed first: Debian's hipcc
+// prints a rocm_agent_enumerator traceback before it on machines without an
+// AMD GPU.
+func hipccVersionOf(text string) string {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "HIP version:"); ok {
+			return "hipcc (HIP " + strings.TrimSpace(v) + ")"
+		}
+	}
+	first, _, _ := strings.Cut(text, "\n")
+	return strings.TrimSpace(first)
 }
 
 // hipArchRE matches an AMD GPU target ID: a processor ("gfx90a", "gfx1030",

@@ -251,7 +251,7 @@ func TestDetectHIPArchitectures(t *testing.T) {
 			if c.Target != tt.target || !slices.Equal(c.GPUs, tt.gpus) {
 				t.Errorf("Target %q GPUs %+v, want %q %+v", c.Target, c.GPUs, tt.target, tt.gpus)
 			}
-			if c.Backend != BackendHIP || c.Path != hipcc || c.Version != "HIP version: 5.2.21153-0" {
+			if c.Backend != BackendHIP || c.Path != hipcc || c.Version != "hipcc (HIP 5.2.21153-0)" {
 				t.Errorf("Backend %q Path %q Version %q", c.Backend, c.Path, c.Version)
 			}
 			if want := fingerprint(c.Path, c.VersionText, c.Flags); c.Fingerprint != want {
@@ -372,5 +372,15 @@ int main() { std::printf("%s\n", VKERN_TEST_NOTE); return put == nullptr; }
 		if !strings.Contains(string(binary), arch) {
 			t.Errorf("the built program holds no code object for %s", arch)
 		}
+	}
+}
+
+func TestHipccVersionSkipsATracebackBeforeIt(t *testing.T) {
+	text := "Traceback (most recent call last):\n  File \"/usr/bin/rocm_agent_enumerator\", line 257\nFileNotFoundError: ...\nHIP version: 5.2.21153-0\nDebian clang version 15.0.6\n"
+	if got, want := hipccVersionOf(text), "hipcc (HIP 5.2.21153-0)"; got != want {
+		t.Errorf("hipccVersionOf = %q, want %q", got, want)
+	}
+	if got := hipccVersionOf("some other compiler 1.0\nmore"); got != "some other compiler 1.0" {
+		t.Errorf("without a HIP line: %q", got)
 	}
 }

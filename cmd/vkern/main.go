@@ -15,7 +15,14 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/vkern/vkern"
 )
+
+// vkernBuild is vkern.Build with the default options but the backend.
+func vkernBuild(ctx context.Context, backend string) (vkern.Info, error) {
+	return vkern.Build(ctx, vkern.Options{Backend: backend})
+}
 
 // Exit statuses.
 const (
@@ -32,6 +39,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"verify", "build the kernels, run every case, check it against the oracle, report", runVerify},
+		{"build", "build the kernel server into the cache without starting it", runBuild},
 		{"bench", "measure the server and the kernels, with ratios to anchors measured in the same run", runBench},
 		{"doctor", "say which compilers, devices and cache work here, and how to fix what does not", runDoctor},
 		{"cache", "path | ls | clean: the content-addressed kernel cache", runCache},

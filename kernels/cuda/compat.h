@@ -38,6 +38,37 @@
 #define cudaFree hipFree
 #define cudaFuncSetAttribute hipFuncSetAttribute
 #define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
+// The server's device layer (device.cu).
+#define cudaDeviceProp hipDeviceProp_t
+#define cudaGetDeviceProperties hipGetDeviceProperties
+#define cudaEvent_t hipEvent_t
+#define cudaEventCreate hipEventCreate
+#define cudaEventDestroy hipEventDestroy
+#define cudaEventRecord hipEventRecord
+#define cudaEventSynchronize hipEventSynchronize
+#define cudaEventElapsedTime hipEventElapsedTime
+#define cudaStreamCreateWithFlags hipStreamCreateWithFlags
+#define cudaStreamNonBlocking hipStreamNonBlocking
+#define cudaStreamDestroy hipStreamDestroy
+#define cudaStreamSynchronize hipStreamSynchronize
+#define cudaMallocHost hipHostMalloc
+#define cudaFreeHost hipHostFree
+#define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemcpyHostToDevice hipMemcpyHostToDevice
+#define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemGetInfo hipMemGetInfo
+#define cudaDriverGetVersion hipDriverGetVersion
+#define cudaRuntimeGetVersion hipRuntimeGetVersion
+#define cudaGetErrorName hipGetErrorName
+#define cudaGetErrorString hipGetErrorString
+
+// What the server reports in HELLO: the backend, the device's architecture
+// name, and the compiler that built it.
+#define VK_BACKEND_NAME "hip"
+#define VK_DEVICE_ARCH(props) std::string((props).gcnArchName)
+#define VK_COMPILER_VERSION                                                                          \
+  ("hipcc (HIP " + std::to_string(HIP_VERSION_MAJOR) + "." + std::to_string(HIP_VERSION_MINOR) + "." + \
+   std::to_string(HIP_VERSION_PATCH) + ")")
 
 // A butterfly step inside groups of 32 lanes. The kernels treat 32 lanes as
 // their reduction unit; on a 64-wide wavefront the two halves reduce
@@ -55,6 +86,12 @@
 
 #define VK_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask), 32)
 #define VK_LDG(pointer) __ldg(pointer)
+
+#define VK_BACKEND_NAME "cuda"
+#define VK_DEVICE_ARCH(props) ("sm_" + std::to_string((props).major) + std::to_string((props).minor))
+#define VK_COMPILER_VERSION                                                                       \
+  ("nvcc " + std::to_string(__CUDACC_VER_MAJOR__) + "." + std::to_string(__CUDACC_VER_MINOR__) + \
+   "." + std::to_string(__CUDACC_VER_BUILD__))
 
 // Tensor-core gemm through inline PTX (mma.sync.m16n8k16, ldmatrix,
 // cp.async: sm_80 and later). The host picks that path only on a device of

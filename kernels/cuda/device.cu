@@ -35,9 +35,9 @@ Result cuda_fail(cudaError_t err, const char* what) {
   return fail(status, what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
 }
 
-#define VK_CHECK(call, what)                          \
-  do {                                                \
-    const cudaError_t vk_err_ = (call);               \
+#define VK_CHECK(call, what)                                     \
+  do {                                                           \
+    const cudaError_t vk_err_ = (call);                          \
     if (vk_err_ != cudaSuccess) return cuda_fail(vk_err_, what); \
   } while (0)
 
@@ -51,15 +51,15 @@ Result backend_open() {
   VK_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking), "cudaStreamCreate");
   VK_CHECK(cudaEventCreate(&g_start), "cudaEventCreate");
   VK_CHECK(cudaEventCreate(&g_stop), "cudaEventCreate");
-  VK_CHECK(cudaMallocHost(&g_staging, kStagingBytes), "cudaMallocHost of the staging buffer");
+  VK_CHECK(cudaMallocHost(reinterpret_cast<void**>(&g_staging), kStagingBytes), "cudaMallocHost of the staging buffer");
   return Result::OK();
 }
 
 void backend_close() {
-  if (g_staging != nullptr) cudaFreeHost(g_staging);
-  if (g_start != nullptr) cudaEventDestroy(g_start);
-  if (g_stop != nullptr) cudaEventDestroy(g_stop);
-  if (g_stream != nullptr) cudaStreamDestroy(g_stream);
+  if (g_staging != nullptr) (void)cudaFreeHost(g_staging);
+  if (g_start != nullptr) (void)cudaEventDestroy(g_start);
+  if (g_stop != nullptr) (void)cudaEventDestroy(g_stop);
+  if (g_stream != nullptr) (void)cudaStreamDestroy(g_stream);
   g_staging = nullptr;
   g_start = g_stop = nullptr;
   g_stream = nullptr;
@@ -67,16 +67,17 @@ void backend_close() {
 
 std::vector<HelloField> backend_hello_fields() {
   int driver = 0, runtime = 0;
-  cudaDriverGetVersion(&driver);
-  cudaRuntimeGetVersion(&runtime);
+  // Evidence only: a failure leaves the zero it started with.
+  (void)cudaDriverGetVersion(&driver);
+  (void)cudaRuntimeGetVersion(&runtime);
   size_t free_bytes = 0, total_bytes = 0;
-  cudaMemGetInfo(&free_bytes, &total_bytes);
+  (void)cudaMemGetInfo(&free_bytes, &total_bytes);
   char pci[32] = {};
   std::snprintf(pci, sizeof pci, "%04x:%02x:%02x", g_props.pciDomainID, g_props.pciBusID, g_props.pciDeviceID);
   return {
-      {"backend", "cuda"},
+      {"backend", VK_BACKEND_NAME},
       {"device", g_props.name},
-      {"arch", "sm_" + std::to_string(g_props.major) + std::to_string(g_props.minor)},
+      {"arch", VK_DEVICE_ARCH(g_props)},
       {"compute_capability", std::to_string(g_props.major) + "." + std::to_string(g_props.minor)},
       {"cores", std::to_string(g_props.multiProcessorCount)},
       {"memory_bytes", std::to_string(total_bytes)},
@@ -84,17 +85,16 @@ std::vector<HelloField> backend_hello_fields() {
       {"pci", pci},
       {"driver", version_string(driver)},
       {"runtime", version_string(runtime)},
-      {"compiler", "nvcc " + std::to_string(__CUDACC_VER_MAJOR__) + "." + std::to_string(__CUDACC_VER_MINOR__) + "." +
-                       std::to_string(__CUDACC_VER_BUILD__)},
+      {"compiler", VK_COMPILER_VERSION},
   };
 }
 
 Result backend_alloc(uint64_t bytes, void** ptr) {
   const cudaError_t err = cudaMalloc(ptr, bytes);
   if (err == cudaErrorMemoryAllocation) {
-    cudaGetLastError();  // clear the (non-sticky) error
+    (void)cudaGetLastError();  // clear the (non-sticky) error
     size_t free_bytes = 0, total_bytes = 0;
-    cudaMemGetInfo(&free_bytes, &total_bytes);
+    (void)cudaMemGetInfo(&free_bytes, &total_bytes);
     return fail(kStatusOutOfMemory, "ALLOC of ", bytes, " bytes: the device has ", free_bytes, " of ", total_bytes,
                 " bytes free");
   }
@@ -102,7 +102,7 @@ Result backend_alloc(uint64_t bytes, void** ptr) {
   return Result::OK();
 }
 
-void backend_free(void* ptr, uint64_t) { cudaFree(ptr); }
+void backend_free(void* ptr, uint64_t) { (void)cudaFree(ptr); }
 
 Result backend_write(void* buffer, uint64_t offset, const uint8_t* src, uint64_t length) {
   uint8_t* dst = static_cast<uint8_t*>(buffer) + offset;
@@ -158,7 +158,7 @@ Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers
       break;
   }
   if (err == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
+    (void)cudaGetLastError();
     return fail(kStatusOutOfMemory, op.name, ": cannot allocate the kernel's scratch memory");
   }
   VK_CHECK(err, op.name);
