@@ -41,6 +41,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "vkern bench: %v\n", err)
 		return exitUsage
 	}
+	if err := checkCache(); err != nil {
+		fmt.Fprintf(stderr, "vkern bench: %v\n", err)
+		return exitUsage
+	}
 	if *n < 1 {
 		fmt.Fprintf(stderr, "vkern bench: --n %d: want at least 1\n", *n)
 		return exitUsage

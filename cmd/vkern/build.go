@@ -29,6 +29,10 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "vkern build: %v\n", err)
 		return exitUsage
 	}
+	if err := checkCache(); err != nil {
+		fmt.Fprintf(stderr, "vkern build: %v\n", err)
+		return exitUsage
+	}
 	info, err := vkernBuild(ctx, *backend)
 	if err != nil {
 		fmt.Fprintf(stderr, "vkern build: %v\n", err)

@@ -94,7 +94,7 @@ func TestAnUnwritableCacheExitsWithTheFolderAndTheFix(t *testing.T) {
 	os.WriteFile(file, nil, 0o644)
 	t.Setenv("VKERN_CACHE", filepath.Join(file, "cache"))
 	code, _, stderr := runCLI(t, "verify", "--backend", "cpu", "--quick")
-	if code != exitFailure || !strings.Contains(stderr, "VKERN_CACHE") {
+	if code != exitUsage || !strings.Contains(stderr, "VKERN_CACHE") || !strings.Contains(stderr, file) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 }

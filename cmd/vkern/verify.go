@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vkern/vkern"
+	"github.com/vkern/vkern/cache"
 	"github.com/vkern/vkern/op"
 	"github.com/vkern/vkern/report"
 	"github.com/vkern/vkern/verify"
@@ -74,6 +75,10 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	cases, err := plan.Cases()
 	if err != nil {
+		fmt.Fprintf(stderr, "vkern verify: %v\n", err)
+		return exitUsage
+	}
+	if err := checkCache(); err != nil {
 		fmt.Fprintf(stderr, "vkern verify: %v\n", err)
 		return exitUsage
 	}
@@ -211,6 +216,16 @@ func parseAnyShape(ops []*op.Op, spec string) (op.Shape, error) {
 		}
 	}
 	return op.Shape{}, fmt.Errorf("--shape %q fits none of the chosen ops: %w", spec, last)
+}
+
+// checkCache fails early, as a usage error, when the cache folder cannot be
+// used: the fix is a setting ($VKERN_CACHE), not a retry.
+func checkCache() error {
+	dir, err := cache.DefaultDir()
+	if err == nil {
+		_, err = cache.Open(dir)
+	}
+	return err
 }
 
 // checkOutputPath fails early when a report could not be written, so a long
