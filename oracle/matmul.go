@@ -141,3 +141,87 @@ func mulPanel(row, panel []float64, c, s *[panelWidth]float64) {
 	*c = [panelWidth]float64{c0, c1, c2, c3}
 	*s = [panelWidth]float64{s0, s1, s2, s3}
 }
+
+// Dims returns the matrix's rows and columns.
+func (m Matrix) Dims() (rows, cols int) { return m.Rows, m.Cols }
+
+// SelectRows returns rows idx of m as a new row-major matrix.
+func (m Matrix) SelectRows(idx []int) Matrix {
+	out := Matrix{Data: make([]uint16, len(idx)*m.Cols), Rows: len(idx), Cols: m.Cols}
+	for r, i := range idx {
+		for j := 0; j < m.Cols; j++ {
+			out.Data[r*m.Cols+j] = m.bits(i, j)
+		}
+	}
+	return out
+}
+
+// SelectCols returns columns idx of m as a new row-major matrix.
+func (m Matrix) SelectCols(idx []int) Matrix {
+	out := Matrix{Data: make([]uint16, m.Rows*len(idx)), Rows: m.Rows, Cols: len(idx)}
+	for i := 0; i < m.Rows; i++ {
+		for c, j := range idx {
+			out.Data[i*len(idx)+c] = m.bits(i, j)
+		}
+	}
+	return out
+}
+
+func (m Matrix) bits(i, j int) uint16 {
+	if m.Transposed {
+		return m.Data[j*m.Rows+i]
+	}
+	return m.Data[i*m.Cols+j]
+}
+
+// Projection is X·(Y·v) for the Freivalds check of a product C = X·Y, with
+// the magnitudes that bound its rounding.
+type Projection struct {
+	// Value[i] = Σⱼ cᵢⱼ·vⱼ, computed as X·(Y·v) in float64.
+	Value []float64
+	// Magnitude[i] = Σⱼ Sᵢⱼ·|vⱼ| with Sᵢⱼ = Σₖ|xᵢₖ·yₖⱼ|, computed as
+	// |X|·(|Y|·|v|): the sum of the elements' MatMul magnitudes, weighted.
+	Magnitude []float64
+}
+
+// Project computes X·(Y·v) and |X|·(|Y|·|v|) in O(M·L + L·N) operations
+// instead of the product's O(M·N·L).
+//
+// Bound. A correct kernel's binary32 result ĉᵢⱼ is within γ(L)·Sᵢⱼ of cᵢⱼ
+// (see MatMul), so |Σⱼ(ĉᵢⱼ − cᵢⱼ)·vⱼ| ≤ γ(L)·Magnitude[i]. The float64
+// evaluation of both sides adds at most γ₆₄(L+N) times the same magnitudes;
+// callers add that too.
+func Project(ctx context.Context, x, y Matrix, v []float64) (*Projection, error) {
+	l, n := y.Rows, y.Cols
+	yv, ya := make([]float64, l), make([]float64, l)
+	err := parallelRows(ctx, l, 2*n, func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			var s, a float64
+			for j := 0; j < n; j++ {
+				e := y.at(k, j)
+				s += e * v[j]
+				a += math.Abs(e) * math.Abs(v[j])
+			}
+			yv[k], ya[k] = s, a
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	p := &Projection{Value: make([]float64, x.Rows), Magnitude: make([]float64, x.Rows)}
+	err = parallelRows(ctx, x.Rows, 2*l, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			var s, a float64
+			for k := 0; k < l; k++ {
+				e := x.at(i, k)
+				s += e * yv[k]
+				a += math.Abs(e) * ya[k]
+			}
+			p.Value[i], p.Magnitude[i] = s, a
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}

@@ -95,23 +95,29 @@ func Compute(ctx context.Context, o *op.Op, s op.Shape, inputs [][]uint16) (*Ref
 		return nil, fmt.Errorf("oracle: %w", err)
 	}
 	switch o.ID {
-	case op.Gemm:
-		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
-		return MatMul(ctx, Matrix{inputs[0], m, k, false}, Matrix{inputs[1], k, n, false})
-	case op.GemmGradA:
-		// dA (M×K) = dC (M×N) · Bᵀ, B stored K×N.
-		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
-		return MatMul(ctx, Matrix{inputs[0], m, n, false}, Matrix{inputs[1], n, k, true})
-	case op.GemmGradB:
-		// dB (K×N) = Aᵀ · dC, A stored M×K.
-		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
-		return MatMul(ctx, Matrix{inputs[0], k, m, true}, Matrix{inputs[1], m, n, false})
+	case op.Gemm, op.GemmGradA, op.GemmGradB:
+		x, y := Factors(o, s, inputs)
+		return MatMul(ctx, x, y)
 	case op.Softmax:
 		return SoftmaxRows(ctx, inputs[0], int(s.Dims[0]), int(s.Dims[1]))
 	case op.SoftmaxGrad:
 		return SoftmaxGradRows(ctx, inputs[0], inputs[1], int(s.Dims[0]), int(s.Dims[1]))
 	}
 	return nil, fmt.Errorf("oracle: no reference for op %s", o.Name)
+}
+
+// Factors returns the two matrices whose product a GEMM op computes, as
+// views of its inputs: C = A·B; dA = dC·Bᵀ (B stored K×N); dB = Aᵀ·dC (A
+// stored M×K). o must be a MatMul op and inputs must fit s.
+func Factors(o *op.Op, s op.Shape, inputs [][]uint16) (x, y Matrix) {
+	m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
+	switch o.ID {
+	case op.GemmGradA:
+		return Matrix{inputs[0], m, n, false}, Matrix{inputs[1], n, k, true}
+	case op.GemmGradB:
+		return Matrix{inputs[0], k, m, true}, Matrix{inputs[1], m, n, false}
+	}
+	return Matrix{inputs[0], m, k, false}, Matrix{inputs[1], k, n, false}
 }
 
 // parallelRows runs fn over [0, rows) in contiguous chunks on every core.

@@ -51,6 +51,15 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	if len(bad) > 0 {
 		section(&b, "Cases that did not pass", bad)
 	}
+	var sampled []string
+	for _, c := range r.Cases {
+		if c.Sample != "" {
+			sampled = append(sampled, fmt.Sprintf("%s %s %s seed %d: %s", c.Op, c.Shape, c.Dist, c.Seed, c.Sample))
+		}
+	}
+	if len(sampled) > 0 {
+		section(&b, "How the sampled cases were checked", sampled)
+	}
 	if len(r.Notes) > 0 {
 		section(&b, "Notes", r.Notes)
 	}
@@ -90,10 +99,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	b.WriteString("\n## Cases\n\n| op | shape | dist | seed | verdict | check | max abs error | max error / bound | rms error | kernel time |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, c := range r.Cases {
-		check := "bound"
-		if c.Exact {
-			check = "exact"
-		}
+		check := c.Check
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %.3g | %s | %.3g | %s |\n", c.Op, c.Shape, c.Dist, c.Seed, c.Verdict,
 			check, float64(c.MaxAbsError), ratio(c.MaxErrorOverBound), float64(c.RMSError), duration(c.KernelTimeNs))
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,12 +23,17 @@ func fixture(t *testing.T) (verify.Result, Environment) {
 	softmax, _ := op.Lookup("softmax")
 	gs, _ := gemm.ParseShape("17x31x129")
 	ss, _ := softmax.ParseShape("7x4099")
+	big, _ := gemm.ParseShape("8192x8192x8192")
 	res := verify.Result{
 		Cases: []verify.CaseResult{
 			{Case: verify.Case{Op: gemm, Shape: gs, Dist: verify.Integer, Seed: 1}, Verdict: verify.Passed,
 				Stats: verify.Stats{Elements: 527, Checked: 527}, KernelTime: 41 * time.Microsecond},
 			{Case: verify.Case{Op: gemm, Shape: gs, Dist: verify.Normal, Seed: 1}, Verdict: verify.Passed,
 				Stats: verify.Stats{Elements: 527, Checked: 527, MaxAbsError: 1.9e-6, MaxErrorOverBound: 0.0123, RMSError: 4.1e-7}, KernelTime: 39 * time.Microsecond},
+			{Case: verify.Case{Op: gemm, Shape: big, Dist: verify.Normal, Seed: 1}, Verdict: verify.Passed,
+				Stats: verify.Stats{Elements: 1 << 26, Checked: 2 * 16 * 8192, MaxAbsError: 3e-5, MaxErrorOverBound: 0.002, RMSError: 6e-6,
+					Sample: &verify.Sample{Rows: 16, Cols: 16, Trials: 16, RowsProjected: 8192, MissProbability: 0x1p-16}},
+				KernelTime: 3 * time.Millisecond},
 			{Case: verify.Case{Op: softmax, Shape: ss, Dist: verify.Wide, Seed: 1}, Verdict: verify.Incorrect,
 				Stats:      verify.Stats{Elements: 28693, Checked: 28693, Wrong: 4099, MaxAbsError: 1, MaxErrorOverBound: math.Inf(1)},
 				KernelTime: 2 * time.Millisecond, Reason: "4099 of 28693 elements wrong; first: Y[0,4] = NaN (0xfe00) is NaN where the reference is finite"},
@@ -84,8 +90,11 @@ func TestJSONMatchesGoldenAndRoundTrips(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 		t.Fatalf("the JSON does not read back: %v", err)
 	}
-	if back.Verdict != verify.Incorrect || !math.IsInf(float64(back.Cases[2].MaxErrorOverBound), 1) {
-		t.Errorf("read back verdict %s, case 2 ratio %v", back.Verdict, back.Cases[2].MaxErrorOverBound)
+	if back.Verdict != verify.Incorrect || !math.IsInf(float64(back.Cases[3].MaxErrorOverBound), 1) {
+		t.Errorf("read back verdict %s, case 3 ratio %v", back.Verdict, back.Cases[3].MaxErrorOverBound)
+	}
+	if back.Cases[2].Check != "sampled" || !strings.Contains(back.Cases[2].Sample, "Freivalds") {
+		t.Errorf("the sampled case reads back as check %q, sample %q", back.Cases[2].Check, back.Cases[2].Sample)
 	}
 	for _, key := range []string{"backend", "device", "toolchain", "cache_key", "verdict", "summary", "evidence", "non_claims", "cases"} {
 		if !bytes.Contains(b.Bytes(), []byte(`"`+key+`"`)) {
@@ -102,7 +111,7 @@ func TestEvidenceNamesOnlyWhatPassed(t *testing.T) {
 			t.Errorf("evidence claims softmax, which did not pass: %s", e)
 		}
 	}
-	if r.Summary != (Summary{Passed: 2, Incorrect: 1, Failed: 1}) {
+	if r.Summary != (Summary{Passed: 3, Incorrect: 1, Failed: 1}) {
 		t.Errorf("summary %+v", r.Summary)
 	}
 }

@@ -50,6 +50,9 @@ type Stats struct {
 	MaxErrorOverBound float64 // max |error| / bound; ≤ 1 passes
 	RMSError          float64
 	FirstWrong        string // a sentence about the first wrong element
+	// Sample is set when the output was too large to check every element
+	// and was checked by sampled rows, columns and projections instead.
+	Sample *Sample
 }
 
 // element reads output element i as float64, and whether it is the poison.
@@ -78,12 +81,20 @@ func roundTo(dtype op.DType, v float64) float64 {
 // result could have reached 65520; poison means unwritten. checkTypical
 // applies the statistical outlier test where ref has a typical-error model.
 func Compare(o *op.Op, s op.Shape, ref *oracle.Reference, out []byte, exact, checkTypical bool) Stats {
+	cols := int(s.Dims[o.Output.Cols])
+	st := compareElements(o, ref, out, exact, checkTypical, func(i int) (int, int) { return i / cols, i % cols })
+	st.Elements = s.Elements(o.Output)
+	return st
+}
+
+// compareElements checks out[i] against ref at every i; at names element i's
+// place in the whole output, for messages.
+func compareElements(o *op.Op, ref *oracle.Reference, out []byte, exact, checkTypical bool, at func(i int) (row, col int)) Stats {
 	dtype := o.Output.DType
-	st := Stats{Elements: s.Elements(o.Output)}
+	var st Stats
 	var sumSquares float64
 	var finite int64
 	var firstOutlier string
-	cols := int(s.Dims[o.Output.Cols])
 	for i := range ref.Value {
 		st.Checked++
 		want := ref.Value[i]
@@ -126,16 +137,18 @@ func Compare(o *op.Op, s op.Shape, ref *oracle.Reference, out []byte, exact, che
 			if limit := outlierFactor*ref.Typical[i] + oracle.OutputBound(dtype, want, 0); e > limit {
 				st.Outliers++
 				if firstOutlier == "" {
+					r, c := at(i)
 					firstOutlier = fmt.Sprintf("%s[%d,%d] = %g, reference %g: error %.3g is over %d× the typical error %.3g plus output rounding (limit %.3g), though under the bound %.3g",
-						o.Output.Name, i/cols, i%cols, got, want, e, outlierFactor, ref.Typical[i], limit, bound)
+						o.Output.Name, r, c, got, want, e, outlierFactor, ref.Typical[i], limit, bound)
 				}
 			}
 		}
 		if !ok {
 			st.Wrong++
 			if st.FirstWrong == "" {
+				r, c := at(i)
 				st.FirstWrong = fmt.Sprintf("%s[%d,%d] = %s %s: reference %g, bound %.3g",
-					o.Output.Name, i/cols, i%cols, formatValue(dtype, out, i), why, want, bound)
+					o.Output.Name, r, c, formatValue(dtype, out, i), why, want, bound)
 			}
 		}
 	}

@@ -1,0 +1,84 @@
+package verify
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/vkern/vkern/op"
+)
+
+// sampledCases forces the sampled path (rows, columns, Freivalds) on shapes
+// small enough for the Go kernels.
+func sampledCases(t *testing.T, ops []op.ID, specs ...string) []Case {
+	t.Helper()
+	saved := fullCheckMACs
+	fullCheckMACs = 1000
+	t.Cleanup(func() { fullCheckMACs = saved })
+	var chosen []*op.Op
+	for _, id := range ops {
+		o, _ := op.ByID(id)
+		chosen = append(chosen, o)
+	}
+	plan := Plan{Ops: chosen, Seed: 3}
+	for _, spec := range specs {
+		s, err := chosen[0].ParseShape(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan.Shapes = append(plan.Shapes, s)
+	}
+	cases, err := plan.Cases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cases
+}
+
+var gemmOps = []op.ID{op.Gemm, op.GemmGradA, op.GemmGradB}
+
+func TestSampledChecksPassCorrectKernels(t *testing.T) {
+	res := Run(context.Background(), goKernels{}, sampledCases(t, gemmOps, "40x50x60", "70x20x33"), nil)
+	for _, r := range res.Cases {
+		if r.Verdict != Passed {
+			t.Errorf("%s: %s: %s", r.Case, r.Verdict, r.Reason)
+		}
+		if r.Stats.Sample == nil || r.Stats.Sample.Trials != freivaldsTrials {
+			t.Fatalf("%s was not checked by sampling: %+v", r.Case, r.Stats)
+		}
+	}
+	t.Logf("example: %s", res.Cases[1].Stats.Sample)
+}
+
+func TestFreivaldsCatchesOneWrongElementOutsideTheSample(t *testing.T) {
+	// More rows and columns than the sample holds, and the damaged element
+	// chosen in every row: whichever rows are sampled, most damage is not.
+	cases := sampledCases(t, gemmOps, "64x64x64")
+	dev := goKernels{mutate: func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+		cols := int(s.Dims[o.Output.Cols])
+		out[(len(out)/cols/2)*cols+cols/2+1] += 0.5
+	}}
+	res := Run(context.Background(), dev, cases, nil)
+	caught := 0
+	for _, r := range res.Cases {
+		if r.Verdict == Incorrect && strings.Contains(r.Reason, "Freivalds") {
+			caught++
+		}
+	}
+	if caught == 0 || res.Verdict != Incorrect {
+		t.Fatalf("verdict %s; %d of %d cases caught the wrong element by projection", res.Verdict, caught, len(res.Cases))
+	}
+	t.Logf("%d of %d cases caught it by projection", caught, len(res.Cases))
+}
+
+func TestSampledChecksCatchAnUnwrittenElement(t *testing.T) {
+	dev := goKernels{mutate: func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+		write[len(write)/2+3] = false
+	}}
+	res := Run(context.Background(), dev, sampledCases(t, gemmOps, "48x40x30"), nil)
+	for _, r := range res.Cases {
+		if r.Dist != Special && r.Verdict != Incorrect {
+			t.Errorf("%s: %s, want incorrect", r.Case, r.Verdict)
+		}
+	}
+}
