@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,17 +45,22 @@ func TestMain(m *testing.M) {
 // openCPU opens the real cpu backend, skipping when no C++ compiler exists.
 func openCPU(t *testing.T, opts Options) *Device {
 	t.Helper()
-	if _, err := exec.LookPath("g++"); err != nil {
-		if _, err := exec.LookPath("clang++"); err != nil && os.Getenv("CXX") == "" {
-			t.Skip("no C++ compiler: the cpu backend cannot be built here")
-		}
+	return openBackend(t, "cpu", opts)
+}
+
+// openBackend opens a real backend, skipping when its toolchain or device
+// does not answer here (the GPU backends, on CI).
+func openBackend(t *testing.T, backend string, opts Options) *Device {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if _, err := toolchain.Detect(ctx, backend); err != nil {
+		t.Skipf("the %s backend cannot be built or run here: %v", backend, err)
 	}
-	opts.Backend = "cpu"
+	opts.Backend = backend
 	if opts.CacheDir == "" {
 		opts.CacheDir = cacheDir(t)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	dev, err := Open(ctx, opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)

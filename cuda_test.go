@@ -1,0 +1,98 @@
+package vkern
+
+import (
+	"testing"
+
+	"github.com/vkern/vkern/kernels"
+	"github.com/vkern/vkern/kerneltest"
+)
+
+// The cuda backend runs the same conformance suite and must catch the same
+// kinds of planted defect as the cpu backend. These tests skip where nvcc or
+// an NVIDIA GPU does not answer; on a GPU machine without Go, build the test
+// binary here (CGO_ENABLED=0 go test -c -o bin/vkern.test .) and run
+// bin/vkern.test -test.run CUDA there.
+
+func TestCUDABackendConformance(t *testing.T) {
+	dev := openBackend(t, "cuda", Options{})
+	t.Run("gemm", func(t *testing.T) { kerneltest.Gemm(t, dev) })
+	t.Run("gemm_grad_a", func(t *testing.T) { kerneltest.GemmGradA(t, dev) })
+	t.Run("gemm_grad_b", func(t *testing.T) { kerneltest.GemmGradB(t, dev) })
+	t.Run("softmax", func(t *testing.T) { kerneltest.Softmax(t, dev) })
+	t.Run("softmax_grad", func(t *testing.T) { kerneltest.SoftmaxGrad(t, dev) })
+}
+
+// cudaDefects plant the cpu suite's kinds of defect in the CUDA kernels.
+var cudaDefects = []kerneltest.Mutation{
+	{
+		Name: "output elements left unwritten", File: "cuda/gemm.cu",
+		Old: "if (row < rows) store_pair(out, row, col, cols, pairs_aligned, acc[i][j][0], acc[i][j][1]);",
+		New: "if (row < rows && (row | col) != 0) store_pair(out, row, col, cols, pairs_aligned, acc[i][j][0], acc[i][j][1]);",
+		Op:  "gemm", Shapes: []string{"64x48x80"},
+	},
+	{
+		Name: "f32 output rounded through f16", File: "cuda/gemm.cu",
+		Old: "*reinterpret_cast<float2*>(p) = make_float2(v0, v1);",
+		New: "*reinterpret_cast<float2*>(p) = make_float2(__half2float(__float2half_rn(v0)), __half2float(__float2half_rn(v1)));",
+		Op:  "gemm", Shapes: []string{"64x48x80"},
+	},
+	{
+		Name: "last k term dropped", File: "cuda/gemm.cu",
+		Old: "return vkern_gemm::product<true, false>(A, K, B, N, C, M, N, K, s);",
+		New: "return vkern_gemm::product<true, false>(A, K, B, N, C, M, N, K > 1 ? K - 1 : K, s);",
+		Op:  "gemm", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "off-by-one row", File: "cuda/gemm.cu",
+		Old: "const int64_t row = m0 + warp_m + i * 16 + (lane >> 2);",
+		New: "const int64_t row = m0 + warp_m + i * 16 + (lane >> 2) + (m0 + warp_m + i * 16 + (lane >> 2) + 9 < rows ? 1 : 0);",
+		Op:  "gemm_grad_a", Shapes: []string{"64x48x80"},
+	},
+	{
+		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",
+		Old: "m = row_max<T>(m, red);", New: "m = 0.0f * row_max<T>(m, red);",
+		Op: "softmax", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "B used where Bᵀ belongs", File: "cuda/gemm.cu",
+		Old: "return vkern_gemm::product<true, true>(dC, N, B, N, dA, M, K, N, s);",
+		New: "return vkern_gemm::product<true, false>(dC, N, B, N, dA, M, K, N, s);",
+		Op:  "gemm_grad_a", Shapes: []string{"64x64x64"},
+	},
+	{
+		Name: "A used where Aᵀ belongs", File: "cuda/gemm.cu",
+		Old: "return vkern_gemm::product<false, false>(A, K, dC, N, dB, K, N, M, s);",
+		New: "return vkern_gemm::product<true, false>(A, K, dC, N, dB, K, N, M, s);",
+		Op:  "gemm_grad_b", Shapes: []string{"64x64x64"},
+	},
+}
+
+func TestPlantedDefectsInTheCUDAKernelsAreIncorrect(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds one server per planted defect")
+	}
+	for _, m := range cudaDefects {
+		t.Run(m.Name, func(t *testing.T) {
+			t.Parallel()
+			dev := openBackend(t, "cuda", Options{editSources: plant(m)})
+			m.Run(t, dev)
+		})
+	}
+}
+
+// Every planted defect's snippet must match the current sources exactly
+// once, checked here without building anything, so that a kernel edit that
+// orphans a snippet fails on CI, not only on a GPU machine.
+func TestPlantedDefectSnippetsMatchTheSources(t *testing.T) {
+	for backend, defects := range map[string][]kerneltest.Mutation{"cpu": plantedDefects, "cuda": cudaDefects} {
+		for _, m := range defects {
+			files, _, err := kernels.Sources(backend)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := plant(m)(files); err != nil {
+				t.Errorf("%s: %v", backend, err)
+			}
+		}
+	}
+}
