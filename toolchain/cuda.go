@@ -105,16 +105,11 @@ func DetectCUDA(ctx context.Context) (*Compiler, error) {
 		target string
 		gpus   []GPU
 	)
-	if v := strings.TrimSpace(os.Getenv(cudaArchEnv)); v != "" {
-		for _, entry := range strings.Split(v, ",") {
-			arch, err := ParseCUDAArch(entry)
-			if err != nil {
-				return nil, fmt.Errorf("toolchain: cuda: %s=%q: %w; fix: set it to a compute capability such as 90a, sm_90a, 8.6 or 80,90a, or unset it to ask the GPU", cudaArchEnv, v, err)
-			}
-			if !slices.Contains(archs, arch) {
-				archs = append(archs, arch)
-			}
-		}
+	if archs, err = archsFromEnv(BackendCUDA, cudaArchEnv, ParseCUDAArch,
+		"set it to a compute capability such as 90a, sm_90a, 8.6 or 80,90a, or unset it to ask the GPU"); err != nil {
+		return nil, err
+	}
+	if archs != nil {
 		target = strings.Join(archs, ",")
 	} else {
 		key, err := fileKey(BackendCUDA, nvcc.invoke, nvcc.resolved)
@@ -203,6 +198,27 @@ func nvccVersion(text string) string {
 	}
 	first, _, _ := strings.Cut(text, "\n")
 	return strings.TrimSpace(first)
+}
+
+// archsFromEnv reads a comma-separated list of architectures from the
+// environment variable env, parsed by parse and without repeats; nil when the
+// variable is unset or empty.
+func archsFromEnv(backend, env string, parse func(string) (string, error), fix string) ([]string, error) {
+	v := strings.TrimSpace(os.Getenv(env))
+	if v == "" {
+		return nil, nil
+	}
+	var archs []string
+	for _, entry := range strings.Split(v, ",") {
+		arch, err := parse(entry)
+		if err != nil {
+			return nil, fmt.Errorf("toolchain: %s: %s=%q: %w; fix: %s", backend, env, v, err, fix)
+		}
+		if !slices.Contains(archs, arch) {
+			archs = append(archs, arch)
+		}
+	}
+	return archs, nil
 }
 
 // probeCUDADevices builds cudaProbeSource with nvcc, runs it, and parses

@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -64,16 +62,11 @@ func DetectHIP(ctx context.Context) (*Compiler, error) {
 		target string
 		gpus   []GPU
 	)
-	if v := strings.TrimSpace(os.Getenv(hipArchEnv)); v != "" {
-		for _, entry := range strings.Split(v, ",") {
-			arch, err := ParseHIPArch(entry)
-			if err != nil {
-				return nil, fmt.Errorf("toolchain: hip: %s=%q: %w; fix: set it to gfx names separated by commas (gfx1030,gfx90a), or unset it to ask rocminfo", hipArchEnv, v, err)
-			}
-			if !slices.Contains(archs, arch) {
-				archs = append(archs, arch)
-			}
-		}
+	if archs, err = archsFromEnv(BackendHIP, hipArchEnv, ParseHIPArch,
+		"set it to gfx names separated by commas (gfx1030,gfx90a), or unset it to ask rocminfo"); err != nil {
+		return nil, err
+	}
+	if archs != nil {
 		target = strings.Join(archs, ",")
 	} else {
 		gpus, err = hipDevices(ctx, hipcc)
