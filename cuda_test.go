@@ -68,16 +68,7 @@ var cudaDefects = []kerneltest.Mutation{
 }
 
 func TestPlantedDefectsInTheCUDAKernelsAreIncorrect(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds one server per planted defect")
-	}
-	for _, m := range cudaDefects {
-		t.Run(m.Name, func(t *testing.T) {
-			t.Parallel()
-			dev := openBackend(t, "cuda", Options{editSources: plant(m)})
-			m.Run(t, dev)
-		})
-	}
+	runPlanted(t, "cuda", cudaDefects)
 }
 
 // Every planted defect's snippet must match the current sources exactly

@@ -68,13 +68,19 @@ func plant(m kerneltest.Mutation) func(files map[string][]byte) error {
 }
 
 func TestPlantedDefectsInTheCPUKernelsAreIncorrect(t *testing.T) {
+	runPlanted(t, "cpu", plantedDefects)
+}
+
+// runPlanted builds one server per defect on backend, in parallel, and
+// checks that each is reported incorrect.
+func runPlanted(t *testing.T, backend string, defects []kerneltest.Mutation) {
 	if testing.Short() {
 		t.Skip("builds one server per planted defect")
 	}
-	for _, m := range plantedDefects {
+	for _, m := range defects {
 		t.Run(m.Name, func(t *testing.T) {
 			t.Parallel()
-			dev := openCPU(t, Options{editSources: plant(m)})
+			dev := openBackend(t, backend, Options{editSources: plant(m)})
 			m.Run(t, dev)
 		})
 	}
