@@ -37,6 +37,20 @@ func fakeConfig(t *testing.T, mode string, env ...string) Config {
 	}
 }
 
+// liveConn is the live server, or nil.
+func (c *Client) liveConn() *conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.live
+}
+
+// lastProcess is the latest server process, live or not.
+func (c *Client) lastProcess() process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
 // newClient returns a Client for cfg that is closed when the test ends.
 func newClient(t *testing.T, cfg Config) *Client {
 	t.Helper()
@@ -224,7 +238,7 @@ func TestAMisbehavingServerIsEndedAndTheNextCallStartsAFreshOne(t *testing.T) {
 		{"a debug print on stdout", opGarbage, 0,
 			[]error{ErrServerDied, ErrProtocol}, []string{`(the bytes "fake")`, "over the cap", "killed by the host", "hint: the server's stdout carries frames only"}},
 		{"an oversized length prefix", opOversized, 0,
-			[]error{ErrServerDied, ErrProtocol}, []string{"frame length 33554433 (the bytes", "is over the cap of 33554432 bytes"}},
+			[]error{ErrServerDied, ErrProtocol}, []string{"frame length 1048577 (the bytes", "is over the cap of 1048576 bytes"}},
 		{"a length prefix shorter than the header", opShortLength, 0,
 			[]error{ErrServerDied, ErrProtocol}, []string{`frame length 3 (the bytes "\x03\x00\x00\x00") is shorter than the 8-byte header`}},
 		{"a reply with the wrong id", opWrongID, 0,
@@ -291,7 +305,7 @@ func TestAServerThatDiesBetweenCallsIsReportedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait until the Client's reaper has seen the exit, so the idle path is taken.
-	if !c.last.wait(5 * time.Second) {
+	if !c.lastProcess().wait(5 * time.Second) {
 		t.Fatal("the killed server was not reaped")
 	}
 	err := c.Ping(context.Background())
@@ -315,7 +329,7 @@ func TestStaleHandlesAreReportedNeverRecreated(t *testing.T) {
 	// No server runs now; a stale handle must not start one.
 	err = c.Write(ctx, h1, 0, []byte{1})
 	checkErr(t, err, []error{ErrStaleHandle}, "buffer 1 of kernel server #1", "no server is running")
-	if c.proc != nil {
+	if c.liveConn() != nil {
 		t.Error("a call with a stale handle started a server")
 	}
 	h2, err := c.Alloc(ctx, 8)
@@ -343,8 +357,8 @@ func TestStartFailuresSayWhatHappened(t *testing.T) {
 		targets []error
 		phrases []string
 	}{
-		{"a wrong protocol version", modeVersion2, nil,
-			[]error{ErrProtocol, ErrServerDied}, []string{"server speaks protocol v2, this vkern speaks v1: rebuild with `vkern cache clean`"}},
+		{"a wrong protocol version", modeOldVersion, nil,
+			[]error{ErrProtocol, ErrServerDied}, []string{"server speaks protocol v1, this vkern speaks v2: rebuild with `vkern cache clean`"}},
 		{"an exit before HELLO", modeExitBeforeHello, nil,
 			[]error{ErrServerDied}, []string{"exit status 1", "fake: cannot open /dev/fake0", "hint: the server ended before its HELLO"}},
 		{"an exit for want of the cookie", modeNoCookie, nil,
@@ -375,7 +389,7 @@ func TestStartFailuresSayWhatHappened(t *testing.T) {
 			if errors.As(err, &died) {
 				checkGone(t, died.PID)
 			}
-			if c.proc != nil {
+			if c.liveConn() != nil {
 				t.Error("the Client kept a server whose start failed")
 			}
 			t.Logf("the error reads:\n%v", err)
@@ -445,7 +459,7 @@ func TestBeforeStartRunsBeforeEveryStart(t *testing.T) {
 	}
 	err := c.Ping(ctx)
 	checkErr(t, err, []error{refuse}, "not starting")
-	if c.proc != nil || c.gen != 1 {
+	if c.liveConn() != nil || c.gen != 1 {
 		t.Errorf("a refused start started server #%d", c.gen)
 	}
 	if err := c.Ping(ctx); err != nil || calls != 3 {
@@ -628,11 +642,14 @@ func TestConcurrentCallsAreSafe(t *testing.T) {
 	}
 }
 
-func TestTransfersLargerThanAFrameAreSplit(t *testing.T) {
+func TestTransfersLargerThanAPieceAreSplit(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, fakeConfig(t, modeServe))
+	cfg := fakeConfig(t, modeServe)
+	cfg.ArenaBytes = 1 << 20
+	c := newClient(t, cfg)
+	piece := c.pieceBytes()
 	ctx := withTimeout(t, 10*time.Second)
-	size := MaxWritePiece + MaxReadPiece/2 + 12345 // two WRITE frames, two READ frames
+	size := 5*piece + 12345 // six pieces, more than the window holds
 	want := make([]byte, size)
 	for i := range want {
 		want[i] = byte(i*131 + i>>16)
@@ -651,17 +668,23 @@ func TestTransfersLargerThanAFrameAreSplit(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Error("a split transfer read back other data")
 	}
+	if used := c.arena.inUse(); used != 0 {
+		t.Errorf("%d bytes of the arena still reserved after the transfers", used)
+	}
 	// A piece that fails names its offset.
 	err = c.Write(ctx, h, 11, want)
 	var se *ServerError
-	if !errors.As(err, &se) || se.StatusName != "OUT_OF_RANGE" || !strings.Contains(err.Error(), "piece at offset "+strconv.Itoa(11+MaxWritePiece)) {
-		t.Errorf("a write one byte too long = %v, want OUT_OF_RANGE in its second piece", err)
+	if !errors.As(err, &se) || se.StatusName != "OUT_OF_RANGE" || !strings.Contains(err.Error(), "piece at offset "+strconv.Itoa(11+5*piece)) {
+		t.Errorf("a write one byte too long = %v, want OUT_OF_RANGE in its last piece", err)
 	}
 	if err := c.Write(ctx, h, 1<<63, make([]byte, 1<<20)); err == nil || !strings.Contains(err.Error(), "outside the buffer") {
 		t.Errorf("a write far past the end = %v", err)
 	}
 	if err := c.Read(ctx, h, ^uint64(0), make([]byte, 2)); err == nil || !strings.Contains(err.Error(), "does not fit in a u64") {
 		t.Errorf("a read whose end overflows = %v", err)
+	}
+	if used := c.arena.inUse(); used != 0 {
+		t.Errorf("%d bytes of the arena still reserved after failed transfers", used)
 	}
 }
 

@@ -25,6 +25,11 @@ var (
 
 	// ErrClosed: the Client has been closed.
 	ErrClosed = errors.New("kserver: client closed")
+
+	// ErrOutOfMemory: the server answered OUT_OF_MEMORY (device memory or
+	// kernel scratch), or the host could not grow the shared-memory arena.
+	// The server keeps serving.
+	ErrOutOfMemory = errors.New("kserver: out of memory")
 )
 
 // ServerError is a response whose status is not OK. Except for
@@ -40,9 +45,31 @@ func (e *ServerError) Error() string {
 	return fmt.Sprintf("kserver: %s: server answered %s: %s", e.Op, e.StatusName, e.Message)
 }
 
+// Is reports whether e is an OUT_OF_MEMORY answer, for errors.Is(err, ErrOutOfMemory).
+func (e *ServerError) Is(target error) bool {
+	return target == ErrOutOfMemory && Status(e.Status) == StatusOutOfMemory
+}
+
 func newServerError(op Opcode, f Frame) *ServerError {
 	return &ServerError{Op: op.String(), Status: uint16(f.Status), StatusName: f.Status.String(), Message: ErrorMessage(f.Payload)}
 }
+
+// BatchError says which entry of a RunBatch failed and why. When the server
+// refused the entry (a stale or unknown handle, a bad shape), no entry of the
+// batch ran; when the entry failed while running (OUT_OF_MEMORY for its
+// scratch memory), the entries before it ran and those after it did not.
+type BatchError struct {
+	Index int    // the failing entry, from 0
+	Count int    // the entries in the batch
+	OpID  uint32 // the failing entry's op id
+	Err   error  // a *ServerError, or an ErrStaleHandle error found before sending
+}
+
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("kserver: RUN_BATCH entry %d of %d (op id %d): %s", e.Index, e.Count, e.OpID, strings.TrimPrefix(e.Err.Error(), "kserver: "))
+}
+
+func (e *BatchError) Unwrap() error { return e.Err }
 
 // errorStderrBytes is how much of the stderr tail a DiedError's message
 // quotes; Client.Stderr and DiedError.Stderr have the whole ring.

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The fake kernel server is this test binary run again: TestMain plays it
@@ -28,7 +30,7 @@ const (
 // Start modes.
 const (
 	modeServe           = "serve"             // a well-behaved server
-	modeVersion2        = "version2"          // HELLO says protocol version 2
+	modeOldVersion      = "old-version"       // HELLO says protocol version 1
 	modeExitBeforeHello = "exit-before-hello" // explains on stderr and exits 1
 	modeNoCookie        = "no-cookie"         // behaves as if the cookie were missing: exit 64
 	modeSilent          = "silent"            // never sends HELLO
@@ -61,7 +63,11 @@ func TestMain(m *testing.M) {
 	if mode, ok := os.LookupEnv(fakeModeEnv); ok {
 		os.Exit(fakeServer(mode))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if realDir != "" {
+		os.RemoveAll(realDir)
+	}
+	os.Exit(code)
 }
 
 // fakeServer serves the protocol on stdin and stdout and returns its exit status.
@@ -90,8 +96,8 @@ func fakeServer(mode string) int {
 	version := uint32(ProtocolVersion)
 	switch mode {
 	case modeServe, modeIgnoreShutdown:
-	case modeVersion2:
-		version = 2
+	case modeOldVersion:
+		version = 1
 	case modeExitBeforeHello:
 		fmt.Fprintln(os.Stderr, "fake: cannot open /dev/fake0: no such device")
 		return 1
@@ -118,6 +124,7 @@ func fakeServer(mode string) int {
 	send(Frame{Opcode: OpHello, Payload: hello})
 
 	in := bufio.NewReader(os.Stdin)
+	arena := &fakeArena{file: os.NewFile(3, "arena")}
 	buffers := map[uint64][]byte{}
 	nextHandle := uint64(1)
 	var reqBuf []byte
@@ -181,29 +188,54 @@ func fakeServer(mode string) int {
 				delete(buffers, h)
 				ok(nil)
 			}
-		case OpWrite:
-			w, err := DecodeWriteRequest(req.Payload)
-			if err != nil {
-				fail(req, StatusMalformed, "%v", err)
-			} else if b, found := buffer(w.Handle); found && inRange(b, w.Offset, uint64(len(w.Data))) {
-				copy(b[w.Offset:], w.Data)
-				ok(nil)
-			}
-		case OpRead:
-			r, err := DecodeReadRequest(req.Payload)
+		case OpWrite, OpRead:
+			r, err := DecodeTransferRequest(req.Payload)
 			if err != nil {
 				fail(req, StatusMalformed, "%v", err)
 			} else if b, found := buffer(r.Handle); found && inRange(b, r.Offset, r.Length) {
-				ok(b[r.Offset : r.Offset+r.Length])
+				a, err := arena.span(r.ArenaOffset, r.Length)
+				switch {
+				case err != nil:
+					fail(req, StatusOutOfRange, "%v", err)
+				case req.Opcode == OpWrite:
+					copy(b[r.Offset:], a)
+					ok(nil)
+				default:
+					copy(a, b[r.Offset:])
+					ok(nil)
+				}
 			}
 		case OpRun:
-			r, err := DecodeRunRequest(req.Payload)
+			r, err := DecodeRunPayload(req.Payload)
 			if err != nil {
 				fail(req, StatusMalformed, "%v", err)
 				continue
 			}
 			if code := fakeRun(r, req, send, buffers); code >= 0 {
 				return code
+			}
+		case OpRunBatch:
+			runs, err := DecodeRunBatchRequest(req.Payload)
+			if err != nil {
+				send(Frame{ID: req.ID, Opcode: req.Opcode, Status: StatusMalformed, Payload: AppendRunBatchError(nil, NoBatchEntry, err.Error())})
+				continue
+			}
+			times := make([]uint64, len(runs))
+			failed := false
+			for i, r := range runs {
+				if r.OpID != opCopy || len(r.Buffers) != 2 || buffers[r.Buffers[0]] == nil || buffers[r.Buffers[1]] == nil {
+					send(Frame{ID: req.ID, Opcode: req.Opcode, Status: StatusInvalidArgument,
+						Payload: AppendRunBatchError(nil, uint32(i), fmt.Sprintf("RUN_BATCH entry %d of %d: the fake runs only copy on live buffers", i, len(runs)))})
+					failed = true
+					break
+				}
+				times[i] = fakeKernelNs
+			}
+			if !failed {
+				for _, r := range runs {
+					copy(buffers[r.Buffers[1]], buffers[r.Buffers[0]])
+				}
+				ok(AppendRunBatchResponse(nil, times))
 			}
 		default:
 			fail(req, StatusUnknownOpcode, "no opcode %d", uint16(req.Opcode))
@@ -212,7 +244,7 @@ func fakeServer(mode string) int {
 }
 
 // fakeRun serves one RUN request; it returns an exit status to exit with, or -1.
-func fakeRun(r RunRequest, req Frame, send func(Frame), buffers map[uint64][]byte) int {
+func fakeRun(r RunPayload, req Frame, send func(Frame), buffers map[uint64][]byte) int {
 	reply := func(id uint32, op Opcode, status Status, payload []byte) {
 		send(Frame{ID: id, Opcode: op, Status: status, Payload: payload})
 	}
@@ -291,4 +323,32 @@ func floodStderr(n int) {
 	}
 	w.WriteString("fake: end of the flood\n")
 	w.Flush()
+}
+
+// fakeArena is the fake server's view of the arena on file descriptor 3.
+type fakeArena struct {
+	file *os.File
+	mem  []byte
+}
+
+// span returns arena bytes [off, off+n), remapping after the host grew it.
+func (a *fakeArena) span(off, n uint64) ([]byte, error) {
+	if off <= uint64(len(a.mem)) && n <= uint64(len(a.mem))-off {
+		return a.mem[off : off+n], nil
+	}
+	fi, err := a.file.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("fake: no arena: %v", err)
+	}
+	size := uint64(fi.Size())
+	if off > size || n > size-off {
+		return nil, fmt.Errorf("fake: arena range of %d bytes at %d overruns the arena of %d bytes", n, off, size)
+	}
+	if a.mem != nil {
+		unix.Munmap(a.mem)
+	}
+	if a.mem, err = unix.Mmap(int(a.file.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		return nil, fmt.Errorf("fake: mapping the arena: %v", err)
+	}
+	return a.mem[off : off+n], nil
 }

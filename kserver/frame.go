@@ -8,8 +8,9 @@ import (
 
 // MaxFrameBytes caps a frame's body (header plus payload, not counting the
 // length prefix), in both directions. A length prefix above it is an error,
-// never an allocation.
-const MaxFrameBytes = 32 << 20
+// never an allocation. Bulk data moves through the arena, never in frames,
+// so frames stay small.
+const MaxFrameBytes = 1 << 20
 
 // HeaderBytes is the size of the header that starts every frame body:
 // u32 id, u16 opcode, u16 status.
@@ -19,7 +20,7 @@ const HeaderBytes = 8
 const lengthBytes = 4
 
 // ProtocolVersion is the version of PROTOCOL.md this package speaks.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // The environment cookie: the server binary refuses to run without
 // CookieEnv=CookieValue, so that a person who runs it by hand is told what
@@ -32,7 +33,7 @@ const (
 // Opcode says what a frame asks for.
 type Opcode uint16
 
-// The opcodes of protocol version 1.
+// The opcodes of protocol version 2.
 const (
 	OpHello    Opcode = 1
 	OpPing     Opcode = 2
@@ -43,12 +44,19 @@ const (
 	OpRun      Opcode = 7
 	OpSync     Opcode = 8
 	OpShutdown Opcode = 9
+	OpRunBatch Opcode = 10
+	// OpTextWrite and OpTextRead carry u16 values as decimal text inside
+	// frames, the way the seed moved data. They exist only as the
+	// benchmark baseline that the arena path is measured against.
+	OpTextWrite Opcode = 11
+	OpTextRead  Opcode = 12
 )
 
 var opcodeNames = [...]string{
 	OpHello: "HELLO", OpPing: "PING", OpAlloc: "ALLOC", OpFree: "FREE",
 	OpWrite: "WRITE", OpRead: "READ", OpRun: "RUN", OpSync: "SYNC",
-	OpShutdown: "SHUTDOWN",
+	OpShutdown: "SHUTDOWN", OpRunBatch: "RUN_BATCH", OpTextWrite: "TEXT_WRITE",
+	OpTextRead: "TEXT_READ",
 }
 
 // String returns the opcode's name from PROTOCOL.md, or "opcode N".
@@ -62,7 +70,7 @@ func (op Opcode) String() string {
 // Status is a response's status code.
 type Status uint16
 
-// The status codes of protocol version 1.
+// The status codes of protocol version 2.
 const (
 	StatusOK              Status = 0
 	StatusMalformed       Status = 1
@@ -93,11 +101,13 @@ func (s Status) String() string {
 
 // The server's exit statuses (PROTOCOL.md, "Exit statuses").
 const (
-	ExitClean       = 0  // SHUTDOWN, or end of input at a frame boundary
-	ExitTruncated   = 2  // end of input inside a frame
-	ExitOverCap     = 3  // a length prefix over MaxFrameBytes
-	ExitDeviceError = 4  // a device error (after a DEVICE_ERROR response)
-	ExitNoCookie    = 64 // started without the environment cookie
+	ExitClean        = 0  // SHUTDOWN, or end of input at a frame boundary
+	ExitTruncated    = 2  // end of input inside a frame
+	ExitOverCap      = 3  // a length prefix over MaxFrameBytes
+	ExitDeviceError  = 4  // a device error (after a DEVICE_ERROR response)
+	ExitOutputClosed = 5  // stdout could not be written
+	ExitNoArena      = 6  // file descriptor 3 is not a mappable arena
+	ExitNoCookie     = 64 // started without the environment cookie
 )
 
 // Frame is one decoded frame.
@@ -216,4 +226,75 @@ func WriteFrame(w io.Writer, f Frame) error {
 	}
 	_, err = w.Write(b)
 	return err
+}
+
+// frameReader reads frames from the server's stdout, which the holder of
+// the reading role reads with plain blocking reads. It keeps a partly read
+// frame between calls (a read is never cut short by the host, but the
+// buffer survives one that is), grows its buffer only as bytes arrive, and
+// is as exact as ReadFrame about EOF and bad length prefixes.
+type frameReader struct {
+	f    io.Reader
+	buf  []byte
+	r, w int // buf[r:w] is read and not yet returned
+}
+
+// frameReadBytes is the frameReader's first buffer; it grows for larger frames.
+const frameReadBytes = 16 << 10
+
+// next returns the next frame; its payload is valid until the next call.
+func (fr *frameReader) next() (Frame, error) {
+	if err := fr.fill(lengthBytes); err != nil {
+		if err == io.EOF && fr.w == fr.r {
+			return Frame{}, io.EOF
+		}
+		return Frame{}, noEOF(err)
+	}
+	prefix := fr.buf[fr.r : fr.r+lengthBytes]
+	n := binary.LittleEndian.Uint32(prefix)
+	if n > MaxFrameBytes {
+		return Frame{}, fmt.Errorf("%w: frame length %d (the bytes %q) is over the cap of %d bytes", ErrProtocol, n, prefix, MaxFrameBytes)
+	}
+	if n < HeaderBytes {
+		return Frame{}, fmt.Errorf("%w: frame length %d (the bytes %q) is shorter than the %d-byte header", ErrProtocol, n, prefix, HeaderBytes)
+	}
+	if err := fr.fill(lengthBytes + int(n)); err != nil {
+		return Frame{}, noEOF(err)
+	}
+	body := fr.buf[fr.r+lengthBytes : fr.r+lengthBytes+int(n)]
+	fr.r += lengthBytes + int(n)
+	return Frame{
+		ID:      binary.LittleEndian.Uint32(body),
+		Opcode:  Opcode(binary.LittleEndian.Uint16(body[4:])),
+		Status:  Status(binary.LittleEndian.Uint16(body[6:])),
+		Payload: body[HeaderBytes:],
+	}, nil
+}
+
+// fill reads until buf[r:w] holds at least n bytes.
+func (fr *frameReader) fill(n int) error {
+	for fr.w-fr.r < n {
+		if fr.w == len(fr.buf) {
+			// No room to read into: move the partial frame to the front,
+			// growing the buffer when the frame fills it, to at most twice
+			// what has arrived of it.
+			have := fr.w - fr.r
+			size := len(fr.buf)
+			if have == size || size < frameReadBytes {
+				size = max(frameReadBytes, min(n, 2*have))
+			}
+			buf := fr.buf
+			if size != len(buf) {
+				buf = make([]byte, size)
+			}
+			copy(buf, fr.buf[fr.r:fr.w])
+			fr.buf, fr.r, fr.w = buf, 0, have
+		}
+		m, err := fr.f.Read(fr.buf[fr.w:])
+		fr.w += m
+		if err != nil && fr.w-fr.r < n {
+			return err
+		}
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"unicode/utf8"
 )
 
 func appendFrames(t testing.TB, frames ...Frame) []byte {
@@ -78,7 +79,7 @@ func TestReadFrameRejectsBadLengthsWithoutAllocating(t *testing.T) {
 		length uint32
 		says   string
 	}{
-		{MaxFrameBytes + 1, `frame length 33554433 (the bytes "\x01\x00\x00\x02") is over the cap of 33554432 bytes`},
+		{MaxFrameBytes + 1, `frame length 1048577 (the bytes "\x01\x00\x10\x00") is over the cap of 1048576 bytes`},
 		{1<<32 - 1, "frame length 4294967295 (the bytes"},
 		{7, "is shorter than the 8-byte header"},
 		{0, "frame length 0 (the bytes"},
@@ -150,7 +151,7 @@ func TestAppendFrameRefusesAnOversizedPayload(t *testing.T) {
 }
 
 func TestNamesFollowTheProtocol(t *testing.T) {
-	for op, want := range map[Opcode]string{OpHello: "HELLO", OpShutdown: "SHUTDOWN", 0: "opcode 0", 10: "opcode 10"} {
+	for op, want := range map[Opcode]string{OpHello: "HELLO", OpShutdown: "SHUTDOWN", OpRunBatch: "RUN_BATCH", OpTextRead: "TEXT_READ", 0: "opcode 0", 13: "opcode 13"} {
 		if got := op.String(); got != want {
 			t.Errorf("Opcode(%d) = %q, want %q", uint16(op), got, want)
 		}
@@ -172,24 +173,32 @@ func TestPayloadsRoundTrip(t *testing.T) {
 	if h, err := DecodeFreeRequest(AppendFreeRequest(nil, 5)); h != 5 || err != nil {
 		t.Errorf("FREE request: %d, %v", h, err)
 	}
-	w := WriteRequest{Handle: 2, Offset: 1 << 33, Data: []byte{9, 8, 7}}
-	if got, err := DecodeWriteRequest(AppendWriteRequest(nil, w)); err != nil || got.Handle != w.Handle || got.Offset != w.Offset || !bytes.Equal(got.Data, w.Data) {
-		t.Errorf("WRITE request: %+v, %v", got, err)
+	r := TransferRequest{Handle: 3, Offset: 1 << 33, ArenaOffset: 64, Length: 5}
+	if got, err := DecodeTransferRequest(AppendTransferRequest(nil, r)); got != r || err != nil {
+		t.Errorf("WRITE/READ request: %+v, %v", got, err)
 	}
-	r := ReadRequest{Handle: 3, Offset: 4, Length: 5}
-	if got, err := DecodeReadRequest(AppendReadRequest(nil, r)); got != r || err != nil {
-		t.Errorf("READ request: %+v, %v", got, err)
-	}
-	run := RunRequest{OpID: 1, Params: []int64{-1, 1 << 40, 3}, Buffers: []uint64{7, 8, 9}}
-	got, err := DecodeRunRequest(AppendRunRequest(nil, run))
+	run := RunPayload{OpID: 1, Params: []int64{-1, 1 << 40, 3}, Buffers: []uint64{7, 8, 9}}
+	got, err := DecodeRunPayload(AppendRunPayload(nil, run))
 	if err != nil || got.OpID != run.OpID || !slices.Equal(got.Params, run.Params) || !slices.Equal(got.Buffers, run.Buffers) {
 		t.Errorf("RUN request: %+v, %v", got, err)
 	}
-	if len(AppendRunRequest(nil, run)) != 16+8*6 {
+	if len(AppendRunPayload(nil, run)) != 16+8*6 {
 		t.Error("RUN request has the wrong size")
 	}
 	if ns, err := DecodeRunResponse(AppendRunResponse(nil, 42)); ns != 42 || err != nil {
 		t.Errorf("RUN response: %d, %v", ns, err)
+	}
+	batch := []RunPayload{run, {OpID: 4, Params: []int64{2, 3}, Buffers: []uint64{1, 2}}, {OpID: 9}}
+	runs, err := DecodeRunBatchRequest(AppendRunBatchRequest(nil, batch))
+	if err != nil || len(runs) != 3 || runs[1].OpID != 4 || !slices.Equal(runs[0].Buffers, run.Buffers) || len(runs[2].Params) != 0 {
+		t.Errorf("RUN_BATCH request: %+v, %v", runs, err)
+	}
+	times := make([]uint64, 3)
+	if err := DecodeRunBatchResponse(AppendRunBatchResponse(nil, []uint64{1, 2, 3}), times); err != nil || !slices.Equal(times, []uint64{1, 2, 3}) {
+		t.Errorf("RUN_BATCH response: %v, %v", times, err)
+	}
+	if entry, msg, err := DecodeRunBatchError(AppendRunBatchError(nil, 7, "bad")); entry != 7 || msg != "bad" || err != nil {
+		t.Errorf("RUN_BATCH error: %d, %q, %v", entry, msg, err)
 	}
 }
 
@@ -209,12 +218,26 @@ func TestPayloadDecodersRejectBadPayloads(t *testing.T) {
 		{"a short ALLOC request", func() error { _, err := DecodeAllocRequest(make([]byte, 7)); return err }, "7 bytes, want 8"},
 		{"handle 0 in an ALLOC response", func() error { _, err := DecodeAllocResponse(make([]byte, 8)); return err }, "handle 0"},
 		{"a long FREE request", func() error { _, err := DecodeFreeRequest(make([]byte, 9)); return err }, "9 bytes, want 8"},
-		{"a WRITE request without its offset", func() error { _, err := DecodeWriteRequest(make([]byte, 12)); return err }, "want at least 16"},
-		{"a READ request with extra bytes", func() error { _, err := DecodeReadRequest(make([]byte, 25)); return err }, "25 bytes, want 24"},
-		{"a short RUN request", func() error { _, err := DecodeRunRequest(make([]byte, 15)); return err }, "want at least 16"},
-		{"a RUN request with reserved set", func() error { _, err := DecodeRunRequest(runWith(1, 0, 0, 0)); return err }, "reserved field is 1"},
-		{"a RUN request whose counts overrun it", func() error { _, err := DecodeRunRequest(runWith(0, 1<<32-1, 1<<32-1, 8)); return err }, "want 68719476736"},
-		{"a RUN request with a stray byte", func() error { _, err := DecodeRunRequest(runWith(0, 1, 0, 9)); return err }, "25 bytes, want 24"},
+		{"a WRITE request without its length", func() error { _, err := DecodeTransferRequest(make([]byte, 24)); return err }, "24 bytes, want 32"},
+		{"a READ request with extra bytes", func() error { _, err := DecodeTransferRequest(make([]byte, 33)); return err }, "33 bytes, want 32"},
+		{"a short RUN request", func() error { _, err := DecodeRunPayload(make([]byte, 15)); return err }, "want at least 16"},
+		{"a RUN request with reserved set", func() error { _, err := DecodeRunPayload(runWith(1, 0, 0, 0)); return err }, "reserved field is 1"},
+		{"a RUN request whose counts overrun it", func() error { _, err := DecodeRunPayload(runWith(0, 1<<32-1, 1<<32-1, 8)); return err }, "want 68719476736"},
+		{"a RUN request with a stray byte", func() error { _, err := DecodeRunPayload(runWith(0, 1, 0, 9)); return err }, "25 bytes, want 24"},
+		{"a RUN_BATCH whose count overruns it", func() error {
+			_, err := DecodeRunBatchRequest(append([]byte{255, 255, 0, 0, 0, 0, 0, 0}, runWith(0, 0, 0, 0)...))
+			return err
+		}, "claims 65535 entries but has only 16 bytes"},
+		{"a RUN_BATCH with a bad entry", func() error {
+			_, err := DecodeRunBatchRequest(append([]byte{1, 0, 0, 0, 0, 0, 0, 0}, runWith(3, 0, 0, 0)...))
+			return err
+		}, "entry 0 of 1"},
+		{"a RUN_BATCH with trailing bytes", func() error {
+			_, err := DecodeRunBatchRequest(append([]byte{1, 0, 0, 0, 0, 0, 0, 0}, runWith(0, 0, 0, 1)...))
+			return err
+		}, "1 bytes after its 1 entries"},
+		{"a RUN_BATCH response of the wrong length", func() error { return DecodeRunBatchResponse(make([]byte, 16), make([]uint64, 3)) }, "16 bytes, want 24"},
+		{"a RUN_BATCH error without its index", func() error { _, _, err := DecodeRunBatchError([]byte{1, 2}); return err }, "too short"},
 		{"a PING response with a payload", func() error { return DecodeEmpty(OpPing, []byte{0}) }, "PING payload is 1 bytes"},
 	}
 	for _, tc := range cases {
@@ -269,13 +292,13 @@ func TestDecodeHelloRejectsBadPayloads(t *testing.T) {
 		says    string
 	}{
 		{"no version", []byte{1, 0}, "too short for its u32 version"},
-		{"no field count", []byte{1, 0, 0, 0}, "too short for its u32 field count"},
-		{"more fields than bytes", head(1, 1<<32-1), "claims 4294967295 fields"},
-		{"a truncated key", append(head(1, 1), 9, 0, 'a', 0, 0, 0), "key of 9 bytes"},
-		{"a truncated value", field(head(1, 1), "k", "value")[:15], "value of 5 bytes does not fit"},
-		{"a repeated key", field(field(head(1, 2), "k", "1"), "k", "2"), `repeats the key "k"`},
-		{"a key that is not UTF-8", field(head(1, 1), "\xff", ""), "not UTF-8"},
-		{"trailing bytes", append(field(head(1, 1), "k", "v"), 0), "1 bytes after its 1 fields"},
+		{"no field count", []byte{2, 0, 0, 0}, "too short for its u32 field count"},
+		{"more fields than bytes", head(ProtocolVersion, 1<<32-1), "claims 4294967295 fields"},
+		{"a truncated key", append(head(ProtocolVersion, 1), 9, 0, 'a', 0, 0, 0), "key of 9 bytes"},
+		{"a truncated value", field(head(ProtocolVersion, 1), "k", "value")[:15], "value of 5 bytes does not fit"},
+		{"a repeated key", field(field(head(ProtocolVersion, 2), "k", "1"), "k", "2"), `repeats the key "k"`},
+		{"a key that is not UTF-8", field(head(ProtocolVersion, 1), "\xff", ""), "not UTF-8"},
+		{"trailing bytes", append(field(head(ProtocolVersion, 1), "k", "v"), 0), "1 bytes after its 1 fields"},
 	}
 	for _, tc := range cases {
 		_, err := DecodeHello(tc.payload)
@@ -284,11 +307,11 @@ func TestDecodeHelloRejectsBadPayloads(t *testing.T) {
 		}
 	}
 	// Another version is reported as such, whatever follows it.
-	h, err := DecodeHello(append(head(2, 1<<32-1), 0xff))
+	h, err := DecodeHello(append(head(1, 1<<32-1), 0xff))
 	var ve *VersionError
-	if !errors.As(err, &ve) || h.Version != 2 || !errors.Is(err, ErrProtocol) ||
-		err.Error() != "server speaks protocol v2, this vkern speaks v1: rebuild with `vkern cache clean`" {
-		t.Errorf("version 2: %+v, %v", h, err)
+	if !errors.As(err, &ve) || h.Version != 1 || !errors.Is(err, ErrProtocol) ||
+		err.Error() != "server speaks protocol v1, this vkern speaks v2: rebuild with `vkern cache clean`" {
+		t.Errorf("version 1: %+v, %v", h, err)
 	}
 }
 
@@ -360,7 +383,7 @@ func FuzzReadFrame(f *testing.F) {
 // FuzzDecodeHello checks that DecodeHello never panics, that what it accepts
 // re-encodes to the input, and that it never builds more fields than fit.
 func FuzzDecodeHello(f *testing.F) {
-	good, _ := AppendHello(nil, Hello{Version: 1, Fields: map[string]string{"backend": "cpu", "cores": "2"}})
+	good, _ := AppendHello(nil, Hello{Version: ProtocolVersion, Fields: map[string]string{"backend": "cpu", "cores": "2"}})
 	f.Add(good)
 	f.Add([]byte{1, 0, 0, 0, 255, 255, 255, 255})
 	f.Add([]byte{2, 0, 0, 0})
@@ -387,19 +410,28 @@ func FuzzDecodeHello(f *testing.F) {
 // FuzzDecodePayloads runs every request and response decoder on the same
 // bytes: none may panic, and what each accepts must re-encode to the input.
 func FuzzDecodePayloads(f *testing.F) {
-	f.Add(AppendRunRequest(nil, RunRequest{OpID: 1, Params: []int64{2, 3, 4}, Buffers: []uint64{5, 6, 7}}))
-	f.Add(AppendReadRequest(nil, ReadRequest{1, 2, 3}))
-	f.Add(AppendWriteRequest(nil, WriteRequest{1, 2, []byte("data")}))
+	f.Add(AppendRunPayload(nil, RunPayload{OpID: 1, Params: []int64{2, 3, 4}, Buffers: []uint64{5, 6, 7}}))
+	f.Add(AppendTransferRequest(nil, TransferRequest{1, 2, 3, 4}))
+	f.Add(AppendRunBatchRequest(nil, []RunPayload{{OpID: 1, Params: []int64{2}, Buffers: []uint64{5, 6}}, {OpID: 4}}))
 	f.Add([]byte{1, 0, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if r, err := DecodeRunRequest(data); err == nil && !bytes.Equal(AppendRunRequest(nil, r), data) {
+		if r, err := DecodeRunPayload(data); err == nil && !bytes.Equal(AppendRunPayload(nil, r), data) {
 			t.Error("RUN request does not re-encode")
 		}
-		if r, err := DecodeReadRequest(data); err == nil && !bytes.Equal(AppendReadRequest(nil, r), data) {
-			t.Error("READ request does not re-encode")
+		if r, err := DecodeTransferRequest(data); err == nil && !bytes.Equal(AppendTransferRequest(nil, r), data) {
+			t.Error("WRITE/READ request does not re-encode")
 		}
-		if w, err := DecodeWriteRequest(data); err == nil && !bytes.Equal(AppendWriteRequest(nil, w), data) {
-			t.Error("WRITE request does not re-encode")
+		if runs, err := DecodeRunBatchRequest(data); err == nil && !bytes.Equal(AppendRunBatchRequest(nil, runs), data) {
+			t.Error("RUN_BATCH request does not re-encode")
+		}
+		if len(data)%8 == 0 {
+			times := make([]uint64, len(data)/8)
+			if err := DecodeRunBatchResponse(data, times); err != nil || !bytes.Equal(AppendRunBatchResponse(nil, times), data) {
+				t.Errorf("RUN_BATCH response does not round-trip: %v", err)
+			}
+		}
+		if entry, msg, err := DecodeRunBatchError(data); err == nil && utf8.ValidString(string(data[4:])) && !bytes.Equal(AppendRunBatchError(nil, entry, msg), data) {
+			t.Error("RUN_BATCH error does not re-encode")
 		}
 		for _, decode := range []func([]byte) (uint64, error){DecodeAllocRequest, DecodeAllocResponse, DecodeFreeRequest, DecodeRunResponse} {
 			if v, err := decode(data); err == nil && !bytes.Equal(binary.LittleEndian.AppendUint64(nil, v), data) {
@@ -408,5 +440,46 @@ func FuzzDecodePayloads(f *testing.F) {
 		}
 		_ = DecodeEmpty(OpPing, data)
 		_ = ErrorMessage(data)
+	})
+}
+
+// FuzzFrameReader checks the reader the Client uses on the server's stdout
+// against ReadFrame: the same frames, then the same kind of end, whatever
+// sizes the reads come in, and no buffer larger than twice the input.
+func FuzzFrameReader(f *testing.F) {
+	f.Add(appendFrames(f, Frame{ID: 1, Opcode: OpPing}, Frame{ID: 2, Opcode: OpRead, Payload: []byte{1, 2, 3}}), uint8(3))
+	f.Add(binary.LittleEndian.AppendUint32(nil, MaxFrameBytes), uint8(1))
+	f.Add(binary.LittleEndian.AppendUint32(nil, MaxFrameBytes+1), uint8(0))
+	f.Add([]byte{3, 0, 0, 0, 1, 2, 3}, uint8(2))
+	f.Add(append(binary.LittleEndian.AppendUint32(nil, 70000), make([]byte, 70004)...), uint8(255))
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
+		var r io.Reader = bytes.NewReader(data)
+		if chunk%4 == 1 {
+			r = iotest.OneByteReader(r)
+		} else if chunk%4 == 2 {
+			r = iotest.HalfReader(r)
+		}
+		fr := &frameReader{f: r}
+		want := bytes.NewReader(data)
+		for {
+			got, gotErr := fr.next()
+			exp, expErr := ReadFrame(want, nil)
+			switch {
+			case (gotErr == nil) != (expErr == nil),
+				gotErr == io.EOF != (expErr == io.EOF),
+				gotErr == io.ErrUnexpectedEOF != (expErr == io.ErrUnexpectedEOF),
+				errors.Is(gotErr, ErrProtocol) != errors.Is(expErr, ErrProtocol):
+				t.Fatalf("frameReader: %v; ReadFrame: %v", gotErr, expErr)
+			}
+			if gotErr != nil {
+				break
+			}
+			if got.ID != exp.ID || got.Opcode != exp.Opcode || got.Status != exp.Status || !bytes.Equal(got.Payload, exp.Payload) {
+				t.Fatalf("frameReader read %+v, ReadFrame %+v", got, exp)
+			}
+		}
+		if len(fr.buf) > max(frameReadBytes, 2*len(data)) {
+			t.Fatalf("a buffer of %d bytes for %d bytes of input", len(fr.buf), len(data))
+		}
 	})
 }

@@ -10,20 +10,31 @@ import (
 // (PROTOCOL.md, "Opcodes"). Decoders check lengths exactly, allocate nothing
 // that the payload's own length does not pay for, and return errors wrapping
 // ErrProtocol. PING, SYNC and SHUTDOWN carry empty payloads both ways, as do
-// the OK responses to FREE and WRITE; DecodeEmpty checks those.
+// the OK responses to FREE, WRITE, READ and TEXT_WRITE; DecodeEmpty checks
+// those.
 
-// writeHeadBytes is the size of a WRITE request before its data: handle, offset.
-const writeHeadBytes = 16
+// transferBytes is the size of a WRITE or READ request: handle, offset,
+// arena offset, length.
+const transferBytes = 32
 
 // runHeadBytes is the size of a RUN request before its params: op id, param
 // count, buffer count, reserved.
 const runHeadBytes = 16
 
-// MaxWritePiece is the most data one WRITE frame carries.
-const MaxWritePiece = MaxFrameBytes - HeaderBytes - writeHeadBytes
+// batchHeadBytes is the size of a RUN_BATCH request before its entries:
+// count, reserved.
+const batchHeadBytes = 8
 
-// MaxReadPiece is the most data one READ response carries.
-const MaxReadPiece = MaxFrameBytes - HeaderBytes
+// MaxBatchRuns is the most RUNs one RUN_BATCH carries.
+const MaxBatchRuns = 65536
+
+// NoBatchEntry is the index a RUN_BATCH error carries when it is about the
+// batch as a whole rather than one entry.
+const NoBatchEntry = 0xFFFFFFFF
+
+// textHeadBytes is the size of a TEXT_WRITE request before its text: handle,
+// offset.
+const textHeadBytes = 16
 
 // DecodeEmpty checks that an op's payload is empty.
 func DecodeEmpty(op Opcode, p []byte) error {
@@ -74,72 +85,48 @@ func DecodeFreeRequest(p []byte) (handle uint64, err error) {
 	return decodeU64("FREE request", p)
 }
 
-// WriteRequest is a WRITE request's payload: Data goes to the buffer Handle
-// at byte Offset.
-type WriteRequest struct {
-	Handle, Offset uint64
-	Data           []byte
+// TransferRequest is a WRITE or READ request's payload: Length bytes move
+// between the buffer Handle at byte Offset and the arena at ArenaOffset
+// (arena to buffer for WRITE, buffer to arena for READ).
+type TransferRequest struct {
+	Handle, Offset, ArenaOffset, Length uint64
 }
 
-// appendWriteHead appends the part of a WRITE request before its data.
-func appendWriteHead(dst []byte, handle, offset uint64) []byte {
-	dst = binary.LittleEndian.AppendUint64(dst, handle)
-	return binary.LittleEndian.AppendUint64(dst, offset)
-}
-
-// AppendWriteRequest appends a WRITE request: u64 handle, u64 offset, data.
-func AppendWriteRequest(dst []byte, w WriteRequest) []byte {
-	return append(appendWriteHead(dst, w.Handle, w.Offset), w.Data...)
-}
-
-// DecodeWriteRequest decodes a WRITE request; Data aliases p.
-func DecodeWriteRequest(p []byte) (WriteRequest, error) {
-	if len(p) < writeHeadBytes {
-		return WriteRequest{}, fmt.Errorf("%w: WRITE request is %d bytes, want at least %d (handle, offset)", ErrProtocol, len(p), writeHeadBytes)
-	}
-	return WriteRequest{
-		Handle: binary.LittleEndian.Uint64(p),
-		Offset: binary.LittleEndian.Uint64(p[8:]),
-		Data:   p[writeHeadBytes:],
-	}, nil
-}
-
-// ReadRequest is a READ request's payload: Length bytes of the buffer Handle
-// from byte Offset.
-type ReadRequest struct {
-	Handle, Offset, Length uint64
-}
-
-// AppendReadRequest appends a READ request: u64 handle, u64 offset, u64 length.
-func AppendReadRequest(dst []byte, r ReadRequest) []byte {
+// AppendTransferRequest appends a WRITE or READ request: u64 handle, u64
+// offset, u64 arena offset, u64 length.
+func AppendTransferRequest(dst []byte, r TransferRequest) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, r.Handle)
 	dst = binary.LittleEndian.AppendUint64(dst, r.Offset)
+	dst = binary.LittleEndian.AppendUint64(dst, r.ArenaOffset)
 	return binary.LittleEndian.AppendUint64(dst, r.Length)
 }
 
-// DecodeReadRequest decodes a READ request.
-func DecodeReadRequest(p []byte) (ReadRequest, error) {
-	if len(p) != 24 {
-		return ReadRequest{}, fmt.Errorf("%w: READ request is %d bytes, want 24 (handle, offset, length)", ErrProtocol, len(p))
+// DecodeTransferRequest decodes a WRITE or READ request.
+func DecodeTransferRequest(p []byte) (TransferRequest, error) {
+	if len(p) != transferBytes {
+		return TransferRequest{}, fmt.Errorf("%w: WRITE or READ request is %d bytes, want %d (handle, offset, arena offset, length)",
+			ErrProtocol, len(p), transferBytes)
 	}
-	return ReadRequest{
-		Handle: binary.LittleEndian.Uint64(p),
-		Offset: binary.LittleEndian.Uint64(p[8:]),
-		Length: binary.LittleEndian.Uint64(p[16:]),
+	return TransferRequest{
+		Handle:      binary.LittleEndian.Uint64(p),
+		Offset:      binary.LittleEndian.Uint64(p[8:]),
+		ArenaOffset: binary.LittleEndian.Uint64(p[16:]),
+		Length:      binary.LittleEndian.Uint64(p[24:]),
 	}, nil
 }
 
-// RunRequest is a RUN request's payload: which op, its params, and its
-// buffers (inputs first, then outputs).
-type RunRequest struct {
+// RunPayload is a RUN request's payload as it travels: which op, its
+// params, and the server's handles of its buffers (inputs first, then
+// outputs). RUN_BATCH carries a sequence of them.
+type RunPayload struct {
 	OpID    uint32
 	Params  []int64
 	Buffers []uint64
 }
 
-// AppendRunRequest appends a RUN request: u32 op id, u32 param count, u32
+// AppendRunPayload appends a RUN request: u32 op id, u32 param count, u32
 // buffer count, u32 reserved (0), the params as i64, the handles as u64.
-func AppendRunRequest(dst []byte, r RunRequest) []byte {
+func AppendRunPayload(dst []byte, r RunPayload) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, r.OpID)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Params)))
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Buffers)))
@@ -153,20 +140,39 @@ func AppendRunRequest(dst []byte, r RunRequest) []byte {
 	return dst
 }
 
-// DecodeRunRequest decodes a RUN request. The counts must account for the
+// runPayloadBytes is the encoded size of r.
+func runPayloadBytes(r RunPayload) int {
+	return runHeadBytes + 8*(len(r.Params)+len(r.Buffers))
+}
+
+// DecodeRunPayload decodes a RUN request. The counts must account for the
 // payload exactly, and reserved must be 0.
-func DecodeRunRequest(p []byte) (RunRequest, error) {
-	if len(p) < runHeadBytes {
-		return RunRequest{}, fmt.Errorf("%w: RUN request is %d bytes, want at least %d", ErrProtocol, len(p), runHeadBytes)
+func DecodeRunPayload(p []byte) (RunPayload, error) {
+	r, n, err := decodeRunPrefix(p)
+	if err == nil && n != len(p) {
+		err = fmt.Errorf("%w: RUN request is %d bytes, want %d for %d params and %d buffers",
+			ErrProtocol, len(p), n, len(r.Params), len(r.Buffers))
 	}
-	r := RunRequest{OpID: binary.LittleEndian.Uint32(p)}
+	if err != nil {
+		return RunPayload{}, err
+	}
+	return r, nil
+}
+
+// decodeRunPrefix decodes the RUN at the start of p and returns its length.
+func decodeRunPrefix(p []byte) (RunPayload, int, error) {
+	if len(p) < runHeadBytes {
+		return RunPayload{}, 0, fmt.Errorf("%w: RUN request is %d bytes, want at least %d", ErrProtocol, len(p), runHeadBytes)
+	}
+	r := RunPayload{OpID: binary.LittleEndian.Uint32(p)}
 	params := uint64(binary.LittleEndian.Uint32(p[4:]))
 	buffers := uint64(binary.LittleEndian.Uint32(p[8:]))
 	if reserved := binary.LittleEndian.Uint32(p[12:]); reserved != 0 {
-		return RunRequest{}, fmt.Errorf("%w: RUN request's reserved field is %d, want 0", ErrProtocol, reserved)
+		return RunPayload{}, 0, fmt.Errorf("%w: RUN request's reserved field is %d, want 0", ErrProtocol, reserved)
 	}
-	if want := runHeadBytes + 8*(params+buffers); uint64(len(p)) != want {
-		return RunRequest{}, fmt.Errorf("%w: RUN request is %d bytes, want %d for %d params and %d buffers",
+	want := runHeadBytes + 8*(params+buffers)
+	if uint64(len(p)) < want {
+		return RunPayload{}, 0, fmt.Errorf("%w: RUN request is %d bytes, want %d for %d params and %d buffers",
 			ErrProtocol, len(p), want, params, buffers)
 	}
 	rest := p[runHeadBytes:]
@@ -179,7 +185,7 @@ func DecodeRunRequest(p []byte) (RunRequest, error) {
 	for i := range r.Buffers {
 		r.Buffers[i] = binary.LittleEndian.Uint64(rest[8*i:])
 	}
-	return r, nil
+	return r, int(want), nil
 }
 
 // AppendRunResponse appends a RUN response: u64 kernel time in nanoseconds.
@@ -190,6 +196,102 @@ func AppendRunResponse(dst []byte, kernelNs uint64) []byte {
 // DecodeRunResponse decodes a RUN response.
 func DecodeRunResponse(p []byte) (kernelNs uint64, err error) {
 	return decodeU64("RUN response", p)
+}
+
+// AppendRunBatchRequest appends a RUN_BATCH request: u32 count, u32
+// reserved (0), then each entry laid out as a RUN request.
+func AppendRunBatchRequest(dst []byte, runs []RunPayload) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(runs)))
+	dst = binary.LittleEndian.AppendUint32(dst, 0)
+	for _, r := range runs {
+		dst = AppendRunPayload(dst, r)
+	}
+	return dst
+}
+
+// DecodeRunBatchRequest decodes a RUN_BATCH request: the entries must
+// account for the payload exactly.
+func DecodeRunBatchRequest(p []byte) ([]RunPayload, error) {
+	if len(p) < batchHeadBytes {
+		return nil, fmt.Errorf("%w: RUN_BATCH request is %d bytes, want at least %d (count, reserved)", ErrProtocol, len(p), batchHeadBytes)
+	}
+	count := binary.LittleEndian.Uint32(p)
+	if reserved := binary.LittleEndian.Uint32(p[4:]); reserved != 0 {
+		return nil, fmt.Errorf("%w: RUN_BATCH request's reserved field is %d, want 0", ErrProtocol, reserved)
+	}
+	rest := p[batchHeadBytes:]
+	if uint64(count)*runHeadBytes > uint64(len(rest)) {
+		return nil, fmt.Errorf("%w: RUN_BATCH claims %d entries but has only %d bytes for them", ErrProtocol, count, len(rest))
+	}
+	runs := make([]RunPayload, count)
+	for i := range runs {
+		r, n, err := decodeRunPrefix(rest)
+		if err != nil {
+			return nil, fmt.Errorf("RUN_BATCH entry %d of %d: %w", i, count, err)
+		}
+		runs[i] = r
+		rest = rest[n:]
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("%w: RUN_BATCH has %d bytes after its %d entries", ErrProtocol, len(rest), count)
+	}
+	return runs, nil
+}
+
+// AppendRunBatchResponse appends a RUN_BATCH response: one u64 kernel time
+// per entry, in nanoseconds.
+func AppendRunBatchResponse(dst []byte, kernelNs []uint64) []byte {
+	for _, ns := range kernelNs {
+		dst = binary.LittleEndian.AppendUint64(dst, ns)
+	}
+	return dst
+}
+
+// DecodeRunBatchResponse decodes a RUN_BATCH response into kernelNs, whose
+// length is the number of entries the request had.
+func DecodeRunBatchResponse(p []byte, kernelNs []uint64) error {
+	if len(p) != 8*len(kernelNs) {
+		return fmt.Errorf("%w: RUN_BATCH response is %d bytes, want %d for %d entries", ErrProtocol, len(p), 8*len(kernelNs), len(kernelNs))
+	}
+	for i := range kernelNs {
+		kernelNs[i] = binary.LittleEndian.Uint64(p[8*i:])
+	}
+	return nil
+}
+
+// AppendRunBatchError appends the payload of a RUN_BATCH response whose
+// status is not OK: u32 entry index (NoBatchEntry for the batch as a
+// whole), then the message.
+func AppendRunBatchError(dst []byte, entry uint32, message string) []byte {
+	return append(binary.LittleEndian.AppendUint32(dst, entry), message...)
+}
+
+// DecodeRunBatchError decodes the payload of a RUN_BATCH error response.
+func DecodeRunBatchError(p []byte) (entry uint32, message string, err error) {
+	if len(p) < 4 {
+		return 0, "", fmt.Errorf("%w: RUN_BATCH error is %d bytes, too short for its u32 entry index", ErrProtocol, len(p))
+	}
+	return binary.LittleEndian.Uint32(p), ErrorMessage(p[4:]), nil
+}
+
+// appendTextHead appends the part of a TEXT_WRITE request before its text.
+func appendTextHead(dst []byte, handle, offset uint64) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, handle)
+	return binary.LittleEndian.AppendUint64(dst, offset)
+}
+
+// TextReadRequest is a TEXT_READ request's payload: Count u16 values of the
+// buffer Handle from byte Offset.
+type TextReadRequest struct {
+	Handle, Offset, Count uint64
+}
+
+// AppendTextReadRequest appends a TEXT_READ request: u64 handle, u64 offset,
+// u64 count.
+func AppendTextReadRequest(dst []byte, r TextReadRequest) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, r.Handle)
+	dst = binary.LittleEndian.AppendUint64(dst, r.Offset)
+	return binary.LittleEndian.AppendUint64(dst, r.Count)
 }
 
 // ErrorMessage returns the message a non-OK response carries as its whole

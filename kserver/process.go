@@ -3,7 +3,6 @@ package kserver
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -16,13 +15,15 @@ import (
 // process is one incarnation of the kernel server. The Client sees only this
 // interface; execProcess below holds every os/exec detail.
 type process interface {
-	// stdin and stdout are the host's ends of the child's pipes.
-	stdin() io.Writer
-	stdout() io.Reader
+	// stdin and stdout are the host's ends of the child's pipes, in
+	// blocking mode: a read or write ties up a thread, not the poller, and
+	// ends when the data moves or the child dies.
+	stdin() *os.File
+	stdout() *os.File
 	pid() int
-	// kill sends SIGKILL and expires the pipes' deadlines so that a blocked
-	// read or write returns. It is safe at any time, from any goroutine, any
-	// number of times, before or after the child exits.
+	// kill sends SIGKILL, which ends any blocked read or write on the
+	// pipes. It is safe at any time, from any goroutine, any number of
+	// times, before or after the child exits.
 	kill()
 	// wait waits up to timeout for the child to exit and its stderr to be
 	// drained; it reports whether that happened. A timeout of 0 only looks.
@@ -33,7 +34,7 @@ type process interface {
 	// stderrTail is the tail of the child's stderr so far.
 	stderrTail() string
 	// release closes the host's pipe ends. Call it after the child has exited
-	// or been killed, and only from the goroutine that does the I/O.
+	// or been killed; a read or write still in progress then fails.
 	release()
 }
 
@@ -53,8 +54,9 @@ type execProcess struct {
 // startProcess starts path with no arguments and the environment env. Its
 // stdin and stdout are pipes the host reads and writes directly, so nothing
 // is lost when it exits; its stderr goes through exec's copying goroutine
-// into a ring of stderrBytes, so a chatty child never blocks.
-func startProcess(path string, env []string, stderrBytes int) (*execProcess, error) {
+// into a ring of stderrBytes, so a chatty child never blocks. The arena
+// file, if any, becomes the child's file descriptor 3.
+func startProcess(path string, env []string, stderrBytes int, arena *os.File) (*execProcess, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -76,6 +78,9 @@ func startProcess(path string, env []string, stderrBytes int) (*execProcess, err
 		done:   make(chan struct{}),
 	}
 	p.cmd.Stderr = p.stderr
+	if arena != nil {
+		p.cmd.ExtraFiles = []*os.File{arena}
+	}
 	err = p.cmd.Start()
 	inR.Close()
 	outW.Close()
@@ -84,6 +89,10 @@ func startProcess(path string, env []string, stderrBytes int) (*execProcess, err
 		outR.Close()
 		return nil, err
 	}
+	// Blocking mode (which Fd sets): a round trip is then one write and one
+	// read, without the poller's wake-ups in between.
+	inW.Fd()
+	outR.Fd()
 	go func() {
 		p.waitErr = p.cmd.Wait()
 		close(p.done)
@@ -91,17 +100,14 @@ func startProcess(path string, env []string, stderrBytes int) (*execProcess, err
 	return p, nil
 }
 
-func (p *execProcess) stdin() io.Writer   { return p.in }
-func (p *execProcess) stdout() io.Reader  { return p.out }
+func (p *execProcess) stdin() *os.File    { return p.in }
+func (p *execProcess) stdout() *os.File   { return p.out }
 func (p *execProcess) pid() int           { return p.cmd.Process.Pid }
 func (p *execProcess) stderrTail() string { return p.stderr.String() }
 
 func (p *execProcess) kill() {
 	// After the child has exited, Kill returns os.ErrProcessDone: nothing to do.
 	_ = p.cmd.Process.Kill()
-	past := time.Unix(1, 0)
-	_ = p.in.SetWriteDeadline(past)
-	_ = p.out.SetReadDeadline(past)
 }
 
 func (p *execProcess) wait(timeout time.Duration) bool {

@@ -1,16 +1,17 @@
 package kserver
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,29 +23,54 @@ import (
 
 const realSourceSHA = "kserver-real-test"
 
+// The real server is built once per test binary, into realDir, which
+// TestMain removes.
+var (
+	realOnce sync.Once
+	realDir  string
+	realBin  string
+	realErr  error
+	realSkip string
+)
+
 // buildRealServer compiles the cpu server and returns the binary's path.
-func buildRealServer(t *testing.T) string {
+func buildRealServer(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("building the C++ server takes seconds; skipped in -short mode")
 	}
-	cxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ to build the C++ server with")
+	realOnce.Do(func() {
+		cxx, err := exec.LookPath("g++")
+		if err != nil {
+			realSkip = "no g++ to build the C++ server with"
+			return
+		}
+		src := filepath.Join("..", "kernels")
+		main := filepath.Join(src, "cpu", "main.cc")
+		if _, err := os.Stat(main); err != nil {
+			realSkip = fmt.Sprintf("no C++ server sources: %v", err)
+			return
+		}
+		if realDir, realErr = os.MkdirTemp("", "kserver-real-"); realErr != nil {
+			return
+		}
+		bin := filepath.Join(realDir, "server")
+		// -O1: the tests exercise the process, not the kernels' speed.
+		cmd := exec.Command(cxx, "-std=c++17", "-O1", "-pthread", "-I"+src,
+			`-DVKERN_SOURCE_SHA256="`+realSourceSHA+`"`, "-o", bin, main)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			realErr = fmt.Errorf("%v: %v\n%s", cmd, err, out)
+			return
+		}
+		realBin = bin
+	})
+	if realSkip != "" {
+		t.Skip(realSkip)
 	}
-	src := filepath.Join("..", "kernels")
-	main := filepath.Join(src, "cpu", "main.cc")
-	if _, err := os.Stat(main); err != nil {
-		t.Skipf("no C++ server sources: %v", err)
+	if realErr != nil {
+		t.Fatal(realErr)
 	}
-	bin := filepath.Join(t.TempDir(), "server")
-	// -O1: the tests exercise the process, not the kernels' speed.
-	cmd := exec.Command(cxx, "-std=c++17", "-O1", "-pthread", "-I"+src,
-		`-DVKERN_SOURCE_SHA256="`+realSourceSHA+`"`, "-o", bin, main)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%v: %v\n%s", cmd, err, out)
-	}
-	return bin
+	return realBin
 }
 
 func realConfig(bin string) Config {
@@ -82,7 +108,7 @@ func TestRealServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.Version != 1 || h.Backend() != "cpu" || h.SourceSHA256() != realSourceSHA {
+		if h.Version != ProtocolVersion || h.Backend() != "cpu" || h.SourceSHA256() != realSourceSHA {
 			t.Errorf("Hello = %+v", h)
 		}
 		if err := c.Ping(ctx); err != nil {
@@ -126,8 +152,8 @@ func TestRealServer(t *testing.T) {
 		if !errors.As(err, &se) || se.StatusName != "INVALID_ARGUMENT" || errors.Is(err, ErrServerDied) {
 			t.Errorf("gemm with K too large = %v, want INVALID_ARGUMENT", err)
 		}
-		// A transfer over one frame.
-		big := make([]byte, MaxWritePiece+4096)
+		// A transfer of several pieces.
+		big := make([]byte, 3*c.pieceBytes()+4096)
 		for i := range big {
 			big[i] = byte(i * 13)
 		}
@@ -140,7 +166,7 @@ func TestRealServer(t *testing.T) {
 		}
 		back := make([]byte, len(big))
 		if err := c.Read(ctx, hb, 0, back); err != nil || !bytes.Equal(back, big) {
-			t.Errorf("a two-frame round trip: equal = %v, %v", bytes.Equal(back, big), err)
+			t.Errorf("a four-piece round trip: equal = %v, %v", bytes.Equal(back, big), err)
 		}
 		if err := c.Free(ctx, hb); err != nil {
 			t.Fatal(err)
@@ -158,9 +184,9 @@ func TestRealServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pid := c.proc.pid()
+		pid := c.liveConn().p.pid()
 		syscall.Kill(pid, syscall.SIGKILL)
-		c.proc.wait(5 * time.Second)
+		c.lastProcess().wait(5 * time.Second)
 		err = c.Write(ctx, h, 0, make([]byte, 16))
 		checkErr(t, err, []error{ErrServerDied}, "signal: killed")
 		if err := c.Write(ctx, h, 0, make([]byte, 16)); !errors.Is(err, ErrStaleHandle) {
@@ -185,7 +211,7 @@ func TestRealServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pid := c.proc.pid()
+			pid := c.liveConn().p.pid()
 			syscall.Kill(pid, syscall.SIGSTOP)
 			done := make(chan error)
 			go func() {
@@ -216,7 +242,7 @@ func TestRealServer(t *testing.T) {
 		if err := c.Ping(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		pid := c.proc.pid()
+		pid := c.liveConn().p.pid()
 		syscall.Kill(pid, syscall.SIGSTOP)
 		began := time.Now()
 		err := c.Ping(withTimeout(t, 200*time.Millisecond))
@@ -241,18 +267,23 @@ func TestRealServer(t *testing.T) {
 	})
 
 	t.Run("ends on a length prefix over the cap", func(t *testing.T) {
-		p, err := startProcess(bin, childEnv(nil), 4<<10)
+		a, err := newArena(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.close()
+		p, err := startProcess(bin, childEnv(nil), 4<<10, a.file)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer p.release()
 		defer p.kill()
-		in := bufio.NewReader(p.stdout())
-		if f, err := ReadFrame(in, nil); err != nil || f.Opcode != OpHello {
+		in := &frameReader{f: p.stdout()}
+		if f, err := in.next(); err != nil || f.Opcode != OpHello {
 			t.Fatalf("first frame: %+v, %v", f, err)
 		}
 		p.stdin().Write(binary.LittleEndian.AppendUint32(nil, MaxFrameBytes+1))
-		f, err := ReadFrame(in, nil)
+		f, err := in.next()
 		if err != nil || f.ID != 0 || f.Status != StatusMalformed {
 			t.Errorf("answer to an over-cap prefix: %+v, %v; want MALFORMED with id 0", f, err)
 		}
@@ -263,4 +294,324 @@ func TestRealServer(t *testing.T) {
 			t.Errorf("it ended with %s, want exit status 3", exit)
 		}
 	})
+}
+
+// realClient returns a Client of the real server that is closed (and must
+// close cleanly) when the test ends.
+func realClient(t *testing.T, bin string, edit func(*Config)) *Client {
+	t.Helper()
+	cfg := realConfig(bin)
+	if edit != nil {
+		edit(&cfg)
+	}
+	c := New(cfg)
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return c
+}
+
+// softmaxRun is a softmax of R×C on x into y.
+func softmaxRun(r, cols int64, x, y Handle) RunRequest {
+	return RunRequest{OpID: 4, Params: []int64{r, cols}, Buffers: []Handle{x, y}}
+}
+
+func TestRealServerRunsBatches(t *testing.T) {
+	t.Parallel()
+	c := realClient(t, buildRealServer(t), nil)
+	ctx := withTimeout(t, 30*time.Second)
+	const rows, cols = 2, 4
+	x, err := c.Alloc(ctx, 2*rows*cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, _ := c.Alloc(ctx, 2*rows*cols)
+	z, _ := c.Alloc(ctx, 2*rows*cols)
+	// softmax of a row of equal values is 1/cols everywhere: 0.25 is 0x3400.
+	if err := c.Write(ctx, x, 0, f16s(rows*cols, f16One)); err != nil {
+		t.Fatal(err)
+	}
+	poison := f16s(rows*cols, 0x7E00)
+	check := func(h Handle, want uint16, what string) {
+		t.Helper()
+		got := make([]byte, 2*rows*cols)
+		if err := c.Read(ctx, h, 0, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, f16s(rows*cols, want)) {
+			t.Errorf("%s: % x, want every element %#04x", what, got, want)
+		}
+	}
+
+	t.Run("runs every entry in order", func(t *testing.T) {
+		c.Write(ctx, y, 0, poison)
+		c.Write(ctx, z, 0, poison)
+		// y = softmax(x), then z = softmax(y): the second sees the first's output.
+		times, err := c.RunBatch(ctx, []RunRequest{softmaxRun(rows, cols, x, y), softmaxRun(rows, cols, y, z)})
+		if err != nil || len(times) != 2 {
+			t.Fatalf("RunBatch = %v, %v", times, err)
+		}
+		check(y, 0x3400, "y")
+		check(z, 0x3400, "z") // softmax of equal values again
+	})
+
+	t.Run("a bad entry is named, and nothing runs", func(t *testing.T) {
+		c.Write(ctx, y, 0, poison)
+		runs := []RunRequest{softmaxRun(rows, cols, x, y), softmaxRun(rows, cols, x, y), softmaxRun(rows, cols, x, y),
+			softmaxRun(0, cols, x, y), softmaxRun(rows, cols, x, y)}
+		_, err := c.RunBatch(ctx, runs)
+		var be *BatchError
+		var se *ServerError
+		if !errors.As(err, &be) || be.Index != 3 || be.Count != 5 || be.OpID != 4 || !errors.As(err, &se) || se.StatusName != "INVALID_ARGUMENT" {
+			t.Fatalf("RunBatch with entry 3 bad = %v, want a *BatchError for entry 3 wrapping INVALID_ARGUMENT", err)
+		}
+		if !strings.Contains(err.Error(), "RUN_BATCH entry 3 of 5 (op id 4)") || !strings.Contains(err.Error(), "softmax: R = 0, want >= 1") {
+			t.Errorf("the error reads %q", err)
+		}
+		check(y, 0x7E00, "y after a refused batch")
+		_, err = c.RunBatch(ctx, []RunRequest{softmaxRun(rows, cols, x, y), softmaxRun(rows, cols, y, y)})
+		if !errors.As(err, &be) || be.Index != 1 || !strings.Contains(err.Error(), "outputs must not alias") {
+			t.Errorf("an aliased output in entry 1 = %v", err)
+		}
+	})
+
+	t.Run("handles are checked on the host", func(t *testing.T) {
+		_, err := c.RunBatch(ctx, []RunRequest{softmaxRun(rows, cols, x, y), softmaxRun(rows, cols, x, Handle{})})
+		var be *BatchError
+		if !errors.As(err, &be) || be.Index != 1 || !errors.Is(err, ErrStaleHandle) {
+			t.Errorf("a zero handle in entry 1 = %v, want a *BatchError wrapping ErrStaleHandle", err)
+		}
+	})
+
+	t.Run("a batch too large for a frame is refused before sending", func(t *testing.T) {
+		runs := make([]RunRequest, MaxFrameBytes/32)
+		for i := range runs {
+			runs[i] = softmaxRun(rows, cols, x, y)
+		}
+		if _, err := c.RunBatch(ctx, runs); err == nil || !strings.Contains(err.Error(), "over the frame cap") {
+			t.Errorf("a batch of %d runs = %v", len(runs), err)
+		}
+		if times, err := c.RunBatch(ctx, nil); err != nil || len(times) != 0 {
+			t.Errorf("an empty batch = %v, %v", times, err)
+		}
+	})
+	if err := c.Ping(ctx); err != nil {
+		t.Errorf("the server after the batches: %v", err)
+	}
+}
+
+func TestRealServerOutOfMemoryKeepsServing(t *testing.T) {
+	t.Parallel()
+	c := realClient(t, buildRealServer(t), func(cfg *Config) { cfg.ArenaBytes = 1 << 20 })
+	ctx := withTimeout(t, 30*time.Second)
+	keep, err := c.Alloc(ctx, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := c.liveConn().p.pid()
+
+	t.Run("an allocation past the machine's memory", func(t *testing.T) {
+		_, err := c.Alloc(ctx, 2*physicalMemory())
+		var se *ServerError
+		if !errors.Is(err, ErrOutOfMemory) || !errors.As(err, &se) || se.StatusName != "OUT_OF_MEMORY" ||
+			!strings.Contains(err.Error(), "machine's") || errors.Is(err, ErrServerDied) {
+			t.Errorf("Alloc(2 × memory) = %v, want OUT_OF_MEMORY naming the machine's memory", err)
+		}
+	})
+
+	t.Run("a transfer larger than the arena moves in pieces", func(t *testing.T) {
+		big := make([]byte, 5<<20) // five times ArenaBytes
+		for i := range big {
+			big[i] = byte(i % 251)
+		}
+		h, err := c.Alloc(ctx, uint64(len(big)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Write(ctx, h, 0, big); err != nil {
+			t.Fatal(err)
+		}
+		back := make([]byte, len(big))
+		if err := c.Read(ctx, h, 0, back); err != nil || !bytes.Equal(back, big) {
+			t.Errorf("round trip through a small arena: equal = %v, %v", bytes.Equal(back, big), err)
+		}
+		c.Free(ctx, h)
+	})
+
+	t.Run("an arena that cannot grow", func(t *testing.T) {
+		c2 := realClient(t, buildRealServer(t), func(cfg *Config) { cfg.ArenaBytes = 64 << 20 })
+		h, err := c2.Alloc(ctx, 32<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The machine refuses more shared memory: fallocate fails as it
+		// does when memory (or the memfd's limit) runs out.
+		c2.arena.mu.Lock()
+		c2.arena.grow = func(int, uint32, int64, int64) error { return syscall.ENOSPC }
+		c2.arena.mu.Unlock()
+		err = c2.Write(ctx, h, 0, make([]byte, 32<<20))
+		if !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "growing the shared-memory arena") || errors.Is(err, ErrServerDied) {
+			t.Errorf("a write that needs a larger arena = %v, want ErrOutOfMemory saying the arena could not grow", err)
+		}
+		if err := c2.Write(ctx, h, 0, make([]byte, 4096)); err != nil {
+			t.Errorf("a write that fits the arena as it is: %v", err)
+		}
+		if used := c2.arena.inUse(); used != 0 {
+			t.Errorf("%d arena bytes still reserved", used)
+		}
+	})
+
+	if err := c.Write(ctx, keep, 0, make([]byte, 64)); err != nil {
+		t.Errorf("a buffer from before the refusals: %v", err)
+	}
+	if now := c.liveConn().p.pid(); now != pid {
+		t.Errorf("the server changed from pid %d to %d", pid, now)
+	}
+}
+
+func TestRealServerAnswersAFastCallBetweenPiecesOfASlowOne(t *testing.T) {
+	t.Parallel()
+	c := realClient(t, buildRealServer(t), nil)
+	ctx := withTimeout(t, 60*time.Second)
+	const size = 96 << 20 // 12 pieces
+	h, err := c.Alloc(ctx, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, size)
+	if err := c.Write(ctx, h, 0, data); err != nil { // warm the buffer's pages
+		t.Fatal(err)
+	}
+	writeDone := make(chan error, 1)
+	var pingsDuring int
+	go func() { writeDone <- c.Write(ctx, h, 0, data) }()
+	for {
+		if err := c.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-writeDone:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pingsDuring == 0 {
+				t.Error("no ping was answered while a 96 MiB write was in flight")
+			}
+			t.Logf("%d pings answered during the write", pingsDuring)
+			return
+		default:
+			pingsDuring++
+		}
+	}
+}
+
+func TestRealServerTextBaselineRoundTrips(t *testing.T) {
+	t.Parallel()
+	c := realClient(t, buildRealServer(t), nil)
+	ctx := withTimeout(t, 30*time.Second)
+	n := 3*textReadValues + 17 // several frames each way
+	values := make([]uint16, n)
+	for i := range values {
+		values[i] = uint16(i * 40503)
+	}
+	h, err := c.Alloc(ctx, uint64(2*n+2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.TextWrite(ctx, h, 2, values); err != nil {
+		t.Fatal(err)
+	}
+	raw := make([]byte, 2*n)
+	if err := c.Read(ctx, h, 2, raw); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range values {
+		if got := binary.LittleEndian.Uint16(raw[2*i:]); got != v {
+			t.Fatalf("value %d: the text path stored %d, want %d", i, got, v)
+		}
+	}
+	back := make([]uint16, n)
+	if err := c.TextRead(ctx, h, 2, back); err != nil {
+		t.Fatal(err)
+	}
+	if !slicesEqual(back, values) {
+		t.Error("TextRead returned other values")
+	}
+	var se *ServerError
+	if err := c.TextWrite(ctx, h, 4, values); !errors.As(err, &se) || se.StatusName != "OUT_OF_RANGE" {
+		t.Errorf("a text write past the end = %v, want OUT_OF_RANGE", err)
+	}
+}
+
+func slicesEqual(a, b []uint16) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestRealServerInIsolatedMode(t *testing.T) {
+	t.Parallel()
+	c := realClient(t, buildRealServer(t), func(cfg *Config) { cfg.Isolated = true })
+	ctx := withTimeout(t, 30*time.Second)
+	const m, n, k = 3, 5, 7
+	a, err := c.Alloc(ctx, 2*m*k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := c.Alloc(ctx, 2*k*n)
+	out, _ := c.Alloc(ctx, 4*m*n)
+	if err := c.Write(ctx, a, 0, f16s(m*k, f16One)); err != nil {
+		t.Fatal(err)
+	}
+	c.Write(ctx, b, 0, f16s(k*n, f16Two))
+	pids := map[string]bool{}
+	for range 3 {
+		if _, err := c.Run(ctx, 1, []int64{m, n, k}, []Handle{a, b, out}); err != nil {
+			t.Fatal(err)
+		}
+		// Each call's server says its pid on its first stderr line.
+		pids[strings.SplitN(c.Stderr(), ",", 2)[0]] = true
+	}
+	if len(pids) != 3 {
+		t.Errorf("three runs ran in %d processes (%v), want three", len(pids), pids)
+	}
+	got := make([]byte, 4*m*n)
+	if err := c.Read(ctx, out, 0, got); err != nil {
+		t.Fatal(err)
+	}
+	for i := range m * n {
+		if v := math.Float32frombits(binary.LittleEndian.Uint32(got[4*i:])); v != 2*k {
+			t.Fatalf("C[%d] = %v, want %d", i, v, 2*k)
+		}
+	}
+	if times, err := c.RunBatch(ctx, []RunRequest{{OpID: 1, Params: []int64{m, n, k}, Buffers: []Handle{a, b, out}}}); err != nil || len(times) != 1 {
+		t.Errorf("RunBatch = %v, %v", times, err)
+	}
+	var se *ServerError
+	if _, err := c.Run(ctx, 1, []int64{m, n, k + 1}, []Handle{a, b, out}); !errors.As(err, &se) || se.StatusName != "INVALID_ARGUMENT" {
+		t.Errorf("a wrong shape = %v, want INVALID_ARGUMENT from the one-shot server", err)
+	}
+	if err := c.Write(ctx, a, 2*m*k-1, []byte{1, 2}); !errors.As(err, &se) || se.StatusName != "OUT_OF_RANGE" {
+		t.Errorf("a write past the end = %v, want OUT_OF_RANGE", err)
+	}
+	if err := c.Free(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Run(ctx, 1, []int64{m, n, k}, []Handle{a, b, out}); !errors.As(err, &se) || se.StatusName != "BAD_HANDLE" {
+		t.Errorf("a run on a freed buffer = %v, want BAD_HANDLE", err)
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Error(err)
+	}
+	if h, err := c.Hello(ctx); err != nil || h.Backend() != "cpu" {
+		t.Errorf("Hello = %+v, %v", h, err)
+	}
 }

@@ -1,4 +1,4 @@
-// The kernel-server wire contract (PROTOCOL.md, version 1): frame limits,
+// The kernel-server wire contract (PROTOCOL.md, version 2): frame limits,
 // opcodes, status codes, exit statuses and little-endian field access.
 //
 // Every integer on the wire is little-endian. The helpers below assemble and
@@ -14,18 +14,26 @@
 
 namespace vkern {
 
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;
 
 // The environment cookie the host passes; without it the server refuses to run.
 constexpr const char* kCookieName = "VKERN_KERNEL_SERVER";
 constexpr const char* kCookieValue = "5f0c9e7a-vkern-kernel-server-v1";
 
 // maxFrameBytes caps a frame body (header + payload) in both directions.
-constexpr uint32_t kMaxFrameBytes = 32u * 1024u * 1024u;
+// Bulk data moves through the arena, so frames carry only control data.
+constexpr uint32_t kMaxFrameBytes = 1u << 20;
 // Every body opens with id u32, opcode u16, status u16.
 constexpr uint32_t kHeaderBytes = 8;
-// The most payload one frame can carry: what a READ may ask for at once.
+// The most payload one frame can carry.
 constexpr uint32_t kMaxPayloadBytes = kMaxFrameBytes - kHeaderBytes;
+// The most RUNs one RUN_BATCH carries.
+constexpr uint32_t kMaxBatchRuns = 65536;
+// RUN_BATCH error responses open with the failing entry's index; this one
+// says the error is about the batch as a whole.
+constexpr uint32_t kNoBatchEntry = 0xFFFFFFFFu;
+// The shared-memory arena is this file descriptor, set up by the host.
+constexpr int kArenaFd = 3;
 
 enum Opcode : uint16_t {
   kOpHello = 1,
@@ -37,6 +45,9 @@ enum Opcode : uint16_t {
   kOpRun = 7,
   kOpSync = 8,
   kOpShutdown = 9,
+  kOpRunBatch = 10,
+  kOpTextWrite = 11,  // benchmark baseline only: decimal text in the frame
+  kOpTextRead = 12,   // benchmark baseline only: decimal text in the frame
 };
 
 enum Status : uint16_t {
@@ -56,6 +67,7 @@ enum ExitStatus : int {
   kExitOversizedFrame = 3,  // a length prefix over kMaxFrameBytes
   kExitDeviceError = 4,     // the device failed; a DEVICE_ERROR was sent
   kExitOutputClosed = 5,    // stdout could not be written (the host went away)
+  kExitNoArena = 6,         // file descriptor 3 is not a mappable arena
   kExitNoCookie = 64,       // started without the environment cookie
 };
 

@@ -1,21 +1,31 @@
-// The kernel server's frame loop (PROTOCOL.md, version 1), backend-neutral.
+// The kernel server's frame loop (PROTOCOL.md, version 2), backend-neutral.
 //
 // One thread reads a request frame from stdin, validates it completely,
 // hands it to the backend, and writes exactly one response frame to stdout
-// before it reads the next. The core owns the handle table and every check
-// against it, so a backend only ever sees live buffers, in-range offsets and
-// shapes that match the op table.
+// before it reads the next, so responses leave in request order. The core
+// owns the handle table and every check against it, so a backend only ever
+// sees live buffers, in-range offsets and shapes that match the op table.
+//
+// Bulk data never travels in frames: WRITE and READ name a range of the
+// shared-memory arena (file descriptor 3, made and grown by the host), and
+// the backend copies between that range and the buffer. The arena is mapped
+// once and remapped only when a request names a range past the mapping,
+// after fstat shows that the host has grown the file.
 //
 // stdout carries frames only. At start the server keeps a private duplicate
 // of stdout for frames and points file descriptor 1 at stderr, so a stray
 // print from a library cannot corrupt the frame stream.
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -42,24 +52,11 @@ const char* opcode_name(uint16_t opcode) {
     case kOpRun: return "RUN";
     case kOpSync: return "SYNC";
     case kOpShutdown: return "SHUTDOWN";
+    case kOpRunBatch: return "RUN_BATCH";
+    case kOpTextWrite: return "TEXT_WRITE";
+    case kOpTextRead: return "TEXT_READ";
     default: return "unknown";
   }
-}
-
-// read_full reads n bytes unless input ends first; it returns the count read,
-// or -1 on a read error.
-long long read_full(int fd, uint8_t* dst, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::read(fd, dst + got, n - got);
-    if (r == 0) break;
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    got += static_cast<size_t>(r);
-  }
-  return static_cast<long long>(got);
 }
 
 bool write_full(int fd, const uint8_t* src, size_t n) {
@@ -75,9 +72,129 @@ bool write_full(int fd, const uint8_t* src, size_t n) {
   return true;
 }
 
+// Input reads stdin through a buffer, so that a burst of pipelined requests
+// costs one read call rather than two per frame.
+class Input {
+ public:
+  // read_full reads n bytes unless input ends first; it returns the count
+  // read, or -1 on a read error (errno says which).
+  long long read_full(uint8_t* dst, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      if (next_ == end_) {
+        // Large reads bypass the buffer; small ones refill it.
+        if (n - got >= sizeof buf_) {
+          const ssize_t r = ::read(0, dst + got, n - got);
+          if (r == 0) break;
+          if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+          }
+          got += static_cast<size_t>(r);
+          continue;
+        }
+        const ssize_t r = ::read(0, buf_, sizeof buf_);
+        if (r == 0) break;
+        if (r < 0) {
+          if (errno == EINTR) continue;
+          return -1;
+        }
+        next_ = 0;
+        end_ = static_cast<size_t>(r);
+      }
+      const size_t take = std::min(n - got, end_ - next_);
+      std::memcpy(dst + got, buf_ + next_, take);
+      next_ += take;
+      got += take;
+    }
+    return static_cast<long long>(got);
+  }
+
+ private:
+  uint8_t buf_[64 << 10];
+  size_t next_ = 0, end_ = 0;
+};
+
+// Arena is the host's shared-memory file on kArenaFd, mapped read-write.
+class Arena {
+ public:
+  // open maps the arena as it is now; a false return leaves a message.
+  bool open(std::string* message) {
+    struct stat st;
+    if (::fstat(kArenaFd, &st) != 0) {
+      *message = cat("file descriptor ", kArenaFd, " is not open (", std::strerror(errno),
+                     "); the host passes the shared-memory arena there");
+      return false;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      *message = cat("file descriptor ", kArenaFd, " is not a memfd or regular file; the host passes the arena there");
+      return false;
+    }
+    const Result r = map(static_cast<uint64_t>(st.st_size));
+    if (!r.ok()) *message = r.message;
+    return r.ok();
+  }
+
+  uint64_t mapped() const { return size_; }
+
+  // span points *p at arena bytes [offset, offset + length), remapping
+  // first if the host has grown the arena past the current mapping.
+  Result span(const char* what, uint64_t offset, uint64_t length, uint8_t** p) {
+    if (!inside(offset, length, size_)) {
+      struct stat st;
+      if (::fstat(kArenaFd, &st) != 0) {
+        return fail(kStatusDeviceError, what, ": fstat of the arena failed: ", std::strerror(errno));
+      }
+      const uint64_t now = static_cast<uint64_t>(st.st_size);
+      if (!inside(offset, length, now)) {
+        return fail(kStatusOutOfRange, what, ": arena range of ", length, " bytes at arena offset ", offset,
+                    " overruns the arena of ", now, " bytes");
+      }
+      const Result r = map(now);
+      if (!r.ok()) return r;
+    }
+    *p = base_ + offset;
+    return Result::OK();
+  }
+
+  void close() {
+    if (base_ != nullptr) ::munmap(base_, size_);
+    base_ = nullptr;
+    size_ = 0;
+  }
+
+ private:
+  static bool inside(uint64_t offset, uint64_t length, uint64_t size) {
+    return offset <= size && length <= size - offset;
+  }
+
+  Result map(uint64_t size) {
+    close();
+    if (size == 0) return Result::OK();
+    if (size > SIZE_MAX) return fail(kStatusOutOfMemory, "the arena of ", size, " bytes cannot be mapped here");
+    void* p = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, kArenaFd, 0);
+    if (p == MAP_FAILED) {
+      return fail(kStatusOutOfMemory, "mapping the arena of ", size, " bytes failed: ", std::strerror(errno));
+    }
+    base_ = static_cast<uint8_t*>(p);
+    size_ = size;
+    return Result::OK();
+  }
+
+  uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+};
+
 struct LiveBuffer {
   void* ptr;
   uint64_t bytes;
+};
+
+// A RUN that passed every check: its op, params and device pointers.
+struct CheckedRun {
+  const OpSpec* op;
+  int64_t params[kMaxOpParams];
+  void* ptrs[kMaxOpBuffers];
 };
 
 // shape_values lists an op's params as "M=4, N=4, K=2".
@@ -93,10 +210,19 @@ std::string known_ops() {
   return s;
 }
 
+// Result of a request: its status and message, and for RUN_BATCH the entry
+// an error belongs to.
+struct Outcome {
+  Result result;
+  uint32_t batch_entry = kNoBatchEntry;
+};
+
 class Server {
  public:
   explicit Server(int frame_out) : out_fd_(frame_out) {}
 
+  bool open_arena(std::string* message) { return arena_.open(message); }
+  uint64_t arena_bytes() const { return arena_.mapped(); }
   bool send_hello();
   // serve answers requests until SHUTDOWN, end of input or a fatal error,
   // and returns the exit status.
@@ -111,20 +237,27 @@ class Server {
     return response_.data() + 4 + kHeaderBytes;
   }
   bool send(uint32_t id, uint16_t opcode, Status status);
-  bool send_error(uint32_t id, uint16_t opcode, const Result& r);
+  bool send_error(uint32_t id, uint16_t opcode, const Outcome& o);
 
-  Result handle(uint16_t opcode, const uint8_t* p, size_t n);
-  Result find(uint64_t handle, LiveBuffer* out, const std::string& what) const;
+  Outcome handle(uint16_t opcode, const uint8_t* p, size_t n);
+  // find looks a handle up; what names the lookup in the error message.
+  Result find(uint64_t handle, LiveBuffer* out, const char* what) const;
   Result alloc(const uint8_t* p, size_t n);
   Result free_buffer(const uint8_t* p, size_t n);
-  Result write(const uint8_t* p, size_t n);
-  Result read(const uint8_t* p, size_t n);
+  Result transfer(uint16_t opcode, const uint8_t* p, size_t n);
+  Result check_run(const uint8_t* p, size_t n, CheckedRun* run) const;
   Result run(const uint8_t* p, size_t n);
+  Outcome run_batch(const uint8_t* p, size_t n);
+  Result text_write(const uint8_t* p, size_t n);
+  Result text_read(const uint8_t* p, size_t n);
 
   const int out_fd_;
+  Input in_;
+  Arena arena_;
   std::vector<uint8_t> request_;
   std::vector<uint8_t> response_;
   std::unordered_map<uint64_t, LiveBuffer> buffers_;
+  std::vector<CheckedRun> batch_;
   uint64_t next_handle_ = 1;
 };
 
@@ -140,9 +273,15 @@ bool Server::send(uint32_t id, uint16_t opcode, Status status) {
   return ok;
 }
 
-bool Server::send_error(uint32_t id, uint16_t opcode, const Result& r) {
-  std::memcpy(payload(r.message.size()), r.message.data(), r.message.size());
-  return send(id, opcode, r.status);
+// send_error sends a non-OK response: the message, preceded for RUN_BATCH
+// by the failing entry's index. Messages are cut to fit a frame.
+bool Server::send_error(uint32_t id, uint16_t opcode, const Outcome& o) {
+  const size_t prefix = opcode == kOpRunBatch ? 4 : 0;
+  const size_t n = std::min<size_t>(o.result.message.size(), kMaxPayloadBytes - prefix);
+  uint8_t* p = payload(prefix + n);
+  if (prefix != 0) store_u32(p, o.batch_entry);
+  std::memcpy(p + prefix, o.result.message.data(), n);
+  return send(id, opcode, o.result.status);
 }
 
 bool Server::send_hello() {
@@ -168,12 +307,13 @@ bool Server::send_hello() {
 void Server::release_all() {
   for (auto& entry : buffers_) backend_free(entry.second.ptr, entry.second.bytes);
   buffers_.clear();
+  arena_.close();
 }
 
 int Server::serve() {
   uint8_t prefix[4];
   for (;;) {
-    const long long got = read_full(0, prefix, sizeof prefix);
+    const long long got = in_.read_full(prefix, sizeof prefix);
     if (got == 0) return kExitClean;
     if (got < 0) {
       std::fprintf(stderr, "vkern kernel server: reading stdin: %s\n", std::strerror(errno));
@@ -185,61 +325,74 @@ int Server::serve() {
     }
     const uint32_t length = load_u32(prefix);
     if (length > kMaxFrameBytes) {
-      const Result r = fail(kStatusMalformed, "frame length prefix ", length, " bytes exceeds maxFrameBytes ",
-                            kMaxFrameBytes, "; the stream cannot be resynchronised, the server exits with status 3");
-      std::fprintf(stderr, "vkern kernel server: %s\n", r.message.c_str());
-      send_error(0, 0, r);
+      Outcome o;
+      o.result = fail(kStatusMalformed, "frame length prefix ", length, " bytes exceeds maxFrameBytes ",
+                      kMaxFrameBytes, "; the stream cannot be resynchronised, the server exits with status 3");
+      std::fprintf(stderr, "vkern kernel server: %s\n", o.result.message.c_str());
+      send_error(0, 0, o);
       return kExitOversizedFrame;
     }
     request_.resize(length);
-    const long long body = read_full(0, request_.data(), length);
+    const long long body = in_.read_full(request_.data(), length);
     if (body != static_cast<long long>(length)) {
       std::fprintf(stderr, "vkern kernel server: input ended inside a frame body (%lld of %u bytes)\n", body, length);
       return kExitTruncatedFrame;
     }
     if (length < kHeaderBytes) {
-      if (!send_error(0, 0,
-                      fail(kStatusMalformed, "frame body has ", length, " bytes, shorter than the 8-byte header"))) {
-        return kExitOutputClosed;
-      }
+      Outcome o;
+      o.result = fail(kStatusMalformed, "frame body has ", length, " bytes, shorter than the 8-byte header");
+      if (!send_error(0, 0, o)) return kExitOutputClosed;
       continue;
     }
     const uint32_t id = load_u32(request_.data());
     const uint16_t opcode = load_u16(request_.data() + 4);
     const uint16_t status = load_u16(request_.data() + 6);
-    const Result r = status != 0 ? fail(kStatusMalformed, opcode_name(opcode), " request has status ", status,
-                                        ", want 0 in a request")
-                                 : handle(opcode, request_.data() + kHeaderBytes, length - kHeaderBytes);
-    if (!(r.ok() ? send(id, opcode, kStatusOK) : send_error(id, opcode, r))) {
+    Outcome o;
+    if (status != 0) {
+      o.result = fail(kStatusMalformed, opcode_name(opcode), " request has status ", status, ", want 0 in a request");
+    } else {
+      o = handle(opcode, request_.data() + kHeaderBytes, length - kHeaderBytes);
+    }
+    if (!(o.result.ok() ? send(id, opcode, kStatusOK) : send_error(id, opcode, o))) {
       std::fprintf(stderr, "vkern kernel server: writing a response to stdout: %s\n", std::strerror(errno));
       return kExitOutputClosed;
     }
-    if (r.status == kStatusDeviceError) {
-      std::fprintf(stderr, "vkern kernel server: device error: %s\n", r.message.c_str());
+    if (o.result.status == kStatusDeviceError) {
+      std::fprintf(stderr, "vkern kernel server: device error: %s\n", o.result.message.c_str());
       return kExitDeviceError;
     }
-    if (r.ok() && opcode == kOpShutdown) return kExitClean;
+    if (o.result.ok() && opcode == kOpShutdown) return kExitClean;
   }
 }
 
-Result Server::handle(uint16_t opcode, const uint8_t* p, size_t n) {
+Outcome Server::handle(uint16_t opcode, const uint8_t* p, size_t n) {
+  Outcome o;
   switch (opcode) {
     case kOpPing:
     case kOpSync:
     case kOpShutdown:
-      if (n != 0) return fail(kStatusMalformed, opcode_name(opcode), " payload has ", n, " bytes, want 0");
-      return opcode == kOpSync ? backend_sync() : Result::OK();
-    case kOpAlloc: return alloc(p, n);
-    case kOpFree: return free_buffer(p, n);
-    case kOpWrite: return write(p, n);
-    case kOpRead: return read(p, n);
-    case kOpRun: return run(p, n);
-    case kOpHello: return fail(kStatusUnknownOpcode, "opcode 1 (HELLO) is sent by the server, never a request");
-    default: return fail(kStatusUnknownOpcode, "unknown opcode ", opcode, "; requests are 2 (PING) to 9 (SHUTDOWN)");
+      if (n != 0) {
+        o.result = fail(kStatusMalformed, opcode_name(opcode), " payload has ", n, " bytes, want 0");
+      } else if (opcode == kOpSync) {
+        o.result = backend_sync();
+      }
+      return o;
+    case kOpAlloc: o.result = alloc(p, n); return o;
+    case kOpFree: o.result = free_buffer(p, n); return o;
+    case kOpWrite:
+    case kOpRead: o.result = transfer(opcode, p, n); return o;
+    case kOpRun: o.result = run(p, n); return o;
+    case kOpRunBatch: return run_batch(p, n);
+    case kOpTextWrite: o.result = text_write(p, n); return o;
+    case kOpTextRead: o.result = text_read(p, n); return o;
+    case kOpHello: o.result = fail(kStatusUnknownOpcode, "opcode 1 (HELLO) is sent by the server, never a request"); return o;
+    default:
+      o.result = fail(kStatusUnknownOpcode, "unknown opcode ", opcode, "; requests are 2 (PING) to 12 (TEXT_READ)");
+      return o;
   }
 }
 
-Result Server::find(uint64_t handle, LiveBuffer* out, const std::string& what) const {
+Result Server::find(uint64_t handle, LiveBuffer* out, const char* what) const {
   const auto it = buffers_.find(handle);
   if (it == buffers_.end()) return fail(kStatusBadHandle, what, ": no live buffer has handle ", handle);
   *out = it->second;
@@ -277,37 +430,27 @@ Result check_range(const char* what, uint64_t handle, uint64_t offset, uint64_t 
               size, " bytes");
 }
 
-Result Server::write(const uint8_t* p, size_t n) {
-  if (n < 16) return fail(kStatusMalformed, "WRITE payload has ", n, " bytes, want >= 16");
+// transfer serves WRITE (arena -> buffer) and READ (buffer -> arena).
+Result Server::transfer(uint16_t opcode, const uint8_t* p, size_t n) {
+  const char* what = opcode_name(opcode);
+  if (n != 32) return fail(kStatusMalformed, what, " payload has ", n, " bytes, want 32");
   const uint64_t handle = load_u64(p);
   const uint64_t offset = load_u64(p + 8);
-  const uint64_t length = n - 16;
+  const uint64_t arena_offset = load_u64(p + 16);
+  const uint64_t length = load_u64(p + 24);
   LiveBuffer b;
-  Result r = find(handle, &b, "WRITE");
-  if (r.ok()) r = check_range("WRITE", handle, offset, length, b.bytes);
+  Result r = find(handle, &b, what);
+  if (r.ok()) r = check_range(what, handle, offset, length, b.bytes);
+  uint8_t* bytes = nullptr;
+  if (r.ok()) r = arena_.span(what, arena_offset, length, &bytes);
   if (!r.ok()) return r;
-  return backend_write(b.ptr, offset, p + 16, length);
+  if (opcode == kOpWrite) return backend_write(b.ptr, offset, bytes, length);
+  return backend_read(b.ptr, offset, bytes, length);
 }
 
-Result Server::read(const uint8_t* p, size_t n) {
-  if (n != 24) return fail(kStatusMalformed, "READ payload has ", n, " bytes, want 24");
-  const uint64_t handle = load_u64(p);
-  const uint64_t offset = load_u64(p + 8);
-  const uint64_t length = load_u64(p + 16);
-  LiveBuffer b;
-  Result r = find(handle, &b, "READ");
-  if (r.ok()) r = check_range("READ", handle, offset, length, b.bytes);
-  if (!r.ok()) return r;
-  if (length > kMaxPayloadBytes) {
-    return fail(kStatusOutOfRange, "READ of ", length, " bytes exceeds the ", kMaxPayloadBytes,
-                " bytes one response frame can carry; split the read");
-  }
-  r = backend_read(b.ptr, offset, payload(length), length);
-  if (!r.ok()) response_.clear();
-  return r;
-}
-
-Result Server::run(const uint8_t* p, size_t n) {
+// check_run decodes one RUN payload and checks it against the op table and
+// the handle table.
+Result Server::check_run(const uint8_t* p, size_t n, CheckedRun* run) const {
   if (n < 16) return fail(kStatusMalformed, "RUN payload has ", n, " bytes, want >= 16");
   const uint32_t op_id = load_u32(p);
   const uint32_t param_count = load_u32(p + 4);
@@ -321,8 +464,10 @@ Result Server::run(const uint8_t* p, size_t n) {
   }
 
   const OpSpec* op = find_op(op_id);
-  if (op == nullptr) return fail(kStatusInvalidArgument, "RUN: unknown op id ", op_id, " (known: ", known_ops(), ")");
-  const std::string name = op->name;
+  if (op == nullptr) {
+    return fail(kStatusInvalidArgument, "RUN: unknown op id ", op_id, " (known: ", known_ops(), ")");
+  }
+  const char* name = op->name;
   if (param_count != static_cast<uint32_t>(op->param_count) ||
       buffer_count != static_cast<uint32_t>(op->buffer_count)) {
     std::string params, buffers;
@@ -333,7 +478,8 @@ Result Server::run(const uint8_t* p, size_t n) {
                 " buffers");
   }
 
-  int64_t params[kMaxOpParams] = {};
+  run->op = op;
+  int64_t* params = run->params;
   for (int i = 0; i < op->param_count; ++i) params[i] = static_cast<int64_t>(load_u64(p + 16 + 8 * i));
   for (int i = 0; i < op->param_count; ++i) {
     if (params[i] < 1) {
@@ -347,27 +493,33 @@ Result Server::run(const uint8_t* p, size_t n) {
   uint64_t ids[kMaxOpBuffers] = {};
   for (int i = 0; i < op->buffer_count; ++i) {
     ids[i] = load_u64(handles + 8 * i);
-    const Result r = find(ids[i], &bufs[i], cat(name, " buffer ", i, " (", op->buffers[i].name, ")"));
-    if (!r.ok()) return r;
+    // The message is built only on failure: a batch of tiny runs spends
+    // most of its time in these checks.
+    const auto it = buffers_.find(ids[i]);
+    if (it == buffers_.end()) {
+      return fail(kStatusBadHandle, name, " buffer ", i, " (", op->buffers[i].name, "): no live buffer has handle ",
+                  ids[i]);
+    }
+    bufs[i] = it->second;
   }
 
-  void* ptrs[kMaxOpBuffers] = {};
   for (int i = 0; i < op->buffer_count; ++i) {
     const BufferSpec& spec = op->buffers[i];
     const uint64_t rows = static_cast<uint64_t>(params[spec.rows]);
     const uint64_t cols = static_cast<uint64_t>(params[spec.cols]);
     const uint64_t elem = dtype_bytes(spec.dtype);
-    const std::string formula = cat(op->params[spec.rows], "·", op->params[spec.cols], "·", elem);
     uint64_t elements = 0, bytes = 0;
     if (__builtin_mul_overflow(rows, cols, &elements) || __builtin_mul_overflow(elements, elem, &bytes)) {
-      return fail(kStatusInvalidArgument, name, ": ", spec.name, " (", dtype_name(spec.dtype), ") needs ", formula,
+      return fail(kStatusInvalidArgument, name, ": ", spec.name, " (", dtype_name(spec.dtype), ") needs ",
+                  op->params[spec.rows], "·", op->params[spec.cols], "·", elem,
                   " bytes, which overflows 64 bits (", shape_values(*op, params), ")");
     }
     if (bufs[i].bytes < bytes) {
       return fail(kStatusInvalidArgument, name, ": ", spec.name, " (handle ", ids[i], ") has ", bufs[i].bytes,
-                  " bytes, want ", formula, " = ", bytes, " (", shape_values(*op, params), ")");
+                  " bytes, want ", op->params[spec.rows], "·", op->params[spec.cols], "·", elem, " = ", bytes, " (",
+                  shape_values(*op, params), ")");
     }
-    ptrs[i] = bufs[i].ptr;
+    run->ptrs[i] = bufs[i].ptr;
   }
 
   for (int o = 0; o < op->buffer_count; ++o) {
@@ -379,18 +531,133 @@ Result Server::run(const uint8_t* p, size_t n) {
       }
     }
   }
+  return Result::OK();
+}
 
+Result Server::run(const uint8_t* p, size_t n) {
+  CheckedRun checked;
+  Result r = check_run(p, n, &checked);
+  if (!r.ok()) return r;
   uint64_t kernel_ns = 0;
-  const Result r = backend_run(*op, params, ptrs, &kernel_ns);
+  r = backend_run(*checked.op, checked.params, checked.ptrs, &kernel_ns);
   if (!r.ok()) return r;
   store_u64(payload(8), kernel_ns);
   return Result::OK();
 }
 
+// run_batch checks every entry before it runs any, then runs them in order;
+// an entry that fails while running stops the batch.
+Outcome Server::run_batch(const uint8_t* p, size_t n) {
+  Outcome o;
+  if (n < 8) {
+    o.result = fail(kStatusMalformed, "RUN_BATCH payload has ", n, " bytes, want >= 8 (count, reserved)");
+    return o;
+  }
+  const uint32_t count = load_u32(p);
+  const uint32_t reserved = load_u32(p + 4);
+  if (reserved != 0) {
+    o.result = fail(kStatusMalformed, "RUN_BATCH reserved field is ", reserved, ", want 0");
+    return o;
+  }
+  if (count > kMaxBatchRuns) {
+    o.result = fail(kStatusInvalidArgument, "RUN_BATCH of ", count, " runs; at most ", kMaxBatchRuns);
+    return o;
+  }
+  batch_.resize(count);
+  CheckedRun* runs = batch_.data();
+  size_t at = 8;
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint64_t length =
+        n - at < 16 ? 16 : 16 + 8 * (uint64_t{load_u32(p + at + 4)} + uint64_t{load_u32(p + at + 8)});
+    if (length > n - at) {
+      o.result = fail(kStatusMalformed, "its RUN needs ", length, " bytes, only ", n - at, " are left");
+    } else {
+      o.result = check_run(p + at, static_cast<size_t>(length), &runs[i]);
+    }
+    if (!o.result.ok()) {
+      o.batch_entry = i;
+      o.result.message = cat("RUN_BATCH entry ", i, " of ", count, ": ", o.result.message);
+      return o;
+    }
+    at += static_cast<size_t>(length);
+  }
+  if (at != n) {
+    o.result = fail(kStatusMalformed, "RUN_BATCH has ", n - at, " bytes after its ", count, " entries");
+    return o;
+  }
+  uint8_t* times = payload(8 * size_t{count});
+  for (uint32_t i = 0; i < count; ++i) {
+    uint64_t kernel_ns = 0;
+    const Result r = backend_run(*runs[i].op, runs[i].params, runs[i].ptrs, &kernel_ns);
+    if (!r.ok()) {
+      response_.clear();
+      o.batch_entry = i;
+      o.result = fail(r.status, "RUN_BATCH entry ", i, " of ", count, " (", runs[i].op->name, "): ", r.message,
+                      i == 0 ? std::string(" (no entry ran)") : cat(" (entries 0 to ", i - 1, " ran)"));
+      return o;
+    }
+    store_u64(times + 8 * i, kernel_ns);
+  }
+  return o;
+}
+
+// text_write is the seed's text path, kept only as a benchmark baseline:
+// decimal u16 values parsed with an istringstream, as the seed parsed them.
+Result Server::text_write(const uint8_t* p, size_t n) {
+  if (n < 16) return fail(kStatusMalformed, "TEXT_WRITE payload has ", n, " bytes, want >= 16");
+  const uint64_t handle = load_u64(p);
+  const uint64_t offset = load_u64(p + 8);
+  LiveBuffer b;
+  Result r = find(handle, &b, "TEXT_WRITE");
+  if (!r.ok()) return r;
+  std::istringstream text(std::string(reinterpret_cast<const char*>(p + 16), n - 16));
+  std::vector<uint16_t> values;
+  unsigned long v = 0;
+  while (text >> v) {
+    if (v > 0xFFFF) return fail(kStatusInvalidArgument, "TEXT_WRITE value ", values.size(), " is ", v, ", over 65535");
+    values.push_back(static_cast<uint16_t>(v));
+  }
+  if (!text.eof()) {
+    return fail(kStatusInvalidArgument, "TEXT_WRITE value ", values.size(), " is not a decimal integer");
+  }
+  const uint64_t length = 2 * uint64_t{values.size()};
+  r = check_range("TEXT_WRITE", handle, offset, length, b.bytes);
+  if (!r.ok()) return r;
+  std::vector<uint8_t> bytes(length);
+  for (size_t i = 0; i < values.size(); ++i) store_u16(bytes.data() + 2 * i, values[i]);
+  return backend_write(b.ptr, offset, bytes.data(), length);
+}
+
+// text_read formats count u16 values as decimal text, the benchmark baseline
+// for READ.
+Result Server::text_read(const uint8_t* p, size_t n) {
+  if (n != 24) return fail(kStatusMalformed, "TEXT_READ payload has ", n, " bytes, want 24");
+  const uint64_t handle = load_u64(p);
+  const uint64_t offset = load_u64(p + 8);
+  const uint64_t count = load_u64(p + 16);
+  LiveBuffer b;
+  Result r = find(handle, &b, "TEXT_READ");
+  if (r.ok() && count > b.bytes / 2) r = fail(kStatusOutOfRange, "TEXT_READ of ", count, " values overruns buffer ", handle, " of ", b.bytes, " bytes");
+  if (r.ok()) r = check_range("TEXT_READ", handle, offset, 2 * count, b.bytes);
+  // Six characters per value at most ("65535 "), so the text fits a frame.
+  if (r.ok() && count > kMaxPayloadBytes / 6) {
+    r = fail(kStatusOutOfRange, "TEXT_READ of ", count, " values; at most ", kMaxPayloadBytes / 6, " fit a frame");
+  }
+  if (!r.ok()) return r;
+  std::vector<uint8_t> bytes(2 * count);
+  r = backend_read(b.ptr, offset, bytes.data(), 2 * count);
+  if (!r.ok()) return r;
+  std::ostringstream text;
+  for (uint64_t i = 0; i < count; ++i) text << (i ? " " : "") << load_u16(bytes.data() + 2 * i);
+  const std::string s = text.str();
+  std::memcpy(payload(s.size()), s.data(), s.size());
+  return Result::OK();
+}
+
 }  // namespace
 
-// run_server is the whole process: cookie check, device open, HELLO, then
-// requests until SHUTDOWN or end of input. It returns the exit status.
+// run_server is the whole process: cookie check, arena, device open, HELLO,
+// then requests until SHUTDOWN or end of input. It returns the exit status.
 int run_server() {
   const char* cookie = std::getenv(kCookieName);
   if (cookie == nullptr || std::strcmp(cookie, kCookieValue) != 0) {
@@ -404,12 +671,21 @@ int run_server() {
     std::fprintf(stderr, "vkern kernel server: setting up stdout: %s\n", std::strerror(errno));
     return kExitOutputClosed;
   }
+  Server server(frame_out);
+  std::string arena_error;
+  if (!server.open_arena(&arena_error)) {
+    std::fprintf(stderr, "vkern kernel server: no arena: %s\n", arena_error.c_str());
+    return kExitNoArena;
+  }
   const Result opened = backend_open();
   if (!opened.ok()) {
     std::fprintf(stderr, "vkern kernel server: cannot open the device: %s\n", opened.message.c_str());
+    server.release_all();
     return kExitDeviceError;
   }
-  Server server(frame_out);
+  std::fprintf(stderr, "vkern kernel server: pid %ld, protocol %u, arena of %llu bytes on fd %d\n",
+               static_cast<long>(::getpid()), kProtocolVersion,
+               static_cast<unsigned long long>(server.arena_bytes()), kArenaFd);
   int status = kExitOutputClosed;
   if (server.send_hello()) {
     status = server.serve();

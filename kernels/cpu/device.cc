@@ -4,9 +4,15 @@
 // Buffers are zero-filled host allocations; the sum of live buffers is held
 // under the machine's physical memory, so an ALLOC that could only succeed
 // by overcommit answers OUT_OF_MEMORY instead of inviting the OOM killer.
+// Under glibc, allocations from kMmapThresholdBytes up are mapped on their
+// own, so a FREE gives the memory back to the system at once: a long-lived
+// server's footprint follows its live buffers, not their history.
 // The pool's threads are created once, in backend_open; VKERN_THREADS (a
 // positive integer) overrides the default of one thread per hardware thread.
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -254,7 +260,14 @@ const char* compiler_version() {
 
 }  // namespace
 
+// kMmapThresholdBytes fixes glibc's mmap threshold, which otherwise rises
+// after each large free until large buffers come from the heap and stay.
+constexpr int kMmapThresholdBytes = 256 << 10;
+
 Result backend_open() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+#endif
   const unsigned threads = pool_threads();
   try {
     g_pool = new ThreadPool(threads);
