@@ -32,6 +32,11 @@ type Options struct {
 	CacheDir string
 	// CallTimeout is the deadline of a call whose context has none.
 	CallTimeout time.Duration
+	// Isolated runs every call that needs the server in a fresh server
+	// process, shut down when the call ends; buffers then live in host
+	// memory between calls. Slower by the cost of a process start per
+	// call, for callers that want no state shared between calls.
+	Isolated bool
 
 	// editSources lets this package's tests plant defects in the kernel
 	// sources before they are built (the mutants get their own cache keys).
@@ -89,6 +94,7 @@ func Open(ctx context.Context, opts Options) (*Device, error) {
 		BeforeStart:        d.recheck,
 		CallTimeout:        opts.CallTimeout,
 		ExpectSourceSHA256: d.artifact.Manifest.SourceSHA256,
+		Isolated:           opts.Isolated,
 	})
 	if _, err := d.client.Hello(ctx); err != nil {
 		d.client.Close()
@@ -302,32 +308,79 @@ func (b *Buffer) ReadF32(ctx context.Context, dst []float32) error {
 // output) and returns the kernel's own time as measured by the server. Each
 // buffer must be at least as large as its operand.
 func (d *Device) Run(ctx context.Context, o *op.Op, s op.Shape, buffers ...*Buffer) (time.Duration, error) {
-	if err := o.Validate(s); err != nil {
+	req, err := d.runRequest(Call{Op: o, Shape: s, Buffers: buffers})
+	if err != nil {
 		return 0, err
 	}
-	operands := o.Operands()
-	if len(buffers) != len(operands) {
-		return 0, fmt.Errorf("%s: got %d buffers, want %d (inputs then output)", o.Name, len(buffers), len(operands))
+	ns, err := d.client.Run(ctx, req.OpID, req.Params, req.Buffers)
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %w", o.Name, s, err)
 	}
-	handles := make([]kserver.Handle, len(buffers))
-	for i, b := range buffers {
+	return nanoseconds(ns), nil
+}
+
+// Call is one op on device buffers, for RunBatch.
+type Call struct {
+	Op      *op.Op
+	Shape   op.Shape
+	Buffers []*Buffer // inputs, then the output
+}
+
+// RunBatch executes calls in order in one round trip to the server, the
+// shape of a training step, and returns each kernel's time. Every call is
+// checked before any runs; an error names the failing call's index and op.
+func (d *Device) RunBatch(ctx context.Context, calls []Call) ([]time.Duration, error) {
+	reqs := make([]kserver.RunRequest, len(calls))
+	for i, c := range calls {
+		req, err := d.runRequest(c)
+		if err != nil {
+			return nil, fmt.Errorf("batch call %d of %d: %w", i, len(calls), err)
+		}
+		reqs[i] = req
+	}
+	ns, err := d.client.RunBatch(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	times := make([]time.Duration, len(ns))
+	for i, t := range ns {
+		times[i] = nanoseconds(t)
+	}
+	return times, nil
+}
+
+// runRequest checks a call against its op's contract and makes its RUN.
+func (d *Device) runRequest(c Call) (kserver.RunRequest, error) {
+	o, s := c.Op, c.Shape
+	if o == nil {
+		return kserver.RunRequest{}, errors.New("vkern: a call with no op")
+	}
+	if err := o.Validate(s); err != nil {
+		return kserver.RunRequest{}, err
+	}
+	operands := o.Operands()
+	if len(c.Buffers) != len(operands) {
+		return kserver.RunRequest{}, fmt.Errorf("%s: got %d buffers, want %d (inputs then output)", o.Name, len(c.Buffers), len(operands))
+	}
+	handles := make([]kserver.Handle, len(c.Buffers))
+	for i, b := range c.Buffers {
 		if b == nil || b.d != d {
-			return 0, fmt.Errorf("%s: buffer %s is nil or belongs to another device", o.Name, operands[i].Name)
+			return kserver.RunRequest{}, fmt.Errorf("%s: buffer %s is nil or belongs to another device", o.Name, operands[i].Name)
 		}
 		if want := s.Bytes(operands[i]); b.Bytes < want {
-			return 0, fmt.Errorf("%s: buffer %s has %d bytes, want at least %d for %s at shape %s",
+			return kserver.RunRequest{}, fmt.Errorf("%s: buffer %s has %d bytes, want at least %d for %s at shape %s",
 				o.Name, operands[i].Name, b.Bytes, want, operands[i].DType, s)
 		}
 		handles[i] = b.handle
 	}
-	ns, err := d.client.Run(ctx, uint32(o.ID), s.Params(), handles)
-	if err != nil {
-		return 0, fmt.Errorf("%s %s: %w", o.Name, s, err)
-	}
+	return kserver.RunRequest{OpID: uint32(o.ID), Params: s.Params(), Buffers: handles}, nil
+}
+
+func nanoseconds(ns uint64) time.Duration {
 	if ns > math.MaxInt64 {
-		ns = math.MaxInt64
+		return math.MaxInt64
 	}
-	return time.Duration(ns), nil
+	return time.Duration(ns)
 }
 
 // RunOp allocates a buffer per slice, uploads them all, runs o, reads every

@@ -210,3 +210,38 @@ func TestATamperedBinaryIsRebuiltNotRun(t *testing.T) {
 		t.Errorf("notes %q do not say the entry was rebuilt", info2.Notes)
 	}
 }
+
+func TestABatchRunsInOrderAndNamesItsFailingCall(t *testing.T) {
+	dev := openCPU(t, Options{})
+	ctx := context.Background()
+	softmax, _ := op.Lookup("softmax")
+	s, _ := softmax.ParseShape("2x3")
+	x, _ := dev.Alloc(ctx, 12)
+	y, _ := dev.Alloc(ctx, 12)
+	z, _ := dev.Alloc(ctx, 12)
+	if err := x.WriteF16(ctx, []uint16{0x3c00, 0x4000, 0x4200, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	// softmax(softmax(x)): the second call reads what the first wrote.
+	times, err := dev.RunBatch(ctx, []Call{{softmax, s, []*Buffer{x, y}}, {softmax, s, []*Buffer{y, z}}})
+	if err != nil || len(times) != 2 {
+		t.Fatalf("RunBatch: %v, %v", times, err)
+	}
+	got := make([]uint16, 6)
+	if err := z.ReadF16(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if got[3] != 0x3555 { // row 1 is all zeros: softmax gives 1/3 twice over, 0x3555 in f16
+		t.Errorf("z[1,0] = %#04x, want 0x3555 (1/3)", got[3])
+	}
+	small, _ := dev.Alloc(ctx, 4)
+	_, err = dev.RunBatch(ctx, []Call{{softmax, s, []*Buffer{x, y}}, {softmax, s, []*Buffer{y, small}}})
+	if err == nil || !strings.Contains(err.Error(), "batch call 1 of 2") {
+		t.Errorf("a bad second call: %v", err)
+	}
+}
+
+func TestIsolatedModeGivesTheSameResults(t *testing.T) {
+	dev := openCPU(t, Options{Isolated: true})
+	kerneltest.Op(t, dev, "gemm_grad_b")
+}

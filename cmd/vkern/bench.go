@@ -20,6 +20,8 @@ where an anchor was measured in the same run, the ratio to it (above 1: faster
 than the anchor). Benchmarks only report; they never fail on a time.
 
   --suite S      core (default): ping, start-up, the GEMMs at --n³, the oracle
+                 server: ping, tiny and batched runs, WRITE/READ 1 MiB..1 GiB, and the
+                 seed-style baselines (decimal text over the pipe, a process per call)
   --backend B    auto | cpu | cuda | hip (default auto)
   --anchors FILE JSON lines from bench/cpu_anchors.py or anchors.py, run just before
   --n N          GEMM size for the core suite (default 1024)
@@ -66,8 +68,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	switch *suite {
 	case "core":
 		results, err = bench.CoreSuite(ctx, bench.CoreOptions{Open: vkern.Options{Backend: *backend}, Anchors: anchors, GemmN: *n}, stderr)
+	case "server":
+		var info vkern.Info
+		if info, err = vkern.Build(ctx, vkern.Options{Backend: *backend}); err == nil {
+			results, err = bench.ServerSuite(ctx, info.BinaryPath, info.SourceSHA256, bench.ServerOptions{Progress: stderr})
+		}
 	default:
-		fmt.Fprintf(stderr, "vkern bench: unknown --suite %q: want core\n", *suite)
+		fmt.Fprintf(stderr, "vkern bench: unknown --suite %q: want core or server\n", *suite)
 		return exitUsage
 	}
 	if err != nil {
