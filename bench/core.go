@@ -51,7 +51,7 @@ func CoreSuite(ctx context.Context, opt CoreOptions, progress io.Writer) ([]Resu
 		Note: "compiler probe + cache lookup + SHA-256 recheck + server start + HELLO"})
 
 	say("timing %d pings and %d bare pipe round trips", opt.Pings, opt.Pings)
-	echo, err := PipeEcho(ctx, opt.Pings)
+	echo, err := pipeEcho(ctx, opt.Pings)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func CoreSuite(ctx context.Context, opt CoreOptions, progress io.Writer) ([]Resu
 	r := Result{Name: "ping", N: opt.Pings, MedianNs: float64(ping)}
 	r.Relate("pipe_echo", float64(echo))
 	results = append(results, Result{Name: "pipe_echo", N: opt.Pings, MedianNs: float64(echo),
-		Note: "12 bytes to `cat` and back over pipes: the floor under any request/reply"}, r)
+		Note: "12 bytes to `cat` and back over blocking pipes, as kserver talks: the floor under any request/reply"}, r)
 
 	say("timing %d server starts and %d bare process spawns", opt.Starts, opt.Starts)
 	spawn, err := Median(ctx, opt.Starts, 2, Wall(func() error { return exec.CommandContext(ctx, "true").Run() }))
@@ -166,35 +166,6 @@ func randomInputs(o *op.Op, s op.Shape) [][]uint16 {
 		}
 	}
 	return in
-}
-
-// PipeEcho is the median round trip of a 12-byte message (a PING frame's
-// size) through `cat` over a pair of pipes.
-func PipeEcho(ctx context.Context, n int) (time.Duration, error) {
-	cmd := exec.CommandContext(ctx, "cat")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return 0, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return 0, err
-	}
-	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("bench: starting cat for the pipe anchor: %w", err)
-	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-	}()
-	msg, back := make([]byte, 12), make([]byte, 12)
-	return Median(ctx, n, n/10, Wall(func() error {
-		if _, err := stdin.Write(msg); err != nil {
-			return err
-		}
-		_, err := io.ReadFull(stdout, back)
-		return err
-	}))
 }
 
 func orDefault(v, def int) int {

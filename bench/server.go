@@ -87,7 +87,7 @@ func ServerSuite(ctx context.Context, serverPath string, sourceSHA string, opts 
 	warm := opts.Calls / 10
 
 	say("timing %d pipe round trips and %d pings", opts.Calls, opts.Calls)
-	echo, err := blockingPipeEcho(ctx, opts.Calls)
+	echo, err := pipeEcho(ctx, opts.Calls)
 	if err != nil {
 		return nil, err
 	}
@@ -182,10 +182,11 @@ func ServerSuite(ctx context.Context, serverPath string, sourceSHA string, opts 
 	return results, nil
 }
 
-// blockingPipeEcho is PipeEcho over pipes in blocking mode (os.File.Fd
-// sets it), which is how kserver talks to its server: one write and one
-// read per round trip, without the poller.
-func blockingPipeEcho(ctx context.Context, n int) (time.Duration, error) {
+// pipeEcho is the median round trip of a 12-byte message (a PING frame's
+// size) through `cat`, over pipes in blocking mode (os.File.Fd sets it),
+// which is how kserver talks to its server: one write and one read per round
+// trip, without the poller.
+func pipeEcho(ctx context.Context, n int) (time.Duration, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return 0, err
