@@ -286,8 +286,13 @@ func claims(r *Report, res verify.Result) (evidence, nonClaims []string) {
 			}
 		}
 	}
-	if r.Backend == "cpu" {
+	switch r.Backend {
+	case "cpu":
 		nonClaims = append(nonClaims, "the cpu backend shows the C++ kernels correct on this CPU and compiler; it shows nothing about GPU kernels")
+	case "cuda":
+		nonClaims = append(nonClaims, "the cuda backend shows the kernels correct on this GPU, driver and nvcc; other architectures take other code paths and are not shown")
+	case "hip":
+		nonClaims = append(nonClaims, "the hip kernels are the CUDA sources through compat.h; only this GPU and hipcc are shown")
 	}
 	sort.Strings(nonClaims[3:])
 	return evidence, nonClaims
