@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 
 	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/op"
@@ -82,21 +84,90 @@ func roundTo(dtype op.DType, v float64) float64 {
 // applies the statistical outlier test where ref has a typical-error model.
 func Compare(o *op.Op, s op.Shape, ref *oracle.Reference, out []byte, exact, checkTypical bool) Stats {
 	cols := int(s.Dims[o.Output.Cols])
-	st := compareElements(o, ref, out, exact, checkTypical, func(i int) (int, int) { return i / cols, i % cols })
+	st := compareElements(o, ref, out, exact, checkTypical, func(i int) (int, int) { return i / cols, i % cols }).stats()
 	st.Elements = s.Elements(o.Output)
 	return st
 }
 
-// compareElements checks out[i] against ref at every i; at names element i's
-// place in the whole output, for messages.
-func compareElements(o *op.Op, ref *oracle.Reference, out []byte, exact, checkTypical bool, at func(i int) (row, col int)) Stats {
+// compareElements checks out[i] against ref at every i, in parallel chunks;
+// at names element i's place in the whole output, for messages.
+func compareElements(o *op.Op, ref *oracle.Reference, out []byte, exact, checkTypical bool, at func(i int) (row, col int)) tally {
+	n := len(ref.Value)
+	chunks := (n + compareChunk - 1) / compareChunk
+	parts := make([]tally, chunks)
+	next := make(chan int, chunks)
+	for c := 0; c < chunks; c++ {
+		next <- c
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for w := 0; w < min(chunks, runtime.GOMAXPROCS(0)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range next {
+				parts[c] = comparePart(o, ref, out, exact, checkTypical, at, c*compareChunk, min(n, (c+1)*compareChunk))
+			}
+		}()
+	}
+	wg.Wait()
+	var t tally
+	for _, p := range parts {
+		t.add(p)
+	}
+	return t
+}
+
+// compareChunk elements are compared by one goroutine at a time.
+const compareChunk = 1 << 18
+
+// tally is a comparison in progress: the figures of Stats plus what their
+// merging needs. Parts must be added in element order, so that the first
+// wrong element reported is the first in the output.
+type tally struct {
+	Stats
+	sumSquares   float64 // of the errors of finite elements
+	finite       int64
+	firstOutlier string
+}
+
+// add folds in the tally of elements that come after t's.
+func (t *tally) add(u tally) {
+	t.Checked += u.Checked
+	t.Wrong += u.Wrong
+	t.Unwritten += u.Unwritten
+	t.Outliers += u.Outliers
+	t.MaxAbsError = max(t.MaxAbsError, u.MaxAbsError)
+	t.MaxErrorOverBound = max(t.MaxErrorOverBound, u.MaxErrorOverBound)
+	t.sumSquares += u.sumSquares
+	t.finite += u.finite
+	if t.FirstWrong == "" {
+		t.FirstWrong = u.FirstWrong
+	}
+	if t.firstOutlier == "" {
+		t.firstOutlier = u.firstOutlier
+	}
+}
+
+// stats finishes the tally: the RMS error, and an outlier as the first
+// problem when no element was outright wrong.
+func (t tally) stats() Stats {
+	st := t.Stats
+	if st.FirstWrong == "" {
+		st.FirstWrong = t.firstOutlier
+	}
+	if t.finite > 0 {
+		st.RMSError = math.Sqrt(t.sumSquares / float64(t.finite))
+	}
+	return st
+}
+
+// comparePart compares elements [lo, hi).
+func comparePart(o *op.Op, ref *oracle.Reference, out []byte, exact, checkTypical bool, at func(i int) (row, col int), lo, hi int) tally {
 	dtype := o.Output.DType
-	var st Stats
-	var sumSquares float64
-	var finite int64
-	var firstOutlier string
-	for i := range ref.Value {
-		st.Checked++
+	var t tally
+	for i := lo; i < hi; i++ {
+		t.Checked++
 		want := ref.Value[i]
 		got, unwritten := element(dtype, out, i)
 		preBound := ref.Bound[i]
@@ -105,7 +176,7 @@ func compareElements(o *op.Op, ref *oracle.Reference, out []byte, exact, checkTy
 		var why string
 		switch {
 		case unwritten:
-			st.Unwritten++
+			t.Unwritten++
 			why = "was never written (still holds the poison pattern)"
 		case math.IsNaN(want):
 			ok = math.IsNaN(got)
@@ -123,55 +194,49 @@ func compareElements(o *op.Op, ref *oracle.Reference, out []byte, exact, checkTy
 			ok = got == rounded
 			why = fmt.Sprintf("differs from the exact result %g", rounded)
 			bound = 0
-			st.note(math.Abs(got-rounded), 0, &sumSquares, &finite)
+			t.note(math.Abs(got-rounded), 0)
 		default:
 			e := math.Abs(got - want)
 			ok = e <= bound
 			why = "is outside the error bound"
-			st.note(e, bound, &sumSquares, &finite)
+			t.note(e, bound)
 			// Rounding to the output type is not part of the typical
 			// model: allow it in full on top.
 			if !checkTypical || ref.Typical == nil || !ok {
 				break
 			}
 			if limit := outlierFactor*ref.Typical[i] + oracle.OutputBound(dtype, want, 0); e > limit {
-				st.Outliers++
-				if firstOutlier == "" {
+				t.Outliers++
+				if t.firstOutlier == "" {
 					r, c := at(i)
-					firstOutlier = fmt.Sprintf("%s[%d,%d] = %g, reference %g: error %.3g is over %d× the typical error %.3g plus output rounding (limit %.3g), though under the bound %.3g",
+					t.firstOutlier = fmt.Sprintf("%s[%d,%d] = %g, reference %g: error %.3g is over %d× the typical error %.3g plus output rounding (limit %.3g), though under the bound %.3g",
 						o.Output.Name, r, c, got, want, e, outlierFactor, ref.Typical[i], limit, bound)
 				}
 			}
 		}
 		if !ok {
-			st.Wrong++
-			if st.FirstWrong == "" {
+			t.Wrong++
+			if t.FirstWrong == "" {
 				r, c := at(i)
-				st.FirstWrong = fmt.Sprintf("%s[%d,%d] = %s %s: reference %g, bound %.3g",
+				t.FirstWrong = fmt.Sprintf("%s[%d,%d] = %s %s: reference %g, bound %.3g",
 					o.Output.Name, r, c, formatValue(dtype, out, i), why, want, bound)
 			}
 		}
 	}
-	if st.FirstWrong == "" {
-		st.FirstWrong = firstOutlier
-	}
-	if finite > 0 {
-		st.RMSError = math.Sqrt(sumSquares / float64(finite))
-	}
-	return st
+	return t
 }
 
-func (st *Stats) note(e, bound float64, sumSquares *float64, finite *int64) {
-	st.MaxAbsError = max(st.MaxAbsError, e)
+func (t *tally) note(e, bound float64) {
+	t.MaxAbsError = max(t.MaxAbsError, e)
 	switch {
 	case e == 0:
 	case bound > 0:
-		st.MaxErrorOverBound = max(st.MaxErrorOverBound, e/bound)
+		t.MaxErrorOverBound = max(t.MaxErrorOverBound, e/bound)
 	default:
-		st.MaxErrorOverBound = math.Inf(1)
+		t.MaxErrorOverBound = math.Inf(1)
 	}
-	*sumSquares += e * e
-	*finite++
+	t.sumSquares += e * e
+	t.finite++
 }
 
 func formatValue(dtype op.DType, out []byte, i int) string {

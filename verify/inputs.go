@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/op"
@@ -62,29 +64,33 @@ func ParseDist(s string) (Dist, error) {
 func (d Dist) symmetric() bool { return d == Uniform || d == Normal }
 
 // Generate makes the inputs of one case, as f16 bit patterns in wire order.
-// The same (op, shape, dist, seed) always gives the same inputs.
+// The same (op, shape, dist, seed) always gives the same inputs, whatever
+// the number of cores: each chunk of fillChunk elements draws from its own
+// generator, seeded by the case, the operand and the chunk.
 func Generate(o *op.Op, s op.Shape, d Dist, seed uint64) [][]uint16 {
-	rng := rand.New(rand.NewPCG(seed, uint64(o.ID)<<8|uint64(d)))
+	stream := uint64(o.ID)<<8 | uint64(d)
+	rng := rand.New(rand.NewPCG(seed, stream))
 	inputs := make([][]uint16, len(o.Inputs))
 	for i, p := range o.Inputs {
 		n := s.Elements(p)
 		rows, cols := int(s.Dims[p.Rows]), int(s.Dims[p.Cols])
 		in := make([]uint16, n)
+		operand := seed ^ uint64(i+1)*0x9e3779b97f4a7c15
 		switch {
 		case d == Integer && o.ID == op.Softmax:
-			fill(in, rng, func(r *rand.Rand) float64 { return float64(r.IntN(17) - 8) })
+			fill(in, operand, stream, func(r *rand.Rand) float64 { return float64(r.IntN(17) - 8) })
 		case d == Integer && o.ID == op.SoftmaxGrad && p.Name == "Y":
 			sparseSixteenths(in, rng, rows, cols)
 		case d == Integer:
-			fill(in, rng, func(r *rand.Rand) float64 { return float64(r.IntN(9) - 4) })
+			fill(in, operand, stream, func(r *rand.Rand) float64 { return float64(r.IntN(9) - 4) })
 		case d == Uniform:
-			fill(in, rng, func(r *rand.Rand) float64 { return 2*r.Float64() - 1 })
+			fill(in, operand, stream, func(r *rand.Rand) float64 { return 2*r.Float64() - 1 })
 		case d == Normal:
-			fill(in, rng, func(r *rand.Rand) float64 { return r.NormFloat64() })
+			fill(in, operand, stream, func(r *rand.Rand) float64 { return r.NormFloat64() })
 		case d == Wide:
-			fill(in, rng, wide)
+			fill(in, operand, stream, wide)
 		case d == Special:
-			fill(in, rng, func(r *rand.Rand) float64 { return r.NormFloat64() })
+			fill(in, operand, stream, func(r *rand.Rand) float64 { return r.NormFloat64() })
 			plantSpecials(o, p.Name, in, rng, rows, cols)
 		}
 		inputs[i] = in
@@ -92,10 +98,32 @@ func Generate(o *op.Op, s op.Shape, d Dist, seed uint64) [][]uint16 {
 	return inputs
 }
 
-func fill(dst []uint16, rng *rand.Rand, draw func(*rand.Rand) float64) {
-	for i := range dst {
-		dst[i] = f16.FromFloat64(draw(rng))
+// fillChunk elements are drawn by one goroutine from one generator.
+const fillChunk = 1 << 18
+
+// fill draws every element of dst, chunk by chunk on every core; chunk c
+// draws from PCG(seed + c, stream).
+func fill(dst []uint16, seed, stream uint64, draw func(*rand.Rand) float64) {
+	chunks := (len(dst) + fillChunk - 1) / fillChunk
+	next := make(chan int, chunks)
+	for c := 0; c < chunks; c++ {
+		next <- c
 	}
+	close(next)
+	var wg sync.WaitGroup
+	for w := 0; w < min(chunks, runtime.GOMAXPROCS(0)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range next {
+				r := rand.New(rand.NewPCG(seed+uint64(c), stream))
+				for i := c * fillChunk; i < min(len(dst), (c+1)*fillChunk); i++ {
+					dst[i] = f16.FromFloat64(draw(r))
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func wide(r *rand.Rand) float64 {

@@ -85,7 +85,7 @@ func checkSampled(ctx context.Context, c Case, inputs [][]uint16, out []byte) (S
 	for _, r := range ri {
 		gathered = append(gathered, out[r*cols*size:(r+1)*cols*size]...)
 	}
-	st := compareElements(o, refRows, gathered, exact, typical, func(i int) (int, int) { return ri[i/cols], i % cols })
+	t := compareElements(o, refRows, gathered, exact, typical, func(i int) (int, int) { return ri[i/cols], i % cols })
 
 	refCols, err := oracle.MatMul(ctx, x, y.SelectCols(ci))
 	if err != nil {
@@ -97,7 +97,8 @@ func checkSampled(ctx context.Context, c Case, inputs [][]uint16, out []byte) (S
 			gathered = append(gathered, out[(r*cols+j)*size:(r*cols+j+1)*size]...)
 		}
 	}
-	st.merge(compareElements(o, refCols, gathered, exact, typical, func(i int) (int, int) { return i / len(ci), ci[i%len(ci)] }))
+	t.add(compareElements(o, refCols, gathered, exact, typical, func(i int) (int, int) { return i / len(ci), ci[i%len(ci)] }))
+	st := t.stats()
 
 	sample := &Sample{Rows: len(ri), Cols: len(ci), Trials: freivaldsTrials, MissProbability: math.Exp2(-freivaldsTrials)}
 	projected := make([]bool, rows)
@@ -173,20 +174,3 @@ func checkProjection(o *op.Op, out []byte, i, cols int, v []float64, p *oracle.P
 }
 
 func isFinite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
-
-// merge folds the figures of another comparison into st.
-func (st *Stats) merge(o Stats) {
-	n1, n2 := float64(st.Checked), float64(o.Checked)
-	if n1+n2 > 0 {
-		st.RMSError = math.Sqrt((st.RMSError*st.RMSError*n1 + o.RMSError*o.RMSError*n2) / (n1 + n2))
-	}
-	st.Checked += o.Checked
-	st.Wrong += o.Wrong
-	st.Unwritten += o.Unwritten
-	st.Outliers += o.Outliers
-	st.MaxAbsError = max(st.MaxAbsError, o.MaxAbsError)
-	st.MaxErrorOverBound = max(st.MaxErrorOverBound, o.MaxErrorOverBound)
-	if st.FirstWrong == "" {
-		st.FirstWrong = o.FirstWrong
-	}
-}
