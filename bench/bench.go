@@ -32,7 +32,13 @@ type Result struct {
 	// anchor's median time over this case's: above 1, this case is faster.
 	Anchor string  `json:"anchor,omitempty"`
 	Ratio  float64 `json:"ratio,omitempty"`
-	Note   string  `json:"note,omitempty"`
+	// FloorNs is the least time the case could take on this device: its
+	// bytes over the measured copy bandwidth or its flops over the fastest
+	// measured GEMM rate, whichever is larger; FloorShare is FloorNs over
+	// the median (1 would be at the floor).
+	FloorNs    float64 `json:"floor_ns,omitempty"`
+	FloorShare float64 `json:"floor_share,omitempty"`
+	Note       string  `json:"note,omitempty"`
 }
 
 // Median runs fn warmup times untimed, then n times, and returns the median

@@ -62,3 +62,34 @@ func TestReadAnchorsReadsAnchorsPyLines(t *testing.T) {
 		t.Error("garbage accepted")
 	}
 }
+
+func TestWriteSVGDrawsABarPerAnchoredResult(t *testing.T) {
+	var b strings.Builder
+	results := []Result{
+		{Name: "gemm_4096x4096x4096", Anchor: "torch.mm", Ratio: 0.47},
+		{Name: "softmax_8192x32768", Anchor: "torch.softmax", Ratio: 1.28},
+		{Name: "ping"}, // no anchor: no bar
+	}
+	if err := WriteSVG(&b, "H100 <test>", results); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	if strings.Count(svg, `<rect x=`) != 2 || !strings.Contains(svg, "0.47") || !strings.Contains(svg, "1.28") {
+		t.Errorf("want two bars labelled 0.47 and 1.28:\n%s", svg)
+	}
+	if !strings.Contains(svg, "H100 &lt;test&gt;") || strings.Contains(svg, ">ping<") {
+		t.Errorf("title not escaped, or a bar for a result without an anchor:\n%s", svg)
+	}
+}
+
+func TestCeilingsComeFromTheAnchors(t *testing.T) {
+	copyGBps, tflops := ceilings([]Anchor{
+		{Op: "copy", GBps: 3003.6, MedianMs: 0.7},
+		{Op: "gemm", TFLOPs: 668.7, MedianMs: 0.2},
+		{Op: "gemm_f16out", TFLOPs: 684.6, MedianMs: 0.2},
+		{Op: "softmax", GBps: 2240, MedianMs: 0.5},
+	})
+	if copyGBps != 3003.6 || tflops != 684.6 {
+		t.Errorf("ceilings %v GB/s, %v TFLOP/s", copyGBps, tflops)
+	}
+}

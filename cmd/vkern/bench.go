@@ -11,6 +11,7 @@ import (
 
 	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/bench"
+	"github.com/vkern/vkern/op"
 )
 
 const benchHelp = `Usage: vkern bench [flags]
@@ -25,7 +26,15 @@ than the anchor). Benchmarks only report; they never fail on a time.
   --backend B    auto | cpu | cuda | hip (default auto)
   --anchors FILE JSON lines from bench/cpu_anchors.py or anchors.py, run just before
   --n N          GEMM size for the core suite (default 1024)
+                 ops: each --op at each --shape it fits (default: every op at the CUDA
+                 issue's shapes), median of --runs device-timed runs over rotated
+                 operand sets, GB/s, TFLOP/s, the floor from the anchors' copy and
+                 GEMM rates, and the ratio to each case's anchor
+  --op NAME      ops suite: the ops (repeatable; default all)
+  --shape S      ops suite: the shapes (repeatable)
+  --runs N       ops suite: timed runs per case (default 50)
   --json FILE    write the results as JSON
+  --svg FILE     write a chart of the ratios to the anchors
 `
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -36,6 +45,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	anchorsPath := fs.String("anchors", "", "")
 	n := fs.Int("n", 1024, "")
 	jsonPath := fs.String("json", "", "")
+	svgPath := fs.String("svg", "", "")
+	runs := fs.Int("runs", 50, "")
+	var ops, shapes listFlag
+	fs.Var(&ops, "op", "")
+	fs.Var(&shapes, "shape", "")
 	if code, done := parseFlags(fs, args, benchHelp, stdout, stderr); done {
 		return code
 	}
@@ -51,8 +65,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "vkern bench: --n %d: want at least 1\n", *n)
 		return exitUsage
 	}
-	if err := checkOutputPath(*jsonPath); err != nil {
-		fmt.Fprintf(stderr, "vkern bench: %v\n", err)
+	for _, p := range []string{*jsonPath, *svgPath} {
+		if err := checkOutputPath(p); err != nil {
+			fmt.Fprintf(stderr, "vkern bench: %v\n", err)
+			return exitUsage
+		}
+	}
+	if *runs < 1 {
+		fmt.Fprintf(stderr, "vkern bench: --runs %d: want at least 1\n", *runs)
 		return exitUsage
 	}
 	var anchors []bench.Anchor
@@ -68,13 +88,20 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	switch *suite {
 	case "core":
 		results, err = bench.CoreSuite(ctx, bench.CoreOptions{Open: vkern.Options{Backend: *backend}, Anchors: anchors, GemmN: *n}, stderr)
+	case "ops":
+		var cases []bench.OpCase
+		if cases, err = opCases(ops, shapes); err != nil {
+			fmt.Fprintf(stderr, "vkern bench: %v\n", err)
+			return exitUsage
+		}
+		results, err = bench.OpsSuite(ctx, bench.OpsOptions{Open: vkern.Options{Backend: *backend}, Cases: cases, Anchors: anchors, Runs: *runs}, stderr)
 	case "server":
 		var info vkern.Info
 		if info, err = vkern.Build(ctx, vkern.Options{Backend: *backend}); err == nil {
 			results, err = bench.ServerSuite(ctx, info.BinaryPath, info.SourceSHA256, bench.ServerOptions{Progress: stderr})
 		}
 	default:
-		fmt.Fprintf(stderr, "vkern bench: unknown --suite %q: want core or server\n", *suite)
+		fmt.Fprintf(stderr, "vkern bench: unknown --suite %q: want core, ops or server\n", *suite)
 		return exitUsage
 	}
 	if err != nil {
@@ -82,6 +109,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailure
 	}
 	printResults(stdout, results)
+	if *svgPath != "" {
+		title := fmt.Sprintf("vkern bench --suite %s --backend %s: ratio to the anchor (above 1: faster)", *suite, *backend)
+		if err := writeAtomic(*svgPath, func(w io.Writer) error { return bench.WriteSVG(w, title, results) }); err != nil {
+			fmt.Fprintf(stderr, "vkern bench: %v\n", err)
+			return exitFailure
+		}
+	}
 	if *jsonPath != "" {
 		doc := struct {
 			Suite   string         `json:"suite"`
@@ -102,12 +136,50 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
+// defaultOpShapes are the ops suite's shapes when none are given: the CUDA
+// issue's list.
+var defaultOpShapes = []string{
+	"1024x1024x1024", "4096x4096x4096", "8192x8192x8192", "8192x4096x11008",
+	"8192x32768", "8192x50304", "32768x1024", "1x1", "7x4099",
+}
+
+// opCases pairs each chosen op with each shape that fits it.
+func opCases(ops, shapes []string) ([]bench.OpCase, error) {
+	plan, err := buildPlan(ops, shapes, nil, 1, 1, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(shapes) == 0 {
+		for _, spec := range defaultOpShapes {
+			s, err := parseAnyShape(op.All(), spec)
+			if err != nil {
+				return nil, err
+			}
+			plan.Shapes = append(plan.Shapes, s)
+		}
+	}
+	var cases []bench.OpCase
+	for _, o := range plan.Ops {
+		for _, s := range plan.Shapes {
+			if o.Validate(s) == nil {
+				cases = append(cases, bench.OpCase{Op: o, Shape: s})
+			}
+		}
+	}
+	if len(cases) == 0 {
+		return nil, fmt.Errorf("no chosen op fits the chosen shapes (gemm ops want MxNxK, softmax ops ROWSxCOLS)")
+	}
+	return cases, nil
+}
+
 func printResults(w io.Writer, results []bench.Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CASE\tN\tMEDIAN\tFIGURE\tANCHOR\tRATIO")
+	fmt.Fprintln(tw, "CASE\tN\tMEDIAN\tFIGURE\tANCHOR\tRATIO\tFLOOR SHARE")
 	for _, r := range results {
 		figure := ""
 		switch {
+		case r.GFLOPs >= 1000:
+			figure = fmt.Sprintf("%.1f TFLOP/s", r.GFLOPs/1000)
 		case r.GFLOPs > 0:
 			figure = fmt.Sprintf("%.1f GFLOP/s", r.GFLOPs)
 		case r.GBps > 0:
@@ -117,7 +189,11 @@ func printResults(w io.Writer, results []bench.Result) {
 		if r.Anchor != "" {
 			ratio = fmt.Sprintf("%.3g", r.Ratio)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", r.Name, r.N, time.Duration(r.MedianNs).Round(10*time.Nanosecond), figure, r.Anchor, ratio)
+		share := ""
+		if r.FloorShare > 0 {
+			share = fmt.Sprintf("%.2f", r.FloorShare)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.N, time.Duration(r.MedianNs).Round(10*time.Nanosecond), figure, r.Anchor, ratio, share)
 	}
 	tw.Flush()
 }

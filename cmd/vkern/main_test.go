@@ -145,3 +145,44 @@ func TestVerifyEndToEndWritesBothReports(t *testing.T) {
 		t.Errorf("Markdown report: %v\n%s", err, md)
 	}
 }
+
+func TestBenchOpsSuiteWritesResultsAndAChart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the kernel server")
+	}
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("no g++")
+	}
+	t.Setenv("VKERN_CACHE", t.TempDir())
+	dir := t.TempDir()
+	anchors := filepath.Join(dir, "anchors.jsonl")
+	os.WriteFile(anchors, []byte(`{"op": "copy", "shape": "1073741824B", "impl": "memcpy", "median_ms": 100, "gbps": 20}
+{"op": "gemm", "shape": "32x16x8", "impl": "reference gemm", "median_ms": 0.001, "tflops": 0.008}
+`), 0o644)
+	jsonPath, svgPath := filepath.Join(dir, "ops.json"), filepath.Join(dir, "ops.svg")
+	code, stdout, stderr := runCLI(t, "bench", "--suite", "ops", "--backend", "cpu", "--op", "gemm,softmax",
+		"--shape", "32x16x8", "--shape", "3x50", "--runs", "3", "--anchors", anchors, "--json", jsonPath, "--svg", svgPath)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var doc struct {
+		Results []struct {
+			Name       string  `json:"name"`
+			N          int     `json:"n"`
+			MedianNs   float64 `json:"median_ns"`
+			Ratio      float64 `json:"ratio"`
+			FloorShare float64 `json:"floor_share"`
+		} `json:"results"`
+	}
+	data, _ := os.ReadFile(jsonPath)
+	if err := json.Unmarshal(data, &doc); err != nil || len(doc.Results) != 2 {
+		t.Fatalf("JSON %s: %v", data, err)
+	}
+	g := doc.Results[0]
+	if g.Name != "gemm_32x16x8" || g.N != 3 || g.MedianNs <= 0 || g.Ratio <= 0 || g.FloorShare <= 0 {
+		t.Errorf("gemm result %+v: want 3 runs, a ratio to its anchor and a floor share", g)
+	}
+	if svg, err := os.ReadFile(svgPath); err != nil || !bytes.Contains(svg, []byte("gemm_32x16x8")) {
+		t.Errorf("chart: %v\n%s", err, svg)
+	}
+}

@@ -1,0 +1,155 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/vkern/vkern"
+	"github.com/vkern/vkern/op"
+)
+
+// OpCase is one op at one shape.
+type OpCase struct {
+	Op    *op.Op
+	Shape op.Shape
+}
+
+// OpsOptions size the ops suite.
+type OpsOptions struct {
+	Open    vkern.Options
+	Cases   []OpCase
+	Anchors []Anchor // anchors.py output from the same run: per-case anchors, "copy" and the GEMM rates
+	Runs    int      // timed runs per case (default 50)
+	Warmup  int      // untimed runs first (default 5)
+	// RotateBytes is how much memory the rotated input and output sets of
+	// a case span together, so that no run finds its operands in the cache
+	// a previous run left them in (default 4 × the device's L2, else
+	// 256 MiB). Cases larger than that run on one set.
+	RotateBytes int64
+	// MaxBytes caps the memory one case's sets may take (default 16 GiB).
+	MaxBytes int64
+}
+
+// OpsSuite times each case by the kernel time the server measures on the
+// device (CUDA events around the launches on GPUs), the median of Runs after
+// Warmup, cycling through enough copies of the operands that each run starts
+// with its inputs out of the L2 cache. Each result carries GB/s (the
+// minimum traffic: inputs read once, output written once), TFLOP/s for the
+// GEMMs, the ratio to the case's anchor, and the floor: the larger of the
+// traffic over the measured copy bandwidth and the flops over the fastest
+// measured GEMM rate, both from the anchors file, with the case's share of it.
+func OpsSuite(ctx context.Context, opt OpsOptions, progress io.Writer) ([]Result, error) {
+	opt.Runs = orDefault(opt.Runs, 50)
+	opt.Warmup = orDefault(opt.Warmup, 5)
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = 16 << 30
+	}
+	dev, err := vkern.Open(ctx, opt.Open)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Close()
+	if opt.RotateBytes <= 0 {
+		opt.RotateBytes = 256 << 20
+		if info, err := dev.Info(ctx); err == nil {
+			if l2, err := strconv.ParseInt(info.Device["l2_bytes"], 10, 64); err == nil && l2 > 0 {
+				opt.RotateBytes = 4 * l2
+			}
+		}
+	}
+	copyGBps, matrixTFLOPs := ceilings(opt.Anchors)
+	var results []Result
+	for _, c := range opt.Cases {
+		if progress != nil {
+			fmt.Fprintf(progress, "timing %s %s\n", c.Op.Name, c.Shape)
+		}
+		r, err := timeCase(ctx, dev, c, opt)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", c.Op.Name, c.Shape, err)
+		}
+		if a, ok := Find(opt.Anchors, c.Op.Name, c.Shape.String()); ok {
+			r.Relate(a.Impl, a.MedianMs*1e6)
+		}
+		var floor float64
+		if copyGBps > 0 {
+			floor = float64(r.Bytes) / copyGBps
+		}
+		if c.Op.Kind == op.MatMul && matrixTFLOPs > 0 {
+			floor = math.Max(floor, c.Op.Flops(c.Shape)/(matrixTFLOPs*1e3))
+		}
+		if floor > 0 {
+			r.FloorNs, r.FloorShare = floor, floor/r.MedianNs
+		}
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// ceilings reads the measured copy bandwidth (GB/s) and the fastest GEMM
+// rate (TFLOP/s) from the anchors.
+func ceilings(anchors []Anchor) (copyGBps, matrixTFLOPs float64) {
+	for _, a := range anchors {
+		switch {
+		case a.Op == "copy":
+			copyGBps = math.Max(copyGBps, a.GBps)
+		case a.TFLOPs > 0:
+			matrixTFLOPs = math.Max(matrixTFLOPs, a.TFLOPs)
+		}
+	}
+	return copyGBps, matrixTFLOPs
+}
+
+// timeCase allocates the rotated sets of one case, fills the inputs with
+// N(0, 1) data, and times the runs.
+func timeCase(ctx context.Context, dev *vkern.Device, c OpCase, opt OpsOptions) (Result, error) {
+	o, s := c.Op, c.Shape
+	footprint := o.MovedBytes(s)
+	sets := int(min(64, max(1, (opt.RotateBytes+footprint-1)/footprint)))
+	if int64(sets)*footprint > opt.MaxBytes {
+		sets = int(max(1, opt.MaxBytes/footprint))
+	}
+	inputs := randomInputs(o, s)
+	var all []*vkern.Buffer
+	defer func() {
+		for _, b := range all {
+			b.Free(context.WithoutCancel(ctx))
+		}
+	}()
+	calls := make([][]*vkern.Buffer, sets)
+	for k := range calls {
+		for i, p := range o.Operands() {
+			b, err := dev.Alloc(ctx, s.Bytes(p))
+			if err != nil {
+				return Result{}, err
+			}
+			all = append(all, b)
+			calls[k] = append(calls[k], b)
+			if i < len(o.Inputs) {
+				if err := b.WriteF16(ctx, inputs[i]); err != nil {
+					return Result{}, err
+				}
+			}
+		}
+	}
+	run := 0
+	median, err := Median(ctx, opt.Runs, opt.Warmup, func() (time.Duration, error) {
+		run++
+		return dev.Run(ctx, o, s, calls[run%sets]...)
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{
+		Name: o.Name + "_" + s.String(), N: opt.Runs, MedianNs: float64(median), Bytes: footprint,
+		GBps: float64(footprint) / float64(median),
+		Note: fmt.Sprintf("device-measured kernel time; %d rotated operand sets", sets),
+	}
+	if o.Kind == op.MatMul {
+		r.GFLOPs = o.Flops(s) / float64(median)
+	}
+	return r, nil
+}
