@@ -28,7 +28,7 @@ type OpsOptions struct {
 	// RotateBytes is how much memory the rotated input and output sets of
 	// a case span together, so that no run finds its operands in the cache
 	// a previous run left them in (default 4 × the device's L2, else
-	// 256 MiB). Cases larger than that run on one set.
+	// 256 MiB). Every case gets at least two sets where MaxBytes allows.
 	RotateBytes int64
 	// MaxBytes caps the memory one case's sets may take (default 16 GiB).
 	MaxBytes int64
@@ -108,7 +108,10 @@ func ceilings(anchors []Anchor) (copyGBps, matrixTFLOPs float64) {
 func timeCase(ctx context.Context, dev *vkern.Device, c OpCase, opt OpsOptions) (Result, error) {
 	o, s := c.Op, c.Shape
 	footprint := o.MovedBytes(s)
-	sets := int(min(64, max(1, (opt.RotateBytes+footprint-1)/footprint)))
+	// At least two sets: between two runs on one set, the whole other set
+	// passes through the cache, so even a case larger than the rotation
+	// span never finds the tail of its own last run there.
+	sets := int(min(64, max(2, (opt.RotateBytes+footprint-1)/footprint)))
 	if int64(sets)*footprint > opt.MaxBytes {
 		sets = int(max(1, opt.MaxBytes/footprint))
 	}
