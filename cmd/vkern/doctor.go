@@ -55,6 +55,10 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		switch {
 		case err == nil:
 			line("ok", gpu.what, fmt.Sprintf("%s (%s), target %s: `vkern verify --backend %s` will run", c.Path, c.Version, c.Target, gpu.backend))
+			for _, g := range c.GPUs {
+				line("ok", fmt.Sprintf("GPU %d", g.Index), fmt.Sprintf("%s, %s, %d multiprocessors, %d MiB, driver %s, runtime %s",
+					g.Name, g.Arch, g.Multiprocessors, g.MemoryBytes>>20, orUnknown(g.DriverVersion), orUnknown(g.RuntimeVersion)))
+			}
 		case errors.Is(err, toolchain.ErrNoDevice):
 			line("no GPU", gpu.what, err.Error())
 		default:
@@ -102,6 +106,13 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	fmt.Fprintln(stdout, "\nThe cpu backend works: `vkern verify --backend cpu` will run.")
 	return exitOK
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 func short(h string) string {
