@@ -245,3 +245,38 @@ func TestIsolatedModeGivesTheSameResults(t *testing.T) {
 	dev := openCPU(t, Options{Isolated: true})
 	kerneltest.Op(t, dev, "gemm_grad_b")
 }
+
+func TestABinaryTamperedWhileServingIsRebuiltBeforeTheRestart(t *testing.T) {
+	dev := openCPU(t, Options{CacheDir: t.TempDir()})
+	ctx := context.Background()
+	info, err := dev.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A running binary cannot be written (ETXTBSY): kill the server, let the
+	// next call report its death, then tamper before anything restarts it.
+	if err := syscall.Kill(serverPID(t, dev), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Ping(ctx); err == nil {
+		t.Fatal("the first call after kill -9 did not report the death")
+	}
+	f, err := os.OpenFile(info.BinaryPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("tampered"))
+	f.Close()
+	// The restart must recheck the binary, find it changed, rebuild it, and
+	// only then run it.
+	if err := dev.Ping(ctx); err != nil {
+		t.Fatalf("no server after the restart: %v", err)
+	}
+	after, err := dev.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.BinarySHA256 != info.BinarySHA256 || !strings.Contains(strings.Join(after.Notes, " "), "rebuilt before the server was started") {
+		t.Errorf("binary %s (was %s), notes %q", after.BinarySHA256, info.BinarySHA256, after.Notes)
+	}
+}
