@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"runtime"
-	"sync"
 
 	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/op"
@@ -93,33 +91,16 @@ func Compare(o *op.Op, s op.Shape, ref *oracle.Reference, out []byte, exact, che
 // at names element i's place in the whole output, for messages.
 func compareElements(o *op.Op, ref *oracle.Reference, out []byte, exact, checkTypical bool, at func(i int) (row, col int)) tally {
 	n := len(ref.Value)
-	chunks := (n + compareChunk - 1) / compareChunk
-	parts := make([]tally, chunks)
-	next := make(chan int, chunks)
-	for c := 0; c < chunks; c++ {
-		next <- c
-	}
-	close(next)
-	var wg sync.WaitGroup
-	for w := 0; w < min(chunks, runtime.GOMAXPROCS(0)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c := range next {
-				parts[c] = comparePart(o, ref, out, exact, checkTypical, at, c*compareChunk, min(n, (c+1)*compareChunk))
-			}
-		}()
-	}
-	wg.Wait()
+	parts := make([]tally, (n+chunkSize-1)/chunkSize)
+	forChunks(n, func(c, lo, hi int) {
+		parts[c] = comparePart(o, ref, out, exact, checkTypical, at, lo, hi)
+	})
 	var t tally
 	for _, p := range parts {
 		t.add(p)
 	}
 	return t
 }
-
-// compareChunk elements are compared by one goroutine at a time.
-const compareChunk = 1 << 18
 
 // tally is a comparison in progress: the figures of Stats plus what their
 // merging needs. Parts must be added in element order, so that the first

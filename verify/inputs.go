@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"strings"
-	"sync"
 
 	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/op"
@@ -65,7 +63,7 @@ func (d Dist) symmetric() bool { return d == Uniform || d == Normal }
 
 // Generate makes the inputs of one case, as f16 bit patterns in wire order.
 // The same (op, shape, dist, seed) always gives the same inputs, whatever
-// the number of cores: each chunk of fillChunk elements draws from its own
+// the number of cores: each chunk of chunkSize elements draws from its own
 // generator, seeded by the case, the operand and the chunk.
 func Generate(o *op.Op, s op.Shape, d Dist, seed uint64) [][]uint16 {
 	stream := uint64(o.ID)<<8 | uint64(d)
@@ -98,32 +96,16 @@ func Generate(o *op.Op, s op.Shape, d Dist, seed uint64) [][]uint16 {
 	return inputs
 }
 
-// fillChunk elements are drawn by one goroutine from one generator.
-const fillChunk = 1 << 18
-
 // fill draws every element of dst, chunk by chunk on every core; chunk c
-// draws from PCG(seed + c, stream).
+// draws from PCG(seed + c, stream), so the result does not depend on the
+// number of cores.
 func fill(dst []uint16, seed, stream uint64, draw func(*rand.Rand) float64) {
-	chunks := (len(dst) + fillChunk - 1) / fillChunk
-	next := make(chan int, chunks)
-	for c := 0; c < chunks; c++ {
-		next <- c
-	}
-	close(next)
-	var wg sync.WaitGroup
-	for w := 0; w < min(chunks, runtime.GOMAXPROCS(0)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c := range next {
-				r := rand.New(rand.NewPCG(seed+uint64(c), stream))
-				for i := c * fillChunk; i < min(len(dst), (c+1)*fillChunk); i++ {
-					dst[i] = f16.FromFloat64(draw(r))
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	forChunks(len(dst), func(c, lo, hi int) {
+		r := rand.New(rand.NewPCG(seed+uint64(c), stream))
+		for i := lo; i < hi; i++ {
+			dst[i] = f16.FromFloat64(draw(r))
+		}
+	})
 }
 
 func wide(r *rand.Rand) float64 {

@@ -1,0 +1,33 @@
+package verify
+
+import (
+	"runtime"
+	"sync"
+)
+
+// chunkSize elements are handled by one goroutine at a time, both when
+// inputs are drawn and when outputs are compared.
+const chunkSize = 1 << 18
+
+// forChunks calls fn(c, lo, hi) for each chunk c = [lo, hi) of [0, n), on
+// every core, and returns when all are done. Chunks are numbered in order,
+// so callers can merge per-chunk results deterministically.
+func forChunks(n int, fn func(c, lo, hi int)) {
+	chunks := (n + chunkSize - 1) / chunkSize
+	next := make(chan int, chunks)
+	for c := 0; c < chunks; c++ {
+		next <- c
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for w := 0; w < min(chunks, runtime.GOMAXPROCS(0)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range next {
+				fn(c, c*chunkSize, min(n, (c+1)*chunkSize))
+			}
+		}()
+	}
+	wg.Wait()
+}
