@@ -16,9 +16,10 @@ import (
 // flight in the order they were sent. The server answers in order, so the
 // next answer always belongs to the oldest call in the queue, the head.
 //
-// Reading. Whoever owns the head call reads its answer itself, with a
-// plain blocking read on the pipe: a lone call costs one write and one read,
-// with no goroutine hand-off. Having read it, it passes the reading role to
+// Reading. Whoever owns the head call reads its answer itself, on its own
+// goroutine: a lone call costs one write and one read, with no goroutine
+// hand-off, and the read spins briefly before it sleeps (spinReader), so a
+// quick answer costs no scheduler wake-up either. Having read it, it passes the reading role to
 // the owner of the next call in the queue, whose wait wakes up to read its
 // own answer. A head whose caller gave up is read by a drain goroutine,
 // which hands the role back as soon as a waiting call is at the head.
@@ -39,7 +40,7 @@ type conn struct {
 	p     process
 	in    *os.File // the child's stdin, in blocking mode
 	hello Hello
-	fr    frameReader   // the child's stdout; used only by the holder of the reading role
+	fr    frameReader   // the child's stdout (a spinReader); used only by the holder of the reading role
 	wlock chan struct{} // held while a frame is written
 	wbuf  []byte        // guarded by wlock
 	done  chan struct{} // closed once the server is gone and every call in flight has its error
@@ -88,7 +89,7 @@ type call struct {
 func newConn(c *Client, gen uint64, p process) *conn {
 	return &conn{
 		c: c, gen: gen, p: p, in: p.stdin(),
-		fr:    frameReader{f: p.stdout()},
+		fr:    frameReader{f: newPipeReader(p.stdout())},
 		wlock: make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}

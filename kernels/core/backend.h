@@ -43,11 +43,26 @@ Result backend_write(void* buffer, uint64_t offset, const uint8_t* src, uint64_t
 Result backend_read(const void* buffer, uint64_t offset, uint8_t* dst, uint64_t length);
 Result backend_sync();
 
+// A RUN that passed every check: its op, params and device pointers.
+struct CheckedRun {
+  const OpSpec* op;
+  int64_t params[kMaxOpParams];
+  void* ptrs[kMaxOpBuffers];
+};
+
 // Runs one op to completion. params has op.param_count entries, each >= 1;
 // buffers has op.buffer_count device pointers, inputs first, every one large
 // enough for its shape, no output equal to an input. kernel_ns receives the
 // time of the kernel alone.
 Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers, uint64_t* kernel_ns);
+
+// Runs runs[0], …, runs[count − 1] in order and waits for them once, at the
+// end (count >= 1; each entry as backend_run would get it). kernel_ns[i]
+// receives entry i's time. On failure *failed is the index of the entry the
+// error belongs to (the entries before it ran to completion), or
+// kNoBatchEntry when the error surfaced at the final wait and the backend
+// cannot tell which entry caused it; the message then says so.
+Result backend_run_batch(const CheckedRun* runs, uint32_t count, uint64_t* kernel_ns, uint32_t* failed);
 
 // Closes the device (joins threads, releases the context) before exit.
 void backend_close();

@@ -15,9 +15,12 @@
 // stdout carries frames only. At start the server keeps a private duplicate
 // of stdout for frames and points file descriptor 1 at stderr, so a stray
 // print from a library cannot corrupt the frame stream.
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,6 +75,42 @@ bool write_full(int fd, const uint8_t* src, size_t n) {
   return true;
 }
 
+// kSpinNs is how long a read that finds stdin empty keeps retrying before it
+// sleeps in poll(2). A sleeping reader costs a scheduler wake-up per request,
+// several microseconds on a virtual machine; a host that sends its next
+// request within this window (a training step's stream of small calls) is
+// answered without one. The price is at most this much of one core after
+// each request.
+constexpr int64_t kSpinNs = 50'000;
+
+int64_t monotonic_ns() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// read_some reads up to n bytes of stdin, at least one unless input ends: 0
+// at end of input, -1 on a read error. stdin is non-blocking (run_server
+// sets it), so an empty pipe is retried for kSpinNs and then waited on with
+// poll; on a descriptor that cannot be non-blocking, read simply blocks.
+long long read_some(uint8_t* dst, size_t n) {
+  int64_t spin_start = -1;
+  for (;;) {
+    const ssize_t r = ::read(0, dst, n);
+    if (r >= 0) return r;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+    const int64_t now = monotonic_ns();
+    if (spin_start < 0) {
+      spin_start = now;
+    } else if (now - spin_start > kSpinNs) {
+      pollfd p = {0, POLLIN, 0};
+      if (::poll(&p, 1, -1) < 0 && errno != EINTR) return -1;
+      spin_start = -1;
+    }
+  }
+}
+
 // Input reads stdin through a buffer, so that a burst of pipelined requests
 // costs one read call rather than two per frame.
 class Input {
@@ -84,21 +123,15 @@ class Input {
       if (next_ == end_) {
         // Large reads bypass the buffer; small ones refill it.
         if (n - got >= sizeof buf_) {
-          const ssize_t r = ::read(0, dst + got, n - got);
+          const long long r = read_some(dst + got, n - got);
           if (r == 0) break;
-          if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-          }
+          if (r < 0) return -1;
           got += static_cast<size_t>(r);
           continue;
         }
-        const ssize_t r = ::read(0, buf_, sizeof buf_);
+        const long long r = read_some(buf_, sizeof buf_);
         if (r == 0) break;
-        if (r < 0) {
-          if (errno == EINTR) continue;
-          return -1;
-        }
+        if (r < 0) return -1;
         next_ = 0;
         end_ = static_cast<size_t>(r);
       }
@@ -190,13 +223,6 @@ struct LiveBuffer {
   uint64_t bytes;
 };
 
-// A RUN that passed every check: its op, params and device pointers.
-struct CheckedRun {
-  const OpSpec* op;
-  int64_t params[kMaxOpParams];
-  void* ptrs[kMaxOpBuffers];
-};
-
 // shape_values lists an op's params as "M=4, N=4, K=2".
 std::string shape_values(const OpSpec& op, const int64_t* params) {
   std::string s;
@@ -258,6 +284,7 @@ class Server {
   std::vector<uint8_t> response_;
   std::unordered_map<uint64_t, LiveBuffer> buffers_;
   std::vector<CheckedRun> batch_;
+  std::vector<uint64_t> times_;
   uint64_t next_handle_ = 1;
 };
 
@@ -586,18 +613,22 @@ Outcome Server::run_batch(const uint8_t* p, size_t n) {
     return o;
   }
   uint8_t* times = payload(8 * size_t{count});
-  for (uint32_t i = 0; i < count; ++i) {
-    uint64_t kernel_ns = 0;
-    const Result r = backend_run(*runs[i].op, runs[i].params, runs[i].ptrs, &kernel_ns);
-    if (!r.ok()) {
-      response_.clear();
-      o.batch_entry = i;
-      o.result = fail(r.status, "RUN_BATCH entry ", i, " of ", count, " (", runs[i].op->name, "): ", r.message,
-                      i == 0 ? std::string(" (no entry ran)") : cat(" (entries 0 to ", i - 1, " ran)"));
-      return o;
+  if (count == 0) return o;
+  times_.resize(count);
+  uint32_t failed = kNoBatchEntry;
+  const Result r = backend_run_batch(runs, count, times_.data(), &failed);
+  if (!r.ok()) {
+    response_.clear();
+    o.batch_entry = failed;
+    if (failed == kNoBatchEntry) {
+      o.result = fail(r.status, "RUN_BATCH of ", count, " entries: ", r.message);
+    } else {
+      o.result = fail(r.status, "RUN_BATCH entry ", failed, " of ", count, " (", runs[failed].op->name, "): ", r.message,
+                      failed == 0 ? std::string(" (no entry ran)") : cat(" (entries 0 to ", failed - 1, " ran)"));
     }
-    store_u64(times + 8 * i, kernel_ns);
+    return o;
   }
+  for (uint32_t i = 0; i < count; ++i) store_u64(times + 8 * i, times_[i]);
   return o;
 }
 
@@ -666,6 +697,10 @@ int run_server() {
     return kExitNoCookie;
   }
   ::signal(SIGPIPE, SIG_IGN);
+  // Non-blocking stdin lets read_some spin before it sleeps. Should fcntl
+  // fail (it does not on a pipe), reads block and the server still works.
+  const int in_flags = ::fcntl(0, F_GETFL);
+  if (in_flags >= 0) (void)::fcntl(0, F_SETFL, in_flags | O_NONBLOCK);
   const int frame_out = ::dup(1);
   if (frame_out < 0 || ::dup2(2, 1) < 0) {
     std::fprintf(stderr, "vkern kernel server: setting up stdout: %s\n", std::strerror(errno));

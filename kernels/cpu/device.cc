@@ -346,6 +346,19 @@ Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers
   }
 }
 
+// Each entry runs to completion before the next starts, so the entry an
+// error belongs to is always known.
+Result backend_run_batch(const CheckedRun* runs, uint32_t count, uint64_t* kernel_ns, uint32_t* failed) {
+  for (uint32_t i = 0; i < count; ++i) {
+    const Result r = backend_run(*runs[i].op, runs[i].params, runs[i].ptrs, &kernel_ns[i]);
+    if (!r.ok()) {
+      *failed = i;
+      return r;
+    }
+  }
+  return Result::OK();
+}
+
 Result run_kernel(const OpSpec& op, const int64_t* params, void* const* buffers, uint64_t* kernel_ns) {
   ThreadPool& pool = *g_pool;
   Scratch& scratch = *g_scratch;

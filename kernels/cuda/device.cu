@@ -20,6 +20,8 @@ namespace {
 
 cudaStream_t g_stream = nullptr;
 cudaEvent_t g_start = nullptr, g_stop = nullptr;
+// g_marks are RUN_BATCH's events: entry i runs between marks i and i + 1.
+std::vector<cudaEvent_t> g_marks;
 cudaDeviceProp g_props;
 int g_device = 0;
 
@@ -57,6 +59,8 @@ Result backend_open() {
 
 void backend_close() {
   if (g_staging != nullptr) (void)cudaFreeHost(g_staging);
+  for (cudaEvent_t e : g_marks) (void)cudaEventDestroy(e);
+  g_marks.clear();
   if (g_start != nullptr) (void)cudaEventDestroy(g_start);
   if (g_stop != nullptr) (void)cudaEventDestroy(g_stop);
   if (g_stream != nullptr) (void)cudaStreamDestroy(g_stream);
@@ -133,40 +137,88 @@ Result backend_sync() {
   return Result::OK();
 }
 
-// Runs the op between two events on the stream and waits for it: the time
-// is the device's own measure of the launches, not of the frame handling.
-Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers, uint64_t* kernel_ns) {
+namespace {
+
+// launch enqueues op's kernels on the stream without waiting.
+cudaError_t launch(const OpSpec& op, const int64_t* params, void* const* buffers) {
   const auto in = [buffers](int i) { return static_cast<const __half*>(buffers[i]); };
   const auto out = [buffers](int i) { return static_cast<__half*>(buffers[i]); };
-  VK_CHECK(cudaEventRecord(g_start, g_stream), "cudaEventRecord");
-  cudaError_t err = cudaSuccess;
   switch (op.id) {
     case OpId::kGemm:
-      err = vk_gemm(in(0), in(1), static_cast<float*>(buffers[2]), params[kM], params[kN], params[kK], g_stream);
-      break;
-    case OpId::kGemmGradA:
-      err = vk_gemm_grad_a(in(0), in(1), out(2), params[kM], params[kN], params[kK], g_stream);
-      break;
-    case OpId::kGemmGradB:
-      err = vk_gemm_grad_b(in(0), in(1), out(2), params[kM], params[kN], params[kK], g_stream);
-      break;
-    case OpId::kSoftmax:
-      err = vk_softmax(in(0), out(1), params[kR], params[kC], g_stream);
-      break;
-    case OpId::kSoftmaxGrad:
-      err = vk_softmax_grad(in(0), in(1), out(2), params[kR], params[kC], g_stream);
-      break;
+      return vk_gemm(in(0), in(1), static_cast<float*>(buffers[2]), params[kM], params[kN], params[kK], g_stream);
+    case OpId::kGemmGradA: return vk_gemm_grad_a(in(0), in(1), out(2), params[kM], params[kN], params[kK], g_stream);
+    case OpId::kGemmGradB: return vk_gemm_grad_b(in(0), in(1), out(2), params[kM], params[kN], params[kK], g_stream);
+    case OpId::kSoftmax: return vk_softmax(in(0), out(1), params[kR], params[kC], g_stream);
+    case OpId::kSoftmaxGrad: return vk_softmax_grad(in(0), in(1), out(2), params[kR], params[kC], g_stream);
   }
+  return cudaErrorInvalidValue;
+}
+
+// launch_error turns a launch's error into the RUN's: scratch that cannot
+// be had is OUT_OF_MEMORY (and not sticky), anything else a device error.
+Result launch_error(const OpSpec& op, cudaError_t err) {
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     return fail(kStatusOutOfMemory, op.name, ": cannot allocate the kernel's scratch memory");
   }
-  VK_CHECK(err, op.name);
+  return cuda_fail(err, op.name);
+}
+
+Result ensure_marks(size_t n) {
+  while (g_marks.size() < n) {
+    cudaEvent_t e = nullptr;
+    VK_CHECK(cudaEventCreate(&e), "cudaEventCreate");
+    g_marks.push_back(e);
+  }
+  return Result::OK();
+}
+
+uint64_t elapsed_ns(float ms) { return static_cast<uint64_t>(static_cast<double>(ms) * 1e6); }
+
+}  // namespace
+
+// Runs the op between two events on the stream and waits for it: the time
+// is the device's own measure of the launches, not of the frame handling.
+Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers, uint64_t* kernel_ns) {
+  VK_CHECK(cudaEventRecord(g_start, g_stream), "cudaEventRecord");
+  const cudaError_t err = launch(op, params, buffers);
+  if (err != cudaSuccess) return launch_error(op, err);
   VK_CHECK(cudaEventRecord(g_stop, g_stream), "cudaEventRecord");
   VK_CHECK(cudaEventSynchronize(g_stop), op.name);
   float ms = 0;
   VK_CHECK(cudaEventElapsedTime(&ms, g_start, g_stop), "cudaEventElapsedTime");
-  *kernel_ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+  *kernel_ns = elapsed_ns(ms);
+  return Result::OK();
+}
+
+// Enqueues every entry with an event after each and waits once, on the
+// last event: a batch of tiny runs costs a launch per entry and one device
+// round trip. A launch that fails is that entry's error, after the entries
+// before it have finished; an error at the final wait cannot be pinned on
+// one entry (a sticky error reports itself everywhere), so it names none.
+Result backend_run_batch(const CheckedRun* runs, uint32_t count, uint64_t* kernel_ns, uint32_t* failed) {
+  Result r = ensure_marks(size_t{count} + 1);
+  if (!r.ok()) return r;
+  VK_CHECK(cudaEventRecord(g_marks[0], g_stream), "cudaEventRecord");
+  for (uint32_t i = 0; i < count; ++i) {
+    const cudaError_t err = launch(*runs[i].op, runs[i].params, runs[i].ptrs);
+    if (err != cudaSuccess) {
+      *failed = i;
+      r = launch_error(*runs[i].op, err);
+      if (r.status == kStatusOutOfMemory) VK_CHECK(cudaStreamSynchronize(g_stream), "cudaStreamSynchronize");
+      return r;
+    }
+    VK_CHECK(cudaEventRecord(g_marks[i + 1], g_stream), "cudaEventRecord");
+  }
+  const cudaError_t err = cudaEventSynchronize(g_marks[count]);
+  if (err != cudaSuccess) {
+    return cuda_fail(err, "the device failed while the batch ran (it waits once, at the end, so the failing entry is not known)");
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    float ms = 0;
+    VK_CHECK(cudaEventElapsedTime(&ms, g_marks[i], g_marks[i + 1]), "cudaEventElapsedTime");
+    kernel_ns[i] = elapsed_ns(ms);
+  }
   return Result::OK();
 }
 
