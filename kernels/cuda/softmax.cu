@@ -21,6 +21,13 @@
 //   t + T, t + 2T, … of VW elements, so every load and store is coalesced.
 //   Blocks walk the rows in a grid-stride loop. (The table is in
 //   softmax_with and softmax_grad_with.)
+// - softmax_grad rows of 32,768 < C whose two inputs fit in one block's
+//   shared memory (4·C + 128 bytes; C <= 58,080 on Hopper's 227 KB, CUDA
+//   only): softmax_grad_staged, one pass. One block of 1,024 threads per SM
+//   walks rows G apart (G blocks); each thread parks its vectors of dY and Y
+//   in its own slots of shared memory, and loads row r + G into those slots
+//   while it writes row r's dX from them, so each element is read once and
+//   the loads of one row overlap the stores of the last.
 // - Longer rows: the row is cut into segments of 32,768 elements, one block
 //   each. softmax: a first kernel writes each segment's (max, Σ exp(x − max))
 //   to scratch; a second combines the row's pairs (rescaling each partial sum
@@ -55,10 +62,22 @@
 //   NaN entries still give NaN. A partial whose max equals the row's max is
 //   used unscaled, so −Inf − (−Inf) never arises in the combination.
 //
-// Measured on an H100 (nvcc 13.0, timed interleaved with torch in one
-// process; copy ceiling 2.97 TB/s read + write): softmax 8192×32768 2.83
-// TB/s (1.28× torch.softmax), 8192×50304 2.86 TB/s; softmax_grad 8192×32768
-// 2.89 TB/s (2.2× torch); odd C (2-byte accesses) 1.5-2.1 TB/s.
+// Measured on an H100 (nvcc 12.4, sm_90a; a standalone harness: CUDA-event
+// medians of 30 launches, 100 for 32768×1024, over two operand sets that
+// span 4× the L2; ratios to a 1 GiB device-to-device cudaMemcpy in the same
+// process, 3.00 TB/s read + write): softmax 8192×32768 0.957, 8192×50304
+// 0.956, 32768×1024 0.87; softmax_grad 8192×32768 0.972, 8192×50304 0.960,
+// 32768×1024 0.92.
+//
+// Variants measured side by side (ratio to copy, same run):
+// - softmax_grad, 8192×50304:
+//   1. segmented, two kernels, rows read twice ...................... 0.605
+//   2. staged in shared memory, 512 threads a block ................. 0.932
+//   3. staged, 1,024 threads a block (more loads in flight; used) ... 0.960
+// - C <= 1,024, 32768×1024, softmax / softmax_grad: a warp per row with 4
+//   rows a block (used), 2 or 1, or a block of 64 or 128 threads per row:
+//   all 0.87 / 0.92 within 0.01; a persistent grid whose warps load their
+//   next row before reducing this one: 0.81 / 0.89.
 //
 // Scratch (long rows only): see ops.cuh.
 #include <cstdint>
@@ -69,7 +88,8 @@
 #if defined(VKERN_SOFTMAX_TUNING)
 // Tests only: picks the kernel for 16,384 < C <= 32,768. softmax: 0: 1,024
 // threads × 32 elements, 1: 512 × 64, 2: 256 × 128; softmax_grad: 1:
-// 1,024 × 32, otherwise 512 × 64. −1: the normal choice.
+// 1,024 × 32, otherwise 512 × 64. For softmax_grad with C > 32,768: 3: the
+// segmented path, 4: staged with 512 threads. −1: the normal choice.
 int vk_softmax_tuning_config = -1;
 #endif
 
@@ -421,6 +441,131 @@ __global__ void __launch_bounds__(kSegmentThreads)
   }
 }
 
+#if !defined(__HIP_PLATFORM_AMD__)
+// ---------------------------------------------------------------------------
+// Long rows of softmax_grad that fit in shared memory (CUDA only: 4·C bytes,
+// up to 227 KB a block on Hopper; HIP's 64 KB LDS holds no row the register
+// path does not).
+//
+// One block of T threads per SM walks rows r, r + G, r + 2G, … (G blocks).
+// Thread t owns vectors t, t + T, … of a row and the same slots of the
+// stage, so no thread reads a slot another wrote and the stage needs no
+// barrier: it is spill space that keeps the registers free for loads in
+// flight. While a thread stores dX for row r from its slots, it loads row
+// r + G into the same slots and sums that row's partial dot product, so
+// the loads of one row overlap the stores of the last and each input
+// element is read from device memory once. The only barrier per row is the
+// dot product's reduction.
+
+// Access<VW>: one load or store of VW f16 elements.
+template <int VW>
+struct Access;
+template <>
+struct Access<8> {
+  using type = uint4;
+  __device__ static float dot(uint4 g, uint4 y, float d) {
+    const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, yw[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      d = fmaf(half_lo(gw[i]), half_lo(yw[i]), d);
+      d = fmaf(half_hi(gw[i]), half_hi(yw[i]), d);
+    }
+    return d;
+  }
+  __device__ static uint4 grad(uint4 g, uint4 y, float d) {
+    const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, yw[4] = {y.x, y.y, y.z, y.w};
+    uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      o[i] = pack(half_lo(yw[i]) * (half_lo(gw[i]) - d), half_hi(yw[i]) * (half_hi(gw[i]) - d));
+    return make_uint4(o[0], o[1], o[2], o[3]);
+  }
+};
+template <>
+struct Access<1> {
+  using type = unsigned short;
+  __device__ static float to_float(unsigned short h) { return __half2float(__ushort_as_half(h)); }
+  __device__ static float dot(unsigned short g, unsigned short y, float d) { return fmaf(to_float(g), to_float(y), d); }
+  __device__ static unsigned short grad(unsigned short g, unsigned short y, float d) {
+    return __half_as_ushort(__float2half_rn(to_float(y) * (to_float(g) - d)));
+  }
+};
+
+// kStagedUnroll vectors of each input are loaded before the first is used.
+constexpr int kStagedUnroll = 4;
+
+template <int T, int VW>
+__global__ void __launch_bounds__(T, 1)
+    softmax_grad_staged(const __half* __restrict__ dY, const __half* __restrict__ Y, __half* __restrict__ dX,
+                        int64_t R, int64_t C) {
+  using A = Access<VW>;
+  using V = typename A::type;
+  extern __shared__ uint4 stage_words[];  // uint4 for its 16-byte alignment
+  const int n = static_cast<int>(C / VW);  // vectors per row (C % VW == 0)
+  V* stage_g = reinterpret_cast<V*>(stage_words);
+  V* stage_y = stage_g + n;
+  float* red = reinterpret_cast<float*>(stage_y + n);
+  const int t = threadIdx.x;
+  int64_t r = blockIdx.x;  // the grid has at most R blocks
+
+  // The first row: into the stage, and its dot product.
+  float d = 0.0f;
+  {
+    const V* g = reinterpret_cast<const V*>(dY + r * C);
+    const V* y = reinterpret_cast<const V*>(Y + r * C);
+    for (int base = t; base < n; base += kStagedUnroll * T) {
+      V gv[kStagedUnroll], yv[kStagedUnroll];
+#pragma unroll
+      for (int u = 0; u < kStagedUnroll; ++u) {
+        const int j = base + u * T;
+        if (j < n) gv[u] = VK_LDG(g + j), yv[u] = VK_LDG(y + j);
+      }
+#pragma unroll
+      for (int u = 0; u < kStagedUnroll; ++u) {
+        const int j = base + u * T;
+        if (j < n) stage_g[j] = gv[u], stage_y[j] = yv[u], d = A::dot(gv[u], yv[u], d);
+      }
+    }
+  }
+  d = row_sum<T>(d, red);
+
+  for (;;) {
+    const int64_t next = r + gridDim.x;
+    V* dx = reinterpret_cast<V*>(dX + r * C);
+    if (next >= R) {  // the last row: only the stores
+      for (int j = t; j < n; j += T) dx[j] = A::grad(stage_g[j], stage_y[j], d);
+      return;
+    }
+    const V* g = reinterpret_cast<const V*>(dY + next * C);
+    const V* y = reinterpret_cast<const V*>(Y + next * C);
+    float dn = 0.0f;
+    for (int base = t; base < n; base += kStagedUnroll * T) {
+      V gv[kStagedUnroll], yv[kStagedUnroll];
+#pragma unroll
+      for (int u = 0; u < kStagedUnroll; ++u) {
+        const int j = base + u * T;
+        if (j < n) gv[u] = VK_LDG(g + j), yv[u] = VK_LDG(y + j);
+      }
+      // This row's stores go out before the first of the next row's loads
+      // is waited on.
+#pragma unroll
+      for (int u = 0; u < kStagedUnroll; ++u) {
+        const int j = base + u * T;
+        if (j < n) dx[j] = A::grad(stage_g[j], stage_y[j], d);
+      }
+#pragma unroll
+      for (int u = 0; u < kStagedUnroll; ++u) {
+        const int j = base + u * T;
+        if (j < n) stage_g[j] = gv[u], stage_y[j] = yv[u], dn = A::dot(gv[u], yv[u], dn);
+      }
+    }
+    d = row_sum<T>(dn, red);
+    r = next;
+  }
+}
+
+#endif  // !__HIP_PLATFORM_AMD__
+
 // ---------------------------------------------------------------------------
 // Host side.
 
@@ -468,6 +613,47 @@ cudaError_t launch_softmax_grad_rows(const __half* dY, const __half* Y, __half* 
   return cudaGetLastError();
 }
 
+#if !defined(__HIP_PLATFORM_AMD__)
+// launch_softmax_grad_staged launches softmax_grad_staged, one block per SM
+// (more where they fit), when both inputs' rows fit in a block's shared
+// memory; *launched says whether it did.
+template <int T, int VW>
+cudaError_t launch_softmax_grad_staged(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C,
+                                       cudaStream_t s, bool* launched) {
+  *launched = false;
+  struct Limits {
+    cudaError_t err = cudaSuccess;
+    int shared_bytes = 0, sms = 0;
+  };
+  // The device's limits and the kernel's shared-memory ceiling, once per
+  // process (the server uses one device).
+  static const Limits limits = [] {
+    Limits l;
+    int device = 0;
+    l.err = cudaGetDevice(&device);
+    if (l.err == cudaSuccess)
+      l.err = cudaDeviceGetAttribute(&l.shared_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (l.err == cudaSuccess) l.err = cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device);
+    if (l.err == cudaSuccess)
+      l.err = cudaFuncSetAttribute(softmax_grad_staged<T, VW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   l.shared_bytes);
+    return l;
+  }();
+  if (limits.err != cudaSuccess) return limits.err;
+  const int64_t bytes = 4 * C + T / 32 * static_cast<int64_t>(sizeof(float));
+  if (bytes > limits.shared_bytes) return cudaSuccess;
+  int per_sm = 0;
+  const cudaError_t err =
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, softmax_grad_staged<T, VW>, T, static_cast<size_t>(bytes));
+  if (err != cudaSuccess) return err;
+  if (per_sm < 1) return cudaSuccess;
+  const int64_t blocks = static_cast<int64_t>(limits.sms) * per_sm;
+  softmax_grad_staged<T, VW><<<grid_for(R < blocks ? R : blocks), T, static_cast<size_t>(bytes), s>>>(dY, Y, dX, R, C);
+  *launched = true;
+  return cudaGetLastError();
+}
+#endif
+
 template <int VW>
 cudaError_t softmax_with(const __half* X, __half* Y, int64_t R, int64_t C, cudaStream_t s) {
   if (C <= 256) return launch_softmax_rows<32, 8, 8, VW>(X, Y, R, C, s);
@@ -513,6 +699,21 @@ cudaError_t softmax_grad_with(const __half* dY, const __half* Y, __half* dX, int
 #endif
     return launch_softmax_grad_rows<512, 1, 64, VW>(dY, Y, dX, R, C, s);
   }
+#if !defined(__HIP_PLATFORM_AMD__)
+  {
+    bool launched = false;
+    cudaError_t err = cudaSuccess;
+#if defined(VKERN_SOFTMAX_TUNING)
+    if (vk_softmax_tuning_config == 3) {
+      // the segmented path below
+    } else if (vk_softmax_tuning_config == 4) {
+      err = launch_softmax_grad_staged<512, VW>(dY, Y, dX, R, C, s, &launched);
+    } else
+#endif
+      err = launch_softmax_grad_staged<1024, VW>(dY, Y, dX, R, C, s, &launched);
+    if (err != cudaSuccess || launched) return err;
+  }
+#endif
 
   const int64_t P = ceil_div(C, kSegment);
   void* buffer = nullptr;
