@@ -89,7 +89,7 @@ type call struct {
 func newConn(c *Client, gen uint64, p process) *conn {
 	return &conn{
 		c: c, gen: gen, p: p, in: p.stdin(),
-		fr:    frameReader{f: newPipeReader(p.stdout())},
+		fr:    frameReader{f: newPipeReader(p.stdout(), spinFromEnv())},
 		wlock: make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}

@@ -17,6 +17,7 @@
 // print from a library cannot corrupt the frame stream.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -75,13 +76,22 @@ bool write_full(int fd, const uint8_t* src, size_t n) {
   return true;
 }
 
-// kSpinNs is how long a read that finds stdin empty keeps retrying before it
-// sleeps in poll(2). A sleeping reader costs a scheduler wake-up per request,
-// several microseconds on a virtual machine; a host that sends its next
-// request within this window (a training step's stream of small calls) is
-// answered without one. The price is at most this much of one core after
-// each request.
-constexpr int64_t kSpinNs = 50'000;
+// spin_ns is how long a read that finds stdin empty keeps retrying before it
+// sleeps in poll(2): 50 µs, or $VKERN_SPIN_US microseconds (0 to 10,000; 0
+// sleeps at once), the variable the host's reader obeys too. A sleeping
+// reader costs a scheduler wake-up per request, several microseconds on a
+// virtual machine; a host that sends its next request within this window (a
+// training step's stream of small calls) is answered without one. The price
+// is at most this much of one core after each request.
+int64_t spin_ns = 50'000;
+
+void read_spin_setting() {
+  const char* v = std::getenv("VKERN_SPIN_US");
+  if (v == nullptr || *v == '\0') return;
+  char* end = nullptr;
+  const long us = std::strtol(v, &end, 10);
+  if (*end == '\0' && us >= 0 && us <= 10'000) spin_ns = int64_t{us} * 1000;
+}
 
 int64_t monotonic_ns() {
   timespec ts;
@@ -91,7 +101,7 @@ int64_t monotonic_ns() {
 
 // read_some reads up to n bytes of stdin, at least one unless input ends: 0
 // at end of input, -1 on a read error. stdin is non-blocking (run_server
-// sets it), so an empty pipe is retried for kSpinNs and then waited on with
+// sets it), so an empty pipe is retried for spin_ns and then waited on with
 // poll; on a descriptor that cannot be non-blocking, read simply blocks.
 long long read_some(uint8_t* dst, size_t n) {
   int64_t spin_start = -1;
@@ -100,10 +110,13 @@ long long read_some(uint8_t* dst, size_t n) {
     if (r >= 0) return r;
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+    // Let whatever else is ready run first: on a busy machine that may be
+    // the host this server is waiting for.
+    ::sched_yield();
     const int64_t now = monotonic_ns();
     if (spin_start < 0) {
       spin_start = now;
-    } else if (now - spin_start > kSpinNs) {
+    } else if (now - spin_start > spin_ns) {
       pollfd p = {0, POLLIN, 0};
       if (::poll(&p, 1, -1) < 0 && errno != EINTR) return -1;
       spin_start = -1;
@@ -699,8 +712,9 @@ int run_server() {
   ::signal(SIGPIPE, SIG_IGN);
   // Non-blocking stdin lets read_some spin before it sleeps. Should fcntl
   // fail (it does not on a pipe), reads block and the server still works.
+  read_spin_setting();
   const int in_flags = ::fcntl(0, F_GETFL);
-  if (in_flags >= 0) (void)::fcntl(0, F_SETFL, in_flags | O_NONBLOCK);
+  if (spin_ns > 0 && in_flags >= 0) (void)::fcntl(0, F_SETFL, in_flags | O_NONBLOCK);
   const int frame_out = ::dup(1);
   if (frame_out < 0 || ::dup2(2, 1) < 0) {
     std::fprintf(stderr, "vkern kernel server: setting up stdout: %s\n", std::strerror(errno));
