@@ -223,7 +223,7 @@ func TestABatchRunsInOrderAndNamesItsFailingCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	// softmax(softmax(x)): the second call reads what the first wrote.
-	times, err := dev.RunBatch(ctx, []Call{{softmax, s, []*Buffer{x, y}}, {softmax, s, []*Buffer{y, z}}})
+	times, err := dev.RunBatch(ctx, []Call{{Op: softmax, Shape: s, Buffers: []*Buffer{x, y}}, {Op: softmax, Shape: s, Buffers: []*Buffer{y, z}}})
 	if err != nil || len(times) != 2 {
 		t.Fatalf("RunBatch: %v, %v", times, err)
 	}
@@ -234,8 +234,25 @@ func TestABatchRunsInOrderAndNamesItsFailingCall(t *testing.T) {
 	if got[3] != 0x3555 { // row 1 is all zeros: softmax gives 1/3 twice over, 0x3555 in f16
 		t.Errorf("z[1,0] = %#04x, want 0x3555 (1/3)", got[3])
 	}
+	// The same two calls untimed, and the one-call form: same results, no times.
+	if err := z.WriteF16(ctx, make([]uint16, 6)); err != nil {
+		t.Fatal(err)
+	}
+	times, err = dev.RunBatch(ctx, []Call{{Op: softmax, Shape: s, Buffers: []*Buffer{x, y}, Untimed: true}, {Op: softmax, Shape: s, Buffers: []*Buffer{y, z}, Untimed: true}})
+	if err != nil || len(times) != 2 || times[0] != 0 || times[1] != 0 {
+		t.Fatalf("an untimed RunBatch: %v, %v; want two zero times", times, err)
+	}
+	if err := dev.RunUntimed(ctx, softmax, s, y, z); err != nil {
+		t.Fatalf("RunUntimed: %v", err)
+	}
+	if err := z.ReadF16(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if got[3] != 0x3555 {
+		t.Errorf("z[1,0] after the untimed calls = %#04x, want 0x3555 (1/3)", got[3])
+	}
 	small, _ := dev.Alloc(ctx, 4)
-	_, err = dev.RunBatch(ctx, []Call{{softmax, s, []*Buffer{x, y}}, {softmax, s, []*Buffer{y, small}}})
+	_, err = dev.RunBatch(ctx, []Call{{Op: softmax, Shape: s, Buffers: []*Buffer{x, y}}, {Op: softmax, Shape: s, Buffers: []*Buffer{y, small}}})
 	if err == nil || !strings.Contains(err.Error(), "batch call 1 of 2") {
 		t.Errorf("a bad second call: %v", err)
 	}

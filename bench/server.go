@@ -48,8 +48,9 @@ var DefaultServerSizes = []int64{1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20
 
 // ServerSuite measures the kernel server itself on the binary at
 // serverPath (built from sources with the given SHA-256): the round trip of
-// a PING against a bare pipe round trip; a tiny RUN; a batch of 100 tiny
-// RUNs and its overhead per run beyond the kernels' own time; the same tiny
+// a PING against a bare pipe round trip; a tiny RUN, timed and untimed; a
+// batch of 100 tiny RUNs and its overhead per run beyond the kernels' own
+// time; the same tiny
 // RUN with one fresh server process per call, as the seed ran kernels; and
 // WRITE and READ bandwidth through the shared-memory arena at each size,
 // against the seed's decimal text in frames at TextBytes. Each result that
@@ -127,6 +128,16 @@ func ServerSuite(ctx context.Context, serverPath string, sourceSHA string, opts 
 	runTinyResult := Result{Name: "run_tiny", N: opts.Calls, MedianNs: float64(runTiny),
 		Note: fmt.Sprintf("RUN of softmax %dx%d, round trip; the kernel itself: median %v", tinyRows, tinyCols, tinyKernel)}
 
+	say("timing %d untimed tiny runs", opts.Calls)
+	runUntimed, err := Median(ctx, opts.Calls, warm, Wall(func() error {
+		return c.RunUntimed(ctx, tiny.OpID, tiny.Params, tiny.Buffers)
+	}))
+	if err != nil {
+		return nil, err
+	}
+	runUntimedResult := Result{Name: "run_tiny_untimed", N: opts.Calls, MedianNs: float64(runUntimed),
+		Note: "the same RUN with the untimed flag: the server waits for the kernel but records no timing events"}
+
 	const batch = 100
 	runs := make([]kserver.RunRequest, batch)
 	for i := range runs {
@@ -164,7 +175,7 @@ func ServerSuite(ctx context.Context, serverPath string, sourceSHA string, opts 
 		return nil, err
 	}
 	runTinyResult.Relate("oneshot_run_tiny", float64(oneshot))
-	results = append(results, runTinyResult)
+	results = append(results, runTinyResult, runUntimedResult)
 	results = append(results, batchResults...)
 	results = append(results, Result{Name: "oneshot_run_tiny", N: opts.Oneshots, MedianNs: float64(oneshot),
 		Note: "the seed's one-shot: start a server, HELLO, ALLOC+WRITE both buffers, RUN, READ both back, SHUTDOWN, exit"})

@@ -95,6 +95,11 @@ type RunRequest struct {
 	OpID    uint32
 	Params  []int64
 	Buffers []Handle
+	// Untimed asks the server not to time the kernel; its time is then 0.
+	// On a GPU that saves two timing events per run (about 3.5 µs of a
+	// tiny run on an H100). The server may time an untimed batch entry
+	// anyway when other entries of the batch are timed.
+	Untimed bool
 }
 
 // Client talks to one kernel server at a time, starting it on the first call
@@ -271,18 +276,30 @@ func (c *Client) transfer(ctx context.Context, op Opcode, h Handle, offset uint6
 // Run runs kernel opID with params on bufs (inputs first, then outputs) and
 // returns the kernel time the server measured, in nanoseconds.
 func (c *Client) Run(ctx context.Context, opID uint32, params []int64, bufs []Handle) (kernelNs uint64, err error) {
+	return c.run(ctx, RunRequest{OpID: opID, Params: params, Buffers: bufs})
+}
+
+// RunUntimed is Run without the kernel's timing, for callers that need
+// only the result: the server still waits for the kernel to finish before
+// it answers.
+func (c *Client) RunUntimed(ctx context.Context, opID uint32, params []int64, bufs []Handle) error {
+	_, err := c.run(ctx, RunRequest{OpID: opID, Params: params, Buffers: bufs, Untimed: true})
+	return err
+}
+
+func (c *Client) run(ctx context.Context, r RunRequest) (kernelNs uint64, err error) {
 	if c.iso != nil {
-		return c.iso.run(ctx, opID, params, bufs)
+		return c.iso.run(ctx, r.OpID, r.Params, r.Buffers)
 	}
 	cx, err := c.begin(ctx, OpRun)
 	if err != nil {
 		return 0, err
 	}
-	s, err := c.serverFor(cx, OpRun, bufs...)
+	s, err := c.serverFor(cx, OpRun, r.Buffers...)
 	if err != nil {
 		return 0, err
 	}
-	req := appendRun(make([]byte, 0, runHeadBytes+8*(len(params)+len(bufs))), opID, params, bufs)
+	req := appendRun(make([]byte, 0, runHeadBytes+8*(len(r.Params)+len(r.Buffers))), r)
 	cl := &call{op: OpRun}
 	if err := s.do(cx, cl, req, nil); err != nil {
 		return 0, err
@@ -330,7 +347,7 @@ func (c *Client) RunBatch(ctx context.Context, runs []RunRequest) (kernelNs []ui
 	req = binary.LittleEndian.AppendUint32(req, uint32(len(runs)))
 	req = binary.LittleEndian.AppendUint32(req, 0)
 	for _, r := range runs {
-		req = appendRun(req, r.OpID, r.Params, r.Buffers)
+		req = appendRun(req, r)
 	}
 	cl := &call{op: OpRunBatch, times: make([]uint64, len(runs))}
 	err = s.do(cx, cl, req, nil)
@@ -344,16 +361,20 @@ func (c *Client) RunBatch(ctx context.Context, runs []RunRequest) (kernelNs []ui
 	return cl.times, nil
 }
 
-// appendRun appends a RUN payload naming the server's ids of bufs.
-func appendRun(dst []byte, opID uint32, params []int64, bufs []Handle) []byte {
-	dst = binary.LittleEndian.AppendUint32(dst, opID)
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(params)))
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(bufs)))
-	dst = binary.LittleEndian.AppendUint32(dst, 0)
-	for _, v := range params {
+// appendRun appends r's RUN payload, naming the server's ids of its buffers.
+func appendRun(dst []byte, r RunRequest) []byte {
+	var flags uint32
+	if r.Untimed {
+		flags |= RunUntimed
+	}
+	dst = binary.LittleEndian.AppendUint32(dst, r.OpID)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Params)))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Buffers)))
+	dst = binary.LittleEndian.AppendUint32(dst, flags)
+	for _, v := range r.Params {
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
 	}
-	for _, h := range bufs {
+	for _, h := range r.Buffers {
 		dst = binary.LittleEndian.AppendUint64(dst, h.id)
 	}
 	return dst

@@ -203,11 +203,11 @@ func TestPayloadsRoundTrip(t *testing.T) {
 }
 
 func TestPayloadDecodersRejectBadPayloads(t *testing.T) {
-	runWith := func(reserved uint32, params, buffers uint32, extra int) []byte {
+	runWith := func(flags uint32, params, buffers uint32, extra int) []byte {
 		b := binary.LittleEndian.AppendUint32(nil, 1)
 		b = binary.LittleEndian.AppendUint32(b, params)
 		b = binary.LittleEndian.AppendUint32(b, buffers)
-		b = binary.LittleEndian.AppendUint32(b, reserved)
+		b = binary.LittleEndian.AppendUint32(b, flags)
 		return append(b, make([]byte, extra)...)
 	}
 	cases := []struct {
@@ -221,7 +221,7 @@ func TestPayloadDecodersRejectBadPayloads(t *testing.T) {
 		{"a WRITE request without its length", func() error { _, err := DecodeTransferRequest(make([]byte, 24)); return err }, "24 bytes, want 32"},
 		{"a READ request with extra bytes", func() error { _, err := DecodeTransferRequest(make([]byte, 33)); return err }, "33 bytes, want 32"},
 		{"a short RUN request", func() error { _, err := DecodeRunPayload(make([]byte, 15)); return err }, "want at least 16"},
-		{"a RUN request with reserved set", func() error { _, err := DecodeRunPayload(runWith(1, 0, 0, 0)); return err }, "reserved field is 1"},
+		{"a RUN request with an unknown flag", func() error { _, err := DecodeRunPayload(runWith(2, 0, 0, 0)); return err }, "flags are 0x2; only 0x1 (untimed)"},
 		{"a RUN request whose counts overrun it", func() error { _, err := DecodeRunPayload(runWith(0, 1<<32-1, 1<<32-1, 8)); return err }, "want 68719476736"},
 		{"a RUN request with a stray byte", func() error { _, err := DecodeRunPayload(runWith(0, 1, 0, 9)); return err }, "25 bytes, want 24"},
 		{"a RUN_BATCH whose count overruns it", func() error {

@@ -122,15 +122,20 @@ type RunPayload struct {
 	OpID    uint32
 	Params  []int64
 	Buffers []uint64
+	Flags   uint32 // RunUntimed, or 0
 }
 
+// RunUntimed is the RUN flag that asks the server not to time the kernel
+// (the response's kernel time is then 0). It is the only flag.
+const RunUntimed uint32 = 1
+
 // AppendRunPayload appends a RUN request: u32 op id, u32 param count, u32
-// buffer count, u32 reserved (0), the params as i64, the handles as u64.
+// buffer count, u32 flags, the params as i64, the handles as u64.
 func AppendRunPayload(dst []byte, r RunPayload) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, r.OpID)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Params)))
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Buffers)))
-	dst = binary.LittleEndian.AppendUint32(dst, 0)
+	dst = binary.LittleEndian.AppendUint32(dst, r.Flags)
 	for _, v := range r.Params {
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
 	}
@@ -146,7 +151,7 @@ func runPayloadBytes(r RunPayload) int {
 }
 
 // DecodeRunPayload decodes a RUN request. The counts must account for the
-// payload exactly, and reserved must be 0.
+// payload exactly, and no flag but RunUntimed may be set.
 func DecodeRunPayload(p []byte) (RunPayload, error) {
 	r, n, err := decodeRunPrefix(p)
 	if err == nil && n != len(p) {
@@ -164,11 +169,11 @@ func decodeRunPrefix(p []byte) (RunPayload, int, error) {
 	if len(p) < runHeadBytes {
 		return RunPayload{}, 0, fmt.Errorf("%w: RUN request is %d bytes, want at least %d", ErrProtocol, len(p), runHeadBytes)
 	}
-	r := RunPayload{OpID: binary.LittleEndian.Uint32(p)}
+	r := RunPayload{OpID: binary.LittleEndian.Uint32(p), Flags: binary.LittleEndian.Uint32(p[12:])}
 	params := uint64(binary.LittleEndian.Uint32(p[4:]))
 	buffers := uint64(binary.LittleEndian.Uint32(p[8:]))
-	if reserved := binary.LittleEndian.Uint32(p[12:]); reserved != 0 {
-		return RunPayload{}, 0, fmt.Errorf("%w: RUN request's reserved field is %d, want 0", ErrProtocol, reserved)
+	if r.Flags&^RunUntimed != 0 {
+		return RunPayload{}, 0, fmt.Errorf("%w: RUN request's flags are %#x; only %#x (untimed) is defined", ErrProtocol, r.Flags, RunUntimed)
 	}
 	want := runHeadBytes + 8*(params+buffers)
 	if uint64(len(p)) < want {

@@ -266,6 +266,40 @@ func TestRealServer(t *testing.T) {
 		}
 	})
 
+	t.Run("refuses a RUN with an unknown flag and serves on", func(t *testing.T) {
+		a, err := newArena(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.close()
+		p, err := startProcess(bin, childEnv(nil), 4<<10, a.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.release()
+		defer p.kill()
+		in := &frameReader{f: p.stdout()}
+		if f, err := in.next(); err != nil || f.Opcode != OpHello {
+			t.Fatalf("first frame: %+v, %v", f, err)
+		}
+		run := AppendRunPayload(nil, RunPayload{OpID: 4, Params: []int64{1, 1}, Buffers: []uint64{1, 2}, Flags: 2})
+		var w bytes.Buffer
+		if err := WriteFrame(&w, Frame{ID: 7, Opcode: OpRun, Payload: run}); err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteFrame(&w, Frame{ID: 8, Opcode: OpPing}); err != nil {
+			t.Fatal(err)
+		}
+		p.stdin().Write(w.Bytes())
+		f, err := in.next()
+		if err != nil || f.ID != 7 || f.Status != StatusMalformed || !strings.Contains(ErrorMessage(f.Payload), "RUN flags are 2; only bit 0") {
+			t.Errorf("answer to RUN flags 2: %+v (%q), %v; want MALFORMED naming the flags", f, ErrorMessage(f.Payload), err)
+		}
+		if f, err := in.next(); err != nil || f.ID != 8 || f.Status != StatusOK {
+			t.Errorf("the PING after it: %+v, %v", f, err)
+		}
+	})
+
 	t.Run("ends on a length prefix over the cap", func(t *testing.T) {
 		a, err := newArena(1 << 20)
 		if err != nil {
@@ -355,6 +389,24 @@ func TestRealServerRunsBatches(t *testing.T) {
 		}
 		check(y, 0x3400, "y")
 		check(z, 0x3400, "z") // softmax of equal values again
+	})
+
+	t.Run("untimed runs and batches compute the same and report no time", func(t *testing.T) {
+		c.Write(ctx, y, 0, poison)
+		if err := c.RunUntimed(ctx, 4, []int64{rows, cols}, []Handle{x, y}); err != nil {
+			t.Fatalf("RunUntimed: %v", err)
+		}
+		check(y, 0x3400, "y after RunUntimed")
+		c.Write(ctx, y, 0, poison)
+		c.Write(ctx, z, 0, poison)
+		first, second := softmaxRun(rows, cols, x, y), softmaxRun(rows, cols, y, z)
+		first.Untimed, second.Untimed = true, true
+		times, err := c.RunBatch(ctx, []RunRequest{first, second})
+		if err != nil || len(times) != 2 || times[0] != 0 || times[1] != 0 {
+			t.Fatalf("an untimed RunBatch = %v, %v; want two zero times", times, err)
+		}
+		check(y, 0x3400, "y after an untimed batch")
+		check(z, 0x3400, "z after an untimed batch")
 	})
 
 	t.Run("a bad entry is named, and nothing runs", func(t *testing.T) {

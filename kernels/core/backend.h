@@ -43,22 +43,24 @@ Result backend_write(void* buffer, uint64_t offset, const uint8_t* src, uint64_t
 Result backend_read(const void* buffer, uint64_t offset, uint8_t* dst, uint64_t length);
 Result backend_sync();
 
-// A RUN that passed every check: its op, params and device pointers.
+// A RUN that passed every check: its op, params and device pointers, and
+// whether the caller wants the kernel timed.
 struct CheckedRun {
   const OpSpec* op;
   int64_t params[kMaxOpParams];
   void* ptrs[kMaxOpBuffers];
+  bool timed;
 };
 
-// Runs one op to completion. params has op.param_count entries, each >= 1;
-// buffers has op.buffer_count device pointers, inputs first, every one large
-// enough for its shape, no output equal to an input. kernel_ns receives the
-// time of the kernel alone.
-Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers, uint64_t* kernel_ns);
+// Runs one op to completion. run.params has op.param_count entries, each
+// >= 1; run.ptrs has op.buffer_count device pointers, inputs first, every
+// one large enough for its shape, no output equal to an input. kernel_ns
+// receives the time of the kernel alone, or 0 when run.timed is false.
+Result backend_run(const CheckedRun& run, uint64_t* kernel_ns);
 
 // Runs runs[0], …, runs[count − 1] in order and waits for them once, at the
 // end (count >= 1; each entry as backend_run would get it). kernel_ns[i]
-// receives entry i's time. On failure *failed is the index of the entry the
+// receives entry i's time (a backend may time an untimed entry anyway). On failure *failed is the index of the entry the
 // error belongs to (the entries before it ran to completion), or
 // kNoBatchEntry when the error surfaced at the final wait and the backend
 // cannot tell which entry caused it; the message then says so.

@@ -495,8 +495,10 @@ Result Server::check_run(const uint8_t* p, size_t n, CheckedRun* run) const {
   const uint32_t op_id = load_u32(p);
   const uint32_t param_count = load_u32(p + 4);
   const uint32_t buffer_count = load_u32(p + 8);
-  const uint32_t reserved = load_u32(p + 12);
-  if (reserved != 0) return fail(kStatusMalformed, "RUN reserved field is ", reserved, ", want 0");
+  const uint32_t flags = load_u32(p + 12);
+  if ((flags & ~kRunKnownFlags) != 0) {
+    return fail(kStatusMalformed, "RUN flags are ", flags, "; only bit 0 (1, untimed) is defined, the rest must be 0");
+  }
   const uint64_t want = 16 + 8 * (uint64_t{param_count} + uint64_t{buffer_count});
   if (n != want) {
     return fail(kStatusMalformed, "RUN payload has ", n, " bytes, want 16 + 8·(", param_count, " params + ",
@@ -519,6 +521,7 @@ Result Server::check_run(const uint8_t* p, size_t n, CheckedRun* run) const {
   }
 
   run->op = op;
+  run->timed = (flags & kRunUntimed) == 0;
   int64_t* params = run->params;
   for (int i = 0; i < op->param_count; ++i) params[i] = static_cast<int64_t>(load_u64(p + 16 + 8 * i));
   for (int i = 0; i < op->param_count; ++i) {
@@ -579,7 +582,7 @@ Result Server::run(const uint8_t* p, size_t n) {
   Result r = check_run(p, n, &checked);
   if (!r.ok()) return r;
   uint64_t kernel_ns = 0;
-  r = backend_run(*checked.op, checked.params, checked.ptrs, &kernel_ns);
+  r = backend_run(checked, &kernel_ns);
   if (!r.ok()) return r;
   store_u64(payload(8), kernel_ns);
   return Result::OK();
