@@ -71,6 +71,7 @@
 
 #if defined(VKERN_GEMM_TUNING)
 int vk_gemm_tuning_config = -1;
+int vk_gemm_tuning_sm90 = -1;  // -1 the normal choice, 0 never wgmma, else a choose_sm90 id
 #endif
 
 namespace {
@@ -98,6 +99,7 @@ constexpr int kPad = 8;        // halves of padding per shared-memory tile row (
 struct DeviceInfo {
   int multiprocessors;
   int cc_major;
+  int cc_minor;
 };
 
 cudaError_t device_info(DeviceInfo* info, int* device_out) {
@@ -112,6 +114,7 @@ cudaError_t device_info(DeviceInfo* info, int* device_out) {
     DeviceInfo d{};
     err = cudaDeviceGetAttribute(&d.multiprocessors, cudaDevAttrMultiProcessorCount, device);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, device);
     if (err != cudaSuccess) return err;
     cache[device] = d;
     known[device] = true;
@@ -598,18 +601,80 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// Hopper variants (gemm_sm90.cu), as the tuning hook numbers them:
+//   1 Wide (128 × 256)  2 WideC2 (the same, clusters of 2)  3 Medium (128 × 128)
+//   4 MediumC2  5 Narrow (128 × 64)  6 WideS  7 WideC2S  8 NarrowS  9 MediumS
+//   (S: epilogue staged through shared memory)
+// choose_sm90 picks among 6, 9 and 8 the tile width whose grid finishes
+// first: waves of tiles over the multiprocessors, each wave weighted by a
+// tile's time relative to a 128 × 128 tile of Wide (measured on an H100:
+// Wide runs at ~1.2× Medium's and ~2× Narrow's rate on large products, so a
+// 128 × 256 tile costs 2, 128 × 128 costs 1.2 and 128 × 64 costs 1). At
+// 1024³ this picks Narrow (128 tiles, one wave), which measured 1.2-1.5×
+// cuBLAS there, against 0.7-0.8 for Wide. Returns 0 for the mma.sync path
+// (never, on a device where the Hopper kernels are available).
+int choose_sm90(int64_t rows, int64_t cols, int64_t depth, int multiprocessors) {
+  (void)depth;
+  const int64_t tiles_m = ceil_div(rows, 128);
+  const double wide = 2.0 * static_cast<double>(ceil_div(tiles_m * ceil_div(cols, 256), multiprocessors));
+  const double medium = 1.2 * static_cast<double>(ceil_div(tiles_m * ceil_div(cols, 128), multiprocessors));
+  const double narrow = 1.0 * static_cast<double>(ceil_div(tiles_m * ceil_div(cols, 64), multiprocessors));
+  if (wide <= medium && wide <= narrow) return 6;
+  return medium <= narrow ? 9 : 8;
+}
+
 template <bool kLDepth, bool kRDepth, typename Out>
-cudaError_t product_tensor_cores(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R,
+cudaError_t launch_sm90(int variant, int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R,
+                        int64_t ldr, Out* out, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
+                        bool* launched) {
+  namespace h = vkern_gemm_sm90;
+#define VKERN_LAUNCH(Cfg) \
+  h::launch<h::Cfg, kLDepth, kRDepth, Out>(device, multiprocessors, L, ldl, R, ldr, out, rows, cols, depth, s, launched)
+  switch (variant) {
+    case 6: return VKERN_LAUNCH(WideS);
+    case 8: return VKERN_LAUNCH(NarrowS);
+    case 9: return VKERN_LAUNCH(MediumS);
+#if defined(VKERN_GEMM_TUNING)
+    case 1: return VKERN_LAUNCH(Wide);
+    case 2: return VKERN_LAUNCH(WideC2);
+    case 3: return VKERN_LAUNCH(Medium);
+    case 4: return VKERN_LAUNCH(MediumC2);
+    case 5: return VKERN_LAUNCH(Narrow);
+    case 7: return VKERN_LAUNCH(WideC2S);
+#endif
+    default: *launched = false; return cudaSuccess;
+  }
+#undef VKERN_LAUNCH
+}
+
+template <bool kLDepth, bool kRDepth, typename Out>
+cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __half* L, int64_t ldl, const __half* R,
                                  int64_t ldr, Out* out, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s) {
+  const int multiprocessors = info.multiprocessors;
   int config = choose_config(rows, cols, multiprocessors);
+  int sm90 = vkern_gemm_sm90::available(device, info.cc_major, info.cc_minor)
+                 ? choose_sm90(rows, cols, depth, multiprocessors)
+                 : 0;
 #if defined(VKERN_GEMM_TUNING)
   if (vk_gemm_tuning_config >= 0) config = vk_gemm_tuning_config;
+  if (vk_gemm_tuning_sm90 >= 0 && vkern_gemm_sm90::available(device, info.cc_major, info.cc_minor)) {
+    sm90 = vk_gemm_tuning_sm90;
+  }
 #endif
+  // Aligned operands: the Hopper kernels where chosen, else mma.sync.
+  auto run_aligned = [&](const __half* l, int64_t ld_l, const __half* r, int64_t ld_r) {
+    if (sm90 != 0) {
+      bool launched = false;
+      const cudaError_t err =
+          launch_sm90<kLDepth, kRDepth, Out>(sm90, device, multiprocessors, l, ld_l, r, ld_r, out, rows, cols, depth,
+                                             s, &launched);
+      if (err != cudaSuccess || launched) return err;
+    }
+    return launch_aligned<kLDepth, kRDepth, Out>(config, device, l, ld_l, r, ld_r, out, rows, cols, depth, s);
+  };
   const bool l_aligned = ldl % 8 == 0 && aligned16(L);
   const bool r_aligned = ldr % 8 == 0 && aligned16(R);
-  if (l_aligned && r_aligned) {
-    return launch_aligned<kLDepth, kRDepth, Out>(config, device, L, ldl, R, ldr, out, rows, cols, depth, s);
-  }
+  if (l_aligned && r_aligned) return run_aligned(L, ldl, R, ldr);
   if (static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(depth) >= kPadMinWork) {
     // Stored shapes: L is rows × depth (kLDepth) or depth × rows, R is
     // cols × depth (kRDepth) or depth × cols; the row length is ld.
@@ -634,7 +699,7 @@ cudaError_t product_tensor_cores(int device, int multiprocessors, const __half* 
       }
       const cudaError_t err = cudaGetLastError();
       if (err != cudaSuccess) return err;
-      return launch_aligned<kLDepth, kRDepth, Out>(config, device, L, ldl, R, ldr, out, rows, cols, depth, s);
+      return run_aligned(L, ldl, R, ldr);
     }
   }
   if (config == 2) {
@@ -725,8 +790,7 @@ cudaError_t product(const __half* L, int64_t ldl, const __half* R, int64_t ldr, 
   const cudaError_t err = device_info(&info, &device);
   if (err != cudaSuccess) return err;
   if (info.cc_major >= 8 && !kForcePortable) {
-    return product_tensor_cores<kLDepth, kRDepth, Out>(device, info.multiprocessors, L, ldl, R, ldr, out, rows, cols,
-                                                        depth, s);
+    return product_tensor_cores<kLDepth, kRDepth, Out>(info, device, L, ldl, R, ldr, out, rows, cols, depth, s);
   }
 #endif
   return product_portable<kLDepth, kRDepth, Out>(L, ldl, R, ldr, out, rows, cols, depth, s);

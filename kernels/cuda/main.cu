@@ -8,6 +8,7 @@
 // clang-format off
 #include "core/server.cc"
 #include "cuda/device.cu"
+#include "cuda/gemm_sm90.cu"
 #include "cuda/gemm.cu"
 #include "cuda/softmax.cu"
 // clang-format on

@@ -1,0 +1,724 @@
+// gemm, gemm_grad_a, gemm_grad_b on Hopper (compute capability 9.0, built
+// for sm_90a): the product Out = L · R of gemm.cu (see its table of the three
+// ops and their operand layouts) with the bulk tensor copy engine (TMA) and
+// warpgroup MMA (wgmma).
+//
+// Launch shape: a persistent 1-D grid of at most one block per multiprocessor
+// (clusters of kCluster blocks along the rows), 384 threads = 3 warpgroups.
+// Warpgroup 0 is the producer: it gives registers back (setmaxnreg.dec) and
+// one of its threads walks the block's tiles, issuing TMA copies of a BM × 64
+// slice of L and a 64 × BN slice of R per depth step into a kStages-deep ring
+// of shared-memory stages (128-byte swizzle). Each stage has a full barrier
+// (the copies' byte count completes it) and an empty barrier (one arrival per
+// consumer warpgroup of every block in the cluster). Warpgroups 1 and 2 are
+// consumers (setmaxnreg.inc): consumer c owns rows 64c .. 64c + 63 of the
+// block's 128 × BN tile, holds its f32 accumulators in registers and issues
+// four wgmma.mma_async.m64nBNk16 per stage, keeping one stage's products in
+// flight while it releases the one before. After a tile's last stage each
+// consumer warp stores its 16 rows: in the staged variants (S) through a
+// 16-row × 128-byte shared-memory buffer per warp, so that every global store
+// is 8 lanes × 16 bytes of one row; otherwise (and on edge tiles) straight
+// from the accumulator fragments. Tiles are visited in groups of
+// kGroupRows tile rows (column-major inside a group), unit = blockIdx /
+// kCluster, unit += gridDim / kCluster, so the blocks running at once share
+// operand panels in L2. With kCluster = 2, the two blocks of a cluster take
+// vertically adjacent tiles that need the same R slice: each loads half of it
+// and multicasts that half to both.
+//
+// Layouts: a depth-contiguous operand is K-major for wgmma (rows of 64
+// depth terms = 128 bytes, one swizzle atom wide); the others (B of gemm, Aᵀ
+// and dC of grad_b) are MN-major, loaded as 64-element-wide column panels of
+// 64 depth rows, and the wgmma transpose bit is set for them.
+//
+// Facts relied on:
+// - An f16·f16 product is exact in f32 and wgmma adds in f32, so integer
+//   inputs whose partial sums stay below 2²⁴ give exact results (as in
+//   gemm.cu).
+// - TMA zero-fills every element of a box outside the tensor (past the last
+//   row, column or depth term), so padded terms add +0 to sums that are
+//   stored and Inf/NaN inputs propagate as in the plain loop; accumulators of
+//   rows and columns past the edge are never stored. The full barrier counts
+//   the whole box's bytes, filled or not.
+// - TMA needs a 16-byte-aligned base and row strides that are multiples of 16
+//   bytes (row length a multiple of 8 halves). gemm.cu sends only such
+//   operands here (padding others into scratch first, or taking the mma.sync
+//   path).
+// - The tensor-map coordinates are int32: the dispatcher sends no matrix with
+//   a dimension above INT32_MAX - 256. Every element index is int64_t.
+// - Each output element is written exactly once, from its f32 accumulator
+//   (through the warp's own buffer in the staged epilogue, with __syncwarp
+//   between its writes and reads); an f16 output is rounded once
+//   (nearest-even).
+// - A stage is refilled only after every consumer that reads it (in both
+//   blocks of a cluster) has waited for its wgmma reads (wgmma.wait_group)
+//   and arrived on its empty barrier.
+//
+// Availability: everything here is CUDA-only (VKERN_PTX_MMA). The kernel
+// body exists only in the sm_90a pass (__CUDA_ARCH_FEAT_SM90_ALL); other
+// passes get an empty kernel that traps, and available() reads a device
+// constant so the host launches the kernels only when the loaded module has
+// the sm_90a body. Tensor maps come from the driver's cuTensorMapEncodeTiled,
+// found through cudaGetDriverEntryPoint (no -lcuda), and are cached per
+// (pointer, shape, box).
+//
+// Measured on an H100: see the variants below.
+#include <cstdint>
+
+#include "cuda/compat.h"
+
+#if defined(VKERN_PTX_MMA)
+
+#include <cuda.h>  // CUtensorMap and its enums only: the driver is reached through the runtime
+
+namespace {
+namespace vkern_gemm_sm90 {
+
+// ---------------------------------------------------------------------------
+// Variants. BM = 128 (two consumer warpgroups of 64 rows), BK = 64.
+template <int BN_, int STAGES_, int CLUSTER_, bool STAGED_EPILOGUE_ = false>
+struct Config {
+  static constexpr int BM = 128, BN = BN_, BK = 64, kStages = STAGES_, kCluster = CLUSTER_;
+  static constexpr bool kStagedEpilogue = STAGED_EPILOGUE_;
+  static constexpr int kThreads = 384;
+  static constexpr int kLBytes = BM * BK * 2;
+  static constexpr int kRBytes = BN * BK * 2;
+  static constexpr int kStageBytes = kLBytes + kRBytes;
+  // The staged epilogue gives each consumer warp a 16-row × 128-byte buffer.
+  static constexpr int kEpilogueBytes = kStagedEpilogue ? 8 * 16 * 128 : 0;
+  // Stages, epilogue buffers, then full and empty barriers; 1 KB of slack to
+  // align the stages to the 1024-byte period of the 128-byte swizzle.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8 + 1024;
+  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma wrappers exist for N = 64, 128, 256");
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 blocks");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+};
+
+// The variants, with their ratio to cublasGemmEx (same output type) in one
+// run on an H100 drawing ~610 W of its 700 W cap (gemm / grad_a / grad_b at
+// 4096³ and 8192×4096×11008; 1024³ where marked). The dispatcher
+// (gemm.cu, choose_sm90) uses WideS, MediumS and NarrowS.
+using Wide = Config<256, 4, 1>;           // 128 × 256 tiles, 4 stages, stores from registers: 1.13/1.08/1.01, 1.01/0.95/0.98
+using WideC2 = Config<256, 4, 2>;         // Wide in clusters of 2 sharing R by multicast: 1.13/1.07/1.00, 1.01/0.93/0.97
+using Medium = Config<128, 6, 1>;         // 128 × 128 tiles, 6 stages: 0.85/0.74/0.81 of cuBLAS at 4096³ (another run)
+using MediumC2 = Config<128, 6, 2>;       // Medium in clusters of 2: 0.26/0.26/0.28 (another run), slower than Medium
+using Narrow = Config<64, 8, 1>;          // 128 × 64 tiles, 8 stages: 1.43/1.30/1.35 at 1024³
+using WideS = Config<256, 4, 1, true>;    // Wide, epilogue through shared memory in 128-byte rows: 1.17/1.18/1.10, 1.02/1.03/1.02
+using WideC2S = Config<256, 4, 2, true>;  // WideC2 with that epilogue: 1.16/1.17/1.09, 1.02/1.03/1.02
+using NarrowS = Config<64, 8, 1, true>;   // Narrow with that epilogue: 1.46/1.36/1.46 at 1024³
+using MediumS = Config<128, 6, 1, true>;  // Medium with that epilogue
+
+constexpr int kGroupRows = 8;  // tile rows per L2 group of the tile order
+
+#if defined(VKERN_GEMM_TUNING)
+}  // namespace vkern_gemm_sm90
+}  // namespace
+#include <cstdio>
+namespace {
+namespace vkern_gemm_sm90 {
+int vk_gemm_tuning_sm90_group = 0;  // tests only: tile rows per group, 0 = kGroupRows
+#endif
+
+// ---------------------------------------------------------------------------
+// Device side.
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Arrives on the barrier at the same shared-memory offset in block `cta` of
+// the cluster (this block included). The default .release.cta semantics are
+// enough: what the arrival publishes is that this block's wgmma reads of the
+// stage are complete (wgmma.wait_group), not any memory write; a
+// .release.cluster arrival costs a MEMBAR.GPU per stage.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// All threads of all blocks of the cluster; not .aligned, since the producer
+// warp arrives here diverged.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+// TMA: the box at (c0, c1) (innermost coordinate first) of the tensor `map`
+// into shared memory at dst; its bytes complete_tx on bar.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int32_t c0, int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+// The same box into dst of every block in cta_mask, completing on the
+// barrier at bar's offset in each.
+__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int32_t c0,
+                                                   int32_t c1, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+      "%3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins the accumulators at this point of the instruction stream, so the
+// compiler neither reads them before a wgmma_wait nor rematerialises them
+// across one.
+template <int R>
+__device__ __forceinline__ void fence_registers(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Shared-memory matrix descriptor for a 128-byte-swizzled operand:
+// start address, leading and stride byte offsets (all >> 4), layout 1 = 128B.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lead_bytes, uint32_t stride_bytes) {
+  return uint64_t{(addr & 0x3FFFFu) >> 4} | uint64_t{lead_bytes >> 4} << 16 | uint64_t{stride_bytes >> 4} << 32 |
+         uint64_t{1} << 62;
+}
+
+// wgmma.mma_async.m64nNk16.f32.f16.f16: d (+)= A · B, A from desc_a (64 × 16),
+// B from desc_b (16 × N); scale_d = 0 ignores d's old value. kTransA/kTransB
+// = 1 read an MN-major operand. d[4j + e] is row 16·warp + lane/4 + 8·(e/2),
+// column 8j + 2·(lane%4) + e%2 of the warpgroup's 64 × N tile.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, %35, %36;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+}
+
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39,"
+      "%40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55,"
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, %67, %68;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+}
+
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39,"
+      "%40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55,"
+      "%56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71,"
+      "%72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87,"
+      "%88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103,"
+      "%104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119,"
+      "%120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, p, 1, 1, %131, %132;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+}
+
+
+template <int N, int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  if constexpr (N == 256) wgmma_m64n256k16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  if constexpr (N == 128) wgmma_m64n128k16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  if constexpr (N == 64) wgmma_m64n64k16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+}
+
+__device__ __forceinline__ void store_pair(float* p, float v0, float v1) { *reinterpret_cast<float2*>(p) = make_float2(v0, v1); }
+__device__ __forceinline__ void store_pair(__half* p, float v0, float v1) {
+  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
+}
+__device__ __forceinline__ void store_one(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }
+
+// Unit u of the tile order → its first tile row (in units of kCluster tile
+// rows) and tile column.
+__device__ __forceinline__ void unit_origin(int64_t u, int64_t units_m, int64_t tiles_n, int group, int64_t* um,
+                                            int64_t* tn) {
+  const int64_t per_group = int64_t{group} * tiles_n;
+  const int64_t first = u / per_group * group;
+  const int64_t rows_in_group = units_m - first < group ? units_m - first : group;
+  *um = first + u % per_group % rows_in_group;
+  *tn = u % per_group / rows_in_group;
+}
+
+// product_wgmma: see the file comment. L(i, p) is L[i·ldl + p] when kLDepth,
+// else L[p·ldl + i]; R(p, j) is R[j·ldr + p] when kRDepth, else R[p·ldr + j];
+// the tensor maps hold those ld's.
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    product_wgmma(const __grid_constant__ CUtensorMap map_l, const __grid_constant__ CUtensorMap map_r,
+                  Out* __restrict__ out, int64_t rows, int64_t cols, int64_t depth, int group_rows) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages, kCluster = Cfg::kCluster;
+  constexpr int kConsumers = 2;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t epilogue0 = smem + kStages * Cfg::kStageBytes;  // staged epilogue buffers
+  const uint32_t full0 = epilogue0 + Cfg::kEpilogueBytes;         // full[s] at full0 + 8s
+  const uint32_t empty0 = full0 + kStages * 8;                // empty[s] at empty0 + 8s
+
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, kConsumers * kCluster);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if constexpr (kCluster > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+
+  const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
+  const int64_t tiles_m = (rows + BM - 1) / BM, tiles_n = (cols + BN - 1) / BN;
+  const int64_t units_m = (tiles_m + kCluster - 1) / kCluster;
+  const int64_t units = units_m * tiles_n;
+  const int64_t first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
+  const int64_t steps = (depth + BK - 1) / BK;
+  const int group = group_rows / kCluster > 0 ? group_rows / kCluster : 1;  // in units
+
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int64_t u = first_unit; u < units; u += unit_step) {
+        int64_t um, tn;
+        unit_origin(u, units_m, tiles_n, group, &um, &tn);
+        const int32_t m0 = static_cast<int32_t>((um * kCluster + rank) * BM);
+        const int32_t n0 = static_cast<int32_t>(tn * BN);
+        for (int64_t k = 0; k < steps; ++k) {
+          const int32_t p0 = static_cast<int32_t>(k * BK);
+          const uint32_t full = full0 + 8 * stage;
+          mbar_wait(empty0 + 8 * stage, phase ^ 1);
+          mbar_expect_tx(full, Cfg::kStageBytes);
+          const uint32_t sl = smem + stage * Cfg::kStageBytes, sr = sl + Cfg::kLBytes;
+          if constexpr (kLDepth) {
+            tma_load(sl, &map_l, full, p0, m0);  // box 64 × 128
+          } else {
+            tma_load(sl, &map_l, full, m0, p0);  // two 64 × 64 panels
+            tma_load(sl + 8192, &map_l, full, m0 + 64, p0);
+          }
+          // R: this block's 1/kCluster share, multicast to the cluster.
+          if constexpr (kRDepth) {
+            constexpr int kShare = BN / kCluster;  // rows of R per block
+            const uint32_t dst = sr + rank * kShare * 128;
+            if constexpr (kCluster > 1) {
+              tma_load_multicast(dst, &map_r, full, p0, n0 + rank * kShare, (1u << kCluster) - 1);
+            } else {
+              tma_load(dst, &map_r, full, p0, n0);
+            }
+          } else {
+            constexpr int kShare = BK / kCluster;  // depth rows per panel per block
+#pragma unroll
+            for (int b = 0; b < BN / 64; ++b) {
+              const uint32_t dst = sr + b * 8192 + rank * kShare * 128;
+              if constexpr (kCluster > 1) {
+                tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0 + rank * kShare, (1u << kCluster) - 1);
+              } else {
+                tma_load(dst, &map_r, full, n0 + 64 * b, p0);
+              }
+            }
+          }
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int consumer = warpgroup - 1;
+    const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    const bool releaser = threadIdx.x % 128 == 0;
+    // Descriptors of stage 0 at depth step 0; a stage adds kStageBytes and a
+    // 16-deep step adds 32 bytes (K-major, inside the swizzle atom) or two
+    // 8-row groups, 2048 bytes (MN-major).
+    const uint64_t desc_l0 = smem_desc(smem + consumer * 8192, kLDepth ? 16 : 8192, 1024);
+    const uint64_t desc_r0 = smem_desc(smem + Cfg::kLBytes, kRDepth ? 16 : 8192, 1024);
+    constexpr uint32_t kLStep = kLDepth ? 32 : 2048, kRStep = kRDepth ? 32 : 2048;
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    int stage = 0;
+    uint32_t phase = 0;
+    const bool pairs_aligned = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & (2 * sizeof(Out) - 1)) == 0;
+    const bool rows_aligned16 = cols % (16 / sizeof(Out)) == 0 && (reinterpret_cast<uintptr_t>(out) & 15u) == 0;
+    for (int64_t u = first_unit; u < units; u += unit_step) {
+      int64_t um, tn;
+      unit_origin(u, units_m, tiles_n, group, &um, &tn);
+      const int64_t m0 = (um * kCluster + rank) * BM, n0 = tn * BN;
+      int prev = 0;
+      for (int64_t k = 0; k < steps; ++k) {
+        mbar_wait(full0 + 8 * stage, phase);
+        const uint64_t stage_off = static_cast<uint64_t>(stage * Cfg::kStageBytes) >> 4;
+        fence_registers(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+          wgmma<BN, kLDepth ? 0 : 1, kRDepth ? 0 : 1>(acc, desc_l0 + stage_off + (kk * kLStep >> 4),
+                                                      desc_r0 + stage_off + (kk * kRStep >> 4), k > 0 || kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous step's products are done: release its stage
+        fence_registers(acc);
+        if (k > 0 && releaser) {
+#pragma unroll
+          for (int c = 0; c < kCluster; ++c) {
+            if constexpr (kCluster > 1) {
+              mbar_arrive_cluster(empty0 + 8 * prev, c);
+            } else {
+              mbar_arrive(empty0 + 8 * prev);
+            }
+          }
+        }
+        prev = stage;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+      fence_registers(acc);
+      if (releaser) {
+#pragma unroll
+        for (int c = 0; c < kCluster; ++c) {
+          if constexpr (kCluster > 1) {
+            mbar_arrive_cluster(empty0 + 8 * prev, c);
+          } else {
+            mbar_arrive(empty0 + 8 * prev);
+          }
+        }
+      }
+
+      // Epilogue.
+      const int64_t row = m0 + 64 * consumer + 16 * warp + lane / 4;
+      const int64_t col = n0 + 2 * (lane % 4);
+      if (m0 >= rows) continue;  // the second tile of a cluster past the last row
+      const bool interior = m0 + BM <= rows && n0 + BN <= cols;
+      if (Cfg::kStagedEpilogue && interior && rows_aligned16) {
+        // Through this warp's 16 × 128-byte buffer, one chunk of 128 bytes
+        // per row at a time: the fragment's pairs are written with a swizzle
+        // that keeps both the writes and the 16-byte reads free of bank
+        // conflicts, then each row goes out as 8 lanes × 16 bytes.
+        constexpr int kChunkCols = 128 / static_cast<int>(sizeof(Out));  // 64 f16 or 32 f32
+        constexpr int kJPerChunk = kChunkCols / 8;
+        unsigned char* const buf = smem_raw + (epilogue0 - smem_u32(smem_raw)) + (4 * consumer + warp) * 2048;
+        const int64_t slab = m0 + 64 * consumer + 16 * warp;  // the warp's first output row
+#pragma unroll
+        for (int c = 0; c < BN / kChunkCols; ++c) {
+#pragma unroll
+          for (int jj = 0; jj < kJPerChunk; ++jj) {
+            const int j = c * kJPerChunk + jj;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = lane / 4 + 8 * h;
+              if constexpr (sizeof(Out) == 2) {
+                const int chunk = jj ^ (r & 7);
+                *reinterpret_cast<__half2*>(buf + r * 128 + chunk * 16 + (lane % 4) * 4) =
+                    __floats2half2_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+              } else {
+                const int chunk = (2 * jj + (lane % 4) / 2) ^ ((r & 3) << 1);
+                *reinterpret_cast<float2*>(buf + r * 128 + chunk * 16 + (lane % 2) * 8) =
+                    make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+              }
+            }
+          }
+          __syncwarp();
+#pragma unroll
+          for (int it = 0; it < 4; ++it) {
+            const int r = 4 * it + lane / 8;
+            const int swz = sizeof(Out) == 2 ? (r & 7) : ((r & 3) << 1);
+            const uint4 v = *reinterpret_cast<const uint4*>(buf + r * 128 + (((lane % 8) ^ swz) * 16));
+            *reinterpret_cast<uint4*>(out + (slab + r) * cols + n0 + c * kChunkCols + (lane % 8) * (kChunkCols / 8)) = v;
+          }
+          __syncwarp();
+        }
+      } else if (pairs_aligned && interior) {
+        Out* p = out + row * cols + col;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+          store_pair(p + 8 * j, acc[4 * j], acc[4 * j + 1]);
+          store_pair(p + 8 * cols + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+          const int64_t c = col + 8 * j;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int64_t r = row + 8 * h;
+            if (r >= rows) continue;
+            Out* p = out + r * cols + c;
+            if (c < cols) store_one(p, acc[4 * j + 2 * h]);
+            if (c + 1 < cols) store_one(p + 1, acc[4 * j + 2 * h + 1]);
+          }
+        }
+      }
+    }
+  }
+  if constexpr (kCluster > 1) {
+    // No block may leave while a peer can still multicast into its shared
+    // memory or arrive on its barriers.
+    cluster_sync();
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // the host launches this only when the sm_90a body is loaded (available())
+#endif
+}
+
+// Whether the module loaded on the current device holds the sm_90a bodies.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ const int kWgmmaBody = 1;
+#else
+__device__ const int kWgmmaBody = 0;
+#endif
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's cuTensorMapEncodeTiled, or nullptr when the driver has none.
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
+#else
+    const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &found);
+#endif
+    if (err != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      p = nullptr;
+    }
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+// available: compute capability 9.0, the sm_90a bodies loaded, and a driver
+// that encodes tensor maps. Read once per device (the first call copies one
+// int from the device, which synchronises it).
+bool available(int device, int cc_major, int cc_minor) {
+  constexpr int kMaxDevices = 64;
+  static signed char known[kMaxDevices];  // 0 unknown, 1 yes, -1 no
+  if (cc_major != 9 || cc_minor != 0 || device < 0 || device >= kMaxDevices) return false;
+  if (known[device] == 0) {
+    int body = 0;
+    if (cudaMemcpyFromSymbol(&body, kWgmmaBody, sizeof body) != cudaSuccess) {
+      (void)cudaGetLastError();
+      body = 0;
+    }
+    known[device] = body == 1 && encode_tiled() != nullptr ? 1 : -1;
+  }
+  return known[device] == 1;
+}
+
+// A 2-D f16 tensor map: `inner` contiguous elements per row, `outer` rows
+// `ld` elements apart, boxes of box_inner × box_outer with the 128-byte
+// swizzle, zero fill outside. Cached per (pointer, shape, box, device): the
+// kernel server runs one request at a time, so the cache needs no lock.
+bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner, int64_t outer, int64_t ld,
+                uint32_t box_inner, uint32_t box_outer) {
+  struct Entry {
+    const void* base;
+    int64_t inner, outer, ld;
+    uint32_t box_inner, box_outer;
+    int device;
+    CUtensorMap map;
+  };
+  constexpr int kEntries = 16;
+  static Entry cache[kEntries];
+  static int used = 0, next = 0;
+  for (int i = 0; i < used; ++i) {
+    const Entry& e = cache[i];
+    if (e.base == base && e.inner == inner && e.outer == outer && e.ld == ld && e.box_inner == box_inner &&
+        e.box_outer == box_outer && e.device == device) {
+      *map = e.map;
+      return true;
+    }
+  }
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(outer)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+  const cuuint32_t box[2] = {box_inner, box_outer};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  CUtensorMap m;
+  if (encode(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<__half*>(base), dims, strides, box, elem_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    return false;
+  }
+  Entry& e = cache[used < kEntries ? used++ : next++ % kEntries];
+  e = Entry{base, inner, outer, ld, box_inner, box_outer, device, m};
+  *map = m;
+  return true;
+}
+
+// Whether TMA can read the operand in place: 16-byte-aligned base and rows.
+bool tma_aligned(const __half* p, int64_t ld) { return ld % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// launch runs variant Cfg. *launched is false (and nothing is enqueued)
+// when a tensor map cannot be made; the caller then takes another path.
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out>
+cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
+                   Out* out, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s, bool* launched) {
+  *launched = false;
+  constexpr int64_t kMaxDim = INT32_MAX - 256;  // int32 box coordinates, a box past the edge included
+  if (rows > kMaxDim || cols > kMaxDim || depth > kMaxDim) return cudaSuccess;
+  CUtensorMap map_l, map_r;
+  const bool maps =
+      tensor_map(&map_l, device, L, kLDepth ? depth : rows, kLDepth ? rows : depth, ldl, 64, kLDepth ? 128 : 64) &&
+      tensor_map(&map_r, device, R, kRDepth ? depth : cols, kRDepth ? cols : depth, ldr, 64,
+                 kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
+  if (!maps) return cudaSuccess;
+
+  auto kernel = product_wgmma<Cfg, kLDepth, kRDepth, Out>;
+  constexpr int kMaxDevices = 64;
+  static int max_clusters[kMaxDevices];  // per device: 0 unknown
+  if (device < 0 || device >= kMaxDevices) return cudaSuccess;
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = Cfg::kCluster;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.blockDim = dim3(Cfg::kThreads);
+  config.dynamicSmemBytes = Cfg::kSmemBytes;
+  config.stream = s;
+  config.attrs = attribute;
+  config.numAttrs = Cfg::kCluster > 1 ? 1 : 0;
+  if (max_clusters[device] == 0) {
+    cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    // One block per multiprocessor (the shared memory allows no more); with
+    // clusters, as many as can be resident at once, which a multiprocessor
+    // count that is odd per GPC can make fewer than multiprocessors / 2.
+    int n = multiprocessors;
+    if (Cfg::kCluster > 1) {
+      config.gridDim = dim3(multiprocessors / Cfg::kCluster * Cfg::kCluster);
+      err = cudaOccupancyMaxActiveClusters(&n, kernel, &config);
+      if (err != cudaSuccess || n < 1) {
+        (void)cudaGetLastError();
+        n = multiprocessors / Cfg::kCluster;
+      }
+    }
+    max_clusters[device] = n;
+#if defined(VKERN_GEMM_TUNING)
+    fprintf(stderr, "sm90 variant BN=%d stages=%d cluster=%d: %d clusters resident\n", Cfg::BN, Cfg::kStages,
+            Cfg::kCluster, n);
+#endif
+  }
+  const int64_t units = (((rows + Cfg::BM - 1) / Cfg::BM + Cfg::kCluster - 1) / Cfg::kCluster) *
+                        ((cols + Cfg::BN - 1) / Cfg::BN);
+  const int64_t clusters = units < max_clusters[device] ? units : max_clusters[device];
+  config.gridDim = dim3(static_cast<unsigned>(clusters * Cfg::kCluster));
+  int group_rows = kGroupRows;
+#if defined(VKERN_GEMM_TUNING)
+  if (vk_gemm_tuning_sm90_group > 0) group_rows = vk_gemm_tuning_sm90_group;
+#endif
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, map_l, map_r, out, rows, cols, depth, group_rows);
+  if (err != cudaSuccess) return err;
+  *launched = true;
+  return cudaSuccess;
+}
+
+}  // namespace vkern_gemm_sm90
+}  // namespace
+
+#endif  // VKERN_PTX_MMA
