@@ -28,12 +28,20 @@
 //   in its own slots of shared memory, and loads row r + G into those slots
 //   while it writes row r's dX from them, so each element is read once and
 //   the loads of one row overlap the stores of the last.
-// - Longer rows: the row is cut into segments of 32,768 elements, one block
-//   each. softmax: a first kernel writes each segment's (max, Σ exp(x − max))
-//   to scratch; a second combines the row's pairs (rescaling each partial sum
-//   by exp(max_seg − max) once) and writes the segment. softmax_grad: a first
+// - Rows longer than that, on compute capability 9 (CUDA only): a cluster
+//   of P <= 16 blocks of 512 threads holds the row in registers, 32,768
+//   elements a block (16,384 with 2-byte accesses), so C <= 524,288
+//   (262,144). Each block reduces its segment, the blocks exchange their
+//   partials through distributed shared memory after one cluster barrier,
+//   and each writes its segment: one pass (softmax_cluster,
+//   softmax_grad_cluster).
+// - Longer rows still, and long rows on other GPUs and under HIP: the row
+//   is cut into segments of 32,768 elements, one block each. softmax: a
+//   first kernel writes each segment's (max, Σ exp(x − max)) to scratch; a
+//   second combines the row's pairs (rescaling each partial sum by
+//   exp(max_seg − max) once) and writes the segment. softmax_grad: a first
 //   kernel writes each segment's partial dot product; a second sums them and
-//   streams through the segment. So long rows are read twice and written
+//   streams through the segment. So these rows are read twice and written
 //   once.
 //
 // Vector width VW: 8 (16-byte accesses) when C is a multiple of 8 and the
@@ -44,8 +52,9 @@
 // relative (x and m are f16 values), the product with log2 e adds two more
 // roundings, and exp2f is within 2 ulp, so each e_j is within
 // (1.5·|x − m| + 2)·2⁻²³ relative of exp(x − m) (the bound allows
-// (4·|x − m| + 16)·2⁻²³). The segmented path multiplies a partial sum by one
-// more exp of the same accuracy, with |x − m_seg| + |m_seg − m| = |x − m|.
+// (4·|x − m| + 16)·2⁻²³). The segmented and cluster paths multiply a
+// partial sum by one more exp of the same accuracy, with |x − m_seg| +
+// |m_seg − m| = |x − m|, and add P partials (γ(C) covers any order).
 // y = e · (1/s) is two roundings, which the bound allows.
 //
 // IEEE facts relied on (no fast-math, no flush-to-zero: exp2f keeps
@@ -56,40 +65,65 @@
 // - A row of only −Inf has m = −Inf and x − m = NaN: all NaN.
 // - Padding slots past the end of a row hold −Inf (softmax) or 0 (grad), so
 //   they add 0 whenever the row's result is not NaN anyway.
-// - Segments: a segment of only −Inf (and NaN) has m_seg = −Inf; its terms
-//   are taken as 0 for −Inf entries (exactly what they are once the row's m
-//   is finite; if the row's m is −Inf every output is NaN regardless) and
-//   NaN entries still give NaN. A partial whose max equals the row's max is
-//   used unscaled, so −Inf − (−Inf) never arises in the combination.
+// - Segments (both long-row paths): a segment of only −Inf (and NaN) has
+//   m_seg = −Inf; its terms are taken as 0 for −Inf entries (exactly what
+//   they are once the row's m is finite; if the row's m is −Inf every output
+//   is NaN regardless) and NaN entries still give NaN. A partial whose max
+//   equals the row's max is used unscaled, so −Inf − (−Inf) never arises in
+//   the combination.
 //
 // Measured on an H100 (nvcc 12.4, sm_90a; a standalone harness: CUDA-event
-// medians of 30 launches, 100 for 32768×1024, over two operand sets that
-// span 4× the L2; ratios to a 1 GiB device-to-device cudaMemcpy in the same
-// process, 3.00 TB/s read + write): softmax 8192×32768 0.957, 8192×50304
-// 0.956, 32768×1024 0.87; softmax_grad 8192×32768 0.972, 8192×50304 0.960,
-// 32768×1024 0.92.
+// medians of 30 launches, 100 for 32768×1024, after 50 ms of warm-up, over
+// operand sets that span 4× the L2; ratios to a 1 GiB device-to-device
+// cudaMemcpy in the same process, 2.99 TB/s read + write): softmax
+// 8192×32768 0.956, 8192×50304 0.958, 32768×1024 0.880, 2048×131072 0.848,
+// 512×524288 0.769; softmax_grad 8192×32768 0.977, 8192×50304 0.964,
+// 32768×1024 0.922, 2048×131072 0.953, 512×524288 0.798. With 2-byte
+// accesses (C = 50,301): softmax 0.576, softmax_grad 0.779.
 //
-// Variants measured side by side (ratio to copy, same run):
+// Variants measured side by side (ratio to copy; the run above unless
+// marked *, an earlier run of the same harness):
 // - softmax_grad, 8192×50304:
-//   1. segmented, two kernels, rows read twice ...................... 0.605
-//   2. staged in shared memory, 512 threads a block ................. 0.932
-//   3. staged, 1,024 threads a block (more loads in flight; used) ... 0.960
+//   1. segmented, two kernels, rows read twice ................... 0.607*
+//   2. staged in shared memory, 512 threads a block ................ 0.938
+//   3. staged, 1,024 threads a block (more loads in flight; used) .. 0.964
+//   4. cluster of 2 blocks, rows in registers ...................... 0.953
+// - softmax_grad, 2048×131072 (512×524288):
+//   1. segmented ........................................... 0.603* (0.603*)
+//   2. staged in shared memory, cluster of 3 (10) .......... 0.911* (0.610*)
+//   3. cluster of 4 (16), 32,768 elements a block (used) .... 0.953 (0.798)
+//   4. cluster of 8, 16,384 elements a block, 2 blocks an SM ....... 0.861
+//   A cluster of 10 blocks of 1,024 threads leaves SMs idle: few such
+//   clusters fit in a GPC at once.
+// - softmax, 2048×131072 (512×524288):
+//   1. segmented ............................................ 0.649 (0.650)
+//   2. cluster of 4 (16), partials read one after another, then
+//      cooperative_groups' barrier ............................... 0.622*
+//   3. one parallel read of the partials, relaxed barrier (used) 0.848 (0.769)
+//   4. as 3, with the next row's loads issued after the barrier (128
+//      registers: one block an SM instead of two) ........ 0.749* (0.686*)
 // - C <= 1,024, 32768×1024, softmax / softmax_grad: a warp per row with 4
 //   rows a block (used), 2 or 1, or a block of 64 or 128 threads per row:
 //   all 0.87 / 0.92 within 0.01; a persistent grid whose warps load their
 //   next row before reducing this one: 0.81 / 0.89.
 //
-// Scratch (long rows only): see ops.cuh.
+// Scratch (the segmented path only): see ops.cuh.
 #include <cstdint>
 
 #include "cuda/compat.h"
 #include "cuda/ops.cuh"
 
+#if !defined(__HIP_PLATFORM_AMD__)
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+#endif
+
 #if defined(VKERN_SOFTMAX_TUNING)
 // Tests only: picks the kernel for 16,384 < C <= 32,768. softmax: 0: 1,024
 // threads × 32 elements, 1: 512 × 64, 2: 256 × 128; softmax_grad: 1:
-// 1,024 × 32, otherwise 512 × 64. For softmax_grad with C > 32,768: 3: the
-// segmented path, 4: staged with 512 threads. −1: the normal choice.
+// 1,024 × 32, otherwise 512 × 64. For rows longer than those: 3: the
+// segmented path; 4: softmax_grad staged with 512 threads (else
+// segmented). −1: the normal choice.
 int vk_softmax_tuning_config = -1;
 #endif
 
@@ -101,6 +135,8 @@ constexpr int kSegment = 32768;  // elements per block on the long-row path (512
 constexpr int kSegmentThreads = 512;
 constexpr int kSegmentElems = kSegment / kSegmentThreads;
 constexpr uint32_t kNegInfPair = 0xfc00fc00u;  // two f16 −Inf
+
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 __device__ __forceinline__ float exp_of(float d) { return exp2f(d * kLog2e); }
 
@@ -564,14 +600,162 @@ __global__ void __launch_bounds__(T, 1)
   }
 }
 
+// ---------------------------------------------------------------------------
+// Rows too long for one SM, on Hopper: a cluster of P <= 16 blocks (more
+// than 8 is a non-portable size) holds the row, block k the k-th of P equal
+// segments (a multiple of VW elements) in registers as on the one-pass
+// path. Each block publishes its segment's partial (softmax: (max,
+// Σ exp(x − max)); softmax_grad: the dot product) in its shared memory;
+// after one cluster barrier lane k of every warp reads block k's partial
+// through distributed shared memory, the warp combines them as the
+// segmented path's second kernel does, and each block writes its segment
+// from registers: each element is read once. Clusters walk the rows in a
+// grid-stride loop. The partials are double-buffered by row parity: a
+// thread uses what it read from its peers before it next arrives at the
+// barrier, so a slot rewritten two rows later is no longer read. A last
+// barrier keeps each block's shared memory alive until its peers are done
+// with it.
+//
+// Segment capacity: E = 64 elements a thread, 512 threads. softmax then
+// needs 64 registers in all, so two blocks share an SM and one loads while
+// the other computes; softmax_grad holds two inputs (128 registers, one
+// block an SM). 2-byte accesses (VW = 1) need an address and a predicate
+// per element, so they hold E = 32.
+
+// publish_partial stores v in *slot (thread 0) and waits at the cluster
+// barrier, after which every block's slot may be read. Only the publishing
+// thread fences (release at cluster scope, which waits for all its earlier
+// memory operations); the others arrive relaxed, so that their stores still
+// in flight do not hold the barrier.
+template <class V>
+__device__ __forceinline__ void publish_partial(V* slot, V v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x == 0) {
+    *slot = v;
+    asm volatile("fence.acq_rel.cluster;" ::: "memory");
+  }
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+#else
+  (void)slot;
+  (void)v;
+#endif
+}
+
+// cluster_partial: lane k of the warp reads block k's *slot (k < P) in one
+// round trip; other lanes get fill.
+template <class V>
+__device__ __forceinline__ V cluster_partial(const V* slot, int P, V fill) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int lane = threadIdx.x & 31;
+  return lane < P ? *cg::this_cluster().map_shared_rank(slot, lane) : fill;
+#else
+  (void)slot;
+  (void)P;
+  return fill;  // clusters are launched on compute capability 9 and up only
+#endif
+}
+
+// ClusterPart: the columns of a row that this block of the cluster holds.
+struct ClusterPart {
+  int P, first, cols;
+  template <int VW>
+  __device__ static ClusterPart of(int64_t C) {
+    ClusterPart part{1, 0, static_cast<int>(C)};
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    part.P = static_cast<int>(cg::this_cluster().num_blocks());
+    const int segment = static_cast<int>(ceil_div(ceil_div(C, part.P), VW) * VW);
+    part.first = static_cast<int>(cg::this_cluster().block_rank()) * segment;
+    const int64_t left = C - part.first;
+    part.cols = static_cast<int>(left < segment ? (left > 0 ? left : 0) : segment);
+#endif
+    return part;
+  }
+};
+
+template <int VW>
+struct SoftmaxClusterElems {
+  static constexpr int value = VW == 8 ? 64 : 32;
+};
+
+template <int VW>
+__global__ void __launch_bounds__(kSegmentThreads)
+    softmax_cluster(const __half* __restrict__ X, __half* __restrict__ Y, int64_t R, int64_t C) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int E = SoftmaxClusterElems<VW>::value;
+  using Slice = RowSlice<kSegmentThreads, E, VW>;
+  __shared__ float red[kSegmentThreads / 32];
+  __shared__ float2 partial[2];
+  const ClusterPart part = ClusterPart::of<VW>(C);
+  const int t = threadIdx.x;
+  int parity = 0;
+  for (int64_t r = blockIdx.x / part.P; r < R; r += gridDim.x / part.P, parity ^= 1) {
+    Slice x;
+    x.load(X + r * C + part.first, part.cols, t, kNegInfPair);
+    float m = neg_inf();
+    m = fmaxf(m, max_of(x.w));
+    m = row_max<kSegmentThreads>(m, red);
+    launder(x.w);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const float v = element(x.w, i);
+      s += v == neg_inf() ? 0.0f : exp_of(v - m);
+    }
+    s = row_sum<kSegmentThreads>(s, red);
+    publish_partial(&partial[parity], make_float2(m, s));
+    // Lanes past P hold (−Inf, 0), which adds 0 whatever m is.
+    const float2 p = cluster_partial(&partial[parity], part.P, make_float2(neg_inf(), 0.0f));
+    m = row_max<32>(p.x, nullptr);
+    s = row_sum<32>(p.x == m ? p.y : p.y * exp_of(p.x - m), nullptr);
+    const float inv = 1.0f / s;
+    launder(x.w);
+    Slice::store(Y + r * C + part.first, part.cols, t, [&](int i) {
+      return pack(exp_of(element(x.w, 2 * i) - m) * inv, exp_of(element(x.w, 2 * i + 1) - m) * inv);
+    });
+  }
+  cg::this_cluster().sync();
+#endif
+}
+
+template <int VW>
+__global__ void __launch_bounds__(kSegmentThreads)
+    softmax_grad_cluster(const __half* __restrict__ dY, const __half* __restrict__ Y, __half* __restrict__ dX,
+                         int64_t R, int64_t C) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int E = SoftmaxClusterElems<VW>::value;
+  using Slice = RowSlice<kSegmentThreads, E, VW>;
+  __shared__ float red[kSegmentThreads / 32];
+  __shared__ float partial[2];
+  const ClusterPart part = ClusterPart::of<VW>(C);
+  const int t = threadIdx.x;
+  int parity = 0;
+  for (int64_t r = blockIdx.x / part.P; r < R; r += gridDim.x / part.P, parity ^= 1) {
+    Slice g, y;
+    g.load(dY + r * C + part.first, part.cols, t, 0u);
+    y.load(Y + r * C + part.first, part.cols, t, 0u);
+    float d = 0.0f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) d = fmaf(element(g.w, i), element(y.w, i), d);
+    d = row_sum<kSegmentThreads>(d, red);
+    publish_partial(&partial[parity], d);
+    d = row_sum<32>(cluster_partial(&partial[parity], part.P, 0.0f), nullptr);
+    launder(g.w);
+    launder(y.w);
+    Slice::store(dX + r * C + part.first, part.cols, t, [&](int i) {
+      return pack(element(y.w, 2 * i) * (element(g.w, 2 * i) - d),
+                  element(y.w, 2 * i + 1) * (element(g.w, 2 * i + 1) - d));
+    });
+  }
+  cg::this_cluster().sync();
+#endif
+}
+
 #endif  // !__HIP_PLATFORM_AMD__
 
 // ---------------------------------------------------------------------------
 // Host side.
 
 constexpr int64_t kMaxBlocks = int64_t{1} << 30;  // grid-stride loops cover the rest
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 unsigned grid_for(int64_t jobs) { return static_cast<unsigned>(jobs < kMaxBlocks ? jobs : kMaxBlocks); }
 
@@ -614,43 +798,108 @@ cudaError_t launch_softmax_grad_rows(const __half* dY, const __half* Y, __half* 
 }
 
 #if !defined(__HIP_PLATFORM_AMD__)
-// launch_softmax_grad_staged launches softmax_grad_staged, one block per SM
-// (more where they fit), when both inputs' rows fit in a block's shared
-// memory; *launched says whether it did.
-template <int T, int VW>
-cudaError_t launch_softmax_grad_staged(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C,
-                                       cudaStream_t s, bool* launched) {
-  *launched = false;
-  struct Limits {
-    cudaError_t err = cudaSuccess;
-    int shared_bytes = 0, sms = 0;
-  };
-  // The device's limits and the kernel's shared-memory ceiling, once per
-  // process (the server uses one device).
-  static const Limits limits = [] {
-    Limits l;
+// DeviceLimits: what the launchers below need to know of the device, read
+// once per process (the server uses one device).
+struct DeviceLimits {
+  cudaError_t err = cudaSuccess;
+  int shared_bytes = 0, sms = 0, major = 0;
+};
+const DeviceLimits& device_limits() {
+  static const DeviceLimits limits = [] {
+    DeviceLimits l;
     int device = 0;
     l.err = cudaGetDevice(&device);
     if (l.err == cudaSuccess)
       l.err = cudaDeviceGetAttribute(&l.shared_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (l.err == cudaSuccess) l.err = cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device);
-    if (l.err == cudaSuccess)
-      l.err = cudaFuncSetAttribute(softmax_grad_staged<T, VW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   l.shared_bytes);
+    if (l.err == cudaSuccess) l.err = cudaDeviceGetAttribute(&l.major, cudaDevAttrComputeCapabilityMajor, device);
     return l;
   }();
+  return limits;
+}
+
+// launch_rows launches kernel over R rows with T threads a block and
+// shared_bytes of dynamic shared memory: in clusters of P blocks, one row a
+// cluster at a time, as many clusters as the device holds at once (at most
+// R); P = 1 is a plain launch of as many blocks as fit. A cluster shape the
+// device refuses or cannot hold launches nothing. *launched says whether it
+// launched.
+template <class... Params, class... Args>
+cudaError_t launch_rows(void (*kernel)(Params...), int P, int T, size_t shared_bytes, int64_t R, cudaStream_t s,
+                        bool* launched, Args... args) {
+  *launched = false;
+  const DeviceLimits& limits = device_limits();
+  if (limits.err != cudaSuccess) return limits.err;
+  if (P > 1 && (limits.major < 9 || P > 16)) return cudaSuccess;
+  cudaError_t err = cudaSuccess;
+  if (shared_bytes > 0)
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes));
+  if (err == cudaSuccess && P > 8) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (err != cudaSuccess) return err;
+  if (P == 1) {
+    int per_sm = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, T, shared_bytes);
+    if (err != cudaSuccess || per_sm < 1) return err;
+    const int64_t blocks = static_cast<int64_t>(limits.sms) * per_sm;
+    kernel<<<grid_for(R < blocks ? R : blocks), T, shared_bytes, s>>>(args...);
+    *launched = true;
+    return cudaGetLastError();
+  }
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(P);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(P));
+  config.blockDim = dim3(static_cast<unsigned>(T));
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = s;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();  // a cluster shape this device refuses: the caller's fallback instead
+    return cudaSuccess;
+  }
+  if (clusters < 1) return cudaSuccess;
+  config.gridDim = dim3(static_cast<unsigned>(P * (R < clusters ? R : clusters)));
+  err = cudaLaunchKernelEx(&config, kernel, args...);
+  *launched = true;
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
+
+// launch_softmax_grad_staged launches softmax_grad_staged when both inputs'
+// rows fit in one block's shared memory.
+template <int T, int VW>
+cudaError_t launch_softmax_grad_staged(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C,
+                                       cudaStream_t s, bool* launched) {
+  *launched = false;
+  const DeviceLimits& limits = device_limits();
   if (limits.err != cudaSuccess) return limits.err;
   const int64_t bytes = 4 * C + T / 32 * static_cast<int64_t>(sizeof(float));
   if (bytes > limits.shared_bytes) return cudaSuccess;
-  int per_sm = 0;
-  const cudaError_t err =
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, softmax_grad_staged<T, VW>, T, static_cast<size_t>(bytes));
-  if (err != cudaSuccess) return err;
-  if (per_sm < 1) return cudaSuccess;
-  const int64_t blocks = static_cast<int64_t>(limits.sms) * per_sm;
-  softmax_grad_staged<T, VW><<<grid_for(R < blocks ? R : blocks), T, static_cast<size_t>(bytes), s>>>(dY, Y, dX, R, C);
-  *launched = true;
-  return cudaGetLastError();
+  return launch_rows(softmax_grad_staged<T, VW>, 1, T, static_cast<size_t>(bytes), R, s, launched, dY, Y, dX, R, C);
+}
+
+// launch_softmax_cluster and launch_softmax_grad_cluster launch the cluster
+// kernels with P = ⌈C / (512·E)⌉ when P <= 16.
+template <int VW>
+cudaError_t launch_softmax_cluster(const __half* X, __half* Y, int64_t R, int64_t C, cudaStream_t s, bool* launched) {
+  *launched = false;
+  const int64_t P = ceil_div(C, int64_t{kSegmentThreads} * SoftmaxClusterElems<VW>::value);
+  if (P > 16) return cudaSuccess;
+  return launch_rows(softmax_cluster<VW>, static_cast<int>(P), kSegmentThreads, 0, R, s, launched, X, Y, R, C);
+}
+
+template <int VW>
+cudaError_t launch_softmax_grad_cluster(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C,
+                                        cudaStream_t s, bool* launched) {
+  *launched = false;
+  const int64_t P = ceil_div(C, int64_t{kSegmentThreads} * SoftmaxClusterElems<VW>::value);
+  if (P > 16) return cudaSuccess;
+  return launch_rows(softmax_grad_cluster<VW>, static_cast<int>(P), kSegmentThreads, 0, R, s, launched, dY, Y, dX,
+                     R, C);
 }
 #endif
 
@@ -671,6 +920,16 @@ cudaError_t softmax_with(const __half* X, __half* Y, int64_t R, int64_t C, cudaS
     return launch_softmax_rows<1024, 1, 32, VW>(X, Y, R, C, s);
   }
   if (C <= 65536) return launch_softmax_rows<512, 1, 128, VW>(X, Y, R, C, s);
+#if !defined(__HIP_PLATFORM_AMD__)
+#if defined(VKERN_SOFTMAX_TUNING)
+  if (vk_softmax_tuning_config != 3)
+#endif
+  {
+    bool launched = false;
+    const cudaError_t err = launch_softmax_cluster<VW>(X, Y, R, C, s, &launched);
+    if (err != cudaSuccess || launched) return err;
+  }
+#endif
 
   const int64_t P = ceil_div(C, kSegment);
   void* buffer = nullptr;
@@ -710,7 +969,10 @@ cudaError_t softmax_grad_with(const __half* dY, const __half* Y, __half* dX, int
       err = launch_softmax_grad_staged<512, VW>(dY, Y, dX, R, C, s, &launched);
     } else
 #endif
+    {
       err = launch_softmax_grad_staged<1024, VW>(dY, Y, dX, R, C, s, &launched);
+      if (err == cudaSuccess && !launched) err = launch_softmax_grad_cluster<VW>(dY, Y, dX, R, C, s, &launched);
+    }
     if (err != cudaSuccess || launched) return err;
   }
 #endif
