@@ -72,40 +72,41 @@
 //   equals the row's max is used unscaled, so −Inf − (−Inf) never arises in
 //   the combination.
 //
-// Measured on an H100 (nvcc 12.4, sm_90a; a standalone harness: CUDA-event
-// medians of 30 launches, 100 for 32768×1024, after 50 ms of warm-up, over
-// operand sets that span 4× the L2; ratios to a 1 GiB device-to-device
-// cudaMemcpy in the same process, 2.99 TB/s read + write): softmax
-// 8192×32768 0.956, 8192×50304 0.958, 32768×1024 0.880, 2048×131072 0.848,
-// 512×524288 0.769; softmax_grad 8192×32768 0.977, 8192×50304 0.964,
-// 32768×1024 0.922, 2048×131072 0.953, 512×524288 0.798. With 2-byte
-// accesses (C = 50,301): softmax 0.576, softmax_grad 0.779.
+// Measured on an H100 (nvcc 12.4, sm_90a, at ef9603f; a standalone harness:
+// CUDA-event medians of 30 launches, 100 for 32768×1024, after 50 ms of
+// warm-up, over operand sets that span 4× the L2; ratios to a 1 GiB
+// device-to-device cudaMemcpy in the same process, 3.00 TB/s read +
+// write): softmax 8192×32768 0.956, 8192×50304 0.954, 32768×1024 0.876,
+// 2048×131072 0.847, 512×524288 0.765; softmax_grad 8192×32768 0.976,
+// 8192×50304 0.964, 32768×1024 0.919, 2048×131072 0.945, 512×524288
+// 0.791. With 2-byte accesses (8192×50301): softmax 0.569, softmax_grad
+// 0.782.
 //
 // Variants measured side by side (ratio to copy; the run above unless
 // marked *, an earlier run of the same harness):
 // - softmax_grad, 8192×50304:
-//   1. segmented, two kernels, rows read twice ................... 0.607*
-//   2. staged in shared memory, 512 threads a block ................ 0.938
+//   1. segmented, two kernels, rows read twice .................... 0.607
+//   2. staged in shared memory, 512 threads a block ................ 0.934
 //   3. staged, 1,024 threads a block (more loads in flight; used) .. 0.964
-//   4. cluster of 2 blocks, rows in registers ...................... 0.953
+//   4. cluster of 2 blocks, rows in registers ..................... 0.953*
 // - softmax_grad, 2048×131072 (512×524288):
-//   1. segmented ........................................... 0.603* (0.603*)
+//   1. segmented ............................................. 0.603 (0.603)
 //   2. staged in shared memory, cluster of 3 (10) .......... 0.911* (0.610*)
-//   3. cluster of 4 (16), 32,768 elements a block (used) .... 0.953 (0.798)
-//   4. cluster of 8, 16,384 elements a block, 2 blocks an SM ....... 0.861
+//   3. cluster of 4 (16), 32,768 elements a block (used) ..... 0.945 (0.791)
+//   4. cluster of 8, 16,384 elements a block, 2 blocks an SM ...... 0.861*
 //   A cluster of 10 blocks of 1,024 threads leaves SMs idle: few such
 //   clusters fit in a GPC at once.
 // - softmax, 2048×131072 (512×524288):
-//   1. segmented ............................................ 0.649 (0.650)
+//   1. segmented ............................................. 0.649 (0.649)
 //   2. cluster of 4 (16), partials read one after another, then
 //      cooperative_groups' barrier ............................... 0.622*
-//   3. one parallel read of the partials, relaxed barrier (used) 0.848 (0.769)
+//   3. one parallel read of the partials, relaxed barrier (used) 0.847 (0.765)
 //   4. as 3, with the next row's loads issued after the barrier (128
 //      registers: one block an SM instead of two) ........ 0.749* (0.686*)
-// - C <= 1,024, 32768×1024, softmax / softmax_grad: a warp per row with 4
-//   rows a block (used), 2 or 1, or a block of 64 or 128 threads per row:
-//   all 0.87 / 0.92 within 0.01; a persistent grid whose warps load their
-//   next row before reducing this one: 0.81 / 0.89.
+// - C <= 1,024, 32768×1024, softmax / softmax_grad (all *): a warp per row
+//   with 4 rows a block (used), 2 or 1, or a block of 64 or 128 threads per
+//   row: all 0.87 / 0.92 within 0.01; a persistent grid whose warps load
+//   their next row before reducing this one: 0.81 / 0.89.
 //
 // Scratch (the segmented path only): see ops.cuh.
 #include <cstdint>
