@@ -16,9 +16,11 @@
 // process exits; one buffer per file, on the device current at its first
 // allocation):
 // - vk_softmax, vk_softmax_grad: only for rows too long to hold on chip
-//   (C > 65,536 for softmax, C > 32,768 for softmax_grad): 8 bytes per row
-//   per 32,768-element segment. cudaErrorMemoryAllocation when it cannot be
-//   had.
+//   (C > 65,536 for softmax; for softmax_grad, C > 32,768 and past what one
+//   block's shared memory holds, 58,080 on Hopper), and on compute
+//   capability 9 only past what a 16-block cluster holds (C > 524,288, or
+//   262,144 with 2-byte accesses): 8 bytes per row per 32,768-element
+//   segment. cudaErrorMemoryAllocation when it cannot be had.
 // - the gemms: only for products of at least 2³⁰ multiply-adds with an
 //   operand whose row length is not a multiple of 8 (or whose base is not
 //   16-byte aligned): a copy of each such operand with rows padded to a
