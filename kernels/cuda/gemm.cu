@@ -56,10 +56,17 @@
 // are exact, so FMA and multiply-then-add agree). Defining
 // VKERN_GEMM_PORTABLE forces that path on CUDA too, so it can be tested there.
 //
-// Measured on an H100 (nvcc 13.0, timed interleaved with torch.mm in one
-// process): 295-315 TFLOP/s at 4096³ (0.44-0.50 of cuBLAS), 288-302 at
-// 8192³ and 8192×4096×11008 (0.39-0.41); 4097×4099×4101 (padded path)
-// 207-224, 1.6× torch.mm there.
+// Compute capability 9.0 with the sm_90a body loaded: aligned (or padded)
+// operands go to the TMA + wgmma kernels of gemm_sm90.cu instead
+// (choose_sm90 below); the mma.sync kernels serve every other device, and
+// unaligned operands of products too small to pad.
+//
+// Measured on an H100, mma.sync path (nvcc 13.0, timed interleaved with
+// torch.mm in one process): 295-315 TFLOP/s at 4096³ (0.44-0.50 of cuBLAS),
+// 288-302 at 8192³ and 8192×4096×11008 (0.39-0.41); 4097×4099×4101 (padded
+// path) 207-224, 1.6× torch.mm there. The Hopper path: 1.00-1.12 of
+// cublasGemmEx at 4096³, 8192³ and 8192×4096×11008, 1.4-1.5 at 1024³
+// (gemm_sm90.cu has the figures).
 //
 // Tuning hook (tests only): built with VKERN_GEMM_TUNING, the global
 // vk_gemm_tuning_config picks the tile configuration (the ids listed at

@@ -61,7 +61,15 @@
 // found through cudaGetDriverEntryPoint (no -lcuda), and are cached per
 // (pointer, shape, box).
 //
-// Measured on an H100: see the variants below.
+// Measured on an H100 (nvcc 12.4 build; timed interleaved with cublasGemmEx
+// in one process, median of 20-25 over rotated operand sets; the GPU at its
+// 700 W power cap during the large products, by nvidia-smi's clock-event
+// reasons): the dispatched variant reached
+// 1.10/1.11/1.12 of cuBLAS (gemm / grad_a / grad_b) at 4096³ (712-746
+// TFLOP/s), 1.06/1.05/1.03 at 8192³, 1.03/1.06/1.05 at 8192×4096×11008,
+// 1.41/1.45/1.45 at 1024³ and 2.06-2.23 at 4097×4099×4101 (padded operands);
+// built with the device's nvcc 13.0, 1.00-1.06, 1.45-1.49 and 2.05-2.26 in
+// the same call. Per-variant ratios are listed with the variants below.
 #include <cstdint>
 
 #include "cuda/compat.h"
@@ -93,19 +101,30 @@ struct Config {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
 };
 
-// The variants, with their ratio to cublasGemmEx (same output type) in one
-// run on an H100 drawing ~610 W of its 700 W cap (gemm / grad_a / grad_b at
-// 4096³ and 8192×4096×11008; 1024³ where marked). The dispatcher
-// (gemm.cu, choose_sm90) uses WideS, MediumS and NarrowS.
-using Wide = Config<256, 4, 1>;           // 128 × 256 tiles, 4 stages, stores from registers: 1.13/1.08/1.01, 1.01/0.95/0.98
-using WideC2 = Config<256, 4, 2>;         // Wide in clusters of 2 sharing R by multicast: 1.13/1.07/1.00, 1.01/0.93/0.97
-using Medium = Config<128, 6, 1>;         // 128 × 128 tiles, 6 stages: 0.85/0.74/0.81 of cuBLAS at 4096³ (another run)
-using MediumC2 = Config<128, 6, 2>;       // Medium in clusters of 2: 0.26/0.26/0.28 (another run), slower than Medium
-using Narrow = Config<64, 8, 1>;          // 128 × 64 tiles, 8 stages: 1.43/1.30/1.35 at 1024³
-using WideS = Config<256, 4, 1, true>;    // Wide, epilogue through shared memory in 128-byte rows: 1.17/1.18/1.10, 1.02/1.03/1.02
-using WideC2S = Config<256, 4, 2, true>;  // WideC2 with that epilogue: 1.16/1.17/1.09, 1.02/1.03/1.02
-using NarrowS = Config<64, 8, 1, true>;   // Narrow with that epilogue: 1.46/1.36/1.46 at 1024³
-using MediumS = Config<128, 6, 1, true>;  // Medium with that epilogue
+// The variants. Ratios are to cublasGemmEx with the same output type, timed
+// interleaved in one process on an H100 (gemm / grad_a / grad_b; 4k = 4096³,
+// L = 8192×4096×11008, 1k = 1024³), in the final lab run unless marked (b):
+// an earlier run the same day, quoted with the comparison it was made
+// against. The dispatcher (gemm.cu, choose_sm90) uses WideS, MediumS and
+// NarrowS.
+// 128 × 256 tiles, 4 stages, stores from registers: 4k 1.05/1.00/1.00, L 1.01/0.95/0.99
+using Wide = Config<256, 4, 1>;
+// Wide in clusters of 2 sharing R by multicast: L 1.01/0.93/0.97 (b), Wide 1.01/0.95/0.98
+using WideC2 = Config<256, 4, 2>;
+// 128 × 128 tiles, 6 stages: 1k 1.28/1.18/1.19 (b)
+using Medium = Config<128, 6, 1>;
+// Medium in clusters of 2: 4k 1.03/1.00/0.99 (b), Wide 1.14/1.11/1.08
+using MediumC2 = Config<128, 6, 2>;
+// 128 × 64 tiles, 8 stages: 1k 1.35/1.27/1.35
+using Narrow = Config<64, 8, 1>;
+// Wide, epilogue through shared memory in 128-byte rows: 4k 1.09/1.11/1.10, L 1.03/1.05/1.04
+using WideS = Config<256, 4, 1, true>;
+// WideC2 with that epilogue: L 1.02/1.03/1.02 (b), WideS 1.02/1.03/1.02
+using WideC2S = Config<256, 4, 2, true>;
+// Narrow with that epilogue: 1k 1.47/1.41/1.54
+using NarrowS = Config<64, 8, 1, true>;
+// Medium with that epilogue: 1k 1.25/1.22/1.23; 1024×2048×4096 1.23/1.18/1.15 (WideS 0.79/1.20/1.19)
+using MediumS = Config<128, 6, 1, true>;
 
 constexpr int kGroupRows = 8;  // tile rows per L2 group of the tile order
 
@@ -309,7 +328,9 @@ __device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64
   if constexpr (N == 64) wgmma_m64n64k16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
 }
 
-__device__ __forceinline__ void store_pair(float* p, float v0, float v1) { *reinterpret_cast<float2*>(p) = make_float2(v0, v1); }
+__device__ __forceinline__ void store_pair(float* p, float v0, float v1) {
+  *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+}
 __device__ __forceinline__ void store_pair(__half* p, float v0, float v1) {
   *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
 }
@@ -519,7 +540,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             const int r = 4 * it + lane / 8;
             const int swz = sizeof(Out) == 2 ? (r & 7) : ((r & 3) << 1);
             const uint4 v = *reinterpret_cast<const uint4*>(buf + r * 128 + (((lane % 8) ^ swz) * 16));
-            *reinterpret_cast<uint4*>(out + (slab + r) * cols + n0 + c * kChunkCols + (lane % 8) * (kChunkCols / 8)) = v;
+            Out* const dst = out + (slab + r) * cols + n0 + c * kChunkCols + (lane % 8) * (kChunkCols / 8);
+            *reinterpret_cast<uint4*>(dst) = v;
           }
           __syncwarp();
         }
@@ -576,7 +598,8 @@ EncodeTiled encode_tiled() {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
 #else
     const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &found);
 #endif
