@@ -26,6 +26,9 @@
 //   16-byte aligned): a copy of each such operand with rows padded to a
 //   multiple of 8, at most 1 GiB in all. When that cannot be had, the kernel
 //   reads the operand in place instead (slower, no error).
+// The first gemm call on a device of compute capability 9.0 also copies one
+// int from the device (which synchronises it) to learn whether the sm_90a
+// kernels (gemm_sm90.cu) are loaded; later calls only enqueue.
 // Calls that may use scratch must not run concurrently on different streams
 // or host threads (the kernel server runs one request at a time).
 #ifndef VKERN_CUDA_OPS_CUH
