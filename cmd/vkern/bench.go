@@ -136,10 +136,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
-// defaultOpShapes are the ops suite's shapes when none are given: the CUDA
-// issue's list.
+// defaultOpShapes are the ops suite's shapes when none are given: those
+// of the CUDA and GPU-speed issues' bars.
 var defaultOpShapes = []string{
-	"1024x1024x1024", "4096x4096x4096", "8192x8192x8192", "8192x4096x11008",
+	"1024x1024x1024", "4096x4096x4096", "8192x8192x8192", "8192x4096x11008", "4097x4099x4101",
 	"8192x32768", "8192x50304", "32768x1024", "1x1", "7x4099",
 }
 
