@@ -138,6 +138,7 @@ Result backend_sync() {
 Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers, uint64_t* kernel_ns) {
   const auto in = [buffers](int i) { return static_cast<const __half*>(buffers[i]); };
   const auto out = [buffers](int i) { return static_cast<__half*>(buffers[i]); };
+  const int32_t* labels = static_cast<const int32_t*>(buffers[1]);  // cross_entropy only
   VK_CHECK(cudaEventRecord(g_start, g_stream), "cudaEventRecord");
   cudaError_t err = cudaSuccess;
   switch (op.id) {
@@ -156,6 +157,10 @@ Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers
     case OpId::kSoftmaxGrad:
       err = vk_softmax_grad(in(0), in(1), out(2), params[kR], params[kC], g_stream);
       break;
+    case OpId::kCrossEntropy:
+      err = vk_cross_entropy(in(0), labels, static_cast<float*>(buffers[2]), out(3), params[kR], params[kV],
+                             params[kIgnoreIndex], g_stream);
+      break;
   }
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
@@ -167,6 +172,19 @@ Result backend_run(const OpSpec& op, const int64_t* params, void* const* buffers
   float ms = 0;
   VK_CHECK(cudaEventElapsedTime(&ms, g_start, g_stop), "cudaEventElapsedTime");
   *kernel_ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+  if (op.id == OpId::kCrossEntropy) {
+    // Outside the timed events: the kernel recorded the first row whose
+    // label is out of range, if any.
+    int64_t row = -1;
+    VK_CHECK(vk_cross_entropy_bad_row(&row, g_stream), "cross_entropy: reading the label check");
+    if (row >= 0) {
+      int32_t label = 0;
+      VK_CHECK(cudaMemcpyAsync(&label, labels + row, sizeof label, cudaMemcpyDeviceToHost, g_stream),
+               "cross_entropy: reading the bad label");
+      VK_CHECK(cudaStreamSynchronize(g_stream), "cross_entropy: reading the bad label");
+      return label_error(params, row, label);
+    }
+  }
   return Result::OK();
 }
 

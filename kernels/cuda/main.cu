@@ -10,6 +10,7 @@
 #include "cuda/device.cu"
 #include "cuda/gemm.cu"
 #include "cuda/softmax.cu"
+#include "cuda/cross_entropy.cu"
 // clang-format on
 
 int main() { return vkern::run_server(); }
