@@ -48,6 +48,11 @@
 // the gradient row are NaN; with m finite, x_l = −Inf gives loss +Inf and
 // e_l = 0, so dLogit_l = −c. Padding slots hold −Inf, which add 0.
 //
+// Measured on an H100 (nvcc 13.0, vkern bench, anchors in the same call;
+// copy ceiling 3.0 TB/s read + write): 8192×50304 619 µs, 2.67 TB/s, 0.89
+// of the copy floor and 3.45× F.cross_entropy + backward; softmax.cu's
+// softmax at the same shape 574 µs. 32768×1024 2.42 TB/s.
+//
 // Scratch (see ops.cuh): two words (the count of rows kept and the first bad
 // row), and for long rows 8 bytes per row per segment.
 #include <cstdint>
