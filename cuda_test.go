@@ -20,6 +20,7 @@ func TestCUDABackendConformance(t *testing.T) {
 	t.Run("gemm_grad_b", func(t *testing.T) { kerneltest.GemmGradB(t, dev) })
 	t.Run("softmax", func(t *testing.T) { kerneltest.Softmax(t, dev) })
 	t.Run("softmax_grad", func(t *testing.T) { kerneltest.SoftmaxGrad(t, dev) })
+	t.Run("cross_entropy", func(t *testing.T) { kerneltest.CrossEntropy(t, dev) })
 }
 
 // cudaDefects plant the cpu suite's kinds of defect in the CUDA kernels.
@@ -90,6 +91,36 @@ var cudaDefects = []kerneltest.Mutation{
 		Old: "return vkern_gemm::product<false, false>(A, K, dC, N, dB, K, N, M, s);",
 		New: "return vkern_gemm::product<true, false>(A, K, dC, N, dB, K, N, M, s);",
 		Op:  "gemm_grad_b", Shapes: []string{"64x64x64"},
+	},
+	{
+		Name: "mean scale missing in cross_entropy", File: "cuda/cross_entropy.cu",
+		Old: "return static_cast<float>(1.0 / n);", New: "return 1.0f;",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "off-by-one label in cross_entropy's gradient", File: "cuda/cross_entropy.cu",
+		Old: "const int mine = RowSlice<T, E, VW>::slot(label, t);", New: "const int mine = RowSlice<T, E, VW>::slot(label + 1, t);",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "ignore_index not honoured in cross_entropy", File: "cuda/cross_entropy.cu",
+		Old: "if (label == ignore) return kIgnored;", New: "if (false) return kIgnored;",
+		Op: "cross_entropy", Shapes: []string{"12x300:ignore_index=0"},
+	},
+	{
+		Name: "ignored rows counted in cross_entropy's n", File: "cuda/cross_entropy.cu",
+		Old: "counted += VK_LDG(labels + r) != ignore ? 1u : 0u;", New: "counted += 1u;",
+		Op: "cross_entropy", Shapes: []string{"64x1000:ignore_index=-100"},
+	},
+	{
+		Name: "max subtraction missing in cross_entropy", File: "cuda/cross_entropy.cu",
+		Old: "m = row_max<T>(m, red);", New: "m = 0.0f * row_max<T>(m, red);",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "one-hot added instead of subtracted in cross_entropy", File: "cuda/cross_entropy.cu",
+		Old: "return e * q - (idx == mine ? c : 0.0f);", New: "return e * q + (idx == mine ? c : 0.0f);",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
 	},
 }
 

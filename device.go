@@ -292,6 +292,16 @@ func (b *Buffer) ReadF16(ctx context.Context, dst []uint16) error {
 	return nil
 }
 
+// WriteI32 writes int32 values (cross_entropy's labels) from the start of
+// the buffer.
+func (b *Buffer) WriteI32(ctx context.Context, v []int32) error {
+	data := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(data[4*i:], uint32(x))
+	}
+	return b.Write(ctx, 0, data)
+}
+
 // ReadF32 reads len(dst) float32 values from the start of the buffer.
 func (b *Buffer) ReadF32(ctx context.Context, dst []float32) error {
 	data := make([]byte, 4*len(dst))
@@ -305,8 +315,9 @@ func (b *Buffer) ReadF32(ctx context.Context, dst []float32) error {
 }
 
 // Run executes o at shape s on buffers in wire order (inputs, then the
-// output) and returns the kernel's own time as measured by the server. Each
-// buffer must be at least as large as its operand.
+// outputs) and returns the kernel's own time as measured by the server. Each
+// buffer must be at least as large as its operand. The shape carries the
+// op's value parameters, such as cross_entropy's ignore_index.
 func (d *Device) Run(ctx context.Context, o *op.Op, s op.Shape, buffers ...*Buffer) (time.Duration, error) {
 	req, err := d.runRequest(Call{Op: o, Shape: s, Buffers: buffers})
 	if err != nil {
@@ -338,7 +349,7 @@ func (d *Device) RunUntimed(ctx context.Context, o *op.Op, s op.Shape, buffers .
 type Call struct {
 	Op      *op.Op
 	Shape   op.Shape
-	Buffers []*Buffer // inputs, then the output
+	Buffers []*Buffer // inputs, then the outputs
 	// Untimed asks the server not to time this call (its time is then 0);
 	// a batch whose calls are all untimed records no timing events at all.
 	Untimed bool
@@ -378,7 +389,7 @@ func (d *Device) runRequest(c Call) (kserver.RunRequest, error) {
 	}
 	operands := o.Operands()
 	if len(c.Buffers) != len(operands) {
-		return kserver.RunRequest{}, fmt.Errorf("%s: got %d buffers, want %d (inputs then output)", o.Name, len(c.Buffers), len(operands))
+		return kserver.RunRequest{}, fmt.Errorf("%s: got %d buffers, want %d (inputs then outputs)", o.Name, len(c.Buffers), len(operands))
 	}
 	handles := make([]kserver.Handle, len(c.Buffers))
 	for i, b := range c.Buffers {
@@ -391,7 +402,7 @@ func (d *Device) runRequest(c Call) (kserver.RunRequest, error) {
 		}
 		handles[i] = b.handle
 	}
-	return kserver.RunRequest{OpID: uint32(o.ID), Params: s.Params(), Buffers: handles, Untimed: c.Untimed}, nil
+	return kserver.RunRequest{OpID: uint32(o.ID), Params: o.Params(s), Buffers: handles, Untimed: c.Untimed}, nil
 }
 
 func nanoseconds(ns uint64) time.Duration {

@@ -49,6 +49,36 @@ var plantedDefects = []kerneltest.Mutation{
 		Old: "const Operand lhs = Operand::transpose_of(a, K);", New: "const Operand lhs = Operand::row_major(a, M);",
 		Op: "gemm_grad_b", Shapes: []string{"33x33x33"},
 	},
+	{
+		Name: "mean scale missing in cross_entropy", File: "cpu/cross_entropy.cc",
+		Old: "const float scale = n > 0 ? static_cast<float>(1.0 / static_cast<double>(n)) : 0.0f;", New: "const float scale = 1.0f;",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "off-by-one label in cross_entropy", File: "cpu/cross_entropy.cc",
+		Old: "const size_t label = static_cast<size_t>(labels[r]);", New: "const size_t label = (static_cast<size_t>(labels[r]) + 1) % V;",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "ignore_index not honoured in cross_entropy", File: "cpu/cross_entropy.cc",
+		Old: "if (labels[r] == ignore_index) {", New: "if (false) {",
+		Op: "cross_entropy", Shapes: []string{"12x300:ignore_index=0"},
+	},
+	{
+		Name: "ignored rows counted in cross_entropy's n", File: "cpu/cross_entropy.cc",
+		Old: "if (label == ignore_index) continue;", New: "if (label == ignore_index) { ++n; continue; }",
+		Op: "cross_entropy", Shapes: []string{"64x1000:ignore_index=-100"},
+	},
+	{
+		Name: "max subtraction missing in cross_entropy", File: "cpu/cross_entropy.cc",
+		Old: "std::exp(values[j] - row_max)", New: "std::exp(values[j])",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "one-hot added instead of subtracted in cross_entropy", File: "cpu/cross_entropy.cc",
+		Old: "values[label] -= scale;", New: "values[label] += scale;",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
 }
 
 // plant returns a source edit that applies m, failing when its snippet does

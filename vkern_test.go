@@ -76,6 +76,7 @@ func TestCPUBackendConformance(t *testing.T) {
 	t.Run("gemm_grad_b", func(t *testing.T) { kerneltest.GemmGradB(t, dev) })
 	t.Run("softmax", func(t *testing.T) { kerneltest.Softmax(t, dev) })
 	t.Run("softmax_grad", func(t *testing.T) { kerneltest.SoftmaxGrad(t, dev) })
+	t.Run("cross_entropy", func(t *testing.T) { kerneltest.CrossEntropy(t, dev) })
 }
 
 func TestOpenReportsWhatBuiltAndRunsTheServer(t *testing.T) {

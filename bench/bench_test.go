@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vkern/vkern/op"
 )
 
 func TestMedianIsTheMiddleOfTheTimedRunsAfterWarmUp(t *testing.T) {
@@ -91,5 +93,23 @@ func TestCeilingsComeFromTheAnchors(t *testing.T) {
 	})
 	if copyGBps != 3003.6 || tflops != 684.6 {
 		t.Errorf("ceilings %v GB/s, %v TFLOP/s", copyGBps, tflops)
+	}
+}
+
+func TestCrossEntropyIsAnchoredToTorchsFusedForwardAndBackward(t *testing.T) {
+	ce, _ := op.Lookup("cross_entropy")
+	softmax, _ := op.Lookup("softmax")
+	if got := anchorOp(ce); got != "cross_entropy_fwd_bwd" {
+		t.Errorf("anchorOp(cross_entropy) = %q, want anchors.py's cross_entropy_fwd_bwd", got)
+	}
+	if got := anchorOp(softmax); got != "softmax" {
+		t.Errorf("anchorOp(softmax) = %q", got)
+	}
+	s, _ := ce.ParseShape("4x9")
+	in := randomInputs(ce, s)
+	for r, l := range in[1].I32 {
+		if l < 0 || l >= 9 {
+			t.Errorf("label %d of the bench inputs is %d, outside [0, 9)", r, l)
+		}
 	}
 }

@@ -142,7 +142,7 @@ func gemmCase(ctx context.Context, dev *vkern.Device, name, shape string, runs i
 		}
 		buffers = append(buffers, b)
 		if i < len(o.Inputs) {
-			if err := b.WriteF16(ctx, randomInputs(o, s)[i]); err != nil {
+			if err := writeInput(ctx, b, randomInputs(o, s)[i]); err != nil {
 				return Result{}, err
 			}
 		}
@@ -155,17 +155,35 @@ func gemmCase(ctx context.Context, dev *vkern.Device, name, shape string, runs i
 		Note: "kernel time reported by the server"}, nil
 }
 
-// randomInputs draws N(0, 1) f16 inputs for o at s.
-func randomInputs(o *op.Op, s op.Shape) [][]uint16 {
+// randomInputs draws N(0, 1) f16 inputs for o at s, and labels (I32
+// inputs) uniform over the columns of the first input: cross_entropy's
+// classes, none of them ignored.
+func randomInputs(o *op.Op, s op.Shape) []oracle.Input {
 	rng := rand.New(rand.NewPCG(1, 2))
-	in := make([][]uint16, len(o.Inputs))
+	in := make([]oracle.Input, len(o.Inputs))
 	for i, p := range o.Inputs {
-		in[i] = make([]uint16, s.Elements(p))
-		for j := range in[i] {
-			in[i][j] = f16.FromFloat64(rng.NormFloat64())
+		if p.DType == op.I32 {
+			classes := int(s.Cols(o.Inputs[0]))
+			in[i].I32 = make([]int32, s.Elements(p))
+			for j := range in[i].I32 {
+				in[i].I32[j] = int32(rng.IntN(classes))
+			}
+			continue
+		}
+		in[i].F16 = make([]uint16, s.Elements(p))
+		for j := range in[i].F16 {
+			in[i].F16[j] = f16.FromFloat64(rng.NormFloat64())
 		}
 	}
 	return in
+}
+
+// writeInput uploads one input into b.
+func writeInput(ctx context.Context, b *vkern.Buffer, in oracle.Input) error {
+	if in.I32 != nil {
+		return b.WriteI32(ctx, in.I32)
+	}
+	return b.WriteF16(ctx, in.F16)
 }
 
 func orDefault(v, def int) int {

@@ -71,7 +71,7 @@ func OpsSuite(ctx context.Context, opt OpsOptions, progress io.Writer) ([]Result
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", c.Op.Name, c.Shape, err)
 		}
-		if a, ok := Find(opt.Anchors, c.Op.Name, c.Shape.String()); ok {
+		if a, ok := Find(opt.Anchors, anchorOp(c.Op), c.Shape.String()); ok {
 			r.Relate(a.Impl, a.MedianMs*1e6)
 		}
 		var floor float64
@@ -87,6 +87,16 @@ func OpsSuite(ctx context.Context, opt OpsOptions, progress io.Writer) ([]Result
 		results = append(results, r)
 	}
 	return results, nil
+}
+
+// anchorOp is the op name under which anchors.py reports o's anchor: the
+// op's own name, except cross_entropy, whose anchor is PyTorch's
+// F.cross_entropy forward and backward ("cross_entropy_fwd_bwd").
+func anchorOp(o *op.Op) string {
+	if o.ID == op.CrossEntropy {
+		return "cross_entropy_fwd_bwd"
+	}
+	return o.Name
 }
 
 // ceilings reads the measured copy bandwidth (GB/s) and the fastest GEMM
@@ -132,7 +142,7 @@ func timeCase(ctx context.Context, dev *vkern.Device, c OpCase, opt OpsOptions) 
 			all = append(all, b)
 			calls[k] = append(calls[k], b)
 			if i < len(o.Inputs) {
-				if err := b.WriteF16(ctx, inputs[i]); err != nil {
+				if err := writeInput(ctx, b, inputs[i]); err != nil {
 					return Result{}, err
 				}
 			}

@@ -6,7 +6,10 @@
 //
 //	core/   the wire protocol (PROTOCOL.md), the frame loop, the op table,
 //	        the backend interface and the f16 conversions
-//	cpu/    the C++ backend: host buffers, a thread pool, gemm and softmax
+//	cpu/    the C++ backend: host buffers, a thread pool, gemm, softmax and
+//	        cross_entropy
+//	cuda/   the CUDA backend (and HIP, through cuda/compat.h): device
+//	        buffers, one stream, the same ops
 //
 // A backend's main file is a unity file that includes everything it needs, so
 // a build is one compiler call:

@@ -9,8 +9,15 @@ package kerneltest
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
 	"testing"
 
+	"github.com/vkern/vkern/f16"
+	"github.com/vkern/vkern/kserver"
 	"github.com/vkern/vkern/op"
 	"github.com/vkern/vkern/verify"
 )
@@ -60,6 +67,90 @@ func Softmax(t *testing.T, dev verify.Device) { Op(t, dev, "softmax", "3x33000")
 
 // SoftmaxGrad checks softmax_grad on dev.
 func SoftmaxGrad(t *testing.T, dev verify.Device) { Op(t, dev, "softmax_grad", "3x33000") }
+
+// CrossEntropy checks cross_entropy on dev: the quick cases plus rows at a
+// GPU block's on-chip limit and one past it; a call with every row ignored,
+// which must give zeros and no NaN; and labels that are neither a class nor
+// the ignore_index, which the server must refuse with INVALID_ARGUMENT
+// naming the row, the value and the valid range, and then serve on.
+func CrossEntropy(t *testing.T, dev verify.Device) {
+	Op(t, dev, "cross_entropy", "3x65536", "3x65537:ignore_index=-100")
+	o, _ := op.Lookup("cross_entropy")
+	ctx := context.Background()
+	t.Run("every row ignored", func(t *testing.T) {
+		s, _ := o.ParseShape("5x40:ignore_index=-100")
+		buffers := crossEntropyBuffers(s, []int32{-100, -100, -100, -100, -100})
+		if _, err := dev.RunOp(ctx, o, s, buffers); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 5; i++ {
+			if v := math.Float32frombits(binary.LittleEndian.Uint32(buffers[2][4*i:])); v != 0 {
+				t.Errorf("loss[%d] = %v, want 0", i, v)
+			}
+		}
+		for i := 0; i < 5*40; i++ {
+			if v := f16.ToFloat64(binary.LittleEndian.Uint16(buffers[3][2*i:])); v != 0 {
+				t.Fatalf("dLogits[%d,%d] = %v, want 0", i/40, i%40, v)
+			}
+		}
+	})
+	t.Run("a label outside the classes", func(t *testing.T) {
+		for _, tt := range []struct {
+			shape  string
+			labels []int32
+			want   string
+		}{
+			{"4x5", []int32{0, 4, 5, 1}, "labels[2] = 5 is neither a class index in [0, V) = [0, 5) nor the ignore_index (none set"},
+			{"4x5", []int32{0, -100, 1, 1}, "labels[1] = -100 is neither a class index in [0, V) = [0, 5) nor the ignore_index (none set"},
+			{"4x5:ignore_index=-100", []int32{-100, 3, -1, 7}, "labels[2] = -1 is neither a class index in [0, V) = [0, 5) nor the ignore_index (-100"},
+			{"3x70000", []int32{0, 69999, 70000}, "labels[2] = 70000 is neither a class index in [0, V) = [0, 70000)"},
+		} {
+			s, err := o.ParseShape(tt.shape)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = dev.RunOp(ctx, o, s, crossEntropyBuffers(s, tt.labels))
+			var se *kserver.ServerError
+			if !errors.As(err, &se) || se.StatusName != "INVALID_ARGUMENT" || !strings.Contains(err.Error(), tt.want) ||
+				!strings.Contains(err.Error(), "fix the labels") {
+				t.Errorf("%s, labels %v: error %v, want INVALID_ARGUMENT containing %q and the fix", tt.shape, tt.labels, err, tt.want)
+			} else {
+				t.Logf("%s: %v", tt.shape, err)
+			}
+			// The server serves on: the same call with valid labels runs.
+			ok := append([]int32(nil), tt.labels...)
+			for i, l := range ok {
+				if l < 0 || int64(l) >= s.Dims[1] {
+					ok[i] = 0
+				}
+			}
+			if _, err := dev.RunOp(ctx, o, s, crossEntropyBuffers(s, ok)); err != nil {
+				t.Errorf("%s: a valid call after the refused one failed: %v", tt.shape, err)
+			}
+		}
+	})
+}
+
+// crossEntropyBuffers makes the buffers of one cross_entropy call at s:
+// N(0, 1)-like logits, the labels, and poisoned outputs.
+func crossEntropyBuffers(s op.Shape, labels []int32) [][]byte {
+	r, v := int(s.Dims[0]), int(s.Dims[1])
+	if len(labels) != r {
+		panic(fmt.Sprintf("kerneltest: %d labels for %d rows", len(labels), r))
+	}
+	logits := make([]byte, 2*r*v)
+	for i := 0; i < r*v; i++ {
+		binary.LittleEndian.PutUint16(logits[2*i:], f16.FromFloat64(math.Sin(float64(i))*3))
+	}
+	lab := make([]byte, 4*r)
+	for i, l := range labels {
+		binary.LittleEndian.PutUint32(lab[4*i:], uint32(l))
+	}
+	loss, grad := make([]byte, 4*r), make([]byte, 2*r*v)
+	verify.Poison(op.F32, loss)
+	verify.Poison(op.F16, grad)
+	return [][]byte{logits, lab, loss, grad}
+}
 
 // Mutation is a planted defect: in source File, the text Old (which must
 // occur exactly once) becomes New. The mutant must be reported incorrect

@@ -57,7 +57,8 @@ func newServerError(op Opcode, f Frame) *ServerError {
 // BatchError says which entry of a RunBatch failed and why. When the server
 // refused the entry (a stale or unknown handle, a bad shape), no entry of the
 // batch ran; when the entry failed while running (OUT_OF_MEMORY for its
-// scratch memory), the entries before it ran and those after it did not.
+// scratch memory, a cross_entropy label out of range), the entries before it
+// ran and those after it did not.
 type BatchError struct {
 	Index int    // the failing entry, from 0
 	Count int    // the entries in the batch

@@ -667,3 +667,72 @@ func TestRealServerInIsolatedMode(t *testing.T) {
 		t.Errorf("Hello = %+v, %v", h, err)
 	}
 }
+
+func TestRealServerChecksCrossEntropyParamsAndLabels(t *testing.T) {
+	t.Parallel()
+	c := realClient(t, buildRealServer(t), nil)
+	ctx := withTimeout(t, 30*time.Second)
+	const rows, classes, unset = 3, 4, math.MinInt64
+	logits, _ := c.Alloc(ctx, 2*rows*classes)
+	labels, _ := c.Alloc(ctx, 4*rows)
+	loss, _ := c.Alloc(ctx, 4*rows)
+	grad, _ := c.Alloc(ctx, 2*rows*classes)
+	short, err := c.Alloc(ctx, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write(ctx, logits, 0, f16s(rows*classes, f16One))
+	setLabels := func(v ...int32) {
+		b := make([]byte, 4*len(v))
+		for i, l := range v {
+			binary.LittleEndian.PutUint32(b[4*i:], uint32(l))
+		}
+		if err := c.Write(ctx, labels, 0, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(r, v, ignore int64) RunRequest {
+		return RunRequest{OpID: 6, Params: []int64{r, v, ignore}, Buffers: []Handle{logits, labels, loss, grad}}
+	}
+	setLabels(0, 3, -100)
+	for _, tt := range []struct {
+		name string
+		run  RunRequest
+		want string // "" for a run that must succeed
+	}{
+		{"ignore_index -100 marks row 2", run(rows, classes, -100), ""},
+		{"ignore_index past 32 bits", run(rows, classes, 1<<40), "cross_entropy: ignore_index = 1099511627776, want a 32-bit label value"},
+		{"V of 0", run(rows, 0, unset), "cross_entropy: V = 0, want >= 1 (R=3, V=0, ignore_index=unset)"},
+		{"logits too short for R·V", run(rows+1, classes, unset), "logits (handle 1) has 24 bytes, want R·V·2 = 32"},
+		{"labels too short for R", RunRequest{OpID: 6, Params: []int64{rows, classes, unset}, Buffers: []Handle{logits, short, loss, grad}},
+			"labels (handle 5) has 8 bytes, want R·4 = 12"},
+		{"label -100 with no ignore_index", run(rows, classes, unset), "labels[2] = -100 is neither a class index in [0, V) = [0, 4) nor the ignore_index (none set"},
+	} {
+		_, err := c.Run(ctx, tt.run.OpID, tt.run.Params, tt.run.Buffers)
+		var se *ServerError
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: %v", tt.name, err)
+		case tt.want != "" && (!errors.As(err, &se) || se.StatusName != "INVALID_ARGUMENT" || !strings.Contains(se.Message, tt.want)):
+			t.Errorf("%s: %v, want INVALID_ARGUMENT containing %q", tt.name, err, tt.want)
+		}
+	}
+
+	// A label found bad while a batch runs stops the batch there: the
+	// entries before it ran, the ones after it did not.
+	setLabels(0, 3, 4)
+	y, _ := c.Alloc(ctx, 2*rows*classes)
+	c.Write(ctx, y, 0, f16s(rows*classes, 0x7E00))
+	_, err = c.RunBatch(ctx, []RunRequest{run(rows, classes, 4), run(rows, classes, unset), softmaxRun(rows, classes, logits, y)})
+	var be *BatchError
+	if !errors.As(err, &be) || be.Index != 1 || !strings.Contains(err.Error(), "labels[2] = 4") || !strings.Contains(err.Error(), "(entries 0 to 0 ran)") {
+		t.Errorf("a batch whose entry 1 has a bad label = %v", err)
+	}
+	got := make([]byte, 2*rows*classes)
+	if err := c.Read(ctx, y, 0, got); err != nil || !bytes.Equal(got, f16s(rows*classes, 0x7E00)) {
+		t.Errorf("entry 2 ran after entry 1 failed (%v)", err)
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Errorf("the server after the refused calls: %v", err)
+	}
+}

@@ -175,7 +175,7 @@ func (g *corpus) randomBytes(n int) []byte {
 
 // run is a RUN payload with plausible or random fields.
 func (g *corpus) run() []byte {
-	op := uint32(g.rng.IntN(7))
+	op := uint32(g.rng.IntN(8)) // 1..6 are ops; 0 and 7 are not
 	params, buffers := g.rng.IntN(5), g.rng.IntN(5)
 	if g.rng.IntN(8) == 0 {
 		params, buffers = int(g.rng.Uint32()), int(g.rng.Uint32())

@@ -15,6 +15,8 @@ func TestParseShapeAcceptsAnyPositiveShape(t *testing.T) {
 		{"gemm_grad_b", "3x1000x5", []int64{3, 1000, 5}},
 		{"softmax", "64x100000", []int64{64, 100000}},
 		{"softmax_grad", " 7x4099 ", []int64{7, 4099}},
+		{"cross_entropy", "8192x50304", []int64{8192, 50304}},
+		{"cross_entropy", "64x1000:ignore_index=-100", []int64{64, 1000}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.op+" "+tt.shape, func(t *testing.T) {
@@ -51,6 +53,12 @@ func TestParseShapeRejectsBadShapesNamingTheValue(t *testing.T) {
 		{"softmax", "3x0", "C = 0"},
 		{"gemm", "4294967296x4294967296x1", "2^62"},
 		{"softmax", "99999999999999999999x1", "not a whole number"},
+		{"cross_entropy", "4x0", "V = 0"},
+		{"softmax", "4x4:ignore_index=-100", "takes no value parameters"},
+		{"cross_entropy", "4x4:ignore=-100", "does not take (it takes ignore_index)"},
+		{"cross_entropy", "4x4:ignore_index", "not NAME=WHOLE_NUMBER"},
+		{"cross_entropy", "4x4:ignore_index=2147483648", "ignore_index = 2147483648"},
+		{"cross_entropy", "4x4:ignore_index=1,ignore_index=2", "sets ignore_index twice"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.op+" "+tt.shape, func(t *testing.T) {
@@ -104,8 +112,39 @@ func TestOperandShapesFollowTheMath(t *testing.T) {
 	want := map[string]int64{"gemm": 2 * 3, "gemm_grad_a": 2 * 5, "gemm_grad_b": 5 * 3}
 	for name, n := range want {
 		o, _ := Lookup(name)
-		if got := s.Elements(o.Output); got != n {
+		if got := s.Elements(o.Outputs[0]); got != n {
 			t.Errorf("%s output has %d elements, want %d", name, got, n)
 		}
+	}
+}
+
+func TestCrossEntropyOperandsAndWireParams(t *testing.T) {
+	o, _ := Lookup("cross_entropy")
+	s, err := o.ParseShape("3x5:ignore_index=-100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := s.Setting(IgnoreIndex); !ok || v != -100 {
+		t.Errorf("Setting(ignore_index) = %d, %v; want -100, true", v, ok)
+	}
+	want := map[string]int64{"logits": 15, "labels": 3, "loss": 3, "dLogits": 15}
+	for _, p := range o.Operands() {
+		if got := s.Elements(p); got != want[p.Name] {
+			t.Errorf("%s has %d elements, want %d", p.Name, got, want[p.Name])
+		}
+	}
+	if got := o.Params(s); len(got) != 3 || got[0] != 3 || got[1] != 5 || got[2] != -100 {
+		t.Errorf("Params = %v, want [3 5 -100]", got)
+	}
+	unset, _ := o.ParseShape("3x5")
+	if got := o.Params(unset); len(got) != 3 || got[2] != Unset {
+		t.Errorf("Params without ignore_index = %v, want the Unset marker last", got)
+	}
+	if got := o.MovedBytes(s); got != 15*2+3*4+3*4+15*2 {
+		t.Errorf("MovedBytes = %d", got)
+	}
+	err = o.CheckLengths(s, []int64{15, 4, 3, 15})
+	if want := "cross_entropy: labels has 4 elements, want R = 3"; err == nil || err.Error() != want {
+		t.Errorf("CheckLengths error = %v, want %q", err, want)
 	}
 }

@@ -80,28 +80,62 @@ func OutputBound(dtype op.DType, value, bound float64) float64 {
 	return bound + f16RelativeRounding*(math.Abs(value)+bound) + f16AbsoluteRounding
 }
 
-// Compute runs the reference of o at shape s on inputs (f16 bit patterns,
-// in wire order). It uses every core and stops early when ctx is done.
-func Compute(ctx context.Context, o *op.Op, s op.Shape, inputs [][]uint16) (*Reference, error) {
+// Input is one input operand's elements in wire order: F16 holds the bit
+// patterns of an F16 operand, I32 the values of an I32 operand (labels). The
+// other field is nil.
+type Input struct {
+	F16 []uint16
+	I32 []int32
+}
+
+// Len is the operand's element count.
+func (in Input) Len() int { return len(in.F16) + len(in.I32) }
+
+// Compute runs the reference of o at shape s on inputs (in wire order) and
+// returns one Reference per output of o, in wire order. It uses every core
+// and stops early when ctx is done.
+func Compute(ctx context.Context, o *op.Op, s op.Shape, inputs []Input) ([]*Reference, error) {
 	if err := o.Validate(s); err != nil {
 		return nil, err
 	}
-	lengths := make([]int64, 0, len(inputs)+1)
-	for _, in := range inputs {
-		lengths = append(lengths, int64(len(in)))
+	if len(inputs) != len(o.Inputs) {
+		return nil, fmt.Errorf("oracle: %s takes %d inputs, got %d", o.Name, len(o.Inputs), len(inputs))
 	}
-	lengths = append(lengths, s.Elements(o.Output))
+	lengths := make([]int64, 0, len(inputs)+len(o.Outputs))
+	for i, in := range inputs {
+		p := o.Inputs[i]
+		if (p.DType == op.I32) != (in.I32 != nil) || (p.DType == op.F16) != (in.F16 != nil) {
+			return nil, fmt.Errorf("oracle: %s input %s is %s; pass its elements in the Input field of that type", o.Name, p.Name, p.DType)
+		}
+		lengths = append(lengths, int64(in.Len()))
+	}
+	for _, p := range o.Outputs {
+		lengths = append(lengths, s.Elements(p))
+	}
 	if err := o.CheckLengths(s, lengths); err != nil {
 		return nil, fmt.Errorf("oracle: %w", err)
+	}
+	one := func(ref *Reference, err error) ([]*Reference, error) {
+		if err != nil {
+			return nil, err
+		}
+		return []*Reference{ref}, nil
 	}
 	switch o.ID {
 	case op.Gemm, op.GemmGradA, op.GemmGradB:
 		x, y := Factors(o, s, inputs)
-		return MatMul(ctx, x, y)
+		return one(MatMul(ctx, x, y))
 	case op.Softmax:
-		return SoftmaxRows(ctx, inputs[0], int(s.Dims[0]), int(s.Dims[1]))
+		return one(SoftmaxRows(ctx, inputs[0].F16, int(s.Dims[0]), int(s.Dims[1])))
 	case op.SoftmaxGrad:
-		return SoftmaxGradRows(ctx, inputs[0], inputs[1], int(s.Dims[0]), int(s.Dims[1]))
+		return one(SoftmaxGradRows(ctx, inputs[0].F16, inputs[1].F16, int(s.Dims[0]), int(s.Dims[1])))
+	case op.CrossEntropy:
+		ignore, _ := s.Setting(op.IgnoreIndex)
+		loss, grad, err := CrossEntropyRows(ctx, inputs[0].F16, inputs[1].I32, int(s.Dims[0]), int(s.Dims[1]), ignore)
+		if err != nil {
+			return nil, err
+		}
+		return []*Reference{loss, grad}, nil
 	}
 	return nil, fmt.Errorf("oracle: no reference for op %s", o.Name)
 }
@@ -109,15 +143,15 @@ func Compute(ctx context.Context, o *op.Op, s op.Shape, inputs [][]uint16) (*Ref
 // Factors returns the two matrices whose product a GEMM op computes, as
 // views of its inputs: C = A·B; dA = dC·Bᵀ (B stored K×N); dB = Aᵀ·dC (A
 // stored M×K). o must be a MatMul op and inputs must fit s.
-func Factors(o *op.Op, s op.Shape, inputs [][]uint16) (x, y Matrix) {
+func Factors(o *op.Op, s op.Shape, inputs []Input) (x, y Matrix) {
 	m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
 	switch o.ID {
 	case op.GemmGradA:
-		return Matrix{inputs[0], m, n, false}, Matrix{inputs[1], n, k, true}
+		return Matrix{inputs[0].F16, m, n, false}, Matrix{inputs[1].F16, n, k, true}
 	case op.GemmGradB:
-		return Matrix{inputs[0], k, m, true}, Matrix{inputs[1], m, n, false}
+		return Matrix{inputs[0].F16, k, m, true}, Matrix{inputs[1].F16, m, n, false}
 	}
-	return Matrix{inputs[0], m, k, false}, Matrix{inputs[1], k, n, false}
+	return Matrix{inputs[0].F16, m, k, false}, Matrix{inputs[1].F16, k, n, false}
 }
 
 // parallelRows runs fn over [0, rows) in contiguous chunks on every core.

@@ -161,14 +161,15 @@ func TestTransposedViewsMatchTheGradientDefinitions(t *testing.T) {
 	s := op.Shape{Dims: []int64{m, n, k}}
 	gradA, _ := op.Lookup("gemm_grad_a")
 	gradB, _ := op.Lookup("gemm_grad_b")
-	ra, err := Compute(context.Background(), gradA, s, [][]uint16{dc, b})
+	refA, err := Compute(context.Background(), gradA, s, []Input{{F16: dc}, {F16: b}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, err := Compute(context.Background(), gradB, s, [][]uint16{a, dc})
+	refB, err := Compute(context.Background(), gradB, s, []Input{{F16: a}, {F16: dc}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ra, rb := refA[0], refB[0]
 	x := func(v []uint16, i int) float64 { return f16.ToFloat64(v[i]) }
 	for i := 0; i < m; i++ {
 		for kk := 0; kk < k; kk++ {

@@ -73,31 +73,41 @@ func roundTo(dtype op.DType, v float64) float64 {
 	return f16.ToFloat64(f16.FromFloat64(v))
 }
 
-// Compare checks out (little-endian elements of o's output type) against
-// ref. exact demands bit-for-bit agreement with the reference rounded to the
+// Compare checks outs, the outputs of o in wire order (little-endian
+// elements of each output's type), against refs, one Reference per output.
+// exact demands bit-for-bit agreement with the reference rounded to the
 // output type (±0 compare equal); otherwise each element must lie within its
 // bound. In both modes: a NaN reference wants a NaN; an infinite reference
 // wants the same infinity; an f16 result may be ±Inf only where the binary32
 // result could have reached 65520; poison means unwritten. checkTypical
-// applies the statistical outlier test where ref has a typical-error model.
-func Compare(o *op.Op, s op.Shape, ref *oracle.Reference, out []byte, exact, checkTypical bool) Stats {
-	cols := int(s.Dims[o.Output.Cols])
-	st := compareElements(o, ref, out, exact, checkTypical, func(i int) (int, int) { return i / cols, i % cols }).stats()
-	st.Elements = s.Elements(o.Output)
+// applies the statistical outlier test where a reference has a typical-error
+// model. The figures cover every output; the first wrong element is named
+// with its output.
+func Compare(o *op.Op, s op.Shape, refs []*oracle.Reference, outs [][]byte, exact, checkTypical bool) Stats {
+	var t tally
+	var elements int64
+	for k, p := range o.Outputs {
+		cols := int(s.Cols(p))
+		t.add(compareElements(p, refs[k], outs[k], exact, checkTypical, func(i int) (int, int) { return i / cols, i % cols }))
+		elements += s.Elements(p)
+	}
+	st := t.stats()
+	st.Elements = elements
 	return st
 }
 
-// compareElements checks out[i] against ref at every i, in parallel chunks;
-// at names element i's place in the whole output, for messages.
-func compareElements(o *op.Op, ref *oracle.Reference, out []byte, exact, checkTypical bool, at func(i int) (row, col int)) tally {
+// compareElements checks out[i], an element of output p, against ref at
+// every i, in parallel chunks; at names element i's place in the whole
+// output, for messages.
+func compareElements(p op.Operand, ref *oracle.Reference, out []byte, exact, checkTypical bool, at func(i int) (row, col int)) tally {
 	n := len(ref.Value)
 	parts := make([]tally, (n+chunkSize-1)/chunkSize)
 	forChunks(n, func(c, lo, hi int) {
-		parts[c] = comparePart(o, ref, out, exact, checkTypical, at, lo, hi)
+		parts[c] = comparePart(p, ref, out, exact, checkTypical, at, lo, hi)
 	})
 	var t tally
-	for _, p := range parts {
-		t.add(p)
+	for _, part := range parts {
+		t.add(part)
 	}
 	return t
 }
@@ -143,9 +153,9 @@ func (t tally) stats() Stats {
 	return st
 }
 
-// comparePart compares elements [lo, hi).
-func comparePart(o *op.Op, ref *oracle.Reference, out []byte, exact, checkTypical bool, at func(i int) (row, col int), lo, hi int) tally {
-	dtype := o.Output.DType
+// comparePart compares elements [lo, hi) of output p.
+func comparePart(p op.Operand, ref *oracle.Reference, out []byte, exact, checkTypical bool, at func(i int) (row, col int), lo, hi int) tally {
+	dtype := p.DType
 	var t tally
 	for i := lo; i < hi; i++ {
 		t.Checked++
@@ -170,6 +180,9 @@ func comparePart(o *op.Op, ref *oracle.Reference, out []byte, exact, checkTypica
 		case math.IsInf(got, 0):
 			ok = dtype == op.F16 && math.Signbit(got) == math.Signbit(want) && math.Abs(want)+preBound >= f16Overflow
 			why = "is infinite where the result cannot reach the f16 overflow threshold 65520"
+			if dtype != op.F16 {
+				why = "is infinite where the reference is finite"
+			}
 		case exact:
 			rounded := roundTo(dtype, want)
 			ok = got == rounded
@@ -189,22 +202,29 @@ func comparePart(o *op.Op, ref *oracle.Reference, out []byte, exact, checkTypica
 			if limit := outlierFactor*ref.Typical[i] + oracle.OutputBound(dtype, want, 0); e > limit {
 				t.Outliers++
 				if t.firstOutlier == "" {
-					r, c := at(i)
-					t.firstOutlier = fmt.Sprintf("%s[%d,%d] = %g, reference %g: error %.3g is over %d× the typical error %.3g plus output rounding (limit %.3g), though under the bound %.3g",
-						o.Output.Name, r, c, got, want, e, outlierFactor, ref.Typical[i], limit, bound)
+					t.firstOutlier = fmt.Sprintf("%s = %g, reference %g: error %.3g is over %d× the typical error %.3g plus output rounding (limit %.3g), though under the bound %.3g",
+						place(p, at, i), got, want, e, outlierFactor, ref.Typical[i], limit, bound)
 				}
 			}
 		}
 		if !ok {
 			t.Wrong++
 			if t.FirstWrong == "" {
-				r, c := at(i)
-				t.FirstWrong = fmt.Sprintf("%s[%d,%d] = %s %s: reference %g, bound %.3g",
-					o.Output.Name, r, c, formatValue(dtype, out, i), why, want, bound)
+				t.FirstWrong = fmt.Sprintf("%s = %s %s: reference %g, bound %.3g",
+					place(p, at, i), formatValue(dtype, out, i), why, want, bound)
 			}
 		}
 	}
 	return t
+}
+
+// place names element i of output p: "Y[3,7]", or "loss[3]" for a vector.
+func place(p op.Operand, at func(i int) (row, col int), i int) string {
+	r, c := at(i)
+	if p.Cols == op.One {
+		return fmt.Sprintf("%s[%d]", p.Name, r)
+	}
+	return fmt.Sprintf("%s[%d,%d]", p.Name, r, c)
 }
 
 func (t *tally) note(e, bound float64) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/oracle"
 )
 
 // Dist is an input distribution.
@@ -61,21 +62,25 @@ func ParseDist(s string) (Dist, error) {
 // terms, where the √n typical-error model applies (see oracle.MatMul).
 func (d Dist) symmetric() bool { return d == Uniform || d == Normal }
 
-// Generate makes the inputs of one case, as f16 bit patterns in wire order.
-// The same (op, shape, dist, seed) always gives the same inputs, whatever
-// the number of cores: each chunk of chunkSize elements draws from its own
-// generator, seeded by the case, the operand and the chunk.
-func Generate(o *op.Op, s op.Shape, d Dist, seed uint64) [][]uint16 {
+// Generate makes the inputs of one case, in wire order. The same (op,
+// shape, dist, seed) always gives the same inputs, whatever the number of
+// cores: each chunk of chunkSize elements draws from its own generator,
+// seeded by the case, the operand and the chunk.
+func Generate(o *op.Op, s op.Shape, d Dist, seed uint64) []oracle.Input {
 	stream := uint64(o.ID)<<8 | uint64(d)
 	rng := rand.New(rand.NewPCG(seed, stream))
-	inputs := make([][]uint16, len(o.Inputs))
+	inputs := make([]oracle.Input, len(o.Inputs))
 	for i, p := range o.Inputs {
+		if p.DType == op.I32 {
+			inputs[i] = oracle.Input{I32: drawLabels(s, rng)}
+			continue
+		}
 		n := s.Elements(p)
-		rows, cols := int(s.Dims[p.Rows]), int(s.Dims[p.Cols])
+		rows, cols := int(s.Dims[p.Rows]), int(s.Cols(p))
 		in := make([]uint16, n)
 		operand := seed ^ uint64(i+1)*0x9e3779b97f4a7c15
 		switch {
-		case d == Integer && o.ID == op.Softmax:
+		case d == Integer && (o.ID == op.Softmax || o.ID == op.CrossEntropy):
 			fill(in, operand, stream, func(r *rand.Rand) float64 { return float64(r.IntN(17) - 8) })
 		case d == Integer && o.ID == op.SoftmaxGrad && p.Name == "Y":
 			sparseSixteenths(in, rng, rows, cols)
@@ -91,9 +96,34 @@ func Generate(o *op.Op, s op.Shape, d Dist, seed uint64) [][]uint16 {
 			fill(in, operand, stream, func(r *rand.Rand) float64 { return r.NormFloat64() })
 			plantSpecials(o, p.Name, in, rng, rows, cols)
 		}
-		inputs[i] = in
+		inputs[i] = oracle.Input{F16: in}
 	}
 	return inputs
+}
+
+// drawLabels makes cross_entropy's R labels for V classes (s is R×V), the
+// same for every distribution: uniform in [0, V), except that row 0 and
+// every 8th row from row 3 hold class 0, and the last row and every 8th row
+// from row 5 hold class V−1 (the first and last columns, where an
+// off-by-one would read or write outside the row); when the shape sets an
+// ignore_index, every 4th row from row 2 holds it instead.
+func drawLabels(s op.Shape, rng *rand.Rand) []int32 {
+	rows, classes := int(s.Dims[0]), int(s.Dims[1])
+	ignore, ignoring := s.Setting(op.IgnoreIndex)
+	labels := make([]int32, rows)
+	for r := range labels {
+		switch {
+		case ignoring && r%4 == 2:
+			labels[r] = int32(ignore)
+		case r == 0 || r%8 == 3:
+			labels[r] = 0
+		case r == rows-1 || r%8 == 5:
+			labels[r] = int32(classes - 1)
+		default:
+			labels[r] = int32(rng.IntN(classes))
+		}
+	}
+	return labels
 }
 
 // fill draws every element of dst, chunk by chunk on every core; chunk c
@@ -140,8 +170,10 @@ func sparseSixteenths(dst []uint16, rng *rand.Rand, rows, cols int) {
 //   - gemm ops: a NaN, a +Inf and a −Inf in the first three rows of the first
 //     operand and the last column of the second; subnormals everywhere at
 //     random; and a block of ±60000 that pushes f16 outputs past 65520.
-//   - softmax: a row masked at random with −Inf, a fully −Inf row, a row with
-//     a NaN, a row with +Inf, subnormals, and a row of large equal values.
+//   - softmax and cross_entropy's logits: a row masked at random with −Inf,
+//     a fully −Inf row, a row with a NaN, a row with +Inf, subnormals, and a
+//     row of large equal values; cross_entropy also masks column 0 of row
+//     0, the class of row 0's label, so that row's loss is +Inf.
 //   - softmax_grad: a NaN in dY, an Inf in dY where Y > 0, an Inf in dY where
 //     Y = 0 (0·Inf = NaN), subnormal Y, and dY near the f16 maximum.
 func plantSpecials(o *op.Op, operand string, in []uint16, rng *rand.Rand, rows, cols int) {
@@ -181,7 +213,10 @@ func plantSpecials(o *op.Op, operand string, in []uint16, rng *rand.Rand, rows, 
 		}
 	case op.RowWise:
 		switch {
-		case o.ID == op.Softmax:
+		case o.ID == op.Softmax || o.ID == op.CrossEntropy:
+			if o.ID == op.CrossEntropy {
+				set(0, 0, f16.NegInf)
+			}
 			for c := 0; c < cols; c++ {
 				if rng.IntN(3) == 0 {
 					set(0, c, f16.NegInf)

@@ -67,14 +67,15 @@ func picks(rng *rand.Rand, n, k int) []int {
 // checkSampled checks a large GEMM output: sampled full rows and columns
 // exactly as Compare would (bit for bit on exact cases, else under each
 // element's bound), then Freivalds projections of the whole output under a
-// sound per-row tolerance (oracle.Project).
-func checkSampled(ctx context.Context, c Case, inputs [][]uint16, out []byte) (Stats, error) {
+// sound per-row tolerance (oracle.Project). out is the GEMM's one output.
+func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, out []byte) (Stats, error) {
 	o, s := c.Op, c.Shape
+	p := o.Outputs[0]
 	x, y := oracle.Factors(o, s, inputs)
 	rows, cols := x.Rows, y.Cols
 	rng := rand.New(rand.NewPCG(c.Seed, 0x5a3b1e))
 	ri, ci := picks(rng, rows, sampleRows), picks(rng, cols, sampleCols)
-	size := o.Output.DType.Size()
+	size := p.DType.Size()
 	exact, typical := c.Exact(), c.Dist.symmetric()
 
 	refRows, err := oracle.MatMul(ctx, x.SelectRows(ri), y)
@@ -85,7 +86,7 @@ func checkSampled(ctx context.Context, c Case, inputs [][]uint16, out []byte) (S
 	for _, r := range ri {
 		gathered = append(gathered, out[r*cols*size:(r+1)*cols*size]...)
 	}
-	t := compareElements(o, refRows, gathered, exact, typical, func(i int) (int, int) { return ri[i/cols], i % cols })
+	t := compareElements(p, refRows, gathered, exact, typical, func(i int) (int, int) { return ri[i/cols], i % cols })
 
 	refCols, err := oracle.MatMul(ctx, x, y.SelectCols(ci))
 	if err != nil {
@@ -97,7 +98,7 @@ func checkSampled(ctx context.Context, c Case, inputs [][]uint16, out []byte) (S
 			gathered = append(gathered, out[(r*cols+j)*size:(r*cols+j+1)*size]...)
 		}
 	}
-	t.add(compareElements(o, refCols, gathered, exact, typical, func(i int) (int, int) { return i / len(ci), ci[i%len(ci)] }))
+	t.add(compareElements(p, refCols, gathered, exact, typical, func(i int) (int, int) { return i / len(ci), ci[i%len(ci)] }))
 	st := t.stats()
 
 	sample := &Sample{Rows: len(ri), Cols: len(ci), Trials: freivaldsTrials, MissProbability: math.Exp2(-freivaldsTrials)}
@@ -127,7 +128,7 @@ func checkSampled(ctx context.Context, c Case, inputs [][]uint16, out []byte) (S
 			sample.RowsProjected++
 		}
 	}
-	st.Elements = s.Elements(o.Output)
+	st.Elements = s.Elements(p)
 	st.Sample = sample
 	return st, nil
 }
@@ -146,15 +147,16 @@ func checkProjection(o *op.Op, out []byte, i, cols int, v []float64, p *oracle.P
 	if !isFinite(want) || !isFinite(magnitude) {
 		return ""
 	}
-	dtype := o.Output.DType
+	output := o.Outputs[0]
+	dtype := output.DType
 	var got, outMagnitude float64
 	for j := 0; j < cols; j++ {
 		e, unwritten := element(dtype, out, i*cols+j)
 		switch {
 		case unwritten:
-			return fmt.Sprintf("%s[%d,%d] was never written (still holds the poison pattern), found by a Freivalds projection", o.Output.Name, i, j)
+			return fmt.Sprintf("%s[%d,%d] was never written (still holds the poison pattern), found by a Freivalds projection", output.Name, i, j)
 		case math.IsNaN(e) || (math.IsInf(e, 0) && dtype != op.F16):
-			return fmt.Sprintf("%s[%d,%d] = %g where every product of the row is finite, found by a Freivalds projection", o.Output.Name, i, j, e)
+			return fmt.Sprintf("%s[%d,%d] = %g where every product of the row is finite, found by a Freivalds projection", output.Name, i, j, e)
 		case math.IsInf(e, 0):
 			return "" // an f16 overflow the sampled rows and columns judge
 		}
@@ -168,7 +170,7 @@ func checkProjection(o *op.Op, out []byte, i, cols int, v []float64, p *oracle.P
 	}
 	if d := math.Abs(got - want); d > tolerance {
 		return fmt.Sprintf("row %d of %s, projected on a random ±1 vector, is %g where the reference gives %g: off by %.3g, more than the row's tolerance %.3g (Freivalds check)",
-			i, o.Output.Name, got, want, d, tolerance)
+			i, output.Name, got, want, d, tolerance)
 	}
 	return ""
 }

@@ -55,7 +55,7 @@ func TestFreivaldsCatchesOneWrongElementOutsideTheSample(t *testing.T) {
 	// chosen in every row: whichever rows are sampled, most damage is not.
 	cases := sampledCases(t, gemmOps, "64x64x64")
 	dev := goKernels{mutate: func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
-		cols := int(s.Dims[o.Output.Cols])
+		cols := int(s.Cols(o.Outputs[0]))
 		out[(len(out)/cols/2)*cols+cols/2+1] += 0.5
 	}}
 	res := Run(context.Background(), dev, cases, nil)

@@ -29,7 +29,7 @@ import (
 const GuardElements = 64
 
 // Device runs one op on buffers it allocates for the call. buffers are the
-// op's operands in wire order, as little-endian bytes; the last is the output
+// op's operands in wire order, as little-endian bytes; each output is
 // followed by its guard region. The device uploads all of them, runs the op,
 // and reads every buffer back into the same slices.
 type Device interface {
@@ -80,7 +80,9 @@ type Plan struct {
 // DefaultShapes are the shapes checked when the user names none: the edge
 // cases (a single element; dimensions that are prime and far from any tile
 // size; a long thin reduction), plus one larger square, and a long-row
-// softmax that does not fit any GPU block's registers.
+// softmax that does not fit any GPU block's registers. cross_entropy adds
+// shapes with an ignore_index (negative, and a class index), rows either
+// side of the on-chip limit, and the vocabulary of a GPT-2-sized model.
 func DefaultShapes(o *op.Op, quick bool) []op.Shape {
 	var specs []string
 	switch {
@@ -88,6 +90,13 @@ func DefaultShapes(o *op.Op, quick bool) []op.Shape {
 		specs = []string{"1x1x1", "17x31x129", "3x1000x5", "64x48x80"}
 	case o.Kind == op.MatMul:
 		specs = []string{"1x1x1", "17x31x129", "3x1000x5", "128x96x200", "256x256x256"}
+	case o.ID == op.CrossEntropy && quick:
+		specs = []string{"1x1", "7x4099", "64x1000:ignore_index=-100", "12x300:ignore_index=0"}
+	case o.ID == op.CrossEntropy:
+		// 65,536 is the longest row a GPU block holds on chip; 65,537
+		// takes the two-read path, as do the 100,000-class rows.
+		specs = []string{"1x1", "7x4099", "256x1024:ignore_index=-100", "12x300:ignore_index=0",
+			"3x65536", "3x65537:ignore_index=-100", "64x100000", "8192x50304"}
 	case quick:
 		specs = []string{"1x1", "7x4099", "64x1000"}
 	default:
@@ -121,7 +130,7 @@ func (p Plan) Cases() ([]Case, error) {
 			fits = fits || o.Validate(s) == nil
 		}
 		if !fits {
-			return nil, fmt.Errorf("verify: shape %s fits none of the chosen ops (gemm ops want MxNxK, softmax ops ROWSxCOLS)", s)
+			return nil, fmt.Errorf("verify: shape %s fits none of the chosen ops (gemm ops want MxNxK, softmax ops ROWSxCOLS, cross_entropy ROWSxCOLS[:ignore_index=N])", s)
 		}
 	}
 	var cases []Case
@@ -179,14 +188,18 @@ func checkCase(ctx context.Context, dev Device, c Case) CaseResult {
 	}
 	o, s := c.Op, c.Shape
 	inputs := Generate(o, s, c.Dist, c.Seed)
-	buffers := make([][]byte, 0, len(inputs)+1)
+	buffers := make([][]byte, 0, len(inputs)+len(o.Outputs))
 	for _, in := range inputs {
-		buffers = append(buffers, f16Bytes(in))
+		buffers = append(buffers, inputBytes(in))
 	}
-	outBytes := s.Bytes(o.Output)
-	out := make([]byte, outBytes+GuardElements*int64(o.Output.DType.Size()))
-	Poison(o.Output.DType, out)
-	buffers = append(buffers, out)
+	outs := make([][]byte, len(o.Outputs)) // each output without its guard region
+	for k, p := range o.Outputs {
+		n := s.Bytes(p)
+		out := make([]byte, n+GuardElements*int64(p.DType.Size()))
+		Poison(p.DType, out)
+		buffers = append(buffers, out)
+		outs[k] = out[:n]
+	}
 
 	kernelTime, err := dev.RunOp(ctx, o, s, buffers)
 	if err != nil {
@@ -194,27 +207,30 @@ func checkCase(ctx context.Context, dev Device, c Case) CaseResult {
 	}
 	r.KernelTime = kernelTime
 	if o.Kind == op.MatMul && float64(s.Dims[0])*float64(s.Dims[1])*float64(s.Dims[2]) > float64(fullCheckMACs) {
-		if r.Stats, err = checkSampled(ctx, c, inputs, out[:outBytes]); err != nil {
+		if r.Stats, err = checkSampled(ctx, c, inputs, outs[0]); err != nil {
 			return fail(Failed, "oracle: %v", err)
 		}
 	} else {
-		ref, err := oracle.Compute(ctx, o, s, inputs)
+		refs, err := oracle.Compute(ctx, o, s, inputs)
 		if err != nil {
 			return fail(Failed, "oracle: %v", err)
 		}
-		r.Stats = Compare(o, s, ref, out[:outBytes], c.Exact(), c.Dist.symmetric())
+		r.Stats = Compare(o, s, refs, outs, c.Exact(), c.Dist.symmetric())
 	}
 
 	var problems []string
 	for i, in := range inputs {
-		if !bytes.Equal(buffers[i], f16Bytes(in)) {
+		if !bytes.Equal(buffers[i], inputBytes(in)) {
 			problems = append(problems, fmt.Sprintf("input %s was changed by the kernel", o.Inputs[i].Name))
 		}
 	}
-	guard := make([]byte, len(out)-int(outBytes))
-	Poison(o.Output.DType, guard)
-	if !bytes.Equal(out[outBytes:], guard) {
-		problems = append(problems, fmt.Sprintf("the kernel wrote past the end of %s (guard region changed)", o.Output.Name))
+	for k, p := range o.Outputs {
+		out := buffers[len(inputs)+k]
+		guard := make([]byte, len(out)-len(outs[k]))
+		Poison(p.DType, guard)
+		if !bytes.Equal(out[len(outs[k]):], guard) {
+			problems = append(problems, fmt.Sprintf("the kernel wrote past the end of %s (guard region changed)", p.Name))
+		}
 	}
 	st := r.Stats
 	if st.Wrong > 0 || st.Outliers > 0 {
@@ -231,10 +247,18 @@ func checkCase(ctx context.Context, dev Device, c Case) CaseResult {
 	return r
 }
 
-// f16Bytes encodes f16 bit patterns as little-endian bytes.
-func f16Bytes(v []uint16) []byte {
-	b := make([]byte, 2*len(v))
-	for i, x := range v {
+// inputBytes encodes an input's elements as little-endian bytes, the wire
+// form.
+func inputBytes(in oracle.Input) []byte {
+	if in.I32 != nil {
+		b := make([]byte, 4*len(in.I32))
+		for i, x := range in.I32 {
+			binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+		}
+		return b
+	}
+	b := make([]byte, 2*len(in.F16))
+	for i, x := range in.F16 {
 		binary.LittleEndian.PutUint16(b[2*i:], x)
 	}
 	return b

@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -17,7 +18,9 @@ import (
 // independently of the oracle. A mutate hook plants a defect, so the tests
 // can show which defects the verifier catches without a C++ compiler. The
 // C++ kernels get the same treatment through source mutation in package
-// vkern's tests.
+// vkern's tests. in holds the inputs as float32 (labels too: the tests'
+// labels are small integers); out holds the outputs one after the other
+// (cross_entropy: R losses, then the R×V gradient).
 type goKernels struct {
 	mutate func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool)
 	err    error
@@ -28,13 +31,20 @@ func (g goKernels) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]
 		return 0, g.err
 	}
 	in := make([][]float32, len(o.Inputs))
-	for i := range o.Inputs {
-		in[i] = make([]float32, len(buffers[i])/2)
+	for i, p := range o.Inputs {
+		in[i] = make([]float32, s.Elements(p))
 		for j := range in[i] {
-			in[i][j] = f16.ToFloat32(binary.LittleEndian.Uint16(buffers[i][2*j:]))
+			if p.DType == op.I32 {
+				in[i][j] = float32(int32(binary.LittleEndian.Uint32(buffers[i][4*j:])))
+			} else {
+				in[i][j] = f16.ToFloat32(binary.LittleEndian.Uint16(buffers[i][2*j:]))
+			}
 		}
 	}
-	n := s.Elements(o.Output)
+	var n int64
+	for _, p := range o.Outputs {
+		n += s.Elements(p)
+	}
 	out := make([]float32, n)
 	write := make([]bool, n)
 	for i := range write {
@@ -44,15 +54,18 @@ func (g goKernels) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]
 	if g.mutate != nil {
 		g.mutate(o, s, in, out, write)
 	}
-	dst := buffers[len(buffers)-1]
-	for i, v := range out {
-		if !write[i] {
-			continue
-		}
-		if o.Output.DType == op.F32 {
-			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
-		} else {
-			binary.LittleEndian.PutUint16(dst[2*i:], f16.FromFloat32(v))
+	at := 0
+	for k, p := range o.Outputs {
+		dst := buffers[len(o.Inputs)+k]
+		for i := 0; i < int(s.Elements(p)); i, at = i+1, at+1 {
+			if !write[at] {
+				continue
+			}
+			if p.DType == op.F32 {
+				binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(out[at]))
+			} else {
+				binary.LittleEndian.PutUint16(dst[2*i:], f16.FromFloat32(out[at]))
+			}
 		}
 	}
 	return time.Microsecond, nil
@@ -118,6 +131,55 @@ func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
 				out[i*c+j] = y[j] * (dy[j] - dot)
 			}
 		}
+	case op.CrossEntropy:
+		crossEntropyGo(s, in[0], in[1], out, true, false)
+	}
+}
+
+// crossEntropyGo is cross_entropy in binary32: loss then gradient in out.
+// countIgnored and skipMax plant two of the defects below.
+func crossEntropyGo(s op.Shape, x, labels, out []float32, subtractMax, countIgnored bool) {
+	r, c := int(s.Dims[0]), int(s.Dims[1])
+	ignore, _ := s.Setting(op.IgnoreIndex)
+	n := 0
+	for _, l := range labels {
+		if int64(l) != ignore || countIgnored {
+			n++
+		}
+	}
+	scale := float32(1 / float64(n))
+	loss, grad := out[:r], out[r:]
+	for i := 0; i < r; i++ {
+		label := int(labels[i])
+		if int64(label) == ignore {
+			loss[i] = 0
+			for j := 0; j < c; j++ {
+				grad[i*c+j] = 0
+			}
+			continue
+		}
+		row := x[i*c : (i+1)*c]
+		m := float32(math.Inf(-1))
+		for _, v := range row {
+			if v > m || v != v {
+				m = v
+			}
+		}
+		if !subtractMax {
+			m = 0
+		}
+		var sum float32
+		for _, v := range row {
+			sum += float32(math.Exp(float64(v - m)))
+		}
+		loss[i] = (m - row[label]) + float32(math.Log(float64(sum)))
+		for j, v := range row {
+			y := float32(math.Exp(float64(v-m))) / sum
+			if j == label {
+				y--
+			}
+			grad[i*c+j] = y * scale
+		}
 	}
 }
 
@@ -155,7 +217,7 @@ var plantedDefects = []planted{
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) { write[0] = false }},
 	{"row 1 holds row 0's results", []op.ID{op.Gemm, op.Softmax}, []string{"17x31x129", "7x4099"},
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
-			cols := int(s.Dims[o.Output.Cols])
+			cols := int(s.Cols(o.Outputs[0]))
 			copy(out[cols:2*cols], out[:cols])
 		}},
 	{"the f32 output is rounded through f16", []op.ID{op.Gemm}, nil,
@@ -191,6 +253,51 @@ var plantedDefects = []planted{
 			for i := range out {
 				out[i] *= 1 + 0x1p-9
 			}
+		}},
+	{"cross_entropy without the mean scale", []op.ID{op.CrossEntropy}, nil,
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+			crossEntropyGo(s, in[0], in[1], out, true, false)
+			ignore, _ := s.Setting(op.IgnoreIndex)
+			n := 0
+			for _, l := range in[1] {
+				if int64(l) != ignore {
+					n++
+				}
+			}
+			for i := int(s.Dims[0]); i < len(out); i++ {
+				out[i] *= float32(n)
+			}
+		}},
+	{"cross_entropy with the gradient's sign flipped", []op.ID{op.CrossEntropy}, nil,
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+			for i := int(s.Dims[0]); i < len(out); i++ {
+				out[i] = -out[i]
+			}
+		}},
+	{"cross_entropy with each label one class too far", []op.ID{op.CrossEntropy}, []string{"7x4099", "64x1000:ignore_index=-100"},
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+			labels := append([]float32(nil), in[1]...)
+			ignore, _ := s.Setting(op.IgnoreIndex)
+			for i, l := range labels {
+				if int64(l) != ignore {
+					labels[i] = float32((int(l) + 1) % int(s.Dims[1]))
+				}
+			}
+			crossEntropyGo(s, in[0], labels, out, true, false)
+		}},
+	{"cross_entropy counting ignored rows in n", []op.ID{op.CrossEntropy}, []string{"64x1000:ignore_index=-100"},
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+			crossEntropyGo(s, in[0], in[1], out, true, true)
+		}},
+	{"cross_entropy ignoring no row", []op.ID{op.CrossEntropy}, []string{"12x300:ignore_index=0"},
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+			unset := s
+			unset.Settings = nil
+			crossEntropyGo(unset, in[0], in[1], out, true, false)
+		}},
+	{"cross_entropy without the max subtraction", []op.ID{op.CrossEntropy}, []string{"7x4099"},
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+			crossEntropyGo(s, in[0], in[1], out, false, false)
 		}},
 }
 
@@ -290,16 +397,36 @@ func TestPlanRejectsAShapeNoChosenOpAccepts(t *testing.T) {
 }
 
 func TestGenerateIsDeterministic(t *testing.T) {
-	o, _ := op.Lookup("gemm")
-	s, _ := o.ParseShape("5x6x7")
-	for _, d := range Dists() {
-		a, b := Generate(o, s, d, 3), Generate(o, s, d, 3)
-		for i := range a {
-			for j := range a[i] {
-				if a[i][j] != b[i][j] {
-					t.Fatalf("%s: input %d element %d differs between two draws", d, i, j)
+	for _, name := range []string{"gemm", "cross_entropy"} {
+		o, _ := op.Lookup(name)
+		s, _ := o.ParseShape("5x6x7")
+		if o.ID == op.CrossEntropy {
+			s, _ = o.ParseShape("9x6:ignore_index=-100")
+		}
+		for _, d := range Dists() {
+			a, b := Generate(o, s, d, 3), Generate(o, s, d, 3)
+			for i := range a {
+				if !bytes.Equal(inputBytes(a[i]), inputBytes(b[i])) {
+					t.Fatalf("%s %s: input %d differs between two draws", name, d, i)
 				}
 			}
+		}
+	}
+}
+
+func TestCrossEntropyLabelsCoverTheEdgesAndTheIgnoreIndex(t *testing.T) {
+	o, _ := op.Lookup("cross_entropy")
+	s, _ := o.ParseShape("16x50:ignore_index=-100")
+	labels := Generate(o, s, Uniform, 1)[1].I32
+	want := map[int]int32{0: 0, 2: -100, 3: 0, 5: 49, 6: -100, 10: -100, 11: 0, 13: 49, 14: -100, 15: 49}
+	for r, l := range want {
+		if labels[r] != l {
+			t.Errorf("labels[%d] = %d, want %d", r, labels[r], l)
+		}
+	}
+	for r, l := range labels {
+		if l != -100 && (l < 0 || l >= 50) {
+			t.Errorf("labels[%d] = %d is outside [0, 50)", r, l)
 		}
 	}
 }

@@ -167,7 +167,7 @@ func opCases(ops, shapes []string) ([]bench.OpCase, error) {
 		}
 	}
 	if len(cases) == 0 {
-		return nil, fmt.Errorf("no chosen op fits the chosen shapes (gemm ops want MxNxK, softmax ops ROWSxCOLS)")
+		return nil, fmt.Errorf("no chosen op fits the chosen shapes (gemm ops want MxNxK, softmax and cross_entropy ROWSxCOLS)")
 	}
 	return cases, nil
 }

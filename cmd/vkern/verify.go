@@ -26,9 +26,10 @@ case (op × shape × distribution × seed), checks each output element against a
 float64 reference under its error bound, and prints a summary.
 
   --backend B    auto | cpu | cuda | hip (default auto)
-  --op NAME      gemm | gemm_grad_a | gemm_grad_b | softmax | softmax_grad
+  --op NAME      gemm | gemm_grad_a | gemm_grad_b | softmax | softmax_grad | cross_entropy
                  (repeatable or comma-separated; default all)
-  --shape S      MxNxK for the gemm ops, ROWSxCOLS for the softmax ops
+  --shape S      MxNxK for the gemm ops, ROWSxCOLS for the softmax ops and cross_entropy,
+                 which also takes ROWSxCOLS:ignore_index=N (N may be negative)
                  (repeatable; each applies to the chosen ops it fits; default: a built-in set)
   --dist D       integer | uniform | normal | wide | special (repeatable; default all)
   --seed N       first seed (default 1); trial t uses seed N+t

@@ -53,7 +53,7 @@ struct CheckedRun {
 };
 
 // Runs one op to completion. run.params has op.param_count entries, each
-// >= 1; run.ptrs has op.buffer_count device pointers, inputs first, every
+// dimension >= 1 and each index a 32-bit value or kUnsetIndex; run.ptrs has op.buffer_count device pointers, inputs first, every
 // one large enough for its shape, no output equal to an input. kernel_ns
 // receives the time of the kernel alone, or 0 when run.timed is false.
 Result backend_run(const CheckedRun& run, uint64_t* kernel_ns);

@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -236,11 +237,37 @@ struct LiveBuffer {
   uint64_t bytes;
 };
 
-// shape_values lists an op's params as "M=4, N=4, K=2".
+// shape_values lists an op's params as "M=4, N=4, K=2"; an unset index
+// reads "ignore_index=unset".
 std::string shape_values(const OpSpec& op, const int64_t* params) {
   std::string s;
-  for (int i = 0; i < op.param_count; ++i) s += cat(i > 0 ? ", " : "", op.params[i], "=", params[i]);
+  for (int i = 0; i < op.param_count; ++i) {
+    const bool unset = op.params[i].kind == ParamKind::kIndex && params[i] == kUnsetIndex;
+    s += cat(i > 0 ? ", " : "", op.params[i].name, "=", unset ? std::string("unset") : cat(params[i]));
+  }
   return s;
+}
+
+// check_param checks param i of op against its kind (ops.h, ParamKind).
+Result check_param(const OpSpec& op, const int64_t* params, int i) {
+  const ParamSpec& spec = op.params[i];
+  const int64_t v = params[i];
+  if (spec.kind == ParamKind::kDim && v < 1) {
+    return fail(kStatusInvalidArgument, op.name, ": ", spec.name, " = ", v, ", want >= 1 (", shape_values(op, params),
+                ")");
+  }
+  const bool int32_range = v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
+  if (spec.kind == ParamKind::kIndex && v != kUnsetIndex && !int32_range) {
+    return fail(kStatusInvalidArgument, op.name, ": ", spec.name, " = ", v, ", want a 32-bit label value, or ",
+                kUnsetIndex, " for none (", shape_values(op, params), ")");
+  }
+  return Result::OK();
+}
+
+// buffer_dims writes "R·V" (or "R" for a vector) for a buffer's size in messages.
+std::string buffer_dims(const OpSpec& op, const BufferSpec& spec) {
+  if (spec.cols == kOne) return op.params[spec.rows].name;
+  return cat(op.params[spec.rows].name, "·", op.params[spec.cols].name);
 }
 
 std::string known_ops() {
@@ -513,7 +540,7 @@ Result Server::check_run(const uint8_t* p, size_t n, CheckedRun* run) const {
   if (param_count != static_cast<uint32_t>(op->param_count) ||
       buffer_count != static_cast<uint32_t>(op->buffer_count)) {
     std::string params, buffers;
-    for (int i = 0; i < op->param_count; ++i) params += cat(i ? ", " : "", op->params[i]);
+    for (int i = 0; i < op->param_count; ++i) params += cat(i ? ", " : "", op->params[i].name);
     for (int i = 0; i < op->buffer_count; ++i) buffers += cat(i ? ", " : "", op->buffers[i].name);
     return fail(kStatusInvalidArgument, name, " takes ", op->param_count, " params (", params, ") and ",
                 op->buffer_count, " buffers (", buffers, "), got ", param_count, " params and ", buffer_count,
@@ -525,10 +552,8 @@ Result Server::check_run(const uint8_t* p, size_t n, CheckedRun* run) const {
   int64_t* params = run->params;
   for (int i = 0; i < op->param_count; ++i) params[i] = static_cast<int64_t>(load_u64(p + 16 + 8 * i));
   for (int i = 0; i < op->param_count; ++i) {
-    if (params[i] < 1) {
-      return fail(kStatusInvalidArgument, name, ": ", op->params[i], " = ", params[i], ", want >= 1 (",
-                  shape_values(*op, params), ")");
-    }
+    const Result r = check_param(*op, params, i);
+    if (!r.ok()) return r;
   }
 
   const uint8_t* handles = p + 16 + 8 * op->param_count;
@@ -549,18 +574,18 @@ Result Server::check_run(const uint8_t* p, size_t n, CheckedRun* run) const {
   for (int i = 0; i < op->buffer_count; ++i) {
     const BufferSpec& spec = op->buffers[i];
     const uint64_t rows = static_cast<uint64_t>(params[spec.rows]);
-    const uint64_t cols = static_cast<uint64_t>(params[spec.cols]);
+    const uint64_t cols = spec.cols == kOne ? 1 : static_cast<uint64_t>(params[spec.cols]);
     const uint64_t elem = dtype_bytes(spec.dtype);
     uint64_t elements = 0, bytes = 0;
     if (__builtin_mul_overflow(rows, cols, &elements) || __builtin_mul_overflow(elements, elem, &bytes)) {
       return fail(kStatusInvalidArgument, name, ": ", spec.name, " (", dtype_name(spec.dtype), ") needs ",
-                  op->params[spec.rows], "·", op->params[spec.cols], "·", elem,
-                  " bytes, which overflows 64 bits (", shape_values(*op, params), ")");
+                  buffer_dims(*op, spec), "·", elem, " bytes, which overflows 64 bits (", shape_values(*op, params),
+                  ")");
     }
     if (bufs[i].bytes < bytes) {
       return fail(kStatusInvalidArgument, name, ": ", spec.name, " (handle ", ids[i], ") has ", bufs[i].bytes,
-                  " bytes, want ", op->params[spec.rows], "·", op->params[spec.cols], "·", elem, " = ", bytes, " (",
-                  shape_values(*op, params), ")");
+                  " bytes, want ", buffer_dims(*op, spec), "·", elem, " = ", bytes, " (", shape_values(*op, params),
+                  ")");
     }
     run->ptrs[i] = bufs[i].ptr;
   }

@@ -128,7 +128,7 @@ class ThreadPool {
 // a repeated shape allocates nothing. Each kernel owns its slots.
 class Scratch {
  public:
-  enum Slot { kGemmPackedL, kGemmPackedR, kGemmSums, kSoftmaxRows, kSlotCount };
+  enum Slot { kGemmPackedL, kGemmPackedR, kGemmSums, kSoftmaxRows, kCrossEntropyRows, kSlotCount };
 
   // floats returns room for count floats in slot; growing zero-fills.
   float* floats(Slot slot, size_t count) {
@@ -145,8 +145,9 @@ class Scratch {
   std::vector<float> slots_[kSlotCount];
 };
 
-// The kernels, defined in gemm.cc and softmax.cc. Matrices are row-major;
-// every dimension is >= 1 and every buffer holds its whole shape.
+// The kernels, defined in gemm.cc, softmax.cc and cross_entropy.cc.
+// Matrices are row-major; every dimension is >= 1 and every buffer holds its
+// whole shape.
 void gemm(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const uint16_t* b, float* c, size_t M, size_t N,
           size_t K);
 void gemm_grad_a(ThreadPool& pool, Scratch& scratch, const uint16_t* dc, const uint16_t* b, uint16_t* da, size_t M,
@@ -156,6 +157,10 @@ void gemm_grad_b(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const ui
 void softmax(ThreadPool& pool, Scratch& scratch, const uint16_t* x, uint16_t* y, size_t R, size_t C);
 void softmax_grad(ThreadPool& pool, Scratch& scratch, const uint16_t* dy, const uint16_t* y, uint16_t* dx, size_t R,
                   size_t C);
+// Returns -1, or the first row whose label is neither a class in [0, V) nor
+// ignore_index (kUnsetIndex: none), in which case it wrote nothing.
+int64_t cross_entropy(ThreadPool& pool, Scratch& scratch, const uint16_t* logits, const int32_t* labels, float* loss,
+                      uint16_t* dlogits, size_t R, size_t V, int64_t ignore_index);
 
 namespace {
 
@@ -369,6 +374,7 @@ Result run_kernel(const OpSpec& op, const int64_t* params, void* const* buffers,
   const auto in16 = [buffers](int i) { return static_cast<const uint16_t*>(buffers[i]); };
   const auto out16 = [buffers](int i) { return static_cast<uint16_t*>(buffers[i]); };
   const auto dim = [params](int i) { return static_cast<size_t>(params[i]); };
+  int64_t bad_row = -1;  // cross_entropy: the first row with a label out of range
   const auto start = std::chrono::steady_clock::now();
   switch (op.id) {
     case OpId::kGemm:
@@ -378,9 +384,14 @@ Result run_kernel(const OpSpec& op, const int64_t* params, void* const* buffers,
     case OpId::kGemmGradB: gemm_grad_b(pool, scratch, in16(0), in16(1), out16(2), dim(kM), dim(kN), dim(kK)); break;
     case OpId::kSoftmax: softmax(pool, scratch, in16(0), out16(1), dim(kR), dim(kC)); break;
     case OpId::kSoftmaxGrad: softmax_grad(pool, scratch, in16(0), in16(1), out16(2), dim(kR), dim(kC)); break;
+    case OpId::kCrossEntropy:
+      bad_row = cross_entropy(pool, scratch, in16(0), static_cast<const int32_t*>(buffers[1]),
+                              static_cast<float*>(buffers[2]), out16(3), dim(kR), dim(kV), params[kIgnoreIndex]);
+      break;
   }
   const auto stop = std::chrono::steady_clock::now();
   *kernel_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(stop - start).count());
+  if (bad_row >= 0) return label_error(params, bad_row, static_cast<const int32_t*>(buffers[1])[bad_row]);
   return Result::OK();
 }
 

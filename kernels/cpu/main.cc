@@ -8,13 +8,15 @@
 // One translation unit keeps the build to a single compiler call and lets the
 // compiler inline across the core and the kernels.
 // Order matters: the kernels use the pool and scratch (device.cc) and the
-// bulk conversions (convert.cc).
+// bulk conversions (convert.cc); cross_entropy.cc uses softmax.cc's row
+// helpers.
 // clang-format off
 #include "core/server.cc"
 #include "cpu/device.cc"
 #include "cpu/convert.cc"
 #include "cpu/gemm.cc"
 #include "cpu/softmax.cc"
+#include "cpu/cross_entropy.cc"
 // clang-format on
 
 int main() { return vkern::run_server(); }

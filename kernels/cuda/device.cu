@@ -150,6 +150,9 @@ cudaError_t launch(const OpSpec& op, const int64_t* params, void* const* buffers
     case OpId::kGemmGradB: return vk_gemm_grad_b(in(0), in(1), out(2), params[kM], params[kN], params[kK], g_stream);
     case OpId::kSoftmax: return vk_softmax(in(0), out(1), params[kR], params[kC], g_stream);
     case OpId::kSoftmaxGrad: return vk_softmax_grad(in(0), in(1), out(2), params[kR], params[kC], g_stream);
+    case OpId::kCrossEntropy:
+      return vk_cross_entropy(in(0), static_cast<const int32_t*>(buffers[1]), static_cast<float*>(buffers[2]), out(3),
+                              params[kR], params[kV], params[kIgnoreIndex], g_stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -164,6 +167,24 @@ Result launch_error(const OpSpec& op, cudaError_t err) {
   return cuda_fail(err, op.name);
 }
 
+// check_labels is the one check made while an op runs: after a
+// cross_entropy call has finished (it waits for the stream), the first row
+// whose label was out of range, if any, becomes the call's error.
+Result check_labels(const CheckedRun& run) {
+  if (run.op->id != OpId::kCrossEntropy) return Result::OK();
+  int64_t row = -1;
+  VK_CHECK(vk_cross_entropy_bad_row(&row, g_stream), "cross_entropy: reading the label check");
+  if (row < 0) return Result::OK();
+  int32_t label = 0;
+  const int32_t* labels = static_cast<const int32_t*>(run.ptrs[1]);
+  VK_CHECK(cudaMemcpyAsync(&label, labels + row, sizeof label, cudaMemcpyDeviceToHost, g_stream),
+           "cross_entropy: reading the bad label");
+  VK_CHECK(cudaStreamSynchronize(g_stream), "cross_entropy: reading the bad label");
+  return label_error(run.params, row, label);
+}
+
+uint64_t elapsed_ns(float ms) { return static_cast<uint64_t>(static_cast<double>(ms) * 1e6); }
+
 Result ensure_marks(size_t n) {
   while (g_marks.size() < n) {
     cudaEvent_t e = nullptr;
@@ -173,8 +194,6 @@ Result ensure_marks(size_t n) {
   return Result::OK();
 }
 
-uint64_t elapsed_ns(float ms) { return static_cast<uint64_t>(static_cast<double>(ms) * 1e6); }
-
 }  // namespace
 
 // Runs the op between two events on the stream and waits for it: the time
@@ -183,34 +202,33 @@ uint64_t elapsed_ns(float ms) { return static_cast<uint64_t>(static_cast<double>
 // on an H100) and waits on the stream instead.
 Result backend_run(const CheckedRun& run, uint64_t* kernel_ns) {
   const OpSpec& op = *run.op;
-  if (!run.timed) {
-    const cudaError_t err = launch(op, run.params, run.ptrs);
-    if (err != cudaSuccess) return launch_error(op, err);
-    VK_CHECK(cudaStreamSynchronize(g_stream), op.name);
-    *kernel_ns = 0;
-    return Result::OK();
-  }
-  VK_CHECK(cudaEventRecord(g_start, g_stream), "cudaEventRecord");
+  *kernel_ns = 0;
+  if (run.timed) VK_CHECK(cudaEventRecord(g_start, g_stream), "cudaEventRecord");
   const cudaError_t err = launch(op, run.params, run.ptrs);
   if (err != cudaSuccess) return launch_error(op, err);
+  if (!run.timed) {
+    VK_CHECK(cudaStreamSynchronize(g_stream), op.name);
+    return check_labels(run);
+  }
   VK_CHECK(cudaEventRecord(g_stop, g_stream), "cudaEventRecord");
   VK_CHECK(cudaEventSynchronize(g_stop), op.name);
   float ms = 0;
   VK_CHECK(cudaEventElapsedTime(&ms, g_start, g_stop), "cudaEventElapsedTime");
   *kernel_ns = elapsed_ns(ms);
-  return Result::OK();
+  return check_labels(run);  // outside the timed events
 }
 
 namespace {
 
-// enqueue launches entry i of a batch. When the launch fails it sets
-// *failed, waits for the entries before it if the device is still usable,
-// and returns the error.
+// enqueue launches entry i of a batch; a cross_entropy entry is also waited
+// for and its labels checked, so that a bad label stops the batch at that
+// entry. On failure it sets *failed, waits for the entries before it if the
+// device is still usable, and returns the error.
 Result enqueue(const CheckedRun* runs, uint32_t i, uint32_t* failed) {
   const cudaError_t err = launch(*runs[i].op, runs[i].params, runs[i].ptrs);
-  if (err == cudaSuccess) return Result::OK();
+  Result r = err == cudaSuccess ? check_labels(runs[i]) : launch_error(*runs[i].op, err);
+  if (r.ok()) return r;
   *failed = i;
-  const Result r = launch_error(*runs[i].op, err);
   if (r.status == kStatusOutOfMemory) VK_CHECK(cudaStreamSynchronize(g_stream), "cudaStreamSynchronize");
   return r;
 }
@@ -224,10 +242,11 @@ Result batch_wait_error(cudaError_t err) {
 
 // Enqueues every entry (with an event after each, unless no entry wants
 // its time) and waits once, at the end: a batch of tiny runs costs a launch
-// per entry and one device round trip. A launch that fails is that entry's
-// error, after the entries before it have finished; an error at the final
-// wait cannot be pinned on one entry (a sticky error reports itself
-// everywhere), so it names none.
+// per entry and one device round trip. The exception is cross_entropy,
+// whose labels are checked as soon as its entry has run. A launch that
+// fails is that entry's error, after the entries before it have finished;
+// an error at the final wait cannot be pinned on one entry (a sticky error
+// reports itself everywhere), so it names none.
 Result backend_run_batch(const CheckedRun* runs, uint32_t count, uint64_t* kernel_ns, uint32_t* failed) {
   bool timed = false;
   for (uint32_t i = 0; i < count; ++i) timed = timed || runs[i].timed;

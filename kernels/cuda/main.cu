@@ -11,6 +11,7 @@
 #include "cuda/gemm_sm90.cu"
 #include "cuda/gemm.cu"
 #include "cuda/softmax.cu"
+#include "cuda/cross_entropy.cu"
 // clang-format on
 
 int main() { return vkern::run_server(); }

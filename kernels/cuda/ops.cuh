@@ -1,4 +1,4 @@
-// The five ops on a CUDA (or HIP) device: the host-side entry points.
+// The ops on a CUDA (or HIP) device: the host-side entry points.
 //
 // Every matrix is row-major and every pointer is a device pointer; f16 is
 // IEEE binary16 (__half, the same bits as the server's uint16_t). Each call
@@ -7,7 +7,8 @@
 // it does not synchronise. Dimensions are >= 1 (the server checks); index
 // arithmetic that multiplies two dimensions is 64-bit.
 //
-// Semantics match the cpu backend (kernels/cpu/gemm.cc, softmax.cc):
+// Semantics match the cpu backend (kernels/cpu/gemm.cc, softmax.cc,
+// cross_entropy.cc):
 // products and sums in f32, f16 outputs rounded once to nearest-even, IEEE
 // special values propagated as by the plain formula.
 //
@@ -26,6 +27,11 @@
 //   16-byte aligned): a copy of each such operand with rows padded to a
 //   multiple of 8, at most 1 GiB in all. When that cannot be had, the kernel
 //   reads the operand in place instead (slower, no error).
+// - vk_cross_entropy: two 8-byte words on first use (the count of rows kept,
+//   set on the stream before each call with an ignore_index, and the first
+//   bad row), and for rows too long to hold on chip (V > 65,536) 8 bytes per
+//   row per 32,768-element segment. cudaErrorMemoryAllocation when it cannot
+//   be had.
 // The first gemm call on a device of compute capability 9.0 also copies one
 // int from the device (which synchronises it) to learn whether the sm_90a
 // kernels (gemm_sm90.cu) are loaded; later calls only enqueue.
@@ -54,5 +60,21 @@ cudaError_t vk_softmax(const __half* X, __half* Y, int64_t R, int64_t C, cudaStr
 
 // dX[r] = Y[r] ⊙ (dY[r] − Σ dY[r] ⊙ Y[r]), for each of R rows of C.
 cudaError_t vk_softmax_grad(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C, cudaStream_t s);
+
+// cross_entropy with the mean reduction, forward and backward fused: for each
+// of R rows of V logits whose label l is not ignore_index,
+// loss[r] = log Σ exp(logits[r]) − logits[r, l] (unscaled) and
+// dLogits[r] = (softmax(logits[r]) − onehot(l)) / n, n the rows not ignored;
+// ignored rows get 0 and are not read. ignore_index is a 32-bit label value,
+// or INT64_MIN for none. A label neither in [0, V) nor ignore_index is not
+// used (its row gets loss NaN and zeros) and is recorded for
+// vk_cross_entropy_bad_row.
+cudaError_t vk_cross_entropy(const __half* logits, const int32_t* labels, float* loss, __half* dLogits, int64_t R,
+                             int64_t V, int64_t ignore_index, cudaStream_t s);
+
+// Once s has finished the vk_cross_entropy calls since the last call of this
+// function (it synchronises s): *row is the smallest row among them whose
+// label was out of range, or −1; the record is then cleared.
+cudaError_t vk_cross_entropy_bad_row(int64_t* row, cudaStream_t s);
 
 #endif  // VKERN_CUDA_OPS_CUH

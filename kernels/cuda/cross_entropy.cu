@@ -1,0 +1,568 @@
+// cross_entropy on the GPU: logits f16 R×V and labels i32 R in; the per-row
+// loss f32 R and dLogits f16 R×V, the gradient of the mean loss, out; f32
+// inside. Forward and backward fused: a row's logits are read once and its
+// gradient written once.
+//
+// Per row with label l that is not the ignore_index (the math of
+// kernels/cpu/cross_entropy.cc):
+//
+//   m        = max_j x_j                            (NaNs skipped, as fmaxf does)
+//   e_j      = exp2f((x_j − m) · log2 e)            f32, never rounded to f16
+//   s        = Σ_j e_j                              f32
+//   loss     = (m − x_l) + logf(s)                  unscaled: the mean loss is Σ loss / n
+//   dLogit_j = f16(e_j · (c / s) − [j = l] · c),    c = f32(1/n)
+//
+// n counts the rows whose label is not the ignore_index. Without an
+// ignore_index n = R. With one, a first small kernel (count_kept_rows) counts
+// those labels into a device word, reset by a cudaMemsetAsync before it, and
+// every row block reads the word. A row whose label is the ignore_index is
+// not read: its threads write loss 0 and a row of zeros. When every row is
+// ignored, c is never used and every output is 0.
+//
+// Launch shapes, as softmax.cu's (the row layout and reductions below are
+// that file's, restated so that each kernel file stands alone):
+// - Rows up to 65,536 elements: one pass. A row belongs to T threads (one
+//   warp, several rows per block, for V <= 1,024; else one block of T = 64 ..
+//   1,024 threads); each thread holds E <= 128 elements in registers as f16
+//   pairs, read once with 16-byte loads where the row allows (V % 8 == 0 and
+//   16-byte aligned pointers; else 2-byte loads). Blocks walk the rows in a
+//   grid-stride loop.
+// - Longer rows: segments of 32,768 elements, one block each. A first kernel
+//   writes each segment's (max, Σ exp(x − max)) to scratch; a second combines
+//   the row's pairs, writes the segment's gradient, and the row's first
+//   segment also writes the loss. Long rows are read twice.
+//
+// Labels. A label that is neither in [0, V) nor the ignore_index is not used:
+// thread 0 of its row takes atomicMin of the row into a device word that
+// holds all ones otherwise, writes loss NaN, and the row's threads write
+// zeros. The host reads the word after the run (vk_cross_entropy_bad_row) and
+// resets it only when it was set; a correct call pays one compare per row in
+// the kernel and an 8-byte copy after its timed events.
+//
+// Accuracy: as softmax.cu's, with the loss's log (logf, within 1 ulp), the
+// rounding of m − x_l and of the quotient c/s; the oracle's bound
+// (oracle/crossentropy.go) allows each of these.
+//
+// IEEE facts relied on (no fast-math, no flush-to-zero), as softmax.cu's: a
+// NaN or +Inf in a row, or a row of only −Inf, makes s NaN, so the loss and
+// the gradient row are NaN; with m finite, x_l = −Inf gives loss +Inf and
+// e_l = 0, so dLogit_l = −c. Padding slots hold −Inf, which add 0.
+//
+// Measured on an H100 (nvcc 13.0, vkern bench, anchors in the same call;
+// copy ceiling 3.0 TB/s read + write): 8192×50304 619 µs, 2.67 TB/s, 0.89
+// of the copy floor and 3.45× F.cross_entropy + backward; softmax.cu's
+// softmax at the same shape 574 µs. 32768×1024 2.42 TB/s.
+//
+// Scratch (see ops.cuh): two words (the count of rows kept and the first bad
+// row), and for long rows 8 bytes per row per segment.
+#include <cstdint>
+
+#include "cuda/compat.h"
+#include "cuda/ops.cuh"
+
+namespace {
+namespace vkern_cross_entropy {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kSegment = 32768;  // elements per block on the long-row path (512 threads × 64)
+constexpr int kSegmentThreads = 512;
+constexpr int kSegmentElems = kSegment / kSegmentThreads;
+constexpr int kCountThreads = 256;
+constexpr uint32_t kNegInfPair = 0xfc00fc00u;  // two f16 −Inf
+constexpr unsigned long long kNoBadRow = ~0ull;
+
+__device__ __forceinline__ float exp_of(float d) { return exp2f(d * kLog2e); }
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fffffff); }
+
+__device__ __forceinline__ float half_lo(uint32_t w) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)));
+}
+__device__ __forceinline__ float half_hi(uint32_t w) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+}
+__device__ __forceinline__ float element(const uint32_t* w, int idx) {
+  return idx & 1 ? half_hi(w[idx / 2]) : half_lo(w[idx / 2]);
+}
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |
+         static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16;
+}
+
+// max2 is the elementwise max of two f16 pairs, skipping NaN as fmaxf does.
+__device__ __forceinline__ __half2 max2(__half2 a, __half2 b) {
+#if defined(__HIP_PLATFORM_AMD__)
+  // HIP 5.x has no __hmax2; through f32 the max of f16 values is exact.
+  return __floats2half2_rn(fmaxf(__low2float(a), __low2float(b)), fmaxf(__high2float(a), __high2float(b)));
+#else
+  return __hmax2(a, b);
+#endif
+}
+
+// max_of returns the largest of the 2N f16 values, skipping NaNs (NaN only
+// when all are), in f16, where the max is exact.
+template <int N>
+__device__ __forceinline__ float max_of(const uint32_t (&w)[N]) {
+  static_assert(N % 4 == 0, "four independent chains");
+  __half2 m[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) m[k] = *reinterpret_cast<const __half2*>(&w[k]);
+#pragma unroll
+  for (int i = 4; i < N; ++i) m[i % 4] = max2(m[i % 4], *reinterpret_cast<const __half2*>(&w[i]));
+  const __half2 m2 = max2(max2(m[0], m[1]), max2(m[2], m[3]));
+  return fmaxf(__low2float(m2), __high2float(m2));
+}
+
+// launder hides the words' values from the compiler, so that the f16 → f32
+// conversions of one loop are not kept alive for the next one.
+template <int N>
+__device__ __forceinline__ void launder(uint32_t (&w)[N]) {
+#if !defined(__HIP_PLATFORM_AMD__)
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(w[i]));
+#else
+  (void)w;  // an optimisation hint only; HIP builds go without it
+#endif
+}
+
+// RowSlice: E elements of a row held by thread t of the T threads that own
+// it. Element idx of the slice is vector idx / VW, lane idx % VW; vector j is
+// at column (j·T + t)·VW of the row (or the segment).
+template <int T, int E, int VW>
+struct RowSlice {
+  static_assert(VW == 8 || VW == 1, "vector width 8 or 1");
+  static_assert(E % VW == 0 && E % 8 == 0, "E must hold whole vectors and pairs");
+  static constexpr int kVectors = E / VW;
+
+  uint32_t w[E / 2];  // element idx in w[idx / 2], low half for even idx
+
+  // Columns inside one row or segment fit an int (at most 65,536).
+  __device__ static int column(int j, int t) { return (j * T + t) * VW; }
+
+  // slot is the element index at which thread t holds column col of the
+  // row, or −1 when another thread holds it.
+  __device__ static int slot(int64_t col, int t) {
+    const int64_t vector = col / VW;
+    if (col < 0 || vector % T != t) return -1;
+    return static_cast<int>(vector / T) * VW + static_cast<int>(col % VW);
+  }
+
+  // Loads columns < cols of row; other slots get fill (a pair of f16 bits).
+  __device__ void load(const __half* row, int cols, int t, uint32_t fill) {
+    if (VW == 8) {
+      const uint4* base = reinterpret_cast<const uint4*>(row) + t;
+#pragma unroll
+      for (int j = 0; j < kVectors; ++j) {
+        uint4 v = make_uint4(fill, fill, fill, fill);
+        if (column(j, t) < cols) v = VK_LDG(base + j * T);
+        w[j * 4 + 0] = v.x;
+        w[j * 4 + 1] = v.y;
+        w[j * 4 + 2] = v.z;
+        w[j * 4 + 3] = v.w;
+      }
+    } else {
+      const unsigned short* base = reinterpret_cast<const unsigned short*>(row) + t;
+#pragma unroll
+      for (int j = 0; j < kVectors; j += 2) {
+        const uint32_t lo = column(j, t) < cols ? VK_LDG(base + j * T) : (fill & 0xffffu);
+        const uint32_t hi = column(j + 1, t) < cols ? VK_LDG(base + (j + 1) * T) : (fill >> 16);
+        w[j / 2] = lo | hi << 16;
+      }
+    }
+  }
+
+  // Stores the slots of columns < cols; pair(i) returns the packed f16 bits
+  // of elements 2i and 2i + 1.
+  template <class PairFn>
+  __device__ static void store(__half* row, int cols, int t, PairFn pair) {
+    if (VW == 8) {
+      uint4* base = reinterpret_cast<uint4*>(row) + t;
+#pragma unroll
+      for (int j = 0; j < kVectors; ++j) {
+        if (column(j, t) < cols) base[j * T] = make_uint4(pair(j * 4), pair(j * 4 + 1), pair(j * 4 + 2), pair(j * 4 + 3));
+      }
+    } else {
+      unsigned short* base = reinterpret_cast<unsigned short*>(row) + t;
+#pragma unroll
+      for (int j = 0; j < kVectors; j += 2) {
+        if (column(j, t) >= cols) continue;
+        const uint32_t bits = pair(j / 2);
+        base[j * T] = static_cast<unsigned short>(bits & 0xffffu);
+        if (column(j + 1, t) < cols) base[(j + 1) * T] = static_cast<unsigned short>(bits >> 16);
+      }
+    }
+  }
+};
+
+// Reductions over the T threads that own a row. For T > 32 the block is one
+// row (T = blockDim.x); red holds T/32 floats. Each ends with a barrier so
+// that red can be reused at once.
+template <int T>
+__device__ __forceinline__ float row_max(float v, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, VK_SHFL_XOR(v, o));
+  if (T == 32) return v;
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = lane < T / 32 ? red[lane] : neg_inf();
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, VK_SHFL_XOR(v, o));
+  __syncthreads();
+  return v;
+}
+
+template <int T>
+__device__ __forceinline__ float row_sum(float v, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += VK_SHFL_XOR(v, o);
+  if (T == 32) return v;
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = lane < T / 32 ? red[lane] : 0.0f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += VK_SHFL_XOR(v, o);
+  __syncthreads();
+  return v;
+}
+
+// Whether a slice's exps are kept in registers between the sum and the
+// output, rather than computed twice (softmax.cu's register budget).
+template <int T, int E>
+struct KeepExps {
+  static constexpr bool value = E <= 32 || (T <= 512 && E <= 64);
+};
+
+// What a row's label makes of it.
+enum RowKind { kKept, kIgnored, kBadLabel };
+
+__device__ __forceinline__ RowKind row_kind(int64_t label, int64_t V, int64_t ignore) {
+  if (label == ignore) return kIgnored;
+  return label >= 0 && label < V ? kKept : kBadLabel;
+}
+
+// mean_scale is c = f32(1/n): n from count_kept_rows's word, or R when no
+// row can be ignored (kept == nullptr). Unused when n = 0.
+__device__ __forceinline__ float mean_scale(const unsigned long long* kept, int64_t R) {
+  const double n = kept != nullptr ? static_cast<double>(*kept) : static_cast<double>(R);
+  return static_cast<float>(1.0 / n);
+}
+
+// gradient is dLogit for element idx of a slice with exp e, q = c/s, and
+// mine the slice's slot of the label (−1 when another thread holds it).
+__device__ __forceinline__ float gradient(float e, float q, float c, int idx, int mine) {
+  return e * q - (idx == mine ? c : 0.0f);
+}
+
+// skip_row finishes a row that is not computed: ignored (loss 0) or with a
+// bad label (loss NaN, and the row recorded). One thread per row writes the
+// loss: the one for which writes_loss holds.
+__device__ __forceinline__ void skip_row(RowKind kind, int64_t r, bool writes_loss, float* loss,
+                                         unsigned long long* bad_row) {
+  if (!writes_loss) return;
+  loss[r] = kind == kIgnored ? 0.0f : quiet_nan();
+  if (kind == kBadLabel) atomicMin(bad_row, static_cast<unsigned long long>(r));
+}
+
+// ---------------------------------------------------------------------------
+// n: the labels that are not the ignore_index, summed into *kept (zeroed
+// before the launch).
+
+__global__ void __launch_bounds__(kCountThreads)
+    count_kept_rows(const int32_t* __restrict__ labels, int64_t R, int64_t ignore, unsigned long long* kept) {
+  __shared__ unsigned long long partial[kCountThreads];
+  unsigned long long counted = 0;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kCountThreads + threadIdx.x; r < R;
+       r += static_cast<int64_t>(gridDim.x) * kCountThreads) {
+    counted += VK_LDG(labels + r) != ignore ? 1u : 0u;
+  }
+  partial[threadIdx.x] = counted;
+  __syncthreads();
+  for (int half = kCountThreads / 2; half > 0; half >>= 1) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && partial[0] != 0) atomicAdd(kept, partial[0]);
+}
+
+// ---------------------------------------------------------------------------
+// Rows on chip: RPB rows per block of T·RPB threads (RPB > 1 only for T = 32).
+
+template <int T, int RPB, int E, int VW>
+__global__ void __launch_bounds__(T* RPB)
+    cross_entropy_rows(const __half* __restrict__ X, const int32_t* __restrict__ labels, float* __restrict__ loss,
+                       __half* __restrict__ G, int64_t R, int64_t V, int64_t ignore,
+                       const unsigned long long* __restrict__ kept, unsigned long long* __restrict__ bad_row) {
+  static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
+  __shared__ float red[T / 32];
+  const int t = threadIdx.x % T;
+  const int cols = static_cast<int>(V);  // V <= T·E here
+  const float c = mean_scale(kept, R);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
+       r += static_cast<int64_t>(gridDim.x) * RPB) {
+    const int64_t label = VK_LDG(labels + r);
+    const RowKind kind = row_kind(label, V, ignore);
+    __half* g = G + r * V;
+    if (kind != kKept) {
+      skip_row(kind, r, t == 0, loss, bad_row);
+      RowSlice<T, E, VW>::store(g, cols, t, [](int) { return 0u; });
+      continue;
+    }
+    // The label's logit, loaded with the row so that its latency is hidden.
+    const float x_label = t == 0 ? __half2float(X[r * V + label]) : 0.0f;
+    RowSlice<T, E, VW> x;
+    x.load(X + r * V, cols, t, kNegInfPair);
+    float m = neg_inf();
+    m = fmaxf(m, max_of(x.w));
+    m = row_max<T>(m, red);
+    launder(x.w);
+    const int mine = RowSlice<T, E, VW>::slot(label, t);
+    if (KeepExps<T, E>::value) {
+      float e[E];
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        e[i] = exp_of(element(x.w, i) - m);
+        s += e[i];
+      }
+      s = row_sum<T>(s, red);
+      if (t == 0) loss[r] = (m - x_label) + logf(s);
+      const float q = c / s;
+      RowSlice<T, E, VW>::store(g, cols, t, [&](int i) {
+        return pack(gradient(e[2 * i], q, c, 2 * i, mine), gradient(e[2 * i + 1], q, c, 2 * i + 1, mine));
+      });
+    } else {
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < E; ++i) s += exp_of(element(x.w, i) - m);
+      s = row_sum<T>(s, red);
+      launder(x.w);
+      if (t == 0) loss[r] = (m - x_label) + logf(s);
+      const float q = c / s;
+      RowSlice<T, E, VW>::store(g, cols, t, [&](int i) {
+        return pack(gradient(exp_of(element(x.w, 2 * i) - m), q, c, 2 * i, mine),
+                    gradient(exp_of(element(x.w, 2 * i + 1) - m), q, c, 2 * i + 1, mine));
+      });
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Long rows: segments of kSegment elements, job = row · P + segment.
+
+template <int VW>
+__global__ void __launch_bounds__(kSegmentThreads)
+    cross_entropy_segment_stats(const __half* __restrict__ X, const int32_t* __restrict__ labels,
+                                float2* __restrict__ partials, int64_t R, int64_t V, int64_t P, int64_t ignore) {
+  __shared__ float red[kSegmentThreads / 32];
+  const int t = threadIdx.x;
+  for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
+    const int64_t r = job / P, first = job % P * kSegment;
+    if (row_kind(VK_LDG(labels + r), V, ignore) != kKept) continue;  // the write kernel skips it too
+    const int cols = static_cast<int>(V - first < kSegment ? V - first : kSegment);
+    RowSlice<kSegmentThreads, kSegmentElems, VW> x;
+    x.load(X + r * V + first, cols, t, kNegInfPair);
+    float m = neg_inf();
+    m = fmaxf(m, max_of(x.w));
+    m = row_max<kSegmentThreads>(m, red);
+    launder(x.w);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kSegmentElems; ++i) {
+      const float v = element(x.w, i);
+      s += v == neg_inf() ? 0.0f : exp_of(v - m);  // a segment of only −Inf has m = −Inf
+    }
+    s = row_sum<kSegmentThreads>(s, red);
+    if (t == 0) partials[job] = make_float2(m, s);
+  }
+}
+
+template <int VW>
+__global__ void __launch_bounds__(kSegmentThreads)
+    cross_entropy_segment_write(const __half* __restrict__ X, const int32_t* __restrict__ labels,
+                                float* __restrict__ loss, __half* __restrict__ G, const float2* __restrict__ partials,
+                                int64_t R, int64_t V, int64_t P, int64_t ignore,
+                                const unsigned long long* __restrict__ kept, unsigned long long* __restrict__ bad_row) {
+  using Slice = RowSlice<kSegmentThreads, kSegmentElems, VW>;
+  __shared__ float red[kSegmentThreads / 32];
+  const int t = threadIdx.x;
+  const float c = mean_scale(kept, R);
+  for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
+    const int64_t r = job / P, first = job % P * kSegment;
+    const int cols = static_cast<int>(V - first < kSegment ? V - first : kSegment);
+    const int64_t label = VK_LDG(labels + r);
+    const RowKind kind = row_kind(label, V, ignore);
+    __half* g = G + r * V + first;
+    const bool writes_loss = first == 0 && t == 0;
+    if (kind != kKept) {
+      skip_row(kind, r, writes_loss, loss, bad_row);
+      Slice::store(g, cols, t, [](int) { return 0u; });
+      continue;
+    }
+    const float x_label = writes_loss ? __half2float(X[r * V + label]) : 0.0f;
+    // Combine the row's segments; a partial whose max is the row's is used
+    // unscaled, so −Inf − (−Inf) never arises here.
+    const float2* part = partials + r * P;
+    float m = neg_inf();
+    for (int64_t i = t; i < P; i += kSegmentThreads) m = fmaxf(m, part[i].x);
+    m = row_max<kSegmentThreads>(m, red);
+    float s = 0.0f;
+    for (int64_t i = t; i < P; i += kSegmentThreads) {
+      const float2 p = part[i];
+      s += p.x == m ? p.y : p.y * exp_of(p.x - m);
+    }
+    s = row_sum<kSegmentThreads>(s, red);
+    if (writes_loss) loss[r] = (m - x_label) + logf(s);
+    const float q = c / s;
+    const int mine = Slice::slot(label - first, t);
+    Slice x;
+    x.load(X + r * V + first, cols, t, kNegInfPair);
+    Slice::store(g, cols, t, [&](int i) {
+      return pack(gradient(exp_of(element(x.w, 2 * i) - m), q, c, 2 * i, mine),
+                  gradient(exp_of(element(x.w, 2 * i + 1) - m), q, c, 2 * i + 1, mine));
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+constexpr int64_t kMaxBlocks = int64_t{1} << 30;  // grid-stride loops cover the rest
+constexpr int64_t kMaxCountBlocks = 1024;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+unsigned grid_for(int64_t jobs) { return static_cast<unsigned>(jobs < kMaxBlocks ? jobs : kMaxBlocks); }
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// The two state words: [0] the count of rows kept, [1] the first bad row
+// (kNoBadRow when none). Allocated and set on first use, on stream s.
+unsigned long long* g_state = nullptr;
+
+cudaError_t state(cudaStream_t s, unsigned long long** out) {
+  if (g_state == nullptr) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, 2 * sizeof(unsigned long long)) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the allocation failure; report it here instead
+      return cudaErrorMemoryAllocation;
+    }
+    const cudaError_t err = cudaMemsetAsync(static_cast<unsigned long long*>(p) + 1, 0xff, sizeof(unsigned long long), s);
+    if (err != cudaSuccess) {
+      (void)cudaFree(p);
+      return err;
+    }
+    g_state = static_cast<unsigned long long*>(p);
+  }
+  *out = g_state;
+  return cudaSuccess;
+}
+
+// partials_scratch returns at least bytes of device memory for the long-row
+// partials, growing it when needed.
+cudaError_t partials_scratch(size_t bytes, void** out) {
+  static void* buffer = nullptr;
+  static size_t capacity = 0;
+  if (bytes > capacity) {
+    if (buffer != nullptr) {
+      const cudaError_t err = cudaFree(buffer);
+      buffer = nullptr;
+      capacity = 0;
+      if (err != cudaSuccess) return err;
+    }
+    if (cudaMalloc(&buffer, bytes) != cudaSuccess) {
+      buffer = nullptr;
+      (void)cudaGetLastError();
+      return cudaErrorMemoryAllocation;
+    }
+    capacity = bytes;
+  }
+  *out = buffer;
+  return cudaSuccess;
+}
+
+// The arguments every kernel of one call shares.
+struct Call {
+  const __half* X;
+  const int32_t* labels;
+  float* loss;
+  __half* G;
+  int64_t R, V, ignore;
+  const unsigned long long* kept;  // nullptr: n = R
+  unsigned long long* bad_row;
+  cudaStream_t s;
+};
+
+template <int T, int RPB, int E, int VW>
+cudaError_t launch_rows(const Call& a) {
+  cross_entropy_rows<T, RPB, E, VW>
+      <<<grid_for(ceil_div(a.R, RPB)), T * RPB, 0, a.s>>>(a.X, a.labels, a.loss, a.G, a.R, a.V, a.ignore, a.kept, a.bad_row);
+  return cudaGetLastError();
+}
+
+template <int VW>
+cudaError_t cross_entropy_with(const Call& a) {
+  const int64_t V = a.V;
+  if (V <= 256) return launch_rows<32, 8, 8, VW>(a);
+  if (V <= 512) return launch_rows<32, 8, 16, VW>(a);
+  if (V <= 1024) return launch_rows<32, 4, 32, VW>(a);
+  if (V <= 2048) return launch_rows<64, 1, 32, VW>(a);
+  if (V <= 4096) return launch_rows<128, 1, 32, VW>(a);
+  if (V <= 8192) return launch_rows<256, 1, 32, VW>(a);
+  if (V <= 16384) return launch_rows<512, 1, 32, VW>(a);
+  if (V <= 32768) return launch_rows<1024, 1, 32, VW>(a);
+  if (V <= 65536) return launch_rows<512, 1, 128, VW>(a);
+
+  const int64_t P = ceil_div(V, kSegment);
+  void* buffer = nullptr;
+  const cudaError_t err = partials_scratch(static_cast<size_t>(a.R * P) * sizeof(float2), &buffer);
+  if (err != cudaSuccess) return err;
+  float2* partials = static_cast<float2*>(buffer);
+  cross_entropy_segment_stats<VW><<<grid_for(a.R * P), kSegmentThreads, 0, a.s>>>(a.X, a.labels, partials, a.R, V, P,
+                                                                                   a.ignore);
+  const cudaError_t launched = cudaGetLastError();
+  if (launched != cudaSuccess) return launched;
+  cross_entropy_segment_write<VW><<<grid_for(a.R * P), kSegmentThreads, 0, a.s>>>(
+      a.X, a.labels, a.loss, a.G, partials, a.R, V, P, a.ignore, a.kept, a.bad_row);
+  return cudaGetLastError();
+}
+
+}  // namespace vkern_cross_entropy
+}  // namespace
+
+cudaError_t vk_cross_entropy(const __half* logits, const int32_t* labels, float* loss, __half* dLogits, int64_t R,
+                             int64_t V, int64_t ignore_index, cudaStream_t s) {
+  using namespace vkern_cross_entropy;
+  unsigned long long* words = nullptr;
+  cudaError_t err = state(s, &words);
+  if (err != cudaSuccess) return err;
+  Call a{logits, labels, loss, dLogits, R, V, ignore_index, nullptr, words + 1, s};
+  // A label is a 32-bit value: an ignore_index outside that range (the
+  // unset marker) can match no row, and n = R.
+  if (ignore_index >= INT32_MIN && ignore_index <= INT32_MAX) {
+    err = cudaMemsetAsync(words, 0, sizeof(unsigned long long), s);
+    if (err != cudaSuccess) return err;
+    const int64_t blocks = ceil_div(R, kCountThreads);
+    count_kept_rows<<<static_cast<unsigned>(blocks < kMaxCountBlocks ? blocks : kMaxCountBlocks), kCountThreads, 0, s>>>(
+        labels, R, ignore_index, words);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    a.kept = words;
+  }
+  if (V % 8 == 0 && aligned16(logits) && aligned16(dLogits)) return cross_entropy_with<8>(a);
+  return cross_entropy_with<1>(a);
+}
+
+cudaError_t vk_cross_entropy_bad_row(int64_t* row, cudaStream_t s) {
+  using namespace vkern_cross_entropy;
+  *row = -1;
+  if (g_state == nullptr) return cudaSuccess;
+  unsigned long long word = kNoBadRow;
+  cudaError_t err = cudaMemcpyAsync(&word, g_state + 1, sizeof word, cudaMemcpyDeviceToHost, s);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+  if (err != cudaSuccess || word == kNoBadRow) return err;
+  *row = static_cast<int64_t>(word);
+  return cudaMemsetAsync(g_state + 1, 0xff, sizeof word, s);
+}
