@@ -14,3 +14,5 @@ $vk --op gemm,gemm_grad_a,gemm_grad_b --shape 1x1x1 --shape 17x4099x31 --shape 4
   --json "$out/gemm-shapes.json" --md "$out/gemm-shapes.md" 2>/dev/null | tail -7
 $vk --op softmax,softmax_grad --shape 1x1 --shape 7x4099 --shape 8192x50304 --shape 32768x1024 \
   --json "$out/softmax-shapes.json" --md "$out/softmax-shapes.md" 2>/dev/null | tail -6
+$vk --op cross_entropy --shape 1x1 --shape 7x4099 --shape 32768x1024 --shape 64x100000 --shape 8192x50304 \
+  --shape 8192x50304:ignore_index=-100 --json "$out/ce-shapes.json" --md "$out/ce-shapes.md" 2>/dev/null | tail -5

@@ -94,9 +94,11 @@ func DefaultShapes(o *op.Op, quick bool) []op.Shape {
 		specs = []string{"1x1", "7x4099", "64x1000:ignore_index=-100", "12x300:ignore_index=0"}
 	case o.ID == op.CrossEntropy:
 		// 65,536 is the longest row a GPU block holds on chip; 65,537
-		// takes the two-read path, as do the 100,000-class rows.
+		// takes the two-read path, as do the 100,000-class rows. The
+		// GPU-sized 8192x50304 is not a default: its float64 reference
+		// needs about 11 GB on the host (bench/cuda-verify-all.sh names it).
 		specs = []string{"1x1", "7x4099", "256x1024:ignore_index=-100", "12x300:ignore_index=0",
-			"3x65536", "3x65537:ignore_index=-100", "64x100000", "8192x50304"}
+			"3x65536", "3x65537:ignore_index=-100", "64x100000"}
 	case quick:
 		specs = []string{"1x1", "7x4099", "64x1000"}
 	default:
