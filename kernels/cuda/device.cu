@@ -220,12 +220,14 @@ Result backend_run(const CheckedRun& run, uint64_t* kernel_ns) {
 
 namespace {
 
-// enqueue launches entry i of a batch; a cross_entropy entry is also waited
-// for and its labels checked, so that a bad label stops the batch at that
-// entry. On failure it sets *failed, waits for the entries before it if the
-// device is still usable, and returns the error.
-Result enqueue(const CheckedRun* runs, uint32_t i, uint32_t* failed) {
-  const cudaError_t err = launch(*runs[i].op, runs[i].params, runs[i].ptrs);
+// enqueue launches entry i of a batch and records mark after it (unless
+// mark is null); a cross_entropy entry is then also waited for and its
+// labels checked, so that a bad label stops the batch at that entry. On
+// failure it sets *failed, waits for the entries before it if the device is
+// still usable, and returns the error.
+Result enqueue(const CheckedRun* runs, uint32_t i, cudaEvent_t mark, uint32_t* failed) {
+  cudaError_t err = launch(*runs[i].op, runs[i].params, runs[i].ptrs);
+  if (err == cudaSuccess && mark != nullptr) err = cudaEventRecord(mark, g_stream);
   Result r = err == cudaSuccess ? check_labels(runs[i]) : launch_error(*runs[i].op, err);
   if (r.ok()) return r;
   *failed = i;
@@ -252,7 +254,7 @@ Result backend_run_batch(const CheckedRun* runs, uint32_t count, uint64_t* kerne
   for (uint32_t i = 0; i < count; ++i) timed = timed || runs[i].timed;
   if (!timed) {
     for (uint32_t i = 0; i < count; ++i) {
-      const Result r = enqueue(runs, i, failed);
+      const Result r = enqueue(runs, i, nullptr, failed);
       if (!r.ok()) return r;
       kernel_ns[i] = 0;
     }
@@ -263,9 +265,8 @@ Result backend_run_batch(const CheckedRun* runs, uint32_t count, uint64_t* kerne
   if (!r.ok()) return r;
   VK_CHECK(cudaEventRecord(g_marks[0], g_stream), "cudaEventRecord");
   for (uint32_t i = 0; i < count; ++i) {
-    r = enqueue(runs, i, failed);
+    r = enqueue(runs, i, g_marks[i + 1], failed);
     if (!r.ok()) return r;
-    VK_CHECK(cudaEventRecord(g_marks[i + 1], g_stream), "cudaEventRecord");
   }
   const cudaError_t err = cudaEventSynchronize(g_marks[count]);
   if (err != cudaSuccess) return batch_wait_error(err);
