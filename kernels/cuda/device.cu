@@ -20,8 +20,10 @@ namespace {
 
 cudaStream_t g_stream = nullptr;
 cudaEvent_t g_start = nullptr, g_stop = nullptr;
-// g_marks are RUN_BATCH's events: entry i runs between marks i and i + 1.
+// g_marks are RUN_BATCH's events; entry i runs between marks g_spans[i]
+// and g_spans[i] + 1.
 std::vector<cudaEvent_t> g_marks;
+std::vector<size_t> g_spans;
 cudaDeviceProp g_props;
 int g_device = 0;
 
@@ -261,18 +263,28 @@ Result backend_run_batch(const CheckedRun* runs, uint32_t count, uint64_t* kerne
     const cudaError_t err = cudaStreamSynchronize(g_stream);
     return err == cudaSuccess ? Result::OK() : batch_wait_error(err);
   }
-  Result r = ensure_marks(size_t{count} + 1);
+  // Entry i runs from mark g_spans[i] to the mark after it: an entry's end
+  // mark is the next one's start, except after a cross_entropy
+  // entry, whose label check keeps the device idle while the host waits, so
+  // the next entry gets a fresh start mark.
+  Result r = ensure_marks(2 * size_t{count} + 1);
   if (!r.ok()) return r;
+  g_spans.resize(count);
+  size_t last = 0;
   VK_CHECK(cudaEventRecord(g_marks[0], g_stream), "cudaEventRecord");
   for (uint32_t i = 0; i < count; ++i) {
-    r = enqueue(runs, i, g_marks[i + 1], failed);
+    if (i > 0 && runs[i - 1].op->id == OpId::kCrossEntropy) {
+      VK_CHECK(cudaEventRecord(g_marks[++last], g_stream), "cudaEventRecord");
+    }
+    g_spans[i] = last;
+    r = enqueue(runs, i, g_marks[++last], failed);
     if (!r.ok()) return r;
   }
-  const cudaError_t err = cudaEventSynchronize(g_marks[count]);
+  const cudaError_t err = cudaEventSynchronize(g_marks[last]);
   if (err != cudaSuccess) return batch_wait_error(err);
   for (uint32_t i = 0; i < count; ++i) {
     float ms = 0;
-    VK_CHECK(cudaEventElapsedTime(&ms, g_marks[i], g_marks[i + 1]), "cudaEventElapsedTime");
+    VK_CHECK(cudaEventElapsedTime(&ms, g_marks[g_spans[i]], g_marks[g_spans[i] + 1]), "cudaEventElapsedTime");
     kernel_ns[i] = elapsed_ns(ms);
   }
   return Result::OK();
