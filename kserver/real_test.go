@@ -267,21 +267,7 @@ func TestRealServer(t *testing.T) {
 	})
 
 	t.Run("refuses a RUN with an unknown flag and serves on", func(t *testing.T) {
-		a, err := newArena(1 << 20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.close()
-		p, err := startProcess(bin, childEnv(nil), 4<<10, a.file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.release()
-		defer p.kill()
-		in := &frameReader{f: p.stdout()}
-		if f, err := in.next(); err != nil || f.Opcode != OpHello {
-			t.Fatalf("first frame: %+v, %v", f, err)
-		}
+		p, in := startRawServer(t, bin)
 		run := AppendRunPayload(nil, RunPayload{OpID: 4, Params: []int64{1, 1}, Buffers: []uint64{1, 2}, Flags: 2})
 		var w bytes.Buffer
 		if err := WriteFrame(&w, Frame{ID: 7, Opcode: OpRun, Payload: run}); err != nil {
@@ -301,21 +287,7 @@ func TestRealServer(t *testing.T) {
 	})
 
 	t.Run("ends on a length prefix over the cap", func(t *testing.T) {
-		a, err := newArena(1 << 20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.close()
-		p, err := startProcess(bin, childEnv(nil), 4<<10, a.file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.release()
-		defer p.kill()
-		in := &frameReader{f: p.stdout()}
-		if f, err := in.next(); err != nil || f.Opcode != OpHello {
-			t.Fatalf("first frame: %+v, %v", f, err)
-		}
+		p, in := startRawServer(t, bin)
 		p.stdin().Write(binary.LittleEndian.AppendUint32(nil, MaxFrameBytes+1))
 		f, err := in.next()
 		if err != nil || f.ID != 0 || f.Status != StatusMalformed {
@@ -328,6 +300,31 @@ func TestRealServer(t *testing.T) {
 			t.Errorf("it ended with %s, want exit status 3", exit)
 		}
 	})
+}
+
+// startRawServer starts the real server at bin with a 1 MiB arena, outside any
+// Client, reads its HELLO and returns the process and a reader of its
+// frames; the server is killed and the arena closed when the test ends.
+func startRawServer(t *testing.T, bin string) (*execProcess, *frameReader) {
+	t.Helper()
+	a, err := newArena(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.close() })
+	p, err := startProcess(bin, childEnv(nil), 4<<10, a.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.kill()
+		p.release()
+	})
+	in := &frameReader{f: p.stdout()}
+	if f, err := in.next(); err != nil || f.Opcode != OpHello {
+		t.Fatalf("first frame: %+v, %v", f, err)
+	}
+	return p, in
 }
 
 // realClient returns a Client of the real server that is closed (and must
