@@ -39,6 +39,9 @@ int main() {
   printf("ev+softmax+evsync+el  %.2f\n", med_us([&]{ cudaEventRecord(e0, s); vk_softmax(x, y, 1, 1, s); cudaEventRecord(e1, s); cudaEventSynchronize(e1); cudaEventElapsedTime(&ms, e0, e1); }));
   printf("ev+softmax+streamsync %.2f\n", med_us([&]{ cudaEventRecord(e0, s); vk_softmax(x, y, 1, 1, s); cudaEventRecord(e1, s); cudaStreamSynchronize(s); cudaEventElapsedTime(&ms, e0, e1); }));
   printf("notiming ev+softmax   %.2f\n", med_us([&]{ cudaEventRecord(n0, s); vk_softmax(x, y, 1, 1, s); cudaEventRecord(n1, s); cudaEventSynchronize(n1); }));
+  const auto query_spin = [&] { while (cudaStreamQuery(s) == cudaErrorNotReady) {} };
+  printf("empty+queryspin       %.2f\n", med_us([&]{ empty_kernel<<<1,1,0,s>>>(); query_spin(); }));
+  printf("softmax1x1+queryspin  %.2f\n", med_us([&]{ vk_softmax(x, y, 1, 1, s); query_spin(); }));
   printf("empty launch only     %.2f\n", med_us([&]{ empty_kernel<<<1,1,0,s>>>(); }));
   cudaDeviceSynchronize();
   return 0;
