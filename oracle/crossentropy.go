@@ -110,16 +110,7 @@ func (k crossEntropyModel) row(x []uint16, label int, d []float64, loss, lossBou
 	// m − x_l and xⱼ − m are exact in float64: f16 values are multiples of
 	// 2⁻²⁴ below 2¹⁶. a is +Inf when x_l = −Inf.
 	a := m - d[label]
-	var sum, weighted float64
-	for j := range d {
-		d[j] -= m
-		e := math.Exp(d[j])
-		sum += e
-		if e > 0 { // a term that is exactly 0 (x = −Inf) carries no error
-			weighted += e * math.Expm1((4*math.Abs(d[j])+16)*U32)
-		}
-	}
-	h := weighted/sum + float64(len(d))*0x1p-149
+	sum, h := shiftedExpSum(d, m)
 	denominator := (1 - h) * (1 - k.gamma)
 	b := math.Log(sum)
 	*loss = b + a
@@ -145,8 +136,7 @@ func (k crossEntropyModel) row(x []uint16, label int, d []float64, loss, lossBou
 		}
 		bj := 0x1p-126 // y = 0 (x = −Inf, or an exp below float64's range) carries no relative error
 		if y > 0 {
-			hj := math.Expm1((4*math.Abs(d[j]) + 16) * U32)
-			bj += y * ((1+hj)*(1+U32)*(1+U32)*(1+U32)/denominator - 1)
+			bj += y * ((1+expError(d[j]))*(1+U32)*(1+U32)*(1+U32)/denominator - 1)
 		}
 		bound[j] = k.c*(bj*(1+k.gamma3)+k.gamma3*(math.Abs(t)+onehot)) + 0x1p-126 +
 			k.c*(y*k.own+0x1p-53*(math.Abs(t)+onehot))

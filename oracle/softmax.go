@@ -48,6 +48,28 @@ func SoftmaxRows(ctx context.Context, xs []uint16, rows, cols int) (*Reference, 
 	return ref, nil
 }
 
+// shiftedExpSum subtracts m from every dⱼ and returns S = Σ exp(dⱼ) and
+// H = Σ eⱼ·hⱼ / S + V·2⁻¹⁴⁹, the weighted bound on a kernel's relative
+// error in its exponentials (hⱼ = expError(dⱼ); the last term covers
+// subnormal terms). xⱼ − m is exact in float64: both are multiples of 2⁻²⁴
+// below 2¹⁶. A term that is exactly 0 (x = −Inf) carries no error.
+func shiftedExpSum(d []float64, m float64) (sum, h float64) {
+	var weighted float64
+	for j := range d {
+		d[j] -= m
+		e := math.Exp(d[j])
+		sum += e
+		if e > 0 {
+			weighted += e * expError(d[j])
+		}
+	}
+	return sum, weighted/sum + float64(len(d))*0x1p-149
+}
+
+// expError is hⱼ, the bound on the relative error of a kernel's f32
+// exp(dⱼ) computed as exp2f(dⱼ·log₂e): (4|dⱼ| + 16)·u, as a factor.
+func expError(d float64) float64 { return math.Expm1((4*math.Abs(d) + 16) * U32) }
+
 func softmaxRow(x []uint16, d, value, bound []float64, gamma float64) {
 	m := math.Inf(-1)
 	for j, h := range x {
@@ -65,17 +87,7 @@ func softmaxRow(x []uint16, d, value, bound []float64, gamma float64) {
 		}
 		return
 	}
-	// xⱼ − m is exact in float64: both are multiples of 2⁻²⁴ below 2¹⁶.
-	var sum, weighted float64
-	for j := range d {
-		d[j] -= m
-		e := math.Exp(d[j])
-		sum += e
-		if e > 0 { // a term that is exactly 0 (x = −Inf) carries no error
-			weighted += e * math.Expm1((4*math.Abs(d[j])+16)*U32)
-		}
-	}
-	h := weighted/sum + float64(len(d))*0x1p-149
+	sum, h := shiftedExpSum(d, m)
 	denominator := (1 - h) * (1 - gamma)
 	for j := range d {
 		y := math.Exp(d[j]) / sum
@@ -92,8 +104,7 @@ func softmaxRow(x []uint16, d, value, bound []float64, gamma float64) {
 			bound[j] = math.Inf(1)
 			continue
 		}
-		hj := math.Expm1((4*math.Abs(d[j]) + 16) * U32)
-		rel := (1+hj)*(1+U32)*(1+U32)/denominator - 1
+		rel := (1+expError(d[j]))*(1+U32)*(1+U32)/denominator - 1
 		bound[j] = y*(rel+0x1p-40) + 0x1p-126
 	}
 }
