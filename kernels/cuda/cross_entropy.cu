@@ -267,14 +267,7 @@ __global__ void __launch_bounds__(kSegmentThreads)
 // ---------------------------------------------------------------------------
 // Host side.
 
-constexpr int64_t kMaxBlocks = int64_t{1} << 30;  // grid-stride loops cover the rest
 constexpr int64_t kMaxCountBlocks = 1024;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-unsigned grid_for(int64_t jobs) { return static_cast<unsigned>(jobs < kMaxBlocks ? jobs : kMaxBlocks); }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // The two state words: [0] the count of rows kept, [1] the first bad row
 // (kNoBadRow when none). Allocated and set on first use, on stream s.
@@ -301,24 +294,8 @@ cudaError_t state(cudaStream_t s, unsigned long long** out) {
 // partials_scratch returns at least bytes of device memory for the long-row
 // partials, growing it when needed.
 cudaError_t partials_scratch(size_t bytes, void** out) {
-  static void* buffer = nullptr;
-  static size_t capacity = 0;
-  if (bytes > capacity) {
-    if (buffer != nullptr) {
-      const cudaError_t err = cudaFree(buffer);
-      buffer = nullptr;
-      capacity = 0;
-      if (err != cudaSuccess) return err;
-    }
-    if (cudaMalloc(&buffer, bytes) != cudaSuccess) {
-      buffer = nullptr;
-      (void)cudaGetLastError();
-      return cudaErrorMemoryAllocation;
-    }
-    capacity = bytes;
-  }
-  *out = buffer;
-  return cudaSuccess;
+  static ScratchBuffer buffer;
+  return buffer.get(bytes, out);
 }
 
 // The arguments every kernel of one call shares.

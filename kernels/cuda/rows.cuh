@@ -190,6 +190,45 @@ struct KeepExps {
   static constexpr bool value = E <= 32 || (T <= 512 && E <= 64);
 };
 
+// ---------------------------------------------------------------------------
+// Host side.
+
+constexpr int64_t kMaxBlocks = int64_t{1} << 30;  // grid-stride loops cover the rest
+
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+inline unsigned grid_for(int64_t jobs) { return static_cast<unsigned>(jobs < kMaxBlocks ? jobs : kMaxBlocks); }
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// ScratchBuffer is device memory kept between calls and grown when a call
+// needs more (with cudaFree + cudaMalloc, which synchronise the device; see
+// ops.cuh). A failed allocation answers cudaErrorMemoryAllocation, cleared
+// from the runtime's last error so that it is reported here instead.
+struct ScratchBuffer {
+  void* buffer = nullptr;
+  size_t capacity = 0;
+
+  cudaError_t get(size_t bytes, void** out) {
+    if (bytes > capacity) {
+      if (buffer != nullptr) {
+        const cudaError_t err = cudaFree(buffer);
+        buffer = nullptr;
+        capacity = 0;
+        if (err != cudaSuccess) return err;
+      }
+      if (cudaMalloc(&buffer, bytes) != cudaSuccess) {
+        buffer = nullptr;
+        (void)cudaGetLastError();
+        return cudaErrorMemoryAllocation;
+      }
+      capacity = bytes;
+    }
+    *out = buffer;
+    return cudaSuccess;
+  }
+};
+
 }  // namespace vkern_rows
 }  // namespace
 

@@ -134,8 +134,6 @@ namespace vkern_softmax {
 
 using namespace vkern_rows;  // rows.cuh
 
-__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // ---------------------------------------------------------------------------
 // Rows on chip.
 
@@ -592,33 +590,11 @@ __global__ void __launch_bounds__(kSegmentThreads)
 // ---------------------------------------------------------------------------
 // Host side.
 
-constexpr int64_t kMaxBlocks = int64_t{1} << 30;  // grid-stride loops cover the rest
-
-unsigned grid_for(int64_t jobs) { return static_cast<unsigned>(jobs < kMaxBlocks ? jobs : kMaxBlocks); }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 // scratch returns at least bytes of device memory shared by all calls (see
 // ops.cuh), growing it when needed.
 cudaError_t scratch(size_t bytes, void** out) {
-  static void* buffer = nullptr;
-  static size_t capacity = 0;
-  if (bytes > capacity) {
-    if (buffer != nullptr) {
-      const cudaError_t err = cudaFree(buffer);
-      buffer = nullptr;
-      capacity = 0;
-      if (err != cudaSuccess) return err;
-    }
-    if (cudaMalloc(&buffer, bytes) != cudaSuccess) {
-      buffer = nullptr;
-      (void)cudaGetLastError();  // clear the allocation failure; report it here instead
-      return cudaErrorMemoryAllocation;
-    }
-    capacity = bytes;
-  }
-  *out = buffer;
-  return cudaSuccess;
+  static ScratchBuffer buffer;
+  return buffer.get(bytes, out);
 }
 
 template <int T, int RPB, int E, int VW>
