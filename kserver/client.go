@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,11 @@ type Config struct {
 	// Transfers of any size go through it in pieces; it bounds the host
 	// memory that bulk data in flight can take.
 	ArenaBytes uint64
+	// Pipes sends frames over the child's stdin and stdout instead of the
+	// shared-memory rings (PROTOCOL.md, "Rings"). It costs a few
+	// microseconds more per call; it is there for comparison, and for
+	// watching the frames with strace.
+	Pipes bool
 	// Isolated runs every call that needs the server (Hello, Ping, Sync,
 	// Run, RunBatch) in a fresh server process that is shut down when the
 	// call ends: the seed's one process per call. Buffers then live in host
@@ -553,7 +559,25 @@ func (c *Client) start(cx callCtx) (*conn, error) {
 	}
 	a := c.arena
 	c.mu.Unlock()
-	p, err := startProcess(c.cfg.Path, childEnv(c.cfg.Env), c.cfg.StderrTail, a.file)
+	var r *rings
+	var ringFile *os.File
+	if !c.cfg.Pipes {
+		var err error
+		if r, err = newRings(); err != nil {
+			return nil, err
+		}
+		ringFile = r.file
+	}
+	p, err := startProcess(c.cfg.Path, childEnv(c.cfg.Env), c.cfg.StderrTail, a.file, ringFile)
+	started := false
+	if r != nil {
+		r.closeFile() // the child has its own, or never will
+		defer func() {
+			if !started { // the process, if any, has been reaped
+				r.unmap()
+			}
+		}()
+	}
 	if err != nil {
 		if hint := startHint(err); hint != "" {
 			return nil, fmt.Errorf("kserver: start kernel server: %w\nhint: %s", err, hint)
@@ -565,7 +589,11 @@ func (c *Client) start(cx callCtx) (*conn, error) {
 	gen := c.gen
 	c.last = p
 	c.mu.Unlock()
-	s := newConn(c, gen, p)
+	s, err := newConn(c, gen, p, r)
+	if err != nil {
+		p.kill()
+		return nil, c.endStart(p, gen, failure{cause: err, killed: true})
+	}
 
 	startCtx, cancelStart := context.WithTimeout(ctx, c.cfg.StartTimeout)
 	defer cancelStart()
@@ -613,6 +641,7 @@ func (c *Client) start(cx callCtx) (*conn, error) {
 	}
 	c.live = s
 	c.mu.Unlock()
+	started = true
 	return s, nil
 }
 

@@ -18,7 +18,11 @@ import (
 )
 
 // fakeConfig returns a Config that runs this test binary as the fake server
-// in the given start mode. Timeouts are short so that a hang fails fast.
+// in the given start mode. Timeouts are short so that a hang fails fast. The
+// fake speaks the pipe transport only: its misbehaviours are bad frames,
+// which travel the same way on either transport, and above the byte stream
+// the host's code is the same for both. The real server's tests cover the
+// rings.
 func fakeConfig(t *testing.T, mode string, env ...string) Config {
 	t.Helper()
 	exe, err := os.Executable()
@@ -34,6 +38,7 @@ func fakeConfig(t *testing.T, mode string, env ...string) Config {
 		CallTimeout:  5 * time.Second,
 		StartTimeout: 5 * time.Second,
 		CloseTimeout: time.Second,
+		Pipes:        true,
 	}
 }
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -38,9 +38,10 @@ type conn struct {
 	c     *Client
 	gen   uint64
 	p     process
-	in    *os.File // the child's stdin, in blocking mode
+	rings *rings    // the shared-memory rings the frames travel through; nil when they use the pipes
+	w     io.Writer // the request stream: the rings, or the child's stdin in blocking mode
 	hello Hello
-	fr    frameReader   // the child's stdout (a spinReader); used only by the holder of the reading role
+	fr    frameReader   // the response stream (the rings, or a spinReader of the child's stdout); used only by the holder of the reading role
 	wlock chan struct{} // held while a frame is written
 	wbuf  []byte        // guarded by wlock
 	done  chan struct{} // closed once the server is gone and every call in flight has its error
@@ -86,13 +87,26 @@ type call struct {
 	region    span      // the arena range an abandoned call releases
 }
 
-func newConn(c *Client, gen uint64, p process) *conn {
-	return &conn{
-		c: c, gen: gen, p: p, in: p.stdin(),
-		fr:    frameReader{f: newPipeReader(p.stdout(), spinFromEnv())},
+// newConn is the Client's side of a started server: through r when it is
+// not nil, else through the pipes.
+func newConn(c *Client, gen uint64, p process, r *rings) (*conn, error) {
+	s := &conn{
+		c: c, gen: gen, p: p, rings: r,
 		wlock: make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}
+	spin := spinFromEnv()
+	if r == nil {
+		s.w, s.fr.f = p.stdin(), newPipeReader(p.stdout(), spin)
+		return s, nil
+	}
+	rr, err := newRingReader(r, p.stdout(), p.stdin(), spin)
+	if err != nil {
+		return nil, err
+	}
+	s.fr.f = rr
+	s.w = &ringWriter{g: &r.req, kick: p.stdin(), spin: spin, gone: func() bool { return p.wait(0) }}
+	return s, nil
 }
 
 // callCtx is a call's context and the deadline it runs under: the
@@ -208,9 +222,9 @@ func (s *conn) send(cx callCtx, cl *call, head, tail []byte) error {
 	if len(tail) > 0 && cx.ctx.Done() != nil {
 		stop = context.AfterFunc(cx.ctx, func() { s.expire(cl, true) })
 	}
-	_, err := s.in.Write(s.wbuf)
+	_, err := s.w.Write(s.wbuf)
 	if err == nil && len(tail) > 0 {
-		_, err = s.in.Write(tail)
+		_, err = s.w.Write(tail)
 	}
 	if stop != nil {
 		stop()
@@ -636,6 +650,13 @@ func (s *conn) end(f failure) {
 
 	d := endProcess(s.p, f)
 	d.Gen = s.gen
+	if s.rings != nil {
+		// The process is gone, so a write in progress ends soon; once it
+		// has, nothing touches the rings again (send sees dead).
+		s.wlock <- struct{}{}
+		s.rings.unmap()
+		<-s.wlock
+	}
 
 	s.mu.Lock()
 	pending := s.pending

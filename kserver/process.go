@@ -55,8 +55,12 @@ type execProcess struct {
 // stdin and stdout are pipes the host reads and writes directly, so nothing
 // is lost when it exits; its stderr goes through exec's copying goroutine
 // into a ring of stderrBytes, so a chatty child never blocks. The arena
-// file, if any, becomes the child's file descriptor 3.
-func startProcess(path string, env []string, stderrBytes int, arena *os.File) (*execProcess, error) {
+// file, if any, becomes the child's file descriptor 3, and the ring file,
+// if any, its descriptor 4 (with the variable that tells it so).
+func startProcess(path string, env []string, stderrBytes int, arena, rings *os.File) (*execProcess, error) {
+	if rings != nil && arena == nil {
+		return nil, errors.New("kserver: the ring file goes on descriptor 4, after an arena on 3")
+	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -80,6 +84,10 @@ func startProcess(path string, env []string, stderrBytes int, arena *os.File) (*
 	p.cmd.Stderr = p.stderr
 	if arena != nil {
 		p.cmd.ExtraFiles = []*os.File{arena}
+	}
+	if rings != nil {
+		p.cmd.ExtraFiles = append(p.cmd.ExtraFiles, rings)
+		p.cmd.Env = append(env[:len(env):len(env)], fmt.Sprintf("%s=%d", ringsEnv, ringsFd))
 	}
 	err = p.cmd.Start()
 	inR.Close()
@@ -184,11 +192,12 @@ func startHint(err error) string {
 }
 
 // childEnv is the child's environment: the host's, then extra, then the
-// cookie, with any other value of the cookie variable removed.
+// cookie, with any other value of the cookie variable removed, and without
+// the rings variable, which startProcess sets when it passes rings.
 func childEnv(extra []string) []string {
 	env := make([]string, 0, len(os.Environ())+len(extra)+1)
 	for _, kv := range append(os.Environ(), extra...) {
-		if !strings.HasPrefix(kv, CookieEnv+"=") {
+		if !strings.HasPrefix(kv, CookieEnv+"=") && !strings.HasPrefix(kv, ringsEnv+"=") {
 			env = append(env, kv)
 		}
 	}

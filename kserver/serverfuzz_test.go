@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -37,10 +38,13 @@ func fuzzSeed(t testing.TB) uint64 {
 	return 20261121
 }
 
-// rawServer is the real server driven frame by frame, without a Client.
+// rawServer is the real server driven frame by frame, without a Client,
+// through the pipes or the rings.
 type rawServer struct {
 	p     *execProcess
 	in    *frameReader
+	out   io.Writer
+	rings *rings // nil on the pipes
 	arena *arena
 }
 
@@ -48,13 +52,33 @@ type rawServer struct {
 // counts as hung.
 const rawReplyTimeout = 10 * time.Second
 
-func startRaw(t testing.TB, bin string, a *arena) *rawServer {
+func startRaw(t testing.TB, bin string, a *arena, useRings bool) *rawServer {
 	t.Helper()
-	p, err := startProcess(bin, childEnv(nil), 16<<10, a.file)
+	var rf *rings
+	var ringFile *os.File
+	if useRings {
+		var err error
+		if rf, err = newRings(); err != nil {
+			t.Fatal(err)
+		}
+		ringFile = rf.file
+	}
+	p, err := startProcess(bin, childEnv(nil), 16<<10, a.file, ringFile)
+	if rf != nil {
+		rf.closeFile()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rawServer{p: p, in: &frameReader{f: p.stdout()}, arena: a}
+	r := &rawServer{p: p, in: &frameReader{f: p.stdout()}, out: p.stdin(), rings: rf, arena: a}
+	if rf != nil {
+		rr, err := newRingReader(rf, p.stdout(), p.stdin(), defaultSpin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.in.f = rr
+		r.out = &ringWriter{g: &rf.req, kick: p.stdin(), spin: defaultSpin, gone: func() bool { return p.wait(0) }}
+	}
 	f, err := r.reply()
 	if err != nil || f.Opcode != OpHello {
 		t.Fatalf("the server's first frame: %+v, %v\n%s", f, err, p.stderrTail())
@@ -75,15 +99,22 @@ func (r *rawServer) reply() (Frame, error) {
 // end closes the server's stdin and returns how it ended.
 func (r *rawServer) end() (exit string) {
 	r.p.in.Close()
+	defer r.release()
 	if !r.p.wait(rawReplyTimeout) {
 		r.p.kill()
 		r.p.wait(waitDelay + time.Second)
-		r.p.release()
 		return "hung at the end of its input"
 	}
-	r.p.release()
 	exit, _ = r.p.diagnose()
 	return exit
+}
+
+// release closes the pipes and unmaps the rings of a server that has exited.
+func (r *rawServer) release() {
+	r.p.release()
+	if r.rings != nil {
+		r.rings.unmap()
+	}
 }
 
 // peakRSS is the server's peak resident memory in bytes (VmHWM).
@@ -374,7 +405,7 @@ func checkAnswer(ff fuzzFrame, f Frame, g *corpus) (exits bool, err error) {
 
 // fuzzServer sends n corpus frames through the real server and checks
 // every answer and every ending.
-func fuzzServer(t *testing.T, bin string, seed uint64, n int) {
+func fuzzServer(t *testing.T, bin string, seed uint64, n int, useRings bool) {
 	a, err := newArena(1 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -389,7 +420,7 @@ func fuzzServer(t *testing.T, bin string, seed uint64, n int) {
 				t.Fatalf("the server ended its input with %s\n%s", exit, r.p.stderrTail())
 			}
 		}
-		r = startRaw(t, bin, a)
+		r = startRaw(t, bin, a, useRings)
 		g.handles = g.handles[:0]
 		starts++
 	}
@@ -406,7 +437,7 @@ func fuzzServer(t *testing.T, bin string, seed uint64, n int) {
 			}
 			restart()
 		}
-		if _, err := r.p.in.Write(ff.bytes); err != nil {
+		if _, err := r.out.Write(ff.bytes); err != nil {
 			t.Fatalf("frame %d (% x...): writing it: %v\n%s", i, head(ff.bytes), err, r.p.stderrTail())
 		}
 		switch ff.kind {
@@ -429,7 +460,7 @@ func fuzzServer(t *testing.T, bin string, seed uint64, n int) {
 				if !r.p.wait(rawReplyTimeout) {
 					t.Fatalf("frame %d: SHUTDOWN answered OK but the server did not exit", i)
 				}
-				r.p.release()
+				r.release()
 				if exit, _ := r.p.diagnose(); exit != "exit status 0" {
 					t.Fatalf("frame %d: after SHUTDOWN the server ended with %s", i, exit)
 				}
@@ -455,8 +486,9 @@ func fuzzServer(t *testing.T, bin string, seed uint64, n int) {
 	}
 	restart()
 	r.end()
-	t.Logf("%d frames (%d answered, %d short, %d over the cap, %d truncated) through %d servers in %v; peak server RSS %d MiB; seed %d",
-		n, kinds[frameAnswered], kinds[frameShortBody], kinds[frameOverCap], kinds[frameTruncated], starts, time.Since(began).Round(time.Millisecond), peak>>20, seed)
+	transport := map[bool]string{false: "pipes", true: "rings"}[useRings]
+	t.Logf("%d frames (%d answered, %d short, %d over the cap, %d truncated) on the %s through %d servers in %v; peak server RSS %d MiB; seed %d",
+		n, kinds[frameAnswered], kinds[frameShortBody], kinds[frameOverCap], kinds[frameTruncated], transport, starts, time.Since(began).Round(time.Millisecond), peak>>20, seed)
 	// The server's own footprint is a few MiB; the corpus's buffers stay
 	// under 5000/frame × 64 KiB; a 1 GiB frame allocated would show.
 	if peak > 256<<20 {
@@ -482,7 +514,12 @@ func TestRealServerSurvivesMalformedFrames(t *testing.T) {
 	if longRun() {
 		n = 1_000_000
 	}
-	fuzzServer(t, bin, fuzzSeed(t), n)
+	for _, transport := range []string{"pipes", "rings"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			fuzzServer(t, bin, fuzzSeed(t), n, transport == "rings")
+		})
+	}
 }
 
 // FuzzServerFrame sends one frame body, as the fuzzer makes it, through a
@@ -520,7 +557,7 @@ func FuzzServerFrame(f *testing.F) {
 			}
 		}
 		if r == nil {
-			r = startRaw(t, bin, a)
+			r = startRaw(t, bin, a, true)
 		}
 		ff := fuzzFrame{kind: frameAnswered}
 		if len(body) < HeaderBytes {
@@ -530,7 +567,7 @@ func FuzzServerFrame(f *testing.F) {
 			ff.op = Opcode(binary.LittleEndian.Uint16(body[4:]))
 			clampAlloc(ff.op, binary.LittleEndian.Uint16(body[6:]), body[HeaderBytes:])
 		}
-		if _, err := r.p.in.Write(append(binary.LittleEndian.AppendUint32(nil, uint32(len(body))), body...)); err != nil {
+		if _, err := r.out.Write(append(binary.LittleEndian.AppendUint32(nil, uint32(len(body))), body...)); err != nil {
 			t.Fatalf("writing the frame: %v\n%s", err, r.p.stderrTail())
 		}
 		got, err := r.reply()

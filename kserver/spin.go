@@ -95,3 +95,30 @@ func (r *spinReader) Read(p []byte) (int, error) {
 		spinStart = time.Time{}
 	}
 }
+
+// spinUntil calls ready until it reports true or spin passes, and reports
+// which. It yields the core every microsecond, so that on a busy machine
+// the server it waits for can run.
+func spinUntil(spin time.Duration, ready func() bool) bool {
+	if ready() {
+		return true
+	}
+	if spin <= 0 {
+		return false
+	}
+	start := time.Now()
+	yielded := start
+	for {
+		if ready() {
+			return true
+		}
+		now := time.Now()
+		if now.Sub(start) > spin {
+			return false
+		}
+		if now.Sub(yielded) > time.Microsecond {
+			_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			yielded = now
+		}
+	}
+}

@@ -40,6 +40,24 @@ constexpr uint32_t kRunKnownFlags = kRunUntimed;
 // The shared-memory arena is this file descriptor, set up by the host.
 constexpr int kArenaFd = 3;
 
+// The ring transport (PROTOCOL.md, "Rings"). A host that sets kRingsEnvName
+// to "4" passes a file of kRingFileBytes on kRingFd: two single-producer,
+// single-consumer byte rings, requests at offset 0 and responses at
+// kRingBytes, each a control page and then kRingDataBytes of data. The
+// frames then travel through the rings and the pipes carry only wake-ups and
+// the end of input.
+constexpr const char* kRingsEnvName = "VKERN_KERNEL_SERVER_RINGS";
+constexpr int kRingFd = 4;
+constexpr uint64_t kRingControlBytes = 4096;
+constexpr uint64_t kRingDataBytes = uint64_t{1} << 20;  // a power of two
+constexpr uint64_t kRingBytes = kRingControlBytes + kRingDataBytes;
+constexpr uint64_t kRingFileBytes = 2 * kRingBytes;
+// The control page's words, each on its own cache line.
+constexpr size_t kRingHead = 0;             // u64: bytes ever written; the producer's
+constexpr size_t kRingTail = 64;            // u64: bytes ever read; the consumer's
+constexpr size_t kRingReaderAsleep = 128;   // u32: 1 while the consumer sleeps for data
+constexpr size_t kRingWriterAsleep = 192;   // u32: 1 while the producer sleeps for room
+
 enum Opcode : uint16_t {
   kOpHello = 1,
   kOpPing = 2,
@@ -72,7 +90,7 @@ enum ExitStatus : int {
   kExitOversizedFrame = 3,  // a length prefix over kMaxFrameBytes
   kExitDeviceError = 4,     // the device failed; a DEVICE_ERROR was sent
   kExitOutputClosed = 5,    // stdout could not be written (the host went away)
-  kExitNoArena = 6,         // file descriptor 3 is not a mappable arena
+  kExitNoArena = 6,         // fd 3 is not a mappable arena, or fd 4 not the rings asked for
   kExitNoCookie = 64,       // started without the environment cookie
 };
 

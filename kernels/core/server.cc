@@ -1,8 +1,9 @@
 // The kernel server's frame loop (PROTOCOL.md, version 2), backend-neutral.
 //
-// One thread reads a request frame from stdin, validates it completely,
-// hands it to the backend, and writes exactly one response frame to stdout
-// before it reads the next, so responses leave in request order. The core
+// One thread reads a request frame, validates it completely, hands it to the
+// backend, and writes exactly one response frame before it reads the next,
+// so responses leave in request order. How the frames travel, on the pipes
+// or through shared-memory rings, is link.h's affair. The core
 // owns the handle table and every check against it, so a backend only ever
 // sees live buffers, in-range offsets and shapes that match the op table.
 //
@@ -12,16 +13,14 @@
 // once and remapped only when a request names a range past the mapping,
 // after fstat shows that the host has grown the file.
 //
-// stdout carries frames only. At start the server keeps a private duplicate
-// of stdout for frames and points file descriptor 1 at stderr, so a stray
-// print from a library cannot corrupt the frame stream.
+// stdout carries frames (or, with rings, wake bytes) only. At start the
+// server keeps a private duplicate of stdout for them and points file
+// descriptor 1 at stderr, so a stray print from a library cannot corrupt
+// the stream.
 #include <fcntl.h>
-#include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +35,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/link.h"
 #include "core/ops.h"
 #include "core/protocol.h"
 
@@ -64,71 +64,12 @@ const char* opcode_name(uint16_t opcode) {
   }
 }
 
-bool write_full(int fd, const uint8_t* src, size_t n) {
-  size_t put = 0;
-  while (put < n) {
-    const ssize_t w = ::write(fd, src + put, n - put);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    put += static_cast<size_t>(w);
-  }
-  return true;
-}
-
-// spin_ns is how long a read that finds stdin empty keeps retrying before it
-// sleeps in poll(2): 50 µs, or $VKERN_SPIN_US microseconds (0 to 10,000; 0
-// sleeps at once), the variable the host's reader obeys too. A sleeping
-// reader costs a scheduler wake-up per request, several microseconds on a
-// virtual machine; a host that sends its next request within this window (a
-// training step's stream of small calls) is answered without one. The price
-// is at most this much of one core after each request.
-int64_t spin_ns = 50'000;
-
-void read_spin_setting() {
-  const char* v = std::getenv("VKERN_SPIN_US");
-  if (v == nullptr || *v == '\0') return;
-  char* end = nullptr;
-  const long us = std::strtol(v, &end, 10);
-  if (*end == '\0' && us >= 0 && us <= 10'000) spin_ns = int64_t{us} * 1000;
-}
-
-int64_t monotonic_ns() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
-
-// read_some reads up to n bytes of stdin, at least one unless input ends: 0
-// at end of input, -1 on a read error. stdin is non-blocking (run_server
-// sets it), so an empty pipe is retried for spin_ns and then waited on with
-// poll; on a descriptor that cannot be non-blocking, read simply blocks.
-long long read_some(uint8_t* dst, size_t n) {
-  int64_t spin_start = -1;
-  for (;;) {
-    const ssize_t r = ::read(0, dst, n);
-    if (r >= 0) return r;
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-    // Let whatever else is ready run first: on a busy machine that may be
-    // the host this server is waiting for.
-    ::sched_yield();
-    const int64_t now = monotonic_ns();
-    if (spin_start < 0) {
-      spin_start = now;
-    } else if (now - spin_start > spin_ns) {
-      pollfd p = {0, POLLIN, 0};
-      if (::poll(&p, 1, -1) < 0 && errno != EINTR) return -1;
-      spin_start = -1;
-    }
-  }
-}
-
-// Input reads stdin through a buffer, so that a burst of pipelined requests
-// costs one read call rather than two per frame.
+// Input reads the request stream through a buffer, so that a burst of
+// pipelined requests costs one read call rather than two per frame.
 class Input {
  public:
+  explicit Input(Link& link) : link_(link) {}
+
   // read_full reads n bytes unless input ends first; it returns the count
   // read, or -1 on a read error (errno says which).
   long long read_full(uint8_t* dst, size_t n) {
@@ -137,13 +78,13 @@ class Input {
       if (next_ == end_) {
         // Large reads bypass the buffer; small ones refill it.
         if (n - got >= sizeof buf_) {
-          const long long r = read_some(dst + got, n - got);
+          const long long r = link_.read_some(dst + got, n - got);
           if (r == 0) break;
           if (r < 0) return -1;
           got += static_cast<size_t>(r);
           continue;
         }
-        const long long r = read_some(buf_, sizeof buf_);
+        const long long r = link_.read_some(buf_, sizeof buf_);
         if (r == 0) break;
         if (r < 0) return -1;
         next_ = 0;
@@ -158,6 +99,7 @@ class Input {
   }
 
  private:
+  Link& link_;
   uint8_t buf_[64 << 10];
   size_t next_ = 0, end_ = 0;
 };
@@ -285,7 +227,7 @@ struct Outcome {
 
 class Server {
  public:
-  explicit Server(int frame_out) : out_fd_(frame_out) {}
+  explicit Server(Link& link) : link_(link), in_(link) {}
 
   bool open_arena(std::string* message) { return arena_.open(message); }
   uint64_t arena_bytes() const { return arena_.mapped(); }
@@ -317,7 +259,7 @@ class Server {
   Result text_write(const uint8_t* p, size_t n);
   Result text_read(const uint8_t* p, size_t n);
 
-  const int out_fd_;
+  Link& link_;
   Input in_;
   Arena arena_;
   std::vector<uint8_t> request_;
@@ -335,7 +277,7 @@ bool Server::send(uint32_t id, uint16_t opcode, Status status) {
   store_u32(p + 4, id);
   store_u16(p + 8, opcode);
   store_u16(p + 10, status);
-  const bool ok = write_full(out_fd_, response_.data(), response_.size());
+  const bool ok = link_.write_all(response_.data(), response_.size());
   response_.clear();
   return ok;
 }
@@ -738,17 +680,21 @@ int run_server() {
     return kExitNoCookie;
   }
   ::signal(SIGPIPE, SIG_IGN);
-  // Non-blocking stdin lets read_some spin before it sleeps. Should fcntl
-  // fail (it does not on a pipe), reads block and the server still works.
   read_spin_setting();
-  const int in_flags = ::fcntl(0, F_GETFL);
-  if (spin_ns > 0 && in_flags >= 0) (void)::fcntl(0, F_SETFL, in_flags | O_NONBLOCK);
-  const int frame_out = ::dup(1);
+  // Above the arena's and the rings' descriptors, which the host may have
+  // left empty.
+  const int frame_out = ::fcntl(1, F_DUPFD, kRingFd + 1);
   if (frame_out < 0 || ::dup2(2, 1) < 0) {
     std::fprintf(stderr, "vkern kernel server: setting up stdout: %s\n", std::strerror(errno));
     return kExitOutputClosed;
   }
-  Server server(frame_out);
+  Link link;
+  std::string link_error;
+  if (!link.open(frame_out, &link_error)) {
+    std::fprintf(stderr, "vkern kernel server: no rings: %s\n", link_error.c_str());
+    return kExitNoArena;
+  }
+  Server server(link);
   std::string arena_error;
   if (!server.open_arena(&arena_error)) {
     std::fprintf(stderr, "vkern kernel server: no arena: %s\n", arena_error.c_str());
@@ -760,9 +706,9 @@ int run_server() {
     server.release_all();
     return kExitDeviceError;
   }
-  std::fprintf(stderr, "vkern kernel server: pid %ld, protocol %u, arena of %llu bytes on fd %d\n",
+  std::fprintf(stderr, "vkern kernel server: pid %ld, protocol %u, arena of %llu bytes on fd %d, frames on %s\n",
                static_cast<long>(::getpid()), kProtocolVersion,
-               static_cast<unsigned long long>(server.arena_bytes()), kArenaFd);
+               static_cast<unsigned long long>(server.arena_bytes()), kArenaFd, link.name());
   int status = kExitOutputClosed;
   if (server.send_hello()) {
     status = server.serve();
