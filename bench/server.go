@@ -48,7 +48,9 @@ var DefaultServerSizes = []int64{1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20
 
 // ServerSuite measures the kernel server itself on the binary at
 // serverPath (built from sources with the given SHA-256): the round trip of
-// a PING against a bare pipe round trip; a tiny RUN, timed and untimed; a
+// a PING, and of the untimed tiny RUN, through the rings against the same on
+// the pipes, and the pipes' PING against a bare pipe round trip; a tiny RUN,
+// timed and untimed; a
 // batch of 100 tiny RUNs and its overhead per run beyond the kernels' own
 // time; the same tiny
 // RUN with one fresh server process per call, as the seed ran kernels; and
@@ -98,9 +100,7 @@ func ServerSuite(ctx context.Context, serverPath string, sourceSHA string, opts 
 	}
 	results = append(results, Result{Name: "pipe_echo_blocking", N: opts.Calls, MedianNs: float64(echo),
 		Note: "12 bytes to `cat` and back over pipes in blocking mode, as kserver uses them: the floor under a PING"})
-	r := Result{Name: "ping", N: opts.Calls, MedianNs: float64(ping), Note: "PING frame and its answer, through kserver.Client"}
-	r.Relate("pipe_echo_blocking", float64(echo))
-	results = append(results, r)
+	r := Result{Name: "ping", N: opts.Calls, MedianNs: float64(ping), Note: "PING frame and its answer, through kserver.Client, the frames in the shared-memory rings"}
 
 	x, err := c.Alloc(ctx, 2*tinyRows*tinyCols)
 	if err != nil {
@@ -137,6 +137,15 @@ func ServerSuite(ctx context.Context, serverPath string, sourceSHA string, opts 
 	}
 	runUntimedResult := Result{Name: "run_tiny_untimed", N: opts.Calls, MedianNs: float64(runUntimed),
 		Note: "the same RUN with the untimed flag: the server waits for the kernel but records no timing events"}
+
+	say("timing %d pings and untimed tiny runs with the frames on the pipes", opts.Calls)
+	pipes, err := pipeTransport(ctx, cfg, tiny.OpID, tiny.Params, opts.Calls, warm)
+	if err != nil {
+		return nil, err
+	}
+	r.Relate(pipes[0].Name, pipes[0].MedianNs)
+	pipes[0].Relate("pipe_echo_blocking", float64(echo))
+	runUntimedResult.Relate(pipes[1].Name, pipes[1].MedianNs)
 
 	const batch = 100
 	runs := make([]kserver.RunRequest, batch)
@@ -175,7 +184,7 @@ func ServerSuite(ctx context.Context, serverPath string, sourceSHA string, opts 
 		return nil, err
 	}
 	runTinyResult.Relate("oneshot_run_tiny", float64(oneshot))
-	results = append(results, runTinyResult, runUntimedResult)
+	results = append(results, r, pipes[0], runTinyResult, runUntimedResult, pipes[1])
 	results = append(results, batchResults...)
 	results = append(results, Result{Name: "oneshot_run_tiny", N: opts.Oneshots, MedianNs: float64(oneshot),
 		Note: "the seed's one-shot: start a server, HELLO, ALLOC+WRITE both buffers, RUN, READ both back, SHUTDOWN, exit"})
@@ -233,6 +242,35 @@ func pipeEcho(ctx context.Context, n int) (time.Duration, error) {
 		_, err := io.ReadFull(outR, back)
 		return err
 	}))
+}
+
+// pipeTransport times PING and the untimed tiny RUN through a second server
+// whose frames travel on the pipes (kserver.Config.Pipes), the transport
+// before the rings: the baseline the rings are measured against.
+func pipeTransport(ctx context.Context, cfg kserver.Config, op uint32, params []int64, n, warm int) ([]Result, error) {
+	cfg.Pipes = true
+	c := kserver.New(cfg)
+	defer c.Close()
+	x, err := c.Alloc(ctx, 2*tinyRows*tinyCols)
+	if err != nil {
+		return nil, err
+	}
+	y, err := c.Alloc(ctx, 2*tinyRows*tinyCols)
+	if err != nil {
+		return nil, err
+	}
+	ping, err := Median(ctx, n, warm, Wall(func() error { return c.Ping(ctx) }))
+	if err != nil {
+		return nil, err
+	}
+	run, err := Median(ctx, n, warm, Wall(func() error { return c.RunUntimed(ctx, op, params, []kserver.Handle{x, y}) }))
+	if err != nil {
+		return nil, err
+	}
+	return []Result{
+		{Name: "ping_pipes", N: n, MedianNs: float64(ping), Note: "PING with the frames on the pipes instead of the rings (kserver.Config.Pipes)"},
+		{Name: "run_tiny_untimed_pipes", N: n, MedianNs: float64(run), Note: "the untimed tiny RUN with the frames on the pipes"},
+	}, nil
 }
 
 // oneshotRun times runs of tiny, each in a fresh server (kserver's isolated mode).

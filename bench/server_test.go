@@ -45,7 +45,7 @@ func TestServerSuiteMeasuresEveryCase(t *testing.T) {
 		byName[r.Name] = r
 		t.Logf("%-30s n=%-4d %12v %6.2f GB/s  %s %.3g", r.Name, r.N, time.Duration(r.MedianNs), r.GBps, r.Anchor, r.Ratio)
 	}
-	for _, name := range []string{"pipe_echo_blocking", "ping", "run_tiny", "run_batch100", "run_batch100_overhead_per_op",
+	for _, name := range []string{"pipe_echo_blocking", "ping", "ping_pipes", "run_tiny", "run_tiny_untimed", "run_tiny_untimed_pipes", "run_batch100", "run_batch100_overhead_per_op",
 		"oneshot_run_tiny", "write_1MiB", "read_1MiB", "write_3MiB", "read_3MiB", "text_write_1MiB", "text_read_1MiB"} {
 		r, ok := byName[name]
 		if !ok {
@@ -61,7 +61,8 @@ func TestServerSuiteMeasuresEveryCase(t *testing.T) {
 			}
 		}
 	}
-	for name, anchor := range map[string]string{"ping": "pipe_echo_blocking", "run_tiny": "oneshot_run_tiny",
+	for name, anchor := range map[string]string{"ping": "ping_pipes", "ping_pipes": "pipe_echo_blocking",
+		"run_tiny_untimed": "run_tiny_untimed_pipes", "run_tiny": "oneshot_run_tiny",
 		"write_1MiB": "text_write_1MiB", "read_1MiB": "text_read_1MiB"} {
 		if r := byName[name]; r.Anchor != anchor || r.Ratio <= 0 {
 			t.Errorf("%s: anchor %q ratio %v, want %s", name, r.Anchor, r.Ratio, anchor)
