@@ -37,6 +37,11 @@ type ServerOptions struct {
 	Progress io.Writer
 }
 
+// QuickServerOptions sample the round trips in seconds (`vkern bench
+// --suite server --quick`): 3000 of each small call, 1 MiB transfers, and
+// the seed-style baselines at a token size.
+var QuickServerOptions = ServerOptions{Calls: 3000, Oneshots: 3, Sizes: []int64{1 << 20}, TextBytes: 64 << 10, TextRuns: 1}
+
 // tinyRows, tinyCols are the tiny RUN: a softmax of one f16 element.
 const tinyRows, tinyCols = 1, 1
 

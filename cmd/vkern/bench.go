@@ -33,6 +33,8 @@ than the anchor). Benchmarks only report; they never fail on a time.
   --op NAME      ops suite: the ops (repeatable; default all)
   --shape S      ops suite: the shapes (repeatable)
   --runs N       ops suite: timed runs per case (default 50)
+  --quick        server suite: the small calls only (3000 of each), 1 MiB transfers,
+                 the baselines at a token size: a sample of the round trips in seconds
   --json FILE    write the results as JSON
   --svg FILE     write a chart of the ratios to the anchors
 `
@@ -47,6 +49,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	jsonPath := fs.String("json", "", "")
 	svgPath := fs.String("svg", "", "")
 	runs := fs.Int("runs", 50, "")
+	quick := fs.Bool("quick", false, "")
 	var ops, shapes listFlag
 	fs.Var(&ops, "op", "")
 	fs.Var(&shapes, "shape", "")
@@ -75,6 +78,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "vkern bench: --runs %d: want at least 1\n", *runs)
 		return exitUsage
 	}
+	if *quick && *suite != "server" {
+		fmt.Fprintf(stderr, "vkern bench: --quick is for --suite server, not %q\n", *suite)
+		return exitUsage
+	}
 	var anchors []bench.Anchor
 	if *anchorsPath != "" {
 		var err error
@@ -98,7 +105,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case "server":
 		var info vkern.Info
 		if info, err = vkern.Build(ctx, vkern.Options{Backend: *backend}); err == nil {
-			results, err = bench.ServerSuite(ctx, info.BinaryPath, info.SourceSHA256, bench.ServerOptions{Progress: stderr})
+			opts := bench.ServerOptions{Progress: stderr}
+			if *quick {
+				opts = bench.QuickServerOptions
+				opts.Progress = stderr
+			}
+			results, err = bench.ServerSuite(ctx, info.BinaryPath, info.SourceSHA256, opts)
 		}
 	default:
 		fmt.Fprintf(stderr, "vkern bench: unknown --suite %q: want core, ops or server\n", *suite)

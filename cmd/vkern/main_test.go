@@ -42,6 +42,7 @@ func TestUsageErrorsExitTwoWithALineThatNamesTheValue(t *testing.T) {
 		{[]string{"cache", "empty"}, `unknown subcommand "empty"`},
 		{[]string{"bench", "--suite", "nope"}, `unknown --suite "nope"`},
 		{[]string{"bench", "--n", "0"}, "--n 0"},
+		{[]string{"bench", "--suite", "ops", "--quick"}, `--quick is for --suite server, not "ops"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -187,5 +188,45 @@ func TestBenchOpsSuiteWritesResultsAndAChart(t *testing.T) {
 	}
 	if svg, err := os.ReadFile(svgPath); err != nil || !bytes.Contains(svg, []byte("gemm_32x16x8")) {
 		t.Errorf("chart: %v\n%s", err, svg)
+	}
+}
+
+// The quick server suite samples the round trips, through the rings and on
+// the pipes, in seconds.
+func TestBenchServerQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the C++ server")
+	}
+	jsonPath := filepath.Join(t.TempDir(), "server.json")
+	code, stdout, stderr := runCLI(t, "bench", "--suite", "server", "--backend", "cpu", "--quick", "--json", jsonPath)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var doc struct {
+		Results []struct {
+			Name     string  `json:"name"`
+			N        int     `json:"n"`
+			MedianNs float64 `json:"median_ns"`
+			Anchor   string  `json:"anchor"`
+		} `json:"results"`
+	}
+	data, _ := os.ReadFile(jsonPath)
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("JSON %s: %v", data, err)
+	}
+	seen := map[string]bool{}
+	for _, r := range doc.Results {
+		seen[r.Name] = true
+		if r.Name == "ping" && (r.N != 3000 || r.MedianNs <= 0 || r.Anchor != "ping_pipes") {
+			t.Errorf("ping: %+v, want 3000 calls anchored to ping_pipes", r)
+		}
+	}
+	for _, name := range []string{"ping", "ping_pipes", "run_tiny_untimed", "run_tiny_untimed_pipes", "write_1MiB", "read_1MiB", "text_write_64KiB"} {
+		if !seen[name] {
+			t.Errorf("no %s result in %s", name, data)
+		}
+	}
+	if seen["write_256MiB"] {
+		t.Error("the quick suite measured 256 MiB transfers")
 	}
 }
