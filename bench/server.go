@@ -107,11 +107,7 @@ func ServerSuite(ctx context.Context, serverPath string, sourceSHA string, opts 
 		Note: "12 bytes to `cat` and back over pipes in blocking mode, as kserver uses them: the floor under a PING"})
 	r := Result{Name: "ping", N: opts.Calls, MedianNs: float64(ping), Note: "PING frame and its answer, through kserver.Client, the frames in the shared-memory rings"}
 
-	x, err := c.Alloc(ctx, 2*tinyRows*tinyCols)
-	if err != nil {
-		return nil, err
-	}
-	y, err := c.Alloc(ctx, 2*tinyRows*tinyCols)
+	x, y, err := tinyBuffers(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +245,15 @@ func pipeEcho(ctx context.Context, n int) (time.Duration, error) {
 	}))
 }
 
+// tinyBuffers allocates the tiny RUN's input and output.
+func tinyBuffers(ctx context.Context, c *kserver.Client) (x, y kserver.Handle, err error) {
+	if x, err = c.Alloc(ctx, 2*tinyRows*tinyCols); err != nil {
+		return x, y, err
+	}
+	y, err = c.Alloc(ctx, 2*tinyRows*tinyCols)
+	return x, y, err
+}
+
 // pipeTransport times PING and the untimed tiny RUN through a second server
 // whose frames travel on the pipes (kserver.Config.Pipes), the transport
 // before the rings: the baseline the rings are measured against.
@@ -256,11 +261,7 @@ func pipeTransport(ctx context.Context, cfg kserver.Config, op uint32, params []
 	cfg.Pipes = true
 	c := kserver.New(cfg)
 	defer c.Close()
-	x, err := c.Alloc(ctx, 2*tinyRows*tinyCols)
-	if err != nil {
-		return nil, err
-	}
-	y, err := c.Alloc(ctx, 2*tinyRows*tinyCols)
+	x, y, err := tinyBuffers(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -283,11 +284,7 @@ func oneshotRun(ctx context.Context, cfg kserver.Config, tiny kserver.RunRequest
 	cfg.Isolated = true
 	iso := kserver.New(cfg)
 	defer iso.Close()
-	x, err := iso.Alloc(ctx, 2*tinyRows*tinyCols)
-	if err != nil {
-		return 0, err
-	}
-	y, err := iso.Alloc(ctx, 2*tinyRows*tinyCols)
+	x, y, err := tinyBuffers(ctx, iso)
 	if err != nil {
 		return 0, err
 	}

@@ -100,13 +100,7 @@ func TestRingsCarryAStreamIntact(t *testing.T) {
 // the host reads nothing until the server sleeps.
 func TestRealServerWaitsForRoomInTheResponseRing(t *testing.T) {
 	t.Parallel()
-	bin := buildRealServer(t)
-	a, err := newArena(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.close()
-	r := startRaw(t, bin, a, true)
+	r := startRaw(t, buildRealServer(t), testArena(t), true)
 	defer r.end()
 	send := func(id uint32, op Opcode, payload []byte) {
 		t.Helper()
@@ -128,7 +122,7 @@ func TestRealServerWaitsForRoomInTheResponseRing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	copy(a.mem, f16s(count, 0xFFFF))
+	copy(r.arena.mem, f16s(count, 0xFFFF))
 	send(2, OpWrite, AppendTransferRequest(nil, TransferRequest{Handle: h, Length: 2 * count}))
 	answer(2, OpWrite)
 
@@ -239,11 +233,7 @@ func TestRealServerRequestsLargerThanTheRing(t *testing.T) {
 func TestRealServerRefusesBadRings(t *testing.T) {
 	t.Parallel()
 	bin := buildRealServer(t)
-	a, err := newArena(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.close()
+	a := testArena(t)
 	small, err := os.CreateTemp(t.TempDir(), "rings")
 	if err != nil {
 		t.Fatal(err)
@@ -286,4 +276,15 @@ func TestRealServerRefusesBadRings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testArena is an arena of 1 MiB for a raw server, closed after the test.
+func testArena(t *testing.T) *arena {
+	t.Helper()
+	a, err := newArena(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.close)
+	return a
 }
