@@ -72,7 +72,9 @@ func newRings() (*rings, error) {
 		file.Close()
 		return nil, fmt.Errorf("kserver: sizing the shared-memory rings to %d bytes: %w: %w", ringFileBytes, ErrOutOfMemory, err)
 	}
-	mem, err := unix.Mmap(fd, 0, ringFileBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	// MAP_POPULATE maps every page now: no page faults in the middle of a
+	// call, and a resident size that stays flat from the first call on.
+	mem, err := unix.Mmap(fd, 0, ringFileBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		file.Close()
 		return nil, fmt.Errorf("kserver: mapping the shared-memory rings: %w", err)
