@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vkern/vkern/bench"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -169,20 +171,11 @@ func TestBenchOpsSuiteWritesResultsAndAChart(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	var doc struct {
-		Results []struct {
-			Name       string  `json:"name"`
-			N          int     `json:"n"`
-			MedianNs   float64 `json:"median_ns"`
-			Ratio      float64 `json:"ratio"`
-			FloorShare float64 `json:"floor_share"`
-		} `json:"results"`
+	results, data := benchJSON(t, jsonPath)
+	if len(results) != 2 {
+		t.Fatalf("JSON %s: want two results", data)
 	}
-	data, _ := os.ReadFile(jsonPath)
-	if err := json.Unmarshal(data, &doc); err != nil || len(doc.Results) != 2 {
-		t.Fatalf("JSON %s: %v", data, err)
-	}
-	g := doc.Results[0]
+	g := results[0]
 	if g.Name != "gemm_32x16x8" || g.N != 3 || g.MedianNs <= 0 || g.Ratio <= 0 || g.FloorShare <= 0 {
 		t.Errorf("gemm result %+v: want 3 runs, a ratio to its anchor and a floor share", g)
 	}
@@ -202,20 +195,9 @@ func TestBenchServerQuick(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	var doc struct {
-		Results []struct {
-			Name     string  `json:"name"`
-			N        int     `json:"n"`
-			MedianNs float64 `json:"median_ns"`
-			Anchor   string  `json:"anchor"`
-		} `json:"results"`
-	}
-	data, _ := os.ReadFile(jsonPath)
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatalf("JSON %s: %v", data, err)
-	}
+	results, data := benchJSON(t, jsonPath)
 	seen := map[string]bool{}
-	for _, r := range doc.Results {
+	for _, r := range results {
 		seen[r.Name] = true
 		if r.Name == "ping" && (r.N != 3000 || r.MedianNs <= 0 || r.Anchor != "ping_pipes") {
 			t.Errorf("ping: %+v, want 3000 calls anchored to ping_pipes", r)
@@ -229,4 +211,20 @@ func TestBenchServerQuick(t *testing.T) {
 	if seen["write_256MiB"] {
 		t.Error("the quick suite measured 256 MiB transfers")
 	}
+}
+
+// benchJSON reads the results `vkern bench --json` wrote, and the file.
+func benchJSON(t *testing.T, path string) ([]bench.Result, []byte) {
+	t.Helper()
+	var doc struct {
+		Results []bench.Result `json:"results"`
+	}
+	data, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(data, &doc)
+	}
+	if err != nil {
+		t.Fatalf("JSON %s: %v", data, err)
+	}
+	return doc.Results, data
 }
