@@ -100,12 +100,11 @@ func newConn(c *Client, gen uint64, p process, r *rings) (*conn, error) {
 		s.w, s.fr.f = p.stdin(), newPipeReader(p.stdout(), spin)
 		return s, nil
 	}
-	rr, err := newRingReader(r, p.stdout(), p.stdin(), spin)
+	rr, w, err := ringStreams(r, p, spin)
 	if err != nil {
 		return nil, err
 	}
-	s.fr.f = rr
-	s.w = &ringWriter{g: &r.req, kick: p.stdin(), spin: spin, gone: func() bool { return p.wait(0) }}
+	s.fr.f, s.w = rr, w
 	return s, nil
 }
 

@@ -140,12 +140,17 @@ type ringReader struct {
 	kicks int // how often a server waiting for room was woken (for tests)
 }
 
-func newRingReader(r *rings, stdout, stdin *os.File, spin time.Duration) (*ringReader, error) {
+// ringStreams are the host's ends of r for the server p: the response
+// stream it reads and the request stream it writes.
+func ringStreams(r *rings, p process, spin time.Duration) (*ringReader, *ringWriter, error) {
+	stdout, stdin := p.stdout(), p.stdin()
 	fd := int(stdout.Fd())
 	if err := unix.SetNonblock(fd, true); err != nil {
-		return nil, fmt.Errorf("kserver: making the server's stdout non-blocking: %w", err)
+		return nil, nil, fmt.Errorf("kserver: making the server's stdout non-blocking: %w", err)
 	}
-	return &ringReader{g: &r.resp, wake: stdout, fd: fd, kick: stdin, spin: spin}, nil
+	rr := &ringReader{g: &r.resp, wake: stdout, fd: fd, kick: stdin, spin: spin}
+	w := &ringWriter{g: &r.req, kick: stdin, spin: spin, gone: func() bool { return p.wait(0) }}
+	return rr, w, nil
 }
 
 func (rr *ringReader) Read(p []byte) (int, error) {

@@ -72,12 +72,11 @@ func startRaw(t testing.TB, bin string, a *arena, useRings bool) *rawServer {
 	}
 	r := &rawServer{p: p, in: &frameReader{f: p.stdout()}, out: p.stdin(), rings: rf, arena: a}
 	if rf != nil {
-		rr, err := newRingReader(rf, p.stdout(), p.stdin(), defaultSpin)
+		rr, w, err := ringStreams(rf, p, defaultSpin)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.in.f = rr
-		r.out = &ringWriter{g: &rf.req, kick: p.stdin(), spin: defaultSpin, gone: func() bool { return p.wait(0) }}
+		r.in.f, r.out = rr, w
 	}
 	f, err := r.reply()
 	if err != nil || f.Opcode != OpHello {
