@@ -202,18 +202,8 @@ __global__ void __launch_bounds__(kSegmentThreads)
     const int cols = static_cast<int>(V - first < kSegment ? V - first : kSegment);
     RowSlice<kSegmentThreads, kSegmentElems, VW> x;
     x.load(X + r * V + first, cols, t, kNegInfPair);
-    float m = neg_inf();
-    m = fmaxf(m, max_of(x.w));
-    m = row_max<kSegmentThreads>(m, red);
-    launder(x.w);
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kSegmentElems; ++i) {
-      const float v = element(x.w, i);
-      s += v == neg_inf() ? 0.0f : exp_of(v - m);  // a segment of only −Inf has m = −Inf
-    }
-    s = row_sum<kSegmentThreads>(s, red);
-    if (t == 0) partials[job] = make_float2(m, s);
+    const float2 stats = slice_stats(x, red);  // a segment of only −Inf gives (−Inf, 0)
+    if (t == 0) partials[job] = stats;
   }
 }
 

@@ -182,6 +182,25 @@ __device__ __forceinline__ float row_sum(float v, float* red) {
   return v;
 }
 
+// slice_stats is a slice's (max m, Σ exp(x − m)) across the block's T
+// threads, in which −Inf elements add 0: a slice of only −Inf gives
+// (−Inf, 0), which adds nothing when partials are combined. The segmented
+// and cluster paths of softmax and cross_entropy start from it.
+template <int T, int E, int VW>
+__device__ __forceinline__ float2 slice_stats(RowSlice<T, E, VW>& x, float* red) {
+  float m = neg_inf();
+  m = fmaxf(m, max_of(x.w));
+  m = row_max<T>(m, red);
+  launder(x.w);
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    const float v = element(x.w, i);
+    s += v == neg_inf() ? 0.0f : exp_of(v - m);
+  }
+  return make_float2(m, row_sum<T>(s, red));
+}
+
 // Whether a slice's exps are kept in registers between the sum and the
 // output, rather than computed twice (the budget is 64 registers a thread
 // at 1,024 threads, 128 at 512).

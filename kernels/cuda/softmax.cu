@@ -217,18 +217,8 @@ __global__ void __launch_bounds__(kSegmentThreads)
     const int cols = static_cast<int>(C - first < kSegment ? C - first : kSegment);
     RowSlice<kSegmentThreads, kSegmentElems, VW> x;
     x.load(X + r * C + first, cols, t, kNegInfPair);
-    float m = neg_inf();
-    m = fmaxf(m, max_of(x.w));
-    m = row_max<kSegmentThreads>(m, red);
-    launder(x.w);
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kSegmentElems; ++i) {
-      const float v = element(x.w, i);
-      s += v == neg_inf() ? 0.0f : exp_of(v - m);
-    }
-    s = row_sum<kSegmentThreads>(s, red);
-    if (t == 0) partials[job] = make_float2(m, s);
+    const float2 stats = slice_stats(x, red);
+    if (t == 0) partials[job] = stats;
   }
 }
 
@@ -526,22 +516,11 @@ __global__ void __launch_bounds__(kSegmentThreads)
   for (int64_t r = blockIdx.x / part.P; r < R; r += gridDim.x / part.P, parity ^= 1) {
     Slice x;
     x.load(X + r * C + part.first, part.cols, t, kNegInfPair);
-    float m = neg_inf();
-    m = fmaxf(m, max_of(x.w));
-    m = row_max<kSegmentThreads>(m, red);
-    launder(x.w);
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < E; ++i) {
-      const float v = element(x.w, i);
-      s += v == neg_inf() ? 0.0f : exp_of(v - m);
-    }
-    s = row_sum<kSegmentThreads>(s, red);
-    publish_partial(&partial[parity], make_float2(m, s));
+    publish_partial(&partial[parity], slice_stats(x, red));
     // Lanes past P hold (−Inf, 0), which adds 0 whatever m is.
     const float2 p = cluster_partial(&partial[parity], part.P, make_float2(neg_inf(), 0.0f));
-    m = row_max<32>(p.x, nullptr);
-    s = row_sum<32>(p.x == m ? p.y : p.y * exp_of(p.x - m), nullptr);
+    const float m = row_max<32>(p.x, nullptr);
+    const float s = row_sum<32>(p.x == m ? p.y : p.y * exp_of(p.x - m), nullptr);
     const float inv = 1.0f / s;
     launder(x.w);
     Slice::store(Y + r * C + part.first, part.cols, t, [&](int i) {
