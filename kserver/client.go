@@ -47,11 +47,11 @@ type Config struct {
 	// watching the frames with strace.
 	Pipes bool
 	// Isolated runs every call that needs the server (Hello, Ping, Sync,
-	// Run, RunBatch) in a fresh server process that is shut down when the
-	// call ends: the seed's one process per call. Buffers then live in host
-	// memory between calls, and a Run copies the buffers it names into its
-	// process and all of them back out. Nothing one call does can outlive
-	// it, at the price of a process start per call.
+	// Memory, Run, RunBatch) in a fresh server process that is shut down
+	// when the call ends: the seed's one process per call. Buffers then
+	// live in host memory between calls, and a Run copies the buffers it
+	// names into its process and all of them back out. Nothing one call
+	// does can outlive it, at the price of a process start per call.
 	Isolated bool
 }
 
@@ -189,6 +189,37 @@ func (c *Client) Sync(ctx context.Context) error {
 		return c.iso.simple(ctx, OpSync)
 	}
 	return c.simple(ctx, OpSync)
+}
+
+// Memory is the device's memory as a MEMORY request reports it: Total
+// bytes in all, and Free bytes that new buffers could still get now, by
+// the backend's estimate (PROTOCOL.md, "MEMORY").
+type Memory struct {
+	Free, Total uint64
+}
+
+// Memory asks the server how much device memory is free and how much there
+// is in all, starting the server if needed. In isolated mode a fresh server
+// answers, one that holds no buffers: the buffers the host keeps between
+// calls are not in its count (on the cpu backend they lower Free only
+// through the machine's available memory, once written).
+func (c *Client) Memory(ctx context.Context) (Memory, error) {
+	if c.iso != nil {
+		return c.iso.memory(ctx)
+	}
+	cx, err := c.begin(ctx, OpMemory)
+	if err != nil {
+		return Memory{}, err
+	}
+	s, err := c.server(cx, OpMemory, true)
+	if err != nil {
+		return Memory{}, err
+	}
+	cl := &call{op: OpMemory}
+	if err := s.do(cx, cl, nil, nil); err != nil {
+		return Memory{}, err
+	}
+	return cl.memory, nil
 }
 
 func (c *Client) simple(ctx context.Context, op Opcode) error {

@@ -157,6 +157,9 @@ func TestAHealthyServerAnswersEveryCall(t *testing.T) {
 	if !bytes.Equal(got, data[4:]) {
 		t.Errorf("Read after copy = %v, want %v", got, data[4:])
 	}
+	if m, err := c.Memory(ctx); err != nil || m != (Memory{Free: fakeMemoryBytes - 128, Total: fakeMemoryBytes}) {
+		t.Errorf("Memory with two 64-byte buffers = %+v, %v; want %d of %d bytes free", m, err, fakeMemoryBytes-128, fakeMemoryBytes)
+	}
 	if err := c.Free(ctx, src); err != nil {
 		t.Fatal(err)
 	}

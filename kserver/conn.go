@@ -73,6 +73,7 @@ type call struct {
 
 	// Set before done is closed.
 	u64        uint64 // ALLOC's handle, RUN's kernel time
+	memory     Memory // MEMORY's answer
 	text       []byte // TEXT_READ's text
 	batchEntry uint32 // a RUN_BATCH error's entry
 	err        error
@@ -567,6 +568,8 @@ func decodeAnswer(cl *call, p []byte) (err error) {
 		err = DecodeRunBatchResponse(p, cl.times)
 	case OpTextRead:
 		cl.text = append([]byte(nil), p...)
+	case OpMemory:
+		cl.memory, err = DecodeMemoryResponse(p)
 	default:
 		err = DecodeEmpty(cl.op, p)
 	}

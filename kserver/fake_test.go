@@ -59,6 +59,10 @@ const (
 
 const fakeKernelNs = 1234
 
+// fakeMemoryBytes is the fake device's memory: HELLO's memory_bytes, and
+// MEMORY's total, whose free part is what the live buffers leave.
+const fakeMemoryBytes = 1 << 30
+
 func TestMain(m *testing.M) {
 	if mode, ok := os.LookupEnv(fakeModeEnv); ok {
 		os.Exit(fakeServer(mode))
@@ -117,7 +121,7 @@ func fakeServer(mode string) int {
 	}
 	hello, _ := AppendHello(nil, Hello{Version: version, Fields: map[string]string{
 		KeyBackend: "fake", KeyDevice: "fake device", KeyArch: runtime.GOARCH,
-		KeyCores: strconv.Itoa(runtime.NumCPU()), KeyMemoryBytes: "1073741824",
+		KeyCores: strconv.Itoa(runtime.NumCPU()), KeyMemoryBytes: strconv.Itoa(fakeMemoryBytes),
 		KeySourceSHA256: "fake-source-sha", "pid": strconv.Itoa(os.Getpid()),
 		"cookie": os.Getenv(CookieEnv), "extra": os.Getenv(fakeExtraEnv),
 	}})
@@ -159,6 +163,12 @@ func fakeServer(mode string) int {
 		switch req.Opcode {
 		case OpPing, OpSync:
 			ok(nil)
+		case OpMemory:
+			free := uint64(fakeMemoryBytes)
+			for _, b := range buffers {
+				free -= min(free, uint64(len(b)))
+			}
+			ok(AppendMemoryResponse(nil, Memory{Free: free, Total: fakeMemoryBytes}))
 		case OpShutdown:
 			ok(nil)
 			if mode == modeIgnoreShutdown {

@@ -50,13 +50,14 @@ const (
 	// benchmark baseline that the arena path is measured against.
 	OpTextWrite Opcode = 11
 	OpTextRead  Opcode = 12
+	OpMemory    Opcode = 13
 )
 
 var opcodeNames = [...]string{
 	OpHello: "HELLO", OpPing: "PING", OpAlloc: "ALLOC", OpFree: "FREE",
 	OpWrite: "WRITE", OpRead: "READ", OpRun: "RUN", OpSync: "SYNC",
 	OpShutdown: "SHUTDOWN", OpRunBatch: "RUN_BATCH", OpTextWrite: "TEXT_WRITE",
-	OpTextRead: "TEXT_READ",
+	OpTextRead: "TEXT_READ", OpMemory: "MEMORY",
 }
 
 // String returns the opcode's name from PROTOCOL.md, or "opcode N".

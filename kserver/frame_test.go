@@ -151,7 +151,7 @@ func TestAppendFrameRefusesAnOversizedPayload(t *testing.T) {
 }
 
 func TestNamesFollowTheProtocol(t *testing.T) {
-	for op, want := range map[Opcode]string{OpHello: "HELLO", OpShutdown: "SHUTDOWN", OpRunBatch: "RUN_BATCH", OpTextRead: "TEXT_READ", 0: "opcode 0", 13: "opcode 13"} {
+	for op, want := range map[Opcode]string{OpHello: "HELLO", OpShutdown: "SHUTDOWN", OpRunBatch: "RUN_BATCH", OpTextRead: "TEXT_READ", OpMemory: "MEMORY", 0: "opcode 0", 14: "opcode 14"} {
 		if got := op.String(); got != want {
 			t.Errorf("Opcode(%d) = %q, want %q", uint16(op), got, want)
 		}
@@ -200,6 +200,13 @@ func TestPayloadsRoundTrip(t *testing.T) {
 	if entry, msg, err := DecodeRunBatchError(AppendRunBatchError(nil, 7, "bad")); entry != 7 || msg != "bad" || err != nil {
 		t.Errorf("RUN_BATCH error: %d, %q, %v", entry, msg, err)
 	}
+	mem := Memory{Free: 1 << 33, Total: 1<<64 - 1}
+	if got, err := DecodeMemoryResponse(AppendMemoryResponse(nil, mem)); got != mem || err != nil {
+		t.Errorf("MEMORY response: %+v, %v", got, err)
+	}
+	if got := AppendMemoryResponse(nil, Memory{Free: 1, Total: 2}); !bytes.Equal(got, []byte{1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0}) {
+		t.Errorf("MEMORY response of 1 free, 2 in all is % x, want free then total, little-endian", got)
+	}
 }
 
 func TestPayloadDecodersRejectBadPayloads(t *testing.T) {
@@ -239,6 +246,9 @@ func TestPayloadDecodersRejectBadPayloads(t *testing.T) {
 		{"a RUN_BATCH response of the wrong length", func() error { return DecodeRunBatchResponse(make([]byte, 16), make([]uint64, 3)) }, "16 bytes, want 24"},
 		{"a RUN_BATCH error without its index", func() error { _, _, err := DecodeRunBatchError([]byte{1, 2}); return err }, "too short"},
 		{"a PING response with a payload", func() error { return DecodeEmpty(OpPing, []byte{0}) }, "PING payload is 1 bytes"},
+		{"a MEMORY response without its total", func() error { _, err := DecodeMemoryResponse(make([]byte, 8)); return err }, "MEMORY response is 8 bytes, want 16"},
+		{"a MEMORY response with a stray byte", func() error { _, err := DecodeMemoryResponse(make([]byte, 17)); return err }, "17 bytes, want 16"},
+		{"an empty MEMORY response", func() error { _, err := DecodeMemoryResponse(nil); return err }, "0 bytes, want 16"},
 	}
 	for _, tc := range cases {
 		err := tc.decode()
@@ -437,6 +447,9 @@ func FuzzDecodePayloads(f *testing.F) {
 			if v, err := decode(data); err == nil && !bytes.Equal(binary.LittleEndian.AppendUint64(nil, v), data) {
 				t.Error("a u64 payload does not re-encode")
 			}
+		}
+		if m, err := DecodeMemoryResponse(data); err == nil && !bytes.Equal(AppendMemoryResponse(nil, m), data) {
+			t.Error("MEMORY response does not re-encode")
 		}
 		_ = DecodeEmpty(OpPing, data)
 		_ = ErrorMessage(data)

@@ -82,6 +82,15 @@ func (m *isolated) simple(ctx context.Context, op Opcode) error {
 	return m.oneShot(ctx, op, func(ctx context.Context, one *Client) error { return one.simple(ctx, op) })
 }
 
+func (m *isolated) memory(ctx context.Context) (Memory, error) {
+	var mem Memory
+	err := m.oneShot(ctx, OpMemory, func(ctx context.Context, one *Client) (err error) {
+		mem, err = one.Memory(ctx)
+		return err
+	})
+	return mem, err
+}
+
 // physicalMemory is the machine's memory, which bounds the buffers an
 // isolated Client holds, as the cpu server bounds its own.
 func physicalMemory() uint64 {

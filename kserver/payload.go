@@ -10,8 +10,8 @@ import (
 // (PROTOCOL.md, "Opcodes"). Decoders check lengths exactly, allocate nothing
 // that the payload's own length does not pay for, and return errors wrapping
 // ErrProtocol. PING, SYNC and SHUTDOWN carry empty payloads both ways, as do
-// the OK responses to FREE, WRITE, READ and TEXT_WRITE; DecodeEmpty checks
-// those.
+// MEMORY's request and the OK responses to FREE, WRITE, READ and TEXT_WRITE;
+// DecodeEmpty checks those.
 
 // transferBytes is the size of a WRITE or READ request: handle, offset,
 // arena offset, length.
@@ -297,6 +297,25 @@ func AppendTextReadRequest(dst []byte, r TextReadRequest) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, r.Handle)
 	dst = binary.LittleEndian.AppendUint64(dst, r.Offset)
 	return binary.LittleEndian.AppendUint64(dst, r.Count)
+}
+
+// memoryBytes is the size of a MEMORY response: free bytes, total bytes.
+const memoryBytes = 16
+
+// AppendMemoryResponse appends a MEMORY response: u64 free bytes, u64 total
+// bytes.
+func AppendMemoryResponse(dst []byte, m Memory) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, m.Free)
+	return binary.LittleEndian.AppendUint64(dst, m.Total)
+}
+
+// DecodeMemoryResponse decodes a MEMORY response. It checks the length
+// only: what free means is the backend's (PROTOCOL.md, "MEMORY").
+func DecodeMemoryResponse(p []byte) (Memory, error) {
+	if len(p) != memoryBytes {
+		return Memory{}, fmt.Errorf("%w: MEMORY response is %d bytes, want %d (u64 free bytes, u64 total bytes)", ErrProtocol, len(p), memoryBytes)
+	}
+	return Memory{Free: binary.LittleEndian.Uint64(p), Total: binary.LittleEndian.Uint64(p[8:])}, nil
 }
 
 // ErrorMessage returns the message a non-OK response carries as its whole

@@ -236,25 +236,33 @@ func TestRealServer(t *testing.T) {
 		})
 	}
 
-	t.Run("SIGSTOP past a deadline", func(t *testing.T) {
-		c := New(realConfig(bin))
-		defer c.Close()
-		if err := c.Ping(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		pid := c.liveConn().p.pid()
-		syscall.Kill(pid, syscall.SIGSTOP)
-		began := time.Now()
-		err := c.Ping(withTimeout(t, 200*time.Millisecond))
-		checkErr(t, err, []error{ErrServerDied, context.DeadlineExceeded}, "killed by the host", "signal: killed")
-		if took := time.Since(began); took > 3*time.Second {
-			t.Errorf("the call took %v", took)
-		}
-		checkGone(t, pid)
-		if err := c.Ping(context.Background()); err != nil {
-			t.Errorf("the next call: %v", err)
-		}
-	})
+	for _, call := range []struct {
+		name string
+		do   func(context.Context, *Client) error
+	}{
+		{"Ping", func(ctx context.Context, c *Client) error { return c.Ping(ctx) }},
+		{"Memory", func(ctx context.Context, c *Client) error { _, err := c.Memory(ctx); return err }},
+	} {
+		t.Run("SIGSTOP past a deadline of a "+call.name, func(t *testing.T) {
+			c := New(realConfig(bin))
+			defer c.Close()
+			if err := c.Ping(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			pid := c.liveConn().p.pid()
+			syscall.Kill(pid, syscall.SIGSTOP)
+			began := time.Now()
+			err := call.do(withTimeout(t, 200*time.Millisecond), c)
+			checkErr(t, err, []error{ErrServerDied, context.DeadlineExceeded}, "killed by the host", "signal: killed")
+			if took := time.Since(began); took > 3*time.Second {
+				t.Errorf("the call took %v", took)
+			}
+			checkGone(t, pid)
+			if err := call.do(context.Background(), c); err != nil {
+				t.Errorf("the next call: %v", err)
+			}
+		})
+	}
 
 	t.Run("refuses to run without the cookie", func(t *testing.T) {
 		cmd := exec.Command(bin)
@@ -732,4 +740,122 @@ func TestRealServerChecksCrossEntropyParamsAndLabels(t *testing.T) {
 	if err := c.Ping(ctx); err != nil {
 		t.Errorf("the server after the refused calls: %v", err)
 	}
+}
+
+func TestRealServerReportsMemory(t *testing.T) {
+	t.Parallel()
+	bin := buildRealServer(t)
+	const big = 64 << 20
+
+	// sane checks what any MEMORY answer must hold: 0 < Free ≤ Total, and
+	// Total the machine's memory as HELLO reports it.
+	sane := func(t *testing.T, c *Client, m Memory) {
+		t.Helper()
+		h, err := c.Hello(withTimeout(t, 30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		total, err := h.MemoryBytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Free == 0 || m.Free > m.Total || m.Total != total {
+			t.Errorf("Memory = %+v, want 0 < Free <= Total = memory_bytes %d", m, total)
+		}
+	}
+
+	t.Run("a large ALLOC comes off Free, as the server counts its buffers", func(t *testing.T) {
+		t.Parallel()
+		c := realClient(t, bin, nil)
+		ctx := withTimeout(t, 30*time.Second)
+		before, err := c.Memory(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sane(t, c, before)
+		// Free is the smaller of Total − live buffers and MemAvailable, and
+		// MemAvailable moves with the rest of the machine. A buffer of
+		// Total − Free + 64 MiB makes the first term at most Free − 64 MiB,
+		// so Free must fall by at least 64 MiB whatever MemAvailable does.
+		// The buffer is never written: it takes address space, not memory.
+		if before.Free < 2*big {
+			t.Skipf("only %d bytes free; the test needs %d", before.Free, 2*big)
+		}
+		n := before.Total - before.Free + big
+		h, err := c.Alloc(ctx, n)
+		if errors.Is(err, ErrOutOfMemory) {
+			t.Skipf("this machine will not map an untouched buffer of %d bytes (strict overcommit?): %v", n, err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := c.Memory(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sane(t, c, after)
+		t.Logf("Free: %d of %d bytes, then %d after an ALLOC of %d", before.Free, before.Total, after.Free, n)
+		if after.Free > before.Free-big {
+			t.Errorf("Free was %d before an ALLOC of %d bytes and %d after, want at most %d (a drop of 64 MiB or more)",
+				before.Free, n, after.Free, before.Free-big)
+		}
+		if err := c.Free(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("in isolated mode a fresh server answers", func(t *testing.T) {
+		t.Parallel()
+		c := realClient(t, bin, func(cfg *Config) { cfg.Isolated = true })
+		ctx := withTimeout(t, 30*time.Second)
+		// The host keeps isolated buffers itself, out of the fresh server's
+		// accounting. Written, this one is host memory in use, which
+		// MemAvailable and so Free leave out: Free ≤ Total − 64 MiB holds,
+		// though the machine's other memory in use would make it hold too.
+		// What this shows is that each call gets a fresh server's answer,
+		// sane with host buffers live.
+		h, err := c.Alloc(ctx, big)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Write(ctx, h, 0, bytes.Repeat([]byte{0x5A}, big)); err != nil {
+			t.Fatal(err)
+		}
+		pids := map[string]bool{}
+		for range 2 {
+			m, err := c.Memory(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Each call's server says its pid on its first stderr line.
+			pids[strings.SplitN(c.Stderr(), ",", 2)[0]] = true
+			sane(t, c, m)
+			if m.Free > m.Total-big {
+				t.Errorf("Free = %d with %d bytes of host memory written, want at most Total − 64 MiB = %d", m.Free, big, m.Total-big)
+			}
+		}
+		if len(pids) != 2 {
+			t.Errorf("two Memory calls ran in %d processes (%v), want two", len(pids), pids)
+		}
+	})
+
+	t.Run("a MEMORY with a payload is MALFORMED, and the server serves on", func(t *testing.T) {
+		t.Parallel()
+		p, in := startRawServer(t, bin)
+		var w bytes.Buffer
+		WriteFrame(&w, Frame{ID: 3, Opcode: OpMemory, Payload: []byte{0}})
+		WriteFrame(&w, Frame{ID: 4, Opcode: OpMemory})
+		p.stdin().Write(w.Bytes())
+		f, err := in.next()
+		if err != nil || f.ID != 3 || f.Status != StatusMalformed || ErrorMessage(f.Payload) != "MEMORY payload has 1 bytes, want 0" {
+			t.Errorf("answer to MEMORY with 1 byte: %+v (%q), %v; want MALFORMED", f, ErrorMessage(f.Payload), err)
+		}
+		f, err = in.next()
+		if err != nil || f.ID != 4 || f.Status != StatusOK {
+			t.Fatalf("answer to MEMORY: %+v, %v", f, err)
+		}
+		if m, err := DecodeMemoryResponse(f.Payload); err != nil || m.Free == 0 || m.Free > m.Total {
+			t.Errorf("MEMORY answered %+v, %v", m, err)
+		}
+	})
 }

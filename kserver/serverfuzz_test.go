@@ -315,14 +315,14 @@ func (g *corpus) next() fuzzFrame {
 		n := uint32(MaxFrameBytes + 1 + g.rng.IntN(1<<30))
 		return fuzzFrame{kind: frameOverCap, bytes: append(binary.LittleEndian.AppendUint32(nil, n), g.randomBytes(g.rng.IntN(64))...)}
 	case roll < 8:
-		body := append(appendHeader(nil, 0, g.id, Opcode(g.rng.IntN(13)), 0)[4:], g.randomBytes(g.rng.IntN(64))...)
+		body := append(appendHeader(nil, 0, g.id, Opcode(g.rng.IntN(int(OpMemory)+1)), 0)[4:], g.randomBytes(g.rng.IntN(64))...)
 		full := binary.LittleEndian.AppendUint32(nil, uint32(len(body)+1+g.rng.IntN(1000)))
 		return fuzzFrame{kind: frameTruncated, bytes: append(full, body[:g.rng.IntN(len(body)+1)]...)}
 	case roll < 60:
 		body := g.randomBytes(g.rng.IntN(HeaderBytes))
 		return fuzzFrame{kind: frameShortBody, bytes: append(binary.LittleEndian.AppendUint32(nil, uint32(len(body))), body...)}
 	}
-	op := Opcode(2 + g.rng.IntN(11))
+	op := Opcode(2 + g.rng.IntN(int(OpMemory)-1)) // PING to MEMORY
 	status := uint16(0)
 	var p []byte
 	switch {
@@ -396,6 +396,11 @@ func checkAnswer(ff fuzzFrame, f Frame, g *corpus) (exits bool, err error) {
 			err = fmt.Errorf("RUN_BATCH answer of %d bytes", len(f.Payload))
 		}
 	case OpTextRead:
+	case OpMemory:
+		var m Memory
+		if m, err = DecodeMemoryResponse(f.Payload); err == nil && (m.Free > m.Total || m.Total == 0) {
+			err = fmt.Errorf("MEMORY answer says %d bytes free of %d", m.Free, m.Total)
+		}
 	default:
 		err = DecodeEmpty(ff.op, f.Payload)
 	}
@@ -527,7 +532,7 @@ func TestRealServerSurvivesMalformedFrames(t *testing.T) {
 func FuzzServerFrame(f *testing.F) {
 	bin := buildRealServer(f)
 	g := &corpus{rng: rand.New(rand.NewPCG(1, 2))}
-	for op := range Opcode(14) {
+	for op := range OpMemory + 2 { // every opcode, and 0 and OpMemory+1, which are unknown
 		p := g.payload(op)
 		f.Add(append(appendHeader(nil, len(p), 7, op, 0)[4:], p...))
 	}

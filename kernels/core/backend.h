@@ -43,6 +43,11 @@ Result backend_write(void* buffer, uint64_t offset, const uint8_t* src, uint64_t
 Result backend_read(const void* buffer, uint64_t offset, uint8_t* dst, uint64_t length);
 Result backend_sync();
 
+// The device's memory for MEMORY: total_bytes in all, and free_bytes that a
+// new buffer could still get now, as this backend can best tell
+// (PROTOCOL.md, "MEMORY", says what that is per backend).
+Result backend_memory(uint64_t* free_bytes, uint64_t* total_bytes);
+
 // A RUN that passed every check: its op, params and device pointers, and
 // whether the caller wants the kernel timed.
 struct CheckedRun {

@@ -71,6 +71,7 @@ enum Opcode : uint16_t {
   kOpRunBatch = 10,
   kOpTextWrite = 11,  // benchmark baseline only: decimal text in the frame
   kOpTextRead = 12,   // benchmark baseline only: decimal text in the frame
+  kOpMemory = 13,     // the device's free and total memory
 };
 
 enum Status : uint16_t {

@@ -60,6 +60,7 @@ const char* opcode_name(uint16_t opcode) {
     case kOpRunBatch: return "RUN_BATCH";
     case kOpTextWrite: return "TEXT_WRITE";
     case kOpTextRead: return "TEXT_READ";
+    case kOpMemory: return "MEMORY";
     default: return "unknown";
   }
 }
@@ -258,6 +259,7 @@ class Server {
   Outcome run_batch(const uint8_t* p, size_t n);
   Result text_write(const uint8_t* p, size_t n);
   Result text_read(const uint8_t* p, size_t n);
+  Result memory(size_t n);
 
   Link& link_;
   Input in_;
@@ -394,9 +396,10 @@ Outcome Server::handle(uint16_t opcode, const uint8_t* p, size_t n) {
     case kOpRunBatch: return run_batch(p, n);
     case kOpTextWrite: o.result = text_write(p, n); return o;
     case kOpTextRead: o.result = text_read(p, n); return o;
+    case kOpMemory: o.result = memory(n); return o;
     case kOpHello: o.result = fail(kStatusUnknownOpcode, "opcode 1 (HELLO) is sent by the server, never a request"); return o;
     default:
-      o.result = fail(kStatusUnknownOpcode, "unknown opcode ", opcode, "; requests are 2 (PING) to 12 (TEXT_READ)");
+      o.result = fail(kStatusUnknownOpcode, "unknown opcode ", opcode, "; requests are 2 (PING) to 13 (MEMORY)");
       return o;
   }
 }
@@ -665,6 +668,18 @@ Result Server::text_read(const uint8_t* p, size_t n) {
   for (uint64_t i = 0; i < count; ++i) text << (i ? " " : "") << load_u16(bytes.data() + 2 * i);
   const std::string s = text.str();
   std::memcpy(payload(s.size()), s.data(), s.size());
+  return Result::OK();
+}
+
+// memory answers MEMORY: u64 free bytes, u64 total bytes, from the backend.
+Result Server::memory(size_t n) {
+  if (n != 0) return fail(kStatusMalformed, "MEMORY payload has ", n, " bytes, want 0");
+  uint64_t free_bytes = 0, total_bytes = 0;
+  const Result r = backend_memory(&free_bytes, &total_bytes);
+  if (!r.ok()) return r;
+  uint8_t* out = payload(16);
+  store_u64(out, free_bytes);
+  store_u64(out + 8, total_bytes);
   return Result::OK();
 }
 

@@ -1,5 +1,6 @@
 // The cpu backend's device: host-memory buffers, a persistent thread pool,
-// the HELLO evidence, and the dispatch from RUN to the kernels.
+// the HELLO evidence, the MEMORY figures, and the dispatch from RUN to the
+// kernels.
 //
 // Buffers are zero-filled host allocations; the sum of live buffers is held
 // under the machine's physical memory, so an ALLOC that could only succeed
@@ -15,8 +16,10 @@
 #endif
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -173,6 +176,52 @@ uint64_t physical_memory_bytes() {
   const long page = ::sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0) return 0;
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
+
+// read_u64_file reads a file that holds one decimal number (and perhaps a
+// newline), as the cgroup files do; false when it cannot be read or holds
+// anything else ("max", say).
+bool read_u64_file(const char* path, uint64_t* value) {
+  std::ifstream in(path);
+  std::string text;
+  if (!std::getline(in, text) || text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || text[0] == '-') return false;
+  *value = v;
+  return true;
+}
+
+// meminfo_available_bytes reads MemAvailable from /proc/meminfo, the
+// kernel's estimate of what can be had without swapping (page cache it
+// would drop counts as available); false when it cannot be read.
+bool meminfo_available_bytes(uint64_t* bytes) {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  const std::string key = "MemAvailable:";
+  while (std::getline(in, line)) {
+    if (line.compare(0, key.size(), key) != 0) continue;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long kib = std::strtoull(line.c_str() + key.size(), &end, 10);
+    if (errno != 0 || end == line.c_str() + key.size() || kib > UINT64_MAX / 1024) return false;
+    *bytes = static_cast<uint64_t>(kib) * 1024;  // the file says "kB" and means KiB
+    return true;
+  }
+  return false;
+}
+
+// cgroup_headroom_bytes is memory.max − memory.current of the cgroup v2
+// this process sees at /sys/fs/cgroup, when memory.max is a number: a
+// container's limit can be far below the machine's memory. False when
+// there is no such limit.
+bool cgroup_headroom_bytes(uint64_t* bytes) {
+  uint64_t limit = 0, used = 0;
+  if (!read_u64_file("/sys/fs/cgroup/memory.max", &limit)) return false;
+  if (!read_u64_file("/sys/fs/cgroup/memory.current", &used)) return false;
+  *bytes = used < limit ? limit - used : 0;
+  return true;
 }
 
 unsigned hardware_threads() {
@@ -338,6 +387,22 @@ Result backend_read(const void* buffer, uint64_t offset, uint8_t* dst, uint64_t 
 // Every RUN finishes before its response is sent, so there is never
 // outstanding work to wait for.
 Result backend_sync() { return Result::OK(); }
+
+// The total is the figure ALLOC holds live buffers under, and free starts
+// from what that accounting leaves; the kernel's MemAvailable and a cgroup
+// limit then lower it, since buffers are not the only memory in use (the
+// arena, kernel scratch, other processes). Reading them never fails the
+// call: without /proc the accounting figure stands.
+Result backend_memory(uint64_t* free_bytes, uint64_t* total_bytes) {
+  const uint64_t total = physical_memory_bytes();
+  uint64_t free_now = total > g_live_bytes ? total - g_live_bytes : 0;
+  uint64_t other = 0;
+  if (meminfo_available_bytes(&other) && other < free_now) free_now = other;
+  if (cgroup_headroom_bytes(&other) && other < free_now) free_now = other;
+  *free_bytes = free_now;
+  *total_bytes = total;
+  return Result::OK();
+}
 
 Result run_kernel(const OpSpec& op, const int64_t* params, void* const* buffers, uint64_t* kernel_ns);
 

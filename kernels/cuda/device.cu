@@ -139,6 +139,16 @@ Result backend_sync() {
   return Result::OK();
 }
 
+// cudaMemGetInfo's free figure is the driver's: other processes' and other
+// contexts' allocations count against it, as they do against a cudaMalloc.
+Result backend_memory(uint64_t* free_bytes, uint64_t* total_bytes) {
+  size_t free_now = 0, total = 0;
+  VK_CHECK(cudaMemGetInfo(&free_now, &total), "MEMORY cudaMemGetInfo");
+  *free_bytes = free_now;
+  *total_bytes = total;
+  return Result::OK();
+}
+
 namespace {
 
 // launch enqueues op's kernels on the stream without waiting.
