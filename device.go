@@ -223,6 +223,39 @@ func (d *Device) info(device map[string]string) Info {
 // Ping makes one round trip to the server.
 func (d *Device) Ping(ctx context.Context) error { return d.client.Ping(ctx) }
 
+// Memory is a device's memory, as its server reports it (PROTOCOL.md,
+// "MEMORY").
+type Memory struct {
+	// Free is the server's estimate of the bytes new buffers could still
+	// get now; other processes may take some before the next Alloc.
+	Free int64
+	// Total is the device's memory in all.
+	Total int64
+	// Host is true when the device's memory is the host's own (the cpu
+	// backend): buffers then compete with everything else on the machine,
+	// the caller's copies of their data included, and Free already counts
+	// what those take.
+	Host bool
+}
+
+// Memory asks the server how much memory the device has free and in all.
+// It starts the server if it is not running; with Options.Isolated a fresh
+// server answers, which counts none of the buffers the host keeps between
+// calls as its own.
+func (d *Device) Memory(ctx context.Context) (Memory, error) {
+	m, err := d.client.Memory(ctx)
+	if err != nil {
+		return Memory{}, err
+	}
+	return Memory{Free: clampInt64(m.Free), Total: clampInt64(m.Total), Host: d.backend == "cpu"}, nil
+}
+
+// clampInt64 converts a byte count to int64, saturating: no device has
+// 2⁶³ bytes, so only a nonsense figure is changed.
+func clampInt64(n uint64) int64 {
+	return int64(min(n, math.MaxInt64))
+}
+
 // Stderr returns the tail of the server's stderr.
 func (d *Device) Stderr() string { return d.client.Stderr() }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -93,6 +94,36 @@ func TestOpenReportsWhatBuiltAndRunsTheServer(t *testing.T) {
 	}
 	if len(info.BinarySHA256) != 64 || info.CacheKey == "" || info.Compiler == nil {
 		t.Errorf("incomplete info: %+v", info)
+	}
+}
+
+func TestMemoryOnTheCPUBackendIsTheHosts(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		opts Options
+	}{
+		{"from a persistent server", Options{}},
+		{"from isolated servers", Options{Isolated: true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dev := openCPU(t, tt.opts)
+			ctx := context.Background()
+			info, err := dev.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total, err := strconv.ParseInt(info.Device["memory_bytes"], 10, 64)
+			if err != nil {
+				t.Fatalf("HELLO's memory_bytes: %v", err)
+			}
+			m, err := dev.Memory(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !m.Host || m.Free <= 0 || m.Free > m.Total || m.Total != total {
+				t.Errorf("Memory = %+v, want Host and 0 < Free <= Total = memory_bytes %d", m, total)
+			}
+		})
 	}
 }
 
