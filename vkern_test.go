@@ -92,6 +92,9 @@ func TestOpenReportsWhatBuiltAndRunsTheServer(t *testing.T) {
 	if info.Device["source_sha256"] != info.SourceSHA256 || len(info.SourceSHA256) != 64 {
 		t.Errorf("server reports sources %q, cache built %q", info.Device["source_sha256"], info.SourceSHA256)
 	}
+	if got := info.Device["dot_accumulation"]; got != "rn-blocked:256" {
+		t.Errorf("server reports dot_accumulation %q, want rn-blocked:256 (the cpu gemm's depth blocks)", got)
+	}
 	if len(info.BinarySHA256) != 64 || info.CacheKey == "" || info.Compiler == nil {
 		t.Errorf("incomplete info: %+v", info)
 	}

@@ -111,6 +111,10 @@ func TestRealServer(t *testing.T) {
 		if h.Version != ProtocolVersion || h.Backend() != "cpu" || h.SourceSHA256() != realSourceSHA {
 			t.Errorf("Hello = %+v", h)
 		}
+		// kernels/cpu/gemm.cc sums in depth blocks of kDepthBlock = 256.
+		if got := h.Fields["dot_accumulation"]; got != "rn-blocked:256" {
+			t.Errorf("HELLO's dot_accumulation = %q, want rn-blocked:256", got)
+		}
 		if err := c.Ping(ctx); err != nil {
 			t.Fatal(err)
 		}

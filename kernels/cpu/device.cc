@@ -164,6 +164,8 @@ void softmax_grad(ThreadPool& pool, Scratch& scratch, const uint16_t* dy, const 
 // ignore_index (kUnsetIndex: none), in which case it wrote nothing.
 int64_t cross_entropy(ThreadPool& pool, Scratch& scratch, const uint16_t* logits, const int32_t* labels, float* loss,
                       uint16_t* dlogits, size_t R, size_t V, int64_t ignore_index);
+// How the three gemms sum each dot product, for HELLO's dot_accumulation.
+std::string gemm_dot_accumulation();
 
 namespace {
 
@@ -351,6 +353,7 @@ std::vector<HelloField> backend_hello_fields() {
       {"runtime", "none"},
       {"compiler", compiler_version()},
       {"vector_isa", vector_isa()},
+      {"dot_accumulation", gemm_dot_accumulation()},
   };
 }
 

@@ -42,6 +42,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "core/f16.h"
 
@@ -57,6 +58,9 @@ typedef float f32x8 __attribute__((vector_size(32)));
 
 constexpr size_t kMR = 6;            // micro-tile rows: 6 × 2 accumulator vectors + 2 B vectors + 1 A broadcast
 constexpr size_t kNR = 16;           // micro-tile columns: two f32x8
+// kDepthBlock also fixes the summation order that HELLO's dot_accumulation
+// states ("rn-blocked:256"); gemm_dot_accumulation spells it from this
+// constant, so the claim follows any change here.
 constexpr size_t kDepthBlock = 256;  // packed R panel: 256 × 16 × 4 B = 16 KiB, in L1
 constexpr size_t kRowStrip = 96;     // packed L strip: 96 × 256 × 4 B = 96 KiB, in L2
 constexpr size_t kColBlock = 4096;   // packed R block: at most 256 × 4096 × 4 B = 4 MiB
@@ -269,6 +273,12 @@ void product(ThreadPool& pool, Scratch& scratch, const Operand& l, const Operand
 }
 
 }  // namespace
+
+// Each dot product is summed in ascending k within depth blocks of
+// kDepthBlock terms: micro_kernel starts every block's sum from zero, adds
+// the exact products in f32 (round to nearest), and finish_tile adds the
+// block sums to the running sum in order.
+std::string gemm_dot_accumulation() { return "rn-blocked:" + std::to_string(kDepthBlock); }
 
 void gemm(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const uint16_t* b, float* c, size_t M, size_t N,
           size_t K) {

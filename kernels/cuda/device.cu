@@ -92,6 +92,7 @@ std::vector<HelloField> backend_hello_fields() {
       {"driver", version_string(driver)},
       {"runtime", version_string(runtime)},
       {"compiler", VK_COMPILER_VERSION},
+      {"dot_accumulation", vk_gemm_dot_accumulation(g_props.major)},
   };
 }
 

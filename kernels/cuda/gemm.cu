@@ -806,6 +806,22 @@ cudaError_t product(const __half* L, int64_t ldl, const __half* R, int64_t ldr, 
 }  // namespace vkern_gemm
 }  // namespace
 
+// On compute capability 9 with the tensor-core path built, product sends
+// every shape to product_tensor_cores, whose kernels (mma.sync m16n8k16, or
+// wgmma k16 in gemm_sm90.cu) add 16 products at a time to the f32
+// accumulator in one fused step. Elsewhere (HIP, older GPUs, the portable
+// path) no structure is claimed; that includes compute capability 8, which
+// runs the same mma.sync kernels but whose tensor cores' alignment and
+// rounding the claim was not made for.
+const char* vk_gemm_dot_accumulation(int cc_major) {
+#if defined(VKERN_PTX_MMA) && !defined(VKERN_GEMM_PORTABLE)
+  if (cc_major == 9) return "tc-fused:16:2";
+#else
+  (void)cc_major;
+#endif
+  return "any";
+}
+
 cudaError_t vk_gemm(const __half* A, const __half* B, float* C, int64_t M, int64_t N, int64_t K, cudaStream_t s) {
   // L = A (M×K, depth-contiguous), R = B (K×N, column-contiguous).
   return vkern_gemm::product<true, false>(A, K, B, N, C, M, N, K, s);

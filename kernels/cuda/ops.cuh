@@ -55,6 +55,10 @@ cudaError_t vk_gemm_grad_a(const __half* dC, const __half* B, __half* dA, int64_
 cudaError_t vk_gemm_grad_b(const __half* A, const __half* dC, __half* dB, int64_t M, int64_t N, int64_t K,
                            cudaStream_t s);
 
+// How the three gemms sum each dot product on a device of this compute
+// capability major, for HELLO's dot_accumulation (PROTOCOL.md, "HELLO").
+const char* vk_gemm_dot_accumulation(int cc_major);
+
 // Y[r] = exp(X[r] − max X[r]) / Σ exp(X[r] − max X[r]), for each of R rows of C.
 cudaError_t vk_softmax(const __half* X, __half* Y, int64_t R, int64_t C, cudaStream_t s);
 
