@@ -14,6 +14,7 @@ import (
 	"github.com/vkern/vkern/kernels"
 	"github.com/vkern/vkern/kserver"
 	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/oracle"
 	"github.com/vkern/vkern/toolchain"
 )
 
@@ -218,6 +219,23 @@ func (d *Device) info(device map[string]string) Info {
 		BinarySHA256: d.artifact.Manifest.BinarySHA256, BinaryPath: d.artifact.Binary,
 		Notes: append([]string(nil), d.notes...),
 	}
+}
+
+// Arithmetic is what the device's server states, in its handshake, about
+// how its kernels compute (PROTOCOL.md, HELLO's dot_accumulation). Package
+// verify derives its GEMM bounds from it (verify.Options.Arithmetic); a
+// server that states nothing gets bounds that hold for any summation order.
+// It starts the server if it is not running.
+func (d *Device) Arithmetic(ctx context.Context) (oracle.Arithmetic, error) {
+	hello, err := d.client.Hello(ctx)
+	if err != nil {
+		return oracle.Arithmetic{}, err
+	}
+	dot, err := oracle.ParseAccumulation(hello.Fields["dot_accumulation"])
+	if err != nil {
+		return oracle.Arithmetic{}, fmt.Errorf("vkern: the %s kernel server's handshake: %w", d.backend, err)
+	}
+	return oracle.Arithmetic{Dot: dot}, nil
 }
 
 // Ping makes one round trip to the server.

@@ -104,7 +104,7 @@ func CoreSuite(ctx context.Context, opt CoreOptions, progress io.Writer) ([]Resu
 	s, _ := o.ParseShape(shape)
 	in := randomInputs(o, s)
 	oracleTime, err := Median(ctx, 3, 0, Wall(func() error {
-		_, err := oracle.Compute(ctx, o, s, in)
+		_, err := oracle.Compute(ctx, o, s, in, oracle.Arithmetic{})
 		return err
 	}))
 	if err != nil {

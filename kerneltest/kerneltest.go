@@ -19,6 +19,7 @@ import (
 	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/kserver"
 	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/oracle"
 	"github.com/vkern/vkern/verify"
 )
 
@@ -42,7 +43,10 @@ func Op(t *testing.T, dev verify.Device, name string, extra ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := verify.Run(context.Background(), dev, cases, nil)
+	res, err := verify.Run(context.Background(), dev, cases, Options(t, dev))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, r := range res.Cases {
 		if r.Verdict != verify.Passed {
 			t.Errorf("%s: %s: %s", r.Case, r.Verdict, r.Reason)
@@ -51,6 +55,24 @@ func Op(t *testing.T, dev verify.Device, name string, extra ...string) {
 	if res.Verdict != verify.Passed {
 		t.Errorf("%s: %d cases, verdict %s", name, len(res.Cases), res.Verdict)
 	}
+}
+
+// Options describes dev to verify.Run: the arithmetic its kernels state
+// when dev states it (vkern.Device does, from its server's handshake), so
+// that the suite holds each backend to the bounds of its own structure.
+func Options(t *testing.T, dev verify.Device) verify.Options {
+	t.Helper()
+	var opts verify.Options
+	if d, ok := dev.(interface {
+		Arithmetic(context.Context) (oracle.Arithmetic, error)
+	}); ok {
+		arith, err := d.Arithmetic(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Arithmetic = arith
+	}
+	return opts
 }
 
 // Gemm checks gemm on dev.
@@ -183,7 +205,10 @@ func (m Mutation) Run(t *testing.T, dev verify.Device) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := verify.Run(context.Background(), dev, cases, nil)
+	res, err := verify.Run(context.Background(), dev, cases, Options(t, dev))
+	if err != nil {
+		t.Fatal(err)
+	}
 	caught := 0
 	for _, r := range res.Cases {
 		if r.Verdict == verify.Incorrect {

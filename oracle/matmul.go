@@ -32,18 +32,41 @@ const (
 )
 
 // MatMul is the reference of C = X·Y for an M×L matrix X and an L×N matrix Y,
-// the shape of all three GEMM ops (the gradient ops pass transposed views).
+// the shape of all three GEMM ops (the gradient ops pass transposed views),
+// for a backend whose kernels sum each dot product as acc describes.
 //
-// Bound. Every product xₖ·yₖ of two f16 values is exact in binary32, so a
-// binary32 kernel only rounds in the L−1 additions of each dot product. In
-// any summation order, each partial sum is at most S = Σₖ|xₖ·yₖ| in
-// magnitude and each addition is off by at most u times its result, so
+// Bound. Every product pₖ = xₖ·yₖ of two f16 values is exact in binary32,
+// so a binary32 kernel only errs in its additions. Write S = Σₖ|pₖ|, sⱼ for
+// the exact partial sum after the j-th chunk of the reduction (chunks of 16
+// terms from k = 0, or the model's step), and Pⱼ = Σ|pₖ| over that chunk.
 //
-//	|ĉ − c| ≤ γ(L)·S,  γ(L) = L·u/(1 − L·u),  u = 2⁻²³.
+//   - AnyOrder: a binary32 addition errs by less than u = 2⁻²³ of its result
+//     in any rounding direction, and a fused step of b products aligned to
+//     its largest term with 24 bits errs by less than u·(b·M + |x|), M the
+//     largest term, x the result; both are at most the running Σ|terms|, and
+//     the b + 1 ≤ 2b terms per step give |ĉ − c| ≤ γ(2L)·S.
+//   - RNBlocked (blocks of B from zero, round to nearest, u₂₄ = 2⁻²⁴): each
+//     addition errs by at most u₂₄ times its result, which lies within
+//     |aⱼ| + Pⱼ of zero for the additions of chunk j (aⱼ the block's sum
+//     before it) and is the running sum where a block's sum joins the ones
+//     before: F = u₂₄·(Σⱼ nⱼ(|aⱼ| + Pⱼ) + Σ_blocks≥2 |s|), n additions in
+//     all, and since each result also carries the error so far,
+//     |ĉ − c| ≤ F/(1 − n·u₂₄). A product passes through at most
+//     min(L, B) − 1 + ⌈L/B⌉ − 1 additions, so γ₂₄ of that times S holds too.
+//   - TCFused (steps of b products, G extra alignment bits, truncation): in
+//     step j the b + 1 terms are aligned to the largest, each truncated by
+//     less than 2⁻ᴳ·u times it, and that largest is at most
+//     Mⱼ = max(|sⱼ₋₁|, Pⱼ) plus the error so far; the exact sum is truncated
+//     by less than u·|sⱼ| (plus 2⁻¹⁴⁹ below the normal range). With
+//     F = u·Σⱼ(b·2⁻ᴳ(1+u)·Mⱼ + |sⱼ|) + steps·2⁻¹⁴⁹,
+//     |ĉ − c| ≤ F/(1 − u·(L·2⁻ᴳ(1+u) + steps)).
 //
-// The oracle sums the same exact products in float64, off by at most
-// γ₆₄(L)·S, and S itself is computed in float64 with a relative error under
-// γ₆₄(L); both are added, so Bound = (γ(L) + γ₆₄(L))·S·(1 + 2γ₆₄(L)).
+// The structural bounds are running error bounds: they follow the partial
+// sums of these inputs, which on zero-mean data grow like √k, not like the
+// S of the order-free bound. Each is capped by that bound, so none is ever
+// looser. (Accumulation.boundOf adds the float64 error of the oracle's own
+// partial sums to them.) The oracle sums the same exact products in float64,
+// off by at most γ₆₄(L)·S; Bound adds that too.
 //
 // Typical. Rounding errors of a long sum are nearly independent, so a correct
 // kernel's error grows like √L·u·S, not L·u·S; Typical is √L·u·S. An error
@@ -54,7 +77,7 @@ const (
 // give NaN; otherwise an infinite product gives that infinity. The result is
 // the same in every summation order and in binary32 and float64 alike, since
 // sums of f16 products cannot overflow binary32 for L < 2⁸⁹.
-func MatMul(ctx context.Context, x, y Matrix) (*Reference, error) {
+func MatMul(ctx context.Context, x, y Matrix, acc Accumulation) (*Reference, error) {
 	m, l, n := x.Rows, x.Cols, y.Cols
 	// Pack X row-major and Y into column panels of panelWidth, both as
 	// float64 with their magnitudes alongside, so the inner loop reads
@@ -84,10 +107,14 @@ func MatMul(ctx context.Context, x, y Matrix) (*Reference, error) {
 		Bound:   make([]float64, m*n),
 		Typical: make([]float64, m*n),
 	}
-	boundFactor := (Gamma(int64(l), U32) + Gamma(int64(l), U64)) * (1 + 2*Gamma(int64(l), U64))
+	g64 := Gamma(int64(l), U64)
+	oracleError := g64 * (1 + 2*g64)
 	typicalFactor := math.Sqrt(float64(l)) * U32
+	chunk := l // AnyOrder needs no partial sums
+	if acc.Kind != AnyOrder {
+		chunk = acc.chunk()
+	}
 	err := parallelRows(ctx, m, l*n, func(lo, hi int) {
-		var c, s [panelWidth]float64
 		// A block of rows meets each panel in turn, so the panel (2·4·L
 		// values) stays in cache while the rows stream past it; the other
 		// order would stream all of Y from memory for every row.
@@ -96,14 +123,26 @@ func MatMul(ctx context.Context, x, y Matrix) (*Reference, error) {
 			for p := 0; p < panels; p++ {
 				panel := yv[p*l*stride : (p+1)*l*stride]
 				for i := r0; i < r1; i++ {
-					mulPanel(xv[i*l:(i+1)*l], panel, &c, &s)
+					var c, s [panelWidth]float64
+					var track [panelWidth]dotTracker
+					row := xv[i*l : (i+1)*l]
+					for k0 := 0; k0 < l; k0 += chunk {
+						k1 := min(k0+chunk, l)
+						before := s
+						mulPanel(row[k0:k1], panel[k0*stride:k1*stride], &c, &s)
+						if acc.Kind != AnyOrder {
+							for t := range track {
+								track[t].chunkDone(acc, k1-k0, k1, c[t], s[t]-before[t])
+							}
+						}
+					}
 					for t := 0; t < panelWidth; t++ {
 						j := p*panelWidth + t
 						if j >= n {
 							break
 						}
 						ref.Value[i*n+j] = c[t]
-						ref.Bound[i*n+j] = boundFactor * s[t]
+						ref.Bound[i*n+j] = acc.boundOf(&track[t], int64(l), s[t]) + oracleError*s[t]
 						ref.Typical[i*n+j] = typicalFactor * s[t]
 					}
 				}
@@ -116,15 +155,16 @@ func MatMul(ctx context.Context, x, y Matrix) (*Reference, error) {
 	return ref, nil
 }
 
-// mulPanel computes, for the four columns of one packed panel, the dot
-// products c[t] = Σₖ row[k]·panel[k][t] and the magnitudes s[t] =
-// Σₖ|row[k]|·|panel[k][t]|. The panel holds each k's four values followed by
-// their magnitudes, so the loop reads memory in order and takes no absolute
-// values of its own; eight independent accumulators keep it out of memory.
-// An Inf·0 product is NaN in c and in s alike.
+// mulPanel adds, for the four columns of one packed panel, the dot products
+// Σₖ row[k]·panel[k][t] to c[t] and the magnitudes Σₖ|row[k]|·|panel[k][t]|
+// to s[t]. The panel holds each k's four values followed by their
+// magnitudes, so the loop reads memory in order and takes no absolute values
+// of its own; eight independent accumulators keep it out of memory. An
+// Inf·0 product is NaN in c and in s alike.
 func mulPanel(row, panel []float64, c, s *[panelWidth]float64) {
 	const stride = 2 * panelWidth
-	var c0, c1, c2, c3, s0, s1, s2, s3 float64
+	c0, c1, c2, c3 := c[0], c[1], c[2], c[3]
+	s0, s1, s2, s3 := s[0], s[1], s[2], s[3]
 	panel = panel[:len(row)*stride]
 	for k, a := range row {
 		q := panel[k*stride : k*stride+stride : k*stride+stride]
@@ -140,6 +180,17 @@ func mulPanel(row, panel []float64, c, s *[panelWidth]float64) {
 	}
 	*c = [panelWidth]float64{c0, c1, c2, c3}
 	*s = [panelWidth]float64{s0, s1, s2, s3}
+}
+
+// Set stores the f16 bit pattern v as element (i, j), wherever the layout
+// puts it; it is how a generator fills an op's operands through the view of
+// its product (Factors).
+func (m Matrix) Set(i, j int, v uint16) {
+	if m.Transposed {
+		m.Data[j*m.Rows+i] = v
+		return
+	}
+	m.Data[i*m.Cols+j] = v
 }
 
 // Dims returns the matrix's rows and columns.
@@ -187,8 +238,9 @@ type Projection struct {
 // Project computes X·(Y·v) and |X|·(|Y|·|v|) in O(M·L + L·N) operations
 // instead of the product's O(M·N·L).
 //
-// Bound. A correct kernel's binary32 result ĉᵢⱼ is within γ(L)·Sᵢⱼ of cᵢⱼ
-// (see MatMul), so |Σⱼ(ĉᵢⱼ − cᵢⱼ)·vⱼ| ≤ γ(L)·Magnitude[i]. The float64
+// Bound. A correct kernel's binary32 result ĉᵢⱼ is within γ(2L)·Sᵢⱼ of cᵢⱼ
+// in any summation structure (see MatMul, AnyOrder), so
+// |Σⱼ(ĉᵢⱼ − cᵢⱼ)·vⱼ| ≤ γ(2L)·Magnitude[i]. The float64
 // evaluation of both sides adds at most γ₆₄(L+N) times the same magnitudes;
 // callers add that too.
 func Project(ctx context.Context, x, y Matrix, v []float64) (*Projection, error) {

@@ -40,13 +40,13 @@ const (
 	U64 = 0x1p-53
 )
 
-// F16 output rounding: round-to-nearest in binary16 is within a relative
-// 2⁻¹¹ for normal results and an absolute 2⁻²⁵ (half the smallest subnormal)
-// in the subnormal range.
-const (
-	f16RelativeRounding = 0x1p-11
-	f16AbsoluteRounding = 0x1p-25
-)
+// ULP16 is the spacing of binary16 values at the magnitude of x: 2^(e−10)
+// for |x| in [2^e, 2^(e+1)), e ≥ −14, and 2⁻²⁴ (the subnormal spacing)
+// below 2⁻¹⁴. Round to nearest in binary16 errs by at most half of it.
+func ULP16(x float64) float64 {
+	_, e := math.Frexp(x) // |x| = f·2^e, f in [0.5, 1)
+	return math.Ldexp(1, max(e-11, -24))
+}
 
 // Gamma is γ(n) = n·u/(1 − n·u), +Inf when n·u ≥ 1.
 func Gamma(n int64, u float64) float64 {
@@ -71,13 +71,21 @@ type Reference struct {
 	Typical []float64
 }
 
-// OutputBound is the bound after rounding a binary32 result to dtype: for
-// f16, |fl16(ĉ) − c| ≤ |ĉ − c| + 2⁻¹¹·|ĉ| + 2⁻²⁵ with |ĉ| ≤ |c| + bound.
+// OutputBound is the bound after rounding a binary32 result to dtype. The
+// binary32 result ĉ lies within bound of value, so its magnitude is at most
+// |value| + bound, and rounding it to nearest f16 errs by at most half an
+// f16 ulp at that magnitude:
+//
+//	|fl16(ĉ) − c| ≤ bound + ½·ULP16(|c| + bound).
+//
+// That is exact to the half ulp the contract allows ("rounded once, to
+// nearest"): a kernel that rounds toward zero errs by up to a whole ulp
+// and is caught wherever its error passes the half.
 func OutputBound(dtype op.DType, value, bound float64) float64 {
 	if dtype != op.F16 {
 		return bound
 	}
-	return bound + f16RelativeRounding*(math.Abs(value)+bound) + f16AbsoluteRounding
+	return bound + ULP16(math.Abs(value)+bound)/2
 }
 
 // Input is one input operand's elements in wire order: F16 holds the bit
@@ -92,9 +100,10 @@ type Input struct {
 func (in Input) Len() int { return len(in.F16) + len(in.I32) }
 
 // Compute runs the reference of o at shape s on inputs (in wire order) and
-// returns one Reference per output of o, in wire order. It uses every core
-// and stops early when ctx is done.
-func Compute(ctx context.Context, o *op.Op, s op.Shape, inputs []Input) ([]*Reference, error) {
+// returns one Reference per output of o, in wire order, with bounds for a
+// backend whose kernels compute as arith says (the zero Arithmetic claims
+// nothing). It uses every core and stops early when ctx is done.
+func Compute(ctx context.Context, o *op.Op, s op.Shape, inputs []Input, arith Arithmetic) ([]*Reference, error) {
 	if err := o.Validate(s); err != nil {
 		return nil, err
 	}
@@ -124,7 +133,7 @@ func Compute(ctx context.Context, o *op.Op, s op.Shape, inputs []Input) ([]*Refe
 	switch o.ID {
 	case op.Gemm, op.GemmGradA, op.GemmGradB:
 		x, y := Factors(o, s, inputs)
-		return one(MatMul(ctx, x, y))
+		return one(MatMul(ctx, x, y, arith.Dot))
 	case op.Softmax:
 		return one(SoftmaxRows(ctx, inputs[0].F16, int(s.Dims[0]), int(s.Dims[1])))
 	case op.SoftmaxGrad:

@@ -64,7 +64,7 @@ func TestMatMulBoundHoldsForBinary32KernelsInAnyOrder(t *testing.T) {
 	const m, n, k = 5, 7, 2000
 	for _, dist := range []string{"uniform", "normal", "wide"} {
 		a, b := randomF16(rng, m*k, dist), randomF16(rng, k*n, dist)
-		ref, err := MatMul(context.Background(), Matrix{a, m, k, false}, Matrix{b, k, n, false})
+		ref, err := MatMul(context.Background(), Matrix{a, m, k, false}, Matrix{b, k, n, false}, Accumulation{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestMatMulTypicalModelFlagsALostTermThatTheBoundHides(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const m, n, k = 4, 64, 4096
 	a, b := randomF16(rng, m*k, "normal"), randomF16(rng, k*n, "normal")
-	ref, err := MatMul(context.Background(), Matrix{a, m, k, false}, Matrix{b, k, n, false})
+	ref, err := MatMul(context.Background(), Matrix{a, m, k, false}, Matrix{b, k, n, false}, Accumulation{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestMatMulSpecialsFollowIEEE(t *testing.T) {
 		ninf, ninf, // −Inf
 	}
 	b := []uint16{one, one}
-	ref, err := MatMul(context.Background(), Matrix{a, 5, 2, false}, Matrix{b, 2, 1, false})
+	ref, err := MatMul(context.Background(), Matrix{a, 5, 2, false}, Matrix{b, 2, 1, false}, Accumulation{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,11 +161,11 @@ func TestTransposedViewsMatchTheGradientDefinitions(t *testing.T) {
 	s := op.Shape{Dims: []int64{m, n, k}}
 	gradA, _ := op.Lookup("gemm_grad_a")
 	gradB, _ := op.Lookup("gemm_grad_b")
-	refA, err := Compute(context.Background(), gradA, s, []Input{{F16: dc}, {F16: b}})
+	refA, err := Compute(context.Background(), gradA, s, []Input{{F16: dc}, {F16: b}}, Arithmetic{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	refB, err := Compute(context.Background(), gradB, s, []Input{{F16: a}, {F16: dc}})
+	refB, err := Compute(context.Background(), gradB, s, []Input{{F16: a}, {F16: dc}}, Arithmetic{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func BenchmarkMatMulOracle(b *testing.B) {
 	x, y := randomF16(rng, n*n, "uniform"), randomF16(rng, n*n, "uniform")
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := MatMul(context.Background(), Matrix{x, n, n, false}, Matrix{y, n, n, false}); err != nil {
+		if _, err := MatMul(context.Background(), Matrix{x, n, n, false}, Matrix{y, n, n, false}, Accumulation{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -53,6 +53,14 @@ type Stats struct {
 	// Sample is set when the output was too large to check every element
 	// and was checked by sampled rows, columns and projections instead.
 	Sample *Sample
+	// Rounded counts, in exact cases, the f16 output elements whose exact
+	// value is not an f16 value, so that matching bit for bit checked their
+	// rounding (round to nearest); Ties counts those exactly halfway
+	// between two f16 values, which only ties-to-even gets right.
+	Rounded, Ties int64
+	// Rounding is the rounding-bias statistic of the f16 outputs, in
+	// bounded cases of continuous distributions; nil elsewhere.
+	Rounding *RoundingStats
 }
 
 // element reads output element i as float64, and whether it is the poison.
@@ -75,20 +83,20 @@ func roundTo(dtype op.DType, v float64) float64 {
 
 // Compare checks outs, the outputs of o in wire order (little-endian
 // elements of each output's type), against refs, one Reference per output.
-// exact demands bit-for-bit agreement with the reference rounded to the
+// m.Exact demands bit-for-bit agreement with the reference rounded to the
 // output type (±0 compare equal); otherwise each element must lie within its
 // bound. In both modes: a NaN reference wants a NaN; an infinite reference
 // wants the same infinity; an f16 result may be ±Inf only where the binary32
-// result could have reached 65520; poison means unwritten. checkTypical
-// applies the statistical outlier test where a reference has a typical-error
-// model. The figures cover every output; the first wrong element is named
-// with its output.
-func Compare(o *op.Op, s op.Shape, refs []*oracle.Reference, outs [][]byte, exact, checkTypical bool) Stats {
+// result could have reached 65520; poison means unwritten. m.Typical
+// applies the statistical outlier test, and m.Bias gathers the rounding-bias
+// statistic (Stats.Rounding, judged by the caller). The figures cover every
+// output; the first wrong element is named with its output.
+func Compare(o *op.Op, s op.Shape, refs []*oracle.Reference, outs [][]byte, m Mode) Stats {
 	var t tally
 	var elements int64
 	for k, p := range o.Outputs {
 		cols := int(s.Cols(p))
-		t.add(compareElements(p, refs[k], outs[k], exact, checkTypical, func(i int) (int, int) { return i / cols, i % cols }))
+		t.add(compareElements(p, refs[k], outs[k], m, func(i int) (int, int) { return i / cols, i % cols }))
 		elements += s.Elements(p)
 	}
 	st := t.stats()
@@ -96,14 +104,32 @@ func Compare(o *op.Op, s op.Shape, refs []*oracle.Reference, outs [][]byte, exac
 	return st
 }
 
+// Mode says which checks Compare applies beyond the per-element bound and
+// the IEEE rules.
+type Mode struct {
+	// Exact demands bit-for-bit agreement with the reference rounded to
+	// the output type (round to nearest, ties to even).
+	Exact bool
+	// Typical applies the statistical outlier test where a reference has a
+	// typical-error model.
+	Typical bool
+	// Bias gathers the rounding-bias statistic of f16 outputs.
+	Bias bool
+}
+
+// modeOf is the checks a case gets.
+func modeOf(c Case) Mode {
+	return Mode{Exact: c.Exact(), Typical: c.Dist.symmetric(), Bias: !c.Exact() && c.Dist.continuous()}
+}
+
 // compareElements checks out[i], an element of output p, against ref at
 // every i, in parallel chunks; at names element i's place in the whole
 // output, for messages.
-func compareElements(p op.Operand, ref *oracle.Reference, out []byte, exact, checkTypical bool, at func(i int) (row, col int)) tally {
+func compareElements(p op.Operand, ref *oracle.Reference, out []byte, m Mode, at func(i int) (row, col int)) tally {
 	n := len(ref.Value)
 	parts := make([]tally, (n+chunkSize-1)/chunkSize)
 	forChunks(n, func(c, lo, hi int) {
-		parts[c] = comparePart(p, ref, out, exact, checkTypical, at, lo, hi)
+		parts[c] = comparePart(p, ref, out, m, at, lo, hi)
 	})
 	var t tally
 	for _, part := range parts {
@@ -120,6 +146,7 @@ type tally struct {
 	sumSquares   float64 // of the errors of finite elements
 	finite       int64
 	firstOutlier string
+	rounding     roundingSums
 }
 
 // add folds in the tally of elements that come after t's.
@@ -132,6 +159,9 @@ func (t *tally) add(u tally) {
 	t.MaxErrorOverBound = max(t.MaxErrorOverBound, u.MaxErrorOverBound)
 	t.sumSquares += u.sumSquares
 	t.finite += u.finite
+	t.Rounded += u.Rounded
+	t.Ties += u.Ties
+	t.rounding.add(u.rounding)
 	if t.FirstWrong == "" {
 		t.FirstWrong = u.FirstWrong
 	}
@@ -150,11 +180,12 @@ func (t tally) stats() Stats {
 	if t.finite > 0 {
 		st.RMSError = math.Sqrt(t.sumSquares / float64(t.finite))
 	}
+	st.Rounding = t.rounding.stats()
 	return st
 }
 
 // comparePart compares elements [lo, hi) of output p.
-func comparePart(p op.Operand, ref *oracle.Reference, out []byte, exact, checkTypical bool, at func(i int) (row, col int), lo, hi int) tally {
+func comparePart(p op.Operand, ref *oracle.Reference, out []byte, m Mode, at func(i int) (row, col int), lo, hi int) tally {
 	dtype := p.DType
 	var t tally
 	for i := lo; i < hi; i++ {
@@ -183,10 +214,19 @@ func comparePart(p op.Operand, ref *oracle.Reference, out []byte, exact, checkTy
 			if dtype != op.F16 {
 				why = "is infinite where the reference is finite"
 			}
-		case exact:
+		case m.Exact:
 			rounded := roundTo(dtype, want)
 			ok = got == rounded
 			why = fmt.Sprintf("differs from the exact result %g", rounded)
+			if dtype == op.F16 && rounded != want {
+				t.Rounded++
+				if math.Abs(want-rounded) == oracle.ULP16(want)/2 {
+					t.Ties++
+					why = fmt.Sprintf("differs from the exact result %g, a tie rounded to even as %g", want, rounded)
+				} else {
+					why = fmt.Sprintf("differs from the exact result %g rounded to nearest, %g", want, rounded)
+				}
+			}
 			bound = 0
 			t.note(math.Abs(got-rounded), 0)
 		default:
@@ -194,9 +234,12 @@ func comparePart(p op.Operand, ref *oracle.Reference, out []byte, exact, checkTy
 			ok = e <= bound
 			why = "is outside the error bound"
 			t.note(e, bound)
+			if m.Bias && dtype == op.F16 {
+				t.rounding.note(want, got, preBound)
+			}
 			// Rounding to the output type is not part of the typical
 			// model: allow it in full on top.
-			if !checkTypical || ref.Typical == nil || !ok {
+			if !m.Typical || ref.Typical == nil || !ok {
 				break
 			}
 			if limit := outlierFactor*ref.Typical[i] + oracle.OutputBound(dtype, want, 0); e > limit {

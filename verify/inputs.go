@@ -27,12 +27,18 @@ const (
 	// Special mixes in NaN, ±Inf, −Inf-masked rows, subnormals and values
 	// whose results overflow f16.
 	Special
+	// Rounding draws whole numbers (and, for softmax_grad, sixteenths)
+	// whose results are exact in binary32 but land where binary16 must
+	// round: magnitudes 2¹¹…2¹⁶ with many odd values, so that ties occur.
+	// An f16 output must then equal the exact result rounded to nearest,
+	// ties to even, bit for bit. Only ops with Op.ExactRounding take it.
+	Rounding
 )
 
-var distNames = map[Dist]string{Integer: "integer", Uniform: "uniform", Normal: "normal", Wide: "wide", Special: "special"}
+var distNames = map[Dist]string{Integer: "integer", Uniform: "uniform", Normal: "normal", Wide: "wide", Special: "special", Rounding: "rounding"}
 
 // Dists lists every distribution, in report order.
-func Dists() []Dist { return []Dist{Integer, Uniform, Normal, Wide, Special} }
+func Dists() []Dist { return []Dist{Integer, Uniform, Normal, Wide, Special, Rounding} }
 
 func (d Dist) String() string {
 	if n, ok := distNames[d]; ok {
@@ -62,6 +68,12 @@ func ParseDist(s string) (Dist, error) {
 // terms, where the √n typical-error model applies (see oracle.MatMul).
 func (d Dist) symmetric() bool { return d == Uniform || d == Normal }
 
+// continuous says whether the distribution draws real values whose results
+// fall anywhere within an f16 ulp, where the rounding-bias statistic applies
+// (see roundingBias). Integer and Rounding results sit on a grid, and
+// Special rows repeat one value many times.
+func (d Dist) continuous() bool { return d == Uniform || d == Normal || d == Wide }
+
 // Generate makes the inputs of one case, in wire order. The same (op,
 // shape, dist, seed) always gives the same inputs, whatever the number of
 // cores: each chunk of chunkSize elements draws from its own generator,
@@ -70,6 +82,9 @@ func Generate(o *op.Op, s op.Shape, d Dist, seed uint64) []oracle.Input {
 	stream := uint64(o.ID)<<8 | uint64(d)
 	rng := rand.New(rand.NewPCG(seed, stream))
 	inputs := make([]oracle.Input, len(o.Inputs))
+	if d == Rounding {
+		return roundingInputs(o, s, seed, stream)
+	}
 	for i, p := range o.Inputs {
 		if p.DType == op.I32 {
 			inputs[i] = oracle.Input{I32: drawLabels(s, rng)}

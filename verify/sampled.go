@@ -68,7 +68,7 @@ func picks(rng *rand.Rand, n, k int) []int {
 // exactly as Compare would (bit for bit on exact cases, else under each
 // element's bound), then Freivalds projections of the whole output under a
 // sound per-row tolerance (oracle.Project). out is the GEMM's one output.
-func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, out []byte) (Stats, error) {
+func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, out []byte, acc oracle.Accumulation) (Stats, error) {
 	o, s := c.Op, c.Shape
 	p := o.Outputs[0]
 	x, y := oracle.Factors(o, s, inputs)
@@ -76,9 +76,9 @@ func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, out []byte
 	rng := rand.New(rand.NewPCG(c.Seed, 0x5a3b1e))
 	ri, ci := picks(rng, rows, sampleRows), picks(rng, cols, sampleCols)
 	size := p.DType.Size()
-	exact, typical := c.Exact(), c.Dist.symmetric()
+	mode := modeOf(c)
 
-	refRows, err := oracle.MatMul(ctx, x.SelectRows(ri), y)
+	refRows, err := oracle.MatMul(ctx, x.SelectRows(ri), y, acc)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -86,9 +86,9 @@ func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, out []byte
 	for _, r := range ri {
 		gathered = append(gathered, out[r*cols*size:(r+1)*cols*size]...)
 	}
-	t := compareElements(p, refRows, gathered, exact, typical, func(i int) (int, int) { return ri[i/cols], i % cols })
+	t := compareElements(p, refRows, gathered, mode, func(i int) (int, int) { return ri[i/cols], i % cols })
 
-	refCols, err := oracle.MatMul(ctx, x, y.SelectCols(ci))
+	refCols, err := oracle.MatMul(ctx, x, y.SelectCols(ci), acc)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -98,7 +98,7 @@ func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, out []byte
 			gathered = append(gathered, out[(r*cols+j)*size:(r*cols+j+1)*size]...)
 		}
 	}
-	t.add(compareElements(p, refCols, gathered, exact, typical, func(i int) (int, int) { return i / len(ci), ci[i%len(ci)] }))
+	t.add(compareElements(p, refCols, gathered, mode, func(i int) (int, int) { return i / len(ci), ci[i%len(ci)] }))
 	st := t.stats()
 
 	sample := &Sample{Rows: len(ri), Cols: len(ci), Trials: freivaldsTrials, MissProbability: math.Exp2(-freivaldsTrials)}
@@ -139,8 +139,8 @@ func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, out []byte
 // its reference is not finite (a NaN or Inf input reaches it; the sampled
 // rows and columns check those), or an f16 output overflowed to ±Inf.
 //
-// Tolerance: Σⱼ|ĉᵢⱼ − cᵢⱼ| ≤ γ(L)·Magnitude[i] before rounding (oracle.Project),
-// f16 rounding adds Σⱼ (2⁻¹¹/(1 − 2⁻¹¹)·|oᵢⱼ| + 2⁻²⁵), and both float64
+// Tolerance: Σⱼ|ĉᵢⱼ − cᵢⱼ| ≤ γ(2L)·Magnitude[i] before rounding, whatever
+// the summation structure (oracle.MatMul, AnyOrder), f16 rounding adds Σⱼ (2⁻¹¹/(1 − 2⁻¹¹)·|oᵢⱼ| + 2⁻²⁵), and both float64
 // evaluations add γ₆₄(L+N) times the magnitudes involved.
 func checkProjection(o *op.Op, out []byte, i, cols int, v []float64, p *oracle.Projection, l int) string {
 	want, magnitude := p.Value[i], p.Magnitude[i]
@@ -164,7 +164,7 @@ func checkProjection(o *op.Op, out []byte, i, cols int, v []float64, p *oracle.P
 		outMagnitude += math.Abs(e)
 	}
 	g64 := oracle.Gamma(int64(l+cols), oracle.U64)
-	tolerance := (oracle.Gamma(int64(l), oracle.U32)+3*g64)*magnitude + g64*outMagnitude
+	tolerance := (oracle.Gamma(2*int64(l), oracle.U32)+3*g64)*magnitude + g64*outMagnitude
 	if dtype == op.F16 {
 		tolerance += 0x1p-11/(1-0x1p-11)*outMagnitude + float64(cols)*0x1p-25
 	}

@@ -1,7 +1,6 @@
 package verify
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -38,7 +37,7 @@ func sampledCases(t *testing.T, ops []op.ID, specs ...string) []Case {
 var gemmOps = []op.ID{op.Gemm, op.GemmGradA, op.GemmGradB}
 
 func TestSampledChecksPassCorrectKernels(t *testing.T) {
-	res := Run(context.Background(), goKernels{}, sampledCases(t, gemmOps, "40x50x60", "70x20x33"), nil)
+	res := mustRun(t, goKernels{}, sampledCases(t, gemmOps, "40x50x60", "70x20x33"))
 	for _, r := range res.Cases {
 		if r.Verdict != Passed {
 			t.Errorf("%s: %s: %s", r.Case, r.Verdict, r.Reason)
@@ -58,7 +57,7 @@ func TestFreivaldsCatchesOneWrongElementOutsideTheSample(t *testing.T) {
 		cols := int(s.Cols(o.Outputs[0]))
 		out[(len(out)/cols/2)*cols+cols/2+1] += 0.5
 	}}
-	res := Run(context.Background(), dev, cases, nil)
+	res := mustRun(t, dev, cases)
 	caught := 0
 	for _, r := range res.Cases {
 		if r.Verdict == Incorrect && strings.Contains(r.Reason, "Freivalds") {
@@ -75,7 +74,7 @@ func TestSampledChecksCatchAnUnwrittenElement(t *testing.T) {
 	dev := goKernels{mutate: func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 		write[len(write)/2+3] = false
 	}}
-	res := Run(context.Background(), dev, sampledCases(t, gemmOps, "48x40x30"), nil)
+	res := mustRun(t, dev, sampledCases(t, gemmOps, "48x40x30"))
 	for _, r := range res.Cases {
 		if r.Dist != Special && r.Verdict != Incorrect {
 			t.Errorf("%s: %s, want incorrect", r.Case, r.Verdict)

@@ -18,6 +18,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +43,11 @@ type Case struct {
 	Shape op.Shape
 	Dist  Dist
 	Seed  uint64
+	// Sampled checks a GEMM output by sampled rows, columns and
+	// projections instead of element by element. Run sets it where the
+	// full reference would not fit in memory; products over fullCheckMACs
+	// are sampled whatever it says.
+	Sampled bool
 }
 
 func (c Case) String() string {
@@ -49,7 +55,24 @@ func (c Case) String() string {
 }
 
 // Exact says whether the case is checked bit for bit.
-func (c Case) Exact() bool { return c.Dist == Integer && c.Op.ExactOnIntegers }
+func (c Case) Exact() bool {
+	switch c.Dist {
+	case Integer:
+		return c.Op.ExactOnIntegers
+	case Rounding:
+		ok, _ := roundingApplies(c.Op, c.Shape)
+		return ok
+	}
+	return false
+}
+
+// sampled says whether the case is checked by sampling.
+func (c Case) sampled() bool {
+	if c.Op.Kind != op.MatMul {
+		return false
+	}
+	return c.Sampled || float64(c.Shape.Dims[0])*float64(c.Shape.Dims[1])*float64(c.Shape.Dims[2]) > float64(fullCheckMACs)
+}
 
 // CaseResult is the outcome of a case.
 type CaseResult struct {
@@ -65,6 +88,24 @@ type Result struct {
 	Cases   []CaseResult
 	Verdict Verdict
 	Counts  map[Verdict]int
+	// Arithmetic is what the bounds assumed of the device's kernels
+	// (Options.Arithmetic).
+	Arithmetic oracle.Arithmetic
+}
+
+// Options describe the device to Run beyond what Device does.
+type Options struct {
+	// Arithmetic is what the device states about how its kernels compute
+	// (vkern.Device.Arithmetic, from its server's handshake); GEMM bounds
+	// follow it. The zero value claims nothing: bounds then hold for any
+	// summation order.
+	Arithmetic oracle.Arithmetic
+	// DeviceMemory, when set, reports the device's free memory, and
+	// whether its buffers are host memory (the cpu backend), so that Run
+	// can refuse a case that cannot fit before allocating anything.
+	DeviceMemory func(ctx context.Context) (free int64, host bool, err error)
+	// Progress, when set, is called after each case.
+	Progress func(done int, r CaseResult)
 }
 
 // Plan chooses the cases of a run.
@@ -79,17 +120,22 @@ type Plan struct {
 
 // DefaultShapes are the shapes checked when the user names none: the edge
 // cases (a single element; dimensions that are prime and far from any tile
-// size; a long thin reduction), plus one larger square, and a long-row
-// softmax that does not fit any GPU block's registers. cross_entropy adds
+// size; a long thin reduction), plus one larger square, reductions of over
+// 4096 terms, and a long-row softmax that does not fit any GPU block's
+// registers. cross_entropy adds
 // shapes with an ignore_index (negative, and a class index), rows either
 // side of the on-chip limit, and the vocabulary of a GPT-2-sized model.
 func DefaultShapes(o *op.Op, quick bool) []op.Shape {
 	var specs []string
 	switch {
 	case o.Kind == op.MatMul && quick:
-		specs = []string{"1x1x1", "17x31x129", "3x1000x5", "64x48x80"}
+		specs = []string{"1x1x1", "17x31x129", "3x1000x5", "64x48x80", "24x24x4100"}
 	case o.Kind == op.MatMul:
-		specs = []string{"1x1x1", "17x31x129", "3x1000x5", "128x96x200", "256x256x256"}
+		// The last three are deep in each op's own reduction (gemm sums
+		// over K, gemm_grad_a over N, gemm_grad_b over M) with small
+		// outputs: K ≥ 4096 is where tensor-core kernels accumulate most.
+		specs = []string{"1x1x1", "17x31x129", "3x1000x5", "128x96x200", "256x256x256",
+			"40x40x4100", "40x4100x40", "4100x40x40"}
 	case o.ID == op.CrossEntropy && quick:
 		specs = []string{"1x1", "7x4099", "64x1000:ignore_index=-100", "12x300:ignore_index=0"}
 	case o.ID == op.CrossEntropy:
@@ -122,8 +168,8 @@ func (p Plan) Cases() ([]Case, error) {
 		return nil, fmt.Errorf("verify: no ops chosen; name at least one with --op (%v)", op.Names())
 	}
 	trials := max(p.Trials, 1)
-	dists := p.Dists
-	if len(dists) == 0 {
+	dists, named := p.Dists, len(p.Dists) > 0
+	if !named {
 		dists = Dists()
 	}
 	for _, s := range p.Shapes {
@@ -136,6 +182,8 @@ func (p Plan) Cases() ([]Case, error) {
 		}
 	}
 	var cases []Case
+	var unrounded []string // cases the rounding distribution cannot serve
+	rounding := 0
 	for _, o := range p.Ops {
 		shapes := DefaultShapes(o, p.Quick)
 		if p.Shapes != nil {
@@ -148,25 +196,46 @@ func (p Plan) Cases() ([]Case, error) {
 		}
 		for _, s := range shapes {
 			for _, d := range dists {
+				if d == Rounding {
+					// Skipped where it cannot give exact results; the
+					// report says which ops have no rounding case and
+					// why.
+					if ok, why := roundingApplies(o, s); !ok {
+						unrounded = append(unrounded, fmt.Sprintf("%s %s: %s", o.Name, s, why))
+						continue
+					}
+					rounding++
+				}
 				for t := 0; t < trials; t++ {
 					cases = append(cases, Case{Op: o, Shape: s, Dist: d, Seed: p.Seed + uint64(t)})
 				}
 			}
 		}
 	}
+	if named && rounding == 0 && slices.Contains(dists, Rounding) {
+		return nil, fmt.Errorf("verify: --dist rounding gives no case here: %s; choose gemm, gemm_grad_a, gemm_grad_b or softmax_grad", strings.Join(unrounded, "; "))
+	}
 	return cases, nil
 }
 
-// Run checks every case on dev, calling progress after each. It stops early,
-// marking the rest failed, only when ctx is done.
-func Run(ctx context.Context, dev Device, cases []Case, progress func(done int, r CaseResult)) Result {
-	res := Result{Counts: map[Verdict]int{}}
+// Run checks every case on dev. Before anything runs it checks that each
+// case fits in the host's memory and, when opts.DeviceMemory is set, the
+// device's: a case that does not is an error (a *TooLargeError), and a GEMM
+// case whose full reference does not fit but whose sampled check does is
+// sampled instead (its Case.Sampled is set in the result). Once running, it
+// stops early, marking the rest failed, only when ctx is done.
+func Run(ctx context.Context, dev Device, cases []Case, opts Options) (Result, error) {
+	cases, err := Fit(ctx, cases, opts.DeviceMemory)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Counts: map[Verdict]int{}, Arithmetic: opts.Arithmetic}
 	for i, c := range cases {
-		r := checkCase(ctx, dev, c)
+		r := checkCase(ctx, dev, c, opts.Arithmetic)
 		res.Cases = append(res.Cases, r)
 		res.Counts[r.Verdict]++
-		if progress != nil {
-			progress(i+1, r)
+		if opts.Progress != nil {
+			opts.Progress(i+1, r)
 		}
 	}
 	res.Verdict = Passed
@@ -176,10 +245,10 @@ func Run(ctx context.Context, dev Device, cases []Case, progress func(done int, 
 	if len(res.Cases) == 0 {
 		res.Verdict = Failed // nothing checked is not a pass
 	}
-	return res
+	return res, nil
 }
 
-func checkCase(ctx context.Context, dev Device, c Case) CaseResult {
+func checkCase(ctx context.Context, dev Device, c Case, arith oracle.Arithmetic) CaseResult {
 	r := CaseResult{Case: c}
 	fail := func(v Verdict, format string, args ...any) CaseResult {
 		r.Verdict, r.Reason = v, fmt.Sprintf(format, args...)
@@ -208,16 +277,16 @@ func checkCase(ctx context.Context, dev Device, c Case) CaseResult {
 		return fail(Failed, "%v", err)
 	}
 	r.KernelTime = kernelTime
-	if o.Kind == op.MatMul && float64(s.Dims[0])*float64(s.Dims[1])*float64(s.Dims[2]) > float64(fullCheckMACs) {
-		if r.Stats, err = checkSampled(ctx, c, inputs, outs[0]); err != nil {
+	if c.sampled() {
+		if r.Stats, err = checkSampled(ctx, c, inputs, outs[0], arith.Dot); err != nil {
 			return fail(Failed, "oracle: %v", err)
 		}
 	} else {
-		refs, err := oracle.Compute(ctx, o, s, inputs)
+		refs, err := oracle.Compute(ctx, o, s, inputs, arith)
 		if err != nil {
 			return fail(Failed, "oracle: %v", err)
 		}
-		r.Stats = Compare(o, s, refs, outs, c.Exact(), c.Dist.symmetric())
+		r.Stats = Compare(o, s, refs, outs, modeOf(c))
 	}
 
 	var problems []string
@@ -238,6 +307,9 @@ func checkCase(ctx context.Context, dev Device, c Case) CaseResult {
 	if st.Wrong > 0 || st.Outliers > 0 {
 		problems = append(problems, fmt.Sprintf("%d of %d elements wrong (%d never written), %d statistical outliers; first: %s",
 			st.Wrong, st.Elements, st.Unwritten, st.Outliers, st.FirstWrong))
+	}
+	if bias := st.Rounding.Problem(); bias != "" {
+		problems = append(problems, bias)
 	}
 	if st.Checked == 0 {
 		return fail(Failed, "no element was checked")

@@ -23,6 +23,7 @@ import (
 // (cross_entropy: R losses, then the R×V gradient).
 type goKernels struct {
 	mutate func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool)
+	round  func(float32) uint16 // f16 outputs; nil: round to nearest, ties to even
 	err    error
 }
 
@@ -61,9 +62,12 @@ func (g goKernels) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]
 			if !write[at] {
 				continue
 			}
-			if p.DType == op.F32 {
+			switch {
+			case p.DType == op.F32:
 				binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(out[at]))
-			} else {
+			case g.round != nil:
+				binary.LittleEndian.PutUint16(dst[2*i:], g.round(out[at]))
+			default:
 				binary.LittleEndian.PutUint16(dst[2*i:], f16.FromFloat32(out[at]))
 			}
 		}
@@ -193,7 +197,7 @@ func quickPlan(t *testing.T) []Case {
 }
 
 func TestCorrectGoKernelsPassEveryQuickCase(t *testing.T) {
-	res := Run(context.Background(), goKernels{}, quickPlan(t), nil)
+	res := mustRun(t, goKernels{}, quickPlan(t))
 	for _, r := range res.Cases {
 		if r.Verdict != Passed {
 			t.Errorf("%s: %s: %s", r.Case, r.Verdict, r.Reason)
@@ -210,22 +214,49 @@ type planted struct {
 	ops    []op.ID
 	shapes []string // shapes on which the defect is well defined; nil: quick defaults
 	mutate func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool)
+	round  func(float32) uint16 // a wrong f16 rounding, or nil
 }
+
+// towardZero16 rounds v to f16 toward zero.
+func towardZero16(v float32) uint16 {
+	h := f16.FromFloat32(v)
+	if h&0x7fff != 0 && !math.IsNaN(float64(v)) && math.Abs(f16.ToFloat64(h)) > math.Abs(float64(v)) {
+		h-- // one step down in magnitude, either sign
+	}
+	return h
+}
+
+// halfAway16 rounds v to f16 to nearest, ties away from zero: it differs
+// from ties-to-even only on exact ties.
+func halfAway16(v float32) uint16 {
+	h := f16.FromFloat32(v)
+	if h&0x7fff >= 0x7bff || math.IsNaN(float64(v)) {
+		return h
+	}
+	below, above := math.Abs(f16.ToFloat64(h)), math.Abs(f16.ToFloat64(h+1))
+	if x := math.Abs(float64(v)); x > below && x-below == above-x {
+		return h + 1 // the tie went to the even neighbour below
+	}
+	return h
+}
+
+// f16Step rounds v to f16 and back: an intermediate stored as f16.
+func f16Step(v float32) float32 { return f16.ToFloat32(f16.FromFloat32(v)) }
 
 var plantedDefects = []planted{
 	{"the first output element is never written", []op.ID{op.Gemm, op.GemmGradA, op.GemmGradB, op.Softmax, op.SoftmaxGrad}, nil,
-		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) { write[0] = false }},
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) { write[0] = false }, nil},
 	{"row 1 holds row 0's results", []op.ID{op.Gemm, op.Softmax}, []string{"17x31x129", "7x4099"},
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			cols := int(s.Cols(o.Outputs[0]))
 			copy(out[cols:2*cols], out[:cols])
-		}},
+		}, nil},
 	{"the f32 output is rounded through f16", []op.ID{op.Gemm}, nil,
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			for i, v := range out {
 				out[i] = f16.ToFloat32(f16.FromFloat32(v))
 			}
-		}},
+		}, nil},
 	{"the last term of each dot product is dropped", []op.ID{op.Gemm}, []string{"17x31x129", "64x48x80"},
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
@@ -234,7 +265,7 @@ var plantedDefects = []planted{
 					out[i*n+j] -= in[0][i*k+k-1] * in[1][(k-1)*n+j]
 				}
 			}
-		}},
+		}, nil},
 	{"softmax without the max subtraction", []op.ID{op.Softmax}, nil,
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			r, c := int(s.Dims[0]), int(s.Dims[1])
@@ -247,13 +278,13 @@ var plantedDefects = []planted{
 					out[i*c+j] = float32(math.Exp(float64(v))) / sum
 				}
 			}
-		}},
+		}, nil},
 	{"an error of one part in 2⁹ on every element", []op.ID{op.Gemm, op.Softmax, op.SoftmaxGrad}, nil,
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			for i := range out {
 				out[i] *= 1 + 0x1p-9
 			}
-		}},
+		}, nil},
 	{"cross_entropy without the mean scale", []op.ID{op.CrossEntropy}, nil,
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			crossEntropyGo(s, in[0], in[1], out, true, false)
@@ -267,13 +298,13 @@ var plantedDefects = []planted{
 			for i := int(s.Dims[0]); i < len(out); i++ {
 				out[i] *= float32(n)
 			}
-		}},
+		}, nil},
 	{"cross_entropy with the gradient's sign flipped", []op.ID{op.CrossEntropy}, nil,
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			for i := int(s.Dims[0]); i < len(out); i++ {
 				out[i] = -out[i]
 			}
-		}},
+		}, nil},
 	{"cross_entropy with each label one class too far", []op.ID{op.CrossEntropy}, []string{"7x4099", "64x1000:ignore_index=-100"},
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			labels := append([]float32(nil), in[1]...)
@@ -284,21 +315,54 @@ var plantedDefects = []planted{
 				}
 			}
 			crossEntropyGo(s, in[0], labels, out, true, false)
-		}},
+		}, nil},
 	{"cross_entropy counting ignored rows in n", []op.ID{op.CrossEntropy}, []string{"64x1000:ignore_index=-100"},
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			crossEntropyGo(s, in[0], in[1], out, true, true)
-		}},
+		}, nil},
 	{"cross_entropy ignoring no row", []op.ID{op.CrossEntropy}, []string{"12x300:ignore_index=0"},
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			unset := s
 			unset.Settings = nil
 			crossEntropyGo(unset, in[0], in[1], out, true, false)
-		}},
+		}, nil},
 	{"cross_entropy without the max subtraction", []op.ID{op.CrossEntropy}, []string{"7x4099"},
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			crossEntropyGo(s, in[0], in[1], out, false, false)
-		}},
+		}, nil},
+	// Roundings of the f16 outputs: ties away from zero differs from the
+	// contract only on exact ties (the rounding distribution's); toward
+	// zero everywhere; and two double roundings through an f16
+	// intermediate.
+	{"f16 outputs rounded to nearest with ties away from zero", []op.ID{op.GemmGradA, op.GemmGradB, op.SoftmaxGrad}, nil, nil, halfAway16},
+	{"f16 outputs rounded toward zero", []op.ID{op.GemmGradA, op.GemmGradB, op.Softmax, op.SoftmaxGrad, op.CrossEntropy}, nil, nil, towardZero16},
+	{"softmax_grad with dY − D stored as f16 before the product", []op.ID{op.SoftmaxGrad}, nil,
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+			r, c := int(s.Dims[0]), int(s.Dims[1])
+			for i := 0; i < r; i++ {
+				dy, y := in[0][i*c:(i+1)*c], in[1][i*c:(i+1)*c]
+				var dot float32
+				for j := range dy {
+					dot += dy[j] * y[j]
+				}
+				for j := range dy {
+					out[i*c+j] = y[j] * f16Step(dy[j]-dot)
+				}
+			}
+		}, nil},
+	{"gemm_grad_a with each dot product's halves rounded to f16 before they are added", []op.ID{op.GemmGradA}, nil,
+		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+			m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
+			for i := 0; i < m; i++ {
+				for j := 0; j < k; j++ {
+					var half [2]float32
+					for t := 0; t < n; t++ {
+						half[2*t/n] += in[0][i*n+t] * in[1][j*n+t]
+					}
+					out[i*k+j] = f16Step(half[0]) + f16Step(half[1])
+				}
+			}
+		}, nil},
 }
 
 func TestPlantedDefectsInGoKernelsAreIncorrect(t *testing.T) {
@@ -316,7 +380,7 @@ func TestPlantedDefectsInGoKernelsAreIncorrect(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				res := Run(context.Background(), goKernels{mutate: p.mutate}, cases, nil)
+				res := mustRun(t, goKernels{mutate: p.mutate, round: p.round}, cases)
 				if res.Verdict != Incorrect {
 					t.Fatalf("verdict %s, want incorrect", res.Verdict)
 				}
@@ -332,14 +396,14 @@ func TestPlantedDefectsInGoKernelsAreIncorrect(t *testing.T) {
 }
 
 func TestADeviceErrorIsFailedNotIncorrect(t *testing.T) {
-	res := Run(context.Background(), goKernels{err: errors.New("server died")}, quickPlan(t)[:2], nil)
+	res := mustRun(t, goKernels{err: errors.New("server died")}, quickPlan(t)[:2])
 	if res.Verdict != Failed || !strings.Contains(res.Cases[0].Reason, "server died") {
 		t.Fatalf("verdict %s, reason %q", res.Verdict, res.Cases[0].Reason)
 	}
 }
 
 func TestNothingCheckedIsNotAPass(t *testing.T) {
-	if v := Run(context.Background(), goKernels{}, nil, nil).Verdict; v != Failed {
+	if v := mustRun(t, goKernels{}, nil).Verdict; v != Failed {
 		t.Fatalf("empty run verdict %s, want failed", v)
 	}
 }
@@ -371,7 +435,7 @@ func TestWritesPastTheOutputAndIntoInputsAreCaught(t *testing.T) {
 		"into an input": deviceFunc(func(buffers [][]byte) { buffers[0][0] ^= 1 }),
 	} {
 		t.Run(name, func(t *testing.T) {
-			res := Run(context.Background(), dev, []Case{c}, nil)
+			res := mustRun(t, dev, []Case{c})
 			if res.Verdict != Incorrect {
 				t.Fatalf("verdict %s, want incorrect", res.Verdict)
 			}
@@ -429,4 +493,15 @@ func TestCrossEntropyLabelsCoverTheEdgesAndTheIgnoreIndex(t *testing.T) {
 			t.Errorf("labels[%d] = %d is outside [0, 50)", r, l)
 		}
 	}
+}
+
+// mustRun runs cases on dev with no device description (bounds for any
+// summation order) and fails the test if Run refuses them.
+func mustRun(t *testing.T, dev Device, cases []Case) Result {
+	t.Helper()
+	res, err := Run(context.Background(), dev, cases, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

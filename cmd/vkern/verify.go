@@ -79,6 +79,12 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "vkern verify: %v\n", err)
 		return exitUsage
 	}
+	// The host's share first, before anything is built or started: a shape
+	// that cannot fit is a typo to fix, not a run to wait for.
+	if cases, err = verify.Fit(ctx, cases, nil); err != nil {
+		fmt.Fprintf(stderr, "vkern verify: %v\n", err)
+		return exitUsage
+	}
 	if err := checkCache(); err != nil {
 		fmt.Fprintf(stderr, "vkern verify: %v\n", err)
 		return exitUsage
@@ -106,10 +112,29 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	fmt.Fprintf(stdout, "vkern verify: %d cases on %s (%s), %s\n", len(cases), info.Backend, info.Device["device"], info.BackendReason)
 
-	res := verify.Run(ctx, dev, cases, func(done int, r verify.CaseResult) {
-		progress.step(done, len(cases), r)
+	arith, err := dev.Arithmetic(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "vkern verify: %v\n", err)
+		return exitFailure
+	}
+	res, err := verify.Run(ctx, dev, cases, verify.Options{
+		Arithmetic: arith,
+		DeviceMemory: func(ctx context.Context) (int64, bool, error) {
+			m, err := dev.Memory(ctx)
+			return m.Free, m.Host, err
+		},
+		Progress: func(done int, r verify.CaseResult) { progress.step(done, len(cases), r) },
 	})
 	progress.clear()
+	var tooLarge *verify.TooLargeError
+	if errors.As(err, &tooLarge) {
+		fmt.Fprintf(stderr, "vkern verify: %v\n", err)
+		return exitUsage
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "vkern verify: %v\n", err)
+		return exitFailure
+	}
 	if info2, err := dev.Info(ctx); err == nil {
 		info = info2 // notes gathered during the run, e.g. a rebuilt binary
 	}
@@ -229,8 +254,9 @@ func checkCache() error {
 	return err
 }
 
-// checkOutputPath fails early when a report could not be written, so a long
-// run does not end in a lost report.
+// checkOutputPath fails early when a report could not be written (no such
+// folder, not a folder, not writable), so a long run does not end in a lost
+// report.
 func checkOutputPath(path string) error {
 	if path == "" {
 		return nil
@@ -246,6 +272,14 @@ func checkOutputPath(path string) error {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return fmt.Errorf("cannot write %s: it is a folder; name a file", path)
 	}
+	// The report is written through a temporary file in the same folder
+	// (writeAtomic): try one now.
+	probe, err := os.CreateTemp(dir, "."+filepath.Base(path)+".probe-")
+	if err != nil {
+		return fmt.Errorf("cannot write %s: folder %s is not writable: %w; choose another folder", path, dir, err)
+	}
+	probe.Close()
+	os.Remove(probe.Name())
 	return nil
 }
 
