@@ -100,6 +100,7 @@ type Report struct {
 	BinarySHA256  string            `json:"binary_sha256"`
 	Verdict       verify.Verdict    `json:"verdict"`
 	Summary       Summary           `json:"summary"`
+	Arithmetic    Arithmetic        `json:"arithmetic"`
 	Evidence      []string          `json:"evidence"`
 	NonClaims     []string          `json:"non_claims"`
 	Notes         []string          `json:"notes,omitempty"`
@@ -112,6 +113,13 @@ type Device struct {
 	Name   string            `json:"name"`
 	Arch   string            `json:"arch"`
 	Fields map[string]string `json:"fields"`
+}
+
+// Arithmetic is what the GEMM bounds assumed of the kernels: the backend's
+// stated summation structure (oracle.Accumulation).
+type Arithmetic struct {
+	DotAccumulation string `json:"dot_accumulation"`
+	Meaning         string `json:"meaning"`
 }
 
 // Summary counts cases by verdict.
@@ -139,8 +147,23 @@ type Case struct {
 	RMSError          Float          `json:"rms_error"`
 	Outliers          int64          `json:"outliers"`
 	Unwritten         int64          `json:"unwritten"`
-	KernelTimeNs      int64          `json:"kernel_time_ns"`
-	Reason            string         `json:"reason,omitempty"`
+	// ExactRounding is set on exact cases with f16 outputs: how many
+	// elements matched bit for bit where the exact result had to be
+	// rounded, and how many of those were ties (which only ties-to-even
+	// gets right).
+	ExactRounding *ExactRounding `json:"exact_rounding,omitempty"`
+	// RoundingBias is the rounding-bias statistic of the f16 outputs, on
+	// bounded cases of continuous distributions.
+	RoundingBias *verify.RoundingStats `json:"rounding_bias,omitempty"`
+	KernelTimeNs int64                 `json:"kernel_time_ns"`
+	Reason       string                `json:"reason,omitempty"`
+}
+
+// ExactRounding counts the f16 elements of an exact case whose rounding was
+// checked bit for bit.
+type ExactRounding struct {
+	Rounded int64 `json:"rounded"`
+	Ties    int64 `json:"ties"`
 }
 
 // OpLine summarises one op.
@@ -153,6 +176,16 @@ type OpLine struct {
 	Dists             []string       `json:"dists"`
 	MaxErrorOverBound Float          `json:"max_error_over_bound"`
 	Compared          int64          `json:"elements_compared"` // in passing cases
+	// In passing cases: f16 elements matched bit for bit where the exact
+	// result needed rounding, and the ties among them.
+	RoundedExact int64 `json:"rounded_exact"`
+	Ties         int64 `json:"ties"`
+	// BiasJudged counts passing cases whose rounding-bias statistic was
+	// judged (enough elements), over BiasElements elements.
+	BiasJudged   int   `json:"bias_judged_cases"`
+	BiasElements int64 `json:"bias_elements"`
+	// NoExactRounding says why the op has no exact-rounding case.
+	NoExactRounding string `json:"no_exact_rounding,omitempty"`
 }
 
 // New builds the report of res, run in env.
@@ -170,6 +203,7 @@ func New(res verify.Result, env Environment) *Report {
 		SourceSHA256:  env.SourceSHA256,
 		BinarySHA256:  env.BinarySHA256,
 		Verdict:       res.Verdict,
+		Arithmetic:    Arithmetic{DotAccumulation: res.Arithmetic.Dot.String(), Meaning: res.Arithmetic.Dot.Describe()},
 		Notes:         env.Notes,
 		Ops:           map[string]OpLine{},
 	}
@@ -180,12 +214,20 @@ func New(res verify.Result, env Environment) *Report {
 		}
 		if c.Stats.Sample != nil {
 			check, sample = "sampled", c.Stats.Sample.String()
+			if c.Sampled {
+				sample += "; sampled because the full reference would not fit in memory"
+			}
+		}
+		var exactRounding *ExactRounding
+		if c.Exact() && hasF16Output(c.Op) {
+			exactRounding = &ExactRounding{Rounded: c.Stats.Rounded, Ties: c.Stats.Ties}
 		}
 		r.Cases = append(r.Cases, Case{
 			Op: c.Op.Name, Shape: c.Shape.String(), Dist: c.Dist.String(), Seed: c.Seed,
 			Verdict: c.Verdict, Exact: c.Exact(), Check: check, Sample: sample, Elements: c.Stats.Elements, Compared: c.Stats.Checked,
 			MaxAbsError: Float(c.Stats.MaxAbsError), MaxErrorOverBound: Float(c.Stats.MaxErrorOverBound),
 			RMSError: Float(c.Stats.RMSError), Outliers: c.Stats.Outliers, Unwritten: c.Stats.Unwritten,
+			ExactRounding: exactRounding, RoundingBias: c.Stats.Rounding,
 			KernelTimeNs: c.KernelTime.Nanoseconds(), Reason: c.Reason,
 		})
 		switch c.Verdict {
@@ -201,11 +243,18 @@ func New(res verify.Result, env Environment) *Report {
 		line := r.Ops[c.Op.Name]
 		line.Verdict = verify.Worse(line.Verdict, c.Verdict)
 		line.Cases++
+		line.NoExactRounding = c.Op.NoExactRounding
 		if c.Verdict == verify.Passed {
 			line.Passed++
 			line.Compared += c.Stats.Checked
 			if c.Exact() {
 				line.ExactCases++
+			}
+			line.RoundedExact += c.Stats.Rounded
+			line.Ties += c.Stats.Ties
+			if st := c.Stats.Rounding; st != nil && st.Judged {
+				line.BiasJudged++
+				line.BiasElements += st.Elements
 			}
 			line.MaxErrorOverBound = Float(math.Max(float64(line.MaxErrorOverBound), c.Stats.MaxErrorOverBound))
 		}
@@ -215,6 +264,15 @@ func New(res verify.Result, env Environment) *Report {
 	}
 	r.Evidence, r.NonClaims = claims(r, res)
 	return r
+}
+
+func hasF16Output(o *op.Op) bool {
+	for _, p := range o.Outputs {
+		if p.DType == op.F16 {
+			return true
+		}
+	}
+	return false
 }
 
 func appendNew(list []string, s string) []string {
@@ -247,14 +305,21 @@ func claims(r *Report, res verify.Result) (evidence, nonClaims []string) {
 		s := fmt.Sprintf("%s: %d of %d cases passed on %s; %d output elements compared one by one, the worst at %.3g of its error bound",
 			name, line.Passed, line.Cases, r.Backend, line.Compared, float64(line.MaxErrorOverBound))
 		if line.ExactCases > 0 {
-			s += fmt.Sprintf("; %d integer cases matched the exact result bit for bit", line.ExactCases)
+			s += fmt.Sprintf("; %d exact cases (whole-number inputs) matched the exact result bit for bit", line.ExactCases)
+		}
+		if line.RoundedExact > 0 {
+			s += fmt.Sprintf(", among them %d f16 elements whose exact result had to be rounded (%d ties), each rounded to nearest with ties to even", line.RoundedExact, line.Ties)
+		}
+		if line.BiasJudged > 0 {
+			s += fmt.Sprintf("; the rounding-bias statistic, judged on %d cases over %d f16 elements, found no bias", line.BiasJudged, line.BiasElements)
 		}
 		evidence = append(evidence, s)
 	}
 	if r.Summary.Passed > 0 {
 		evidence = append(evidence,
 			"every output buffer and a guard region past its end were filled with a NaN poison pattern before each run; in passing cases no element kept it, no guard byte changed and no input changed",
-			"each compared element was checked against a float64 reference under its own error bound derived in package oracle (f32 accumulation, u = 2⁻²³, plus f16 output rounding); NaN and infinities had to match the reference exactly")
+			"each compared element was checked against a float64 reference under its own error bound derived in package oracle (binary32 arithmetic, plus half an f16 ulp where the output is f16); NaN and infinities had to match the reference exactly",
+			fmt.Sprintf("GEMM bounds followed the summation the backend states (dot_accumulation %s: %s)", r.Arithmetic.DotAccumulation, r.Arithmetic.Meaning))
 	}
 	var extra []string // non-claims that depend on what was run
 	sampled := 0
@@ -279,6 +344,9 @@ func claims(r *Report, res verify.Result) (evidence, nonClaims []string) {
 	seen := map[string]bool{}
 	for _, name := range r.opNames() {
 		o, _ := op.Lookup(name)
+		if o.NoExactRounding != "" {
+			nonClaims = append(nonClaims, fmt.Sprintf("%s has no exact-rounding case: %s", name, o.NoExactRounding))
+		}
 		for _, nc := range o.NonClaims {
 			if !seen[nc] {
 				seen[nc] = true

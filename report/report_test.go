@@ -24,6 +24,8 @@ func fixture(t *testing.T) (verify.Result, Environment) {
 	gs, _ := gemm.ParseShape("17x31x129")
 	ss, _ := softmax.ParseShape("7x4099")
 	big, _ := gemm.ParseShape("8192x8192x8192")
+	gradA, _ := op.Lookup("gemm_grad_a")
+	deep, _ := gradA.ParseShape("40x4100x40")
 	res := verify.Result{
 		Cases: []verify.CaseResult{
 			{Case: verify.Case{Op: gemm, Shape: gs, Dist: verify.Integer, Seed: 1}, Verdict: verify.Passed,
@@ -34,6 +36,13 @@ func fixture(t *testing.T) (verify.Result, Environment) {
 				Stats: verify.Stats{Elements: 1 << 26, Checked: 2 * 16 * 8192, MaxAbsError: 3e-5, MaxErrorOverBound: 0.002, RMSError: 6e-6,
 					Sample: &verify.Sample{Rows: 16, Cols: 16, Trials: 16, RowsProjected: 8192, MissProbability: 0x1p-16}},
 				KernelTime: 3 * time.Millisecond},
+			{Case: verify.Case{Op: gradA, Shape: deep, Dist: verify.Rounding, Seed: 1}, Verdict: verify.Passed,
+				Stats: verify.Stats{Elements: 1600, Checked: 1600, Rounded: 857, Ties: 298}, KernelTime: 52 * time.Microsecond},
+			{Case: verify.Case{Op: gradA, Shape: deep, Dist: verify.Normal, Seed: 1}, Verdict: verify.Passed,
+				Stats: verify.Stats{Elements: 1600, Checked: 1600, MaxAbsError: 0.0039, MaxErrorOverBound: 0.998, RMSError: 0.0011,
+					Rounding: &verify.RoundingStats{Elements: 1411, MeanULP: 0.004, MeanLimit: 0.048, MeanSquareULP: 0.084,
+						MeanSquareLimit: 0.095, AccumulationULP: 0.0021, Judged: true}},
+				KernelTime: 50 * time.Microsecond},
 			{Case: verify.Case{Op: softmax, Shape: ss, Dist: verify.Wide, Seed: 1}, Verdict: verify.Incorrect,
 				Stats:      verify.Stats{Elements: 28693, Checked: 28693, Wrong: 4099, MaxAbsError: 1, MaxErrorOverBound: math.Inf(1)},
 				KernelTime: 2 * time.Millisecond, Reason: "4099 of 28693 elements wrong; first: Y[0,4] = NaN (0xfe00) is NaN where the reference is finite"},
@@ -90,8 +99,14 @@ func TestJSONMatchesGoldenAndRoundTrips(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 		t.Fatalf("the JSON does not read back: %v", err)
 	}
-	if back.Verdict != verify.Incorrect || !math.IsInf(float64(back.Cases[3].MaxErrorOverBound), 1) {
-		t.Errorf("read back verdict %s, case 3 ratio %v", back.Verdict, back.Cases[3].MaxErrorOverBound)
+	if back.Verdict != verify.Incorrect || !math.IsInf(float64(back.Cases[5].MaxErrorOverBound), 1) {
+		t.Errorf("read back verdict %s, case 5 ratio %v", back.Verdict, back.Cases[5].MaxErrorOverBound)
+	}
+	if er := back.Cases[3].ExactRounding; er == nil || er.Rounded != 857 || er.Ties != 298 || back.Cases[1].ExactRounding != nil {
+		t.Errorf("exact rounding reads back as %+v on the rounding case and %+v on a bounded one", er, back.Cases[1].ExactRounding)
+	}
+	if rb := back.Cases[4].RoundingBias; rb == nil || !rb.Judged || rb.Elements != 1411 {
+		t.Errorf("the rounding-bias statistic reads back as %+v", rb)
 	}
 	if back.Cases[2].Check != "sampled" || !strings.Contains(back.Cases[2].Sample, "Freivalds") {
 		t.Errorf("the sampled case reads back as check %q, sample %q", back.Cases[2].Check, back.Cases[2].Sample)
@@ -111,7 +126,7 @@ func TestEvidenceNamesOnlyWhatPassed(t *testing.T) {
 			t.Errorf("evidence claims softmax, which did not pass: %s", e)
 		}
 	}
-	if r.Summary != (Summary{Passed: 3, Incorrect: 1, Failed: 1}) {
+	if r.Summary != (Summary{Passed: 5, Incorrect: 1, Failed: 1}) {
 		t.Errorf("summary %+v", r.Summary)
 	}
 }
