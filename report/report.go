@@ -180,8 +180,12 @@ type OpLine struct {
 	// result needed rounding, and the ties among them.
 	RoundedExact int64 `json:"rounded_exact"`
 	Ties         int64 `json:"ties"`
-	// BiasJudged counts passing cases whose rounding-bias statistic was
-	// judged (enough elements), over BiasElements elements.
+	// Determined counts, in passing bounded cases, the f16 elements whose
+	// bound left rounding to nearest one possible result, which the kernel
+	// matched bit for bit.
+	Determined int64 `json:"determined"`
+	// BiasJudged counts passing cases with a rounding-bias statistic,
+	// over BiasElements elements.
 	BiasJudged   int   `json:"bias_judged_cases"`
 	BiasElements int64 `json:"bias_elements"`
 	// NoExactRounding says why the op has no exact-rounding case.
@@ -252,7 +256,8 @@ func New(res verify.Result, env Environment) *Report {
 			}
 			line.RoundedExact += c.Stats.Rounded
 			line.Ties += c.Stats.Ties
-			if st := c.Stats.Rounding; st != nil && st.Judged {
+			line.Determined += c.Stats.Determined
+			if st := c.Stats.Rounding; st != nil {
 				line.BiasJudged++
 				line.BiasElements += st.Elements
 			}
@@ -310,8 +315,11 @@ func claims(r *Report, res verify.Result) (evidence, nonClaims []string) {
 		if line.RoundedExact > 0 {
 			s += fmt.Sprintf(", among them %d f16 elements whose exact result had to be rounded (%d ties), each rounded to nearest with ties to even", line.RoundedExact, line.Ties)
 		}
+		if line.Determined > 0 {
+			s += fmt.Sprintf("; %d f16 elements of bounded cases, whose bound left rounding to nearest one possible result, matched it bit for bit", line.Determined)
+		}
 		if line.BiasJudged > 0 {
-			s += fmt.Sprintf("; the rounding-bias statistic, judged on %d cases over %d f16 elements, found no bias", line.BiasJudged, line.BiasElements)
+			s += fmt.Sprintf("; the rounding-bias statistic of %d cases over %d f16 elements lay within what rounding to nearest gives", line.BiasJudged, line.BiasElements)
 		}
 		evidence = append(evidence, s)
 	}

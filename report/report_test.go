@@ -39,9 +39,9 @@ func fixture(t *testing.T) (verify.Result, Environment) {
 			{Case: verify.Case{Op: gradA, Shape: deep, Dist: verify.Rounding, Seed: 1}, Verdict: verify.Passed,
 				Stats: verify.Stats{Elements: 1600, Checked: 1600, Rounded: 857, Ties: 298}, KernelTime: 52 * time.Microsecond},
 			{Case: verify.Case{Op: gradA, Shape: deep, Dist: verify.Normal, Seed: 1}, Verdict: verify.Passed,
-				Stats: verify.Stats{Elements: 1600, Checked: 1600, MaxAbsError: 0.0039, MaxErrorOverBound: 0.998, RMSError: 0.0011,
-					Rounding: &verify.RoundingStats{Elements: 1411, MeanULP: 0.004, MeanLimit: 0.048, MeanSquareULP: 0.084,
-						MeanSquareLimit: 0.095, AccumulationULP: 0.0021, Judged: true}},
+				Stats: verify.Stats{Elements: 1600, Checked: 1600, MaxAbsError: 0.0039, MaxErrorOverBound: 0.998, RMSError: 0.0011, Determined: 1562,
+					Rounding: &verify.RoundingStats{Elements: 1411, MeanULP: 0.004, MeanLow: 0.001, MeanHigh: 0.006, MeanSquareULP: 0.084,
+						MeanSquareLow: 0.081, MeanSquareHigh: 0.087, Ambiguous: 38}},
 				KernelTime: 50 * time.Microsecond},
 			{Case: verify.Case{Op: softmax, Shape: ss, Dist: verify.Wide, Seed: 1}, Verdict: verify.Incorrect,
 				Stats:      verify.Stats{Elements: 28693, Checked: 28693, Wrong: 4099, MaxAbsError: 1, MaxErrorOverBound: math.Inf(1)},
@@ -105,7 +105,7 @@ func TestJSONMatchesGoldenAndRoundTrips(t *testing.T) {
 	if er := back.Cases[3].ExactRounding; er == nil || er.Rounded != 857 || er.Ties != 298 || back.Cases[1].ExactRounding != nil {
 		t.Errorf("exact rounding reads back as %+v on the rounding case and %+v on a bounded one", er, back.Cases[1].ExactRounding)
 	}
-	if rb := back.Cases[4].RoundingBias; rb == nil || !rb.Judged || rb.Elements != 1411 {
+	if rb := back.Cases[4].RoundingBias; rb == nil || rb.Biased || rb.Elements != 1411 || rb.Ambiguous != 38 {
 		t.Errorf("the rounding-bias statistic reads back as %+v", rb)
 	}
 	if back.Cases[2].Check != "sampled" || !strings.Contains(back.Cases[2].Sample, "Freivalds") {

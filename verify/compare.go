@@ -53,13 +53,17 @@ type Stats struct {
 	// Sample is set when the output was too large to check every element
 	// and was checked by sampled rows, columns and projections instead.
 	Sample *Sample
+	// Determined counts, in bounded cases, the f16 output elements whose
+	// bound leaves rounding to nearest a single possible result, which the
+	// kernel had to match bit for bit.
+	Determined int64
 	// Rounded counts, in exact cases, the f16 output elements whose exact
 	// value is not an f16 value, so that matching bit for bit checked their
 	// rounding (round to nearest); Ties counts those exactly halfway
 	// between two f16 values, which only ties-to-even gets right.
 	Rounded, Ties int64
 	// Rounding is the rounding-bias statistic of the f16 outputs, in
-	// bounded cases of continuous distributions; nil elsewhere.
+	// bounded cases; nil elsewhere.
 	Rounding *RoundingStats
 }
 
@@ -119,7 +123,7 @@ type Mode struct {
 
 // modeOf is the checks a case gets.
 func modeOf(c Case) Mode {
-	return Mode{Exact: c.Exact(), Typical: c.Dist.symmetric(), Bias: !c.Exact() && c.Dist.continuous()}
+	return Mode{Exact: c.Exact(), Typical: c.Dist.symmetric(), Bias: !c.Exact()}
 }
 
 // compareElements checks out[i], an element of output p, against ref at
@@ -160,6 +164,7 @@ func (t *tally) add(u tally) {
 	t.sumSquares += u.sumSquares
 	t.finite += u.finite
 	t.Rounded += u.Rounded
+	t.Determined += u.Determined
 	t.Ties += u.Ties
 	t.rounding.add(u.rounding)
 	if t.FirstWrong == "" {
@@ -184,7 +189,9 @@ func (t tally) stats() Stats {
 	return st
 }
 
-// comparePart compares elements [lo, hi) of output p.
+// comparePart compares elements [lo, hi) of output p. The sentence about a
+// wrong element is only made for the first one: formatting every element's
+// would cost more than comparing it.
 func comparePart(p op.Operand, ref *oracle.Reference, out []byte, m Mode, at func(i int) (row, col int), lo, hi int) tally {
 	dtype := p.DType
 	var t tally
@@ -195,48 +202,73 @@ func comparePart(p op.Operand, ref *oracle.Reference, out []byte, m Mode, at fun
 		preBound := ref.Bound[i]
 		bound := oracle.OutputBound(dtype, want, preBound)
 		var ok bool
-		var why string
+		var why func() string
 		switch {
 		case unwritten:
 			t.Unwritten++
-			why = "was never written (still holds the poison pattern)"
+			why = func() string { return "was never written (still holds the poison pattern)" }
 		case math.IsNaN(want):
 			ok = math.IsNaN(got)
-			why = "should be NaN"
+			why = func() string { return "should be NaN" }
 		case math.IsInf(want, 0):
 			ok = got == want
-			why = fmt.Sprintf("should be %v", want)
+			why = func() string { return fmt.Sprintf("should be %v", want) }
 		case math.IsNaN(got):
-			why = "is NaN where the reference is finite"
+			why = func() string { return "is NaN where the reference is finite" }
 		case math.IsInf(got, 0):
 			ok = dtype == op.F16 && math.Signbit(got) == math.Signbit(want) && math.Abs(want)+preBound >= f16Overflow
-			why = "is infinite where the result cannot reach the f16 overflow threshold 65520"
-			if dtype != op.F16 {
-				why = "is infinite where the reference is finite"
+			why = func() string {
+				if dtype != op.F16 {
+					return "is infinite where the reference is finite"
+				}
+				return "is infinite where the result cannot reach the f16 overflow threshold 65520"
 			}
 		case m.Exact:
 			rounded := roundTo(dtype, want)
 			ok = got == rounded
-			why = fmt.Sprintf("differs from the exact result %g", rounded)
+			tie := false
 			if dtype == op.F16 && rounded != want {
 				t.Rounded++
-				if math.Abs(want-rounded) == oracle.ULP16(want)/2 {
+				if tie = math.Abs(want-rounded) == oracle.ULP16(want)/2; tie {
 					t.Ties++
-					why = fmt.Sprintf("differs from the exact result %g, a tie rounded to even as %g", want, rounded)
-				} else {
-					why = fmt.Sprintf("differs from the exact result %g rounded to nearest, %g", want, rounded)
 				}
+			}
+			why = func() string {
+				switch {
+				case tie:
+					return fmt.Sprintf("differs from the exact result %g, a tie rounded to even as %g", want, rounded)
+				case rounded != want:
+					return fmt.Sprintf("differs from the exact result %g rounded to nearest, %g", want, rounded)
+				}
+				return fmt.Sprintf("differs from the exact result %g", rounded)
 			}
 			bound = 0
 			t.note(math.Abs(got-rounded), 0)
 		default:
 			e := math.Abs(got - want)
-			ok = e <= bound
-			why = "is outside the error bound"
-			t.note(e, bound)
-			if m.Bias && dtype == op.F16 {
-				t.rounding.note(want, got, preBound)
+			if dtype == op.F16 {
+				// Rounded once, to nearest: the result must be what that
+				// rounding gives for some binary32 value within the
+				// bound, which is often a single f16 value.
+				lo, hi := roundedInterval(want, preBound)
+				ok = lo <= got && got <= hi
+				if lo == hi {
+					t.Determined++
+				}
+				why = func() string {
+					if lo == hi {
+						return fmt.Sprintf("is not %g, the one f16 value that rounding to nearest gives for every binary32 result within the bound %.3g of the reference", lo, preBound)
+					}
+					return fmt.Sprintf("lies outside [%g, %g], what rounding to nearest gives for the binary32 results within the bound %.3g of the reference", lo, hi, preBound)
+				}
+				if m.Bias {
+					t.rounding.note(want, got, lo, hi)
+				}
+			} else {
+				ok = e <= bound
+				why = func() string { return "is outside the error bound" }
 			}
+			t.note(e, bound)
 			// Rounding to the output type is not part of the typical
 			// model: allow it in full on top.
 			if !m.Typical || ref.Typical == nil || !ok {
@@ -254,7 +286,7 @@ func comparePart(p op.Operand, ref *oracle.Reference, out []byte, m Mode, at fun
 			t.Wrong++
 			if t.FirstWrong == "" {
 				t.FirstWrong = fmt.Sprintf("%s = %s %s: reference %g, bound %.3g",
-					place(p, at, i), formatValue(dtype, out, i), why, want, bound)
+					place(p, at, i), formatValue(dtype, out, i), why(), want, bound)
 			}
 		}
 	}

@@ -68,12 +68,6 @@ func ParseDist(s string) (Dist, error) {
 // terms, where the √n typical-error model applies (see oracle.MatMul).
 func (d Dist) symmetric() bool { return d == Uniform || d == Normal }
 
-// continuous says whether the distribution draws real values whose results
-// fall anywhere within an f16 ulp, where the rounding-bias statistic applies
-// (see roundingBias). Integer and Rounding results sit on a grid, and
-// Special rows repeat one value many times.
-func (d Dist) continuous() bool { return d == Uniform || d == Normal || d == Wide }
-
 // Generate makes the inputs of one case, in wire order. The same (op,
 // shape, dist, seed) always gives the same inputs, whatever the number of
 // cores: each chunk of chunkSize elements draws from its own generator,

@@ -105,85 +105,98 @@ func roundingSoftmaxGrad(s op.Shape, seed, stream uint64) []oracle.Input {
 	return []oracle.Input{{F16: dy}, {F16: y}}
 }
 
-// The rounding-bias statistic. For an f16 output element whose exact value
-// c needs rounding and whose pre-rounding bound is at most 1/16 of its ulp
-// (so that rounding, not accumulation, decides its error; the choice looks
-// at the reference only, never at the kernel's output), write r = (ĉ₁₆ − c)/ulp(c)·sign(c), the error in units
-// of the element's own ulp, positive away from zero. A correct kernel rounds
-// its binary32 result ĉ to nearest, an error ρ with |ρ| ≤ ½ that is
-// uniform when ĉ falls anywhere within an ulp (continuous inputs), so
-// E[ρ] = 0 and E[ρ²] = 1/12; its accumulation error a = (ĉ − c)/ulp obeys
-// |a| ≤ αᵢ, the element's pre-rounding bound in ulps. Over n elements:
-//
-//	|E[r̄]| ≤ ᾱ,  E[r²] ≤ (√(1/12) + √mean(α²))²,
-//
-// and the sample means spread by at most σ₁/√n and σ₂/√n with
-// σ₁ = √(1/12) + √mean(α²) and σ₂ = √(1/180) + √mean(α²) + √mean(α⁴)
-// (the spread of ρ², of 2ρa and of a²). A kernel is judged biased when
-// |r̄| > ᾱ + z·σ₁/√n or mean(r²) > (√(1/12) + √mean(α²))² + z·σ₂/√n, with
-// z = 6. Rounding toward zero moves r̄ to −½ and mean(r²) to 1/3; an extra
-// rounding to f16 on the way (double rounding) moves mean(r²) to about 1/6;
-// truncating the accumulator before rounding moves r̄ too. With αᵢ ≤ 1/16
-// the mean-square limit stays under 0.123 + 0.84/√n, so a double rounding
-// is caught from a few hundred elements on.
-const (
-	biasZ             = 6
-	minBiasElements   = 256
-	maxBiasAccULP     = 1.0 / 16
-	roundingVariance  = 1.0 / 12
-	roundingSquareStd = 0.07453559924999299 // √(1/180), the spread of ρ² for uniform ρ
-)
+// roundedInterval is what rounding to nearest f16 can give for a binary32
+// result within bound of the exact value c: every f16 value from
+// fl16(c − bound) to fl16(c + bound), rounding being monotone. The float64
+// c ± bound is stepped one float64 ulp outward so that its own rounding
+// cannot move an end across a rounding midpoint.
+func roundedInterval(c, bound float64) (lo, hi float64) {
+	lo = f16.ToFloat64(f16.FromFloat64(math.Nextafter(c-bound, math.Inf(-1))))
+	hi = f16.ToFloat64(f16.FromFloat64(math.Nextafter(c+bound, math.Inf(1))))
+	return lo, hi
+}
 
-// RoundingStats is the rounding-bias statistic of a case's f16 outputs (see
-// roundingBias).
+// The rounding-bias statistic. For an f16 output element whose exact value
+// c needs rounding, write r = (ĉ₁₆ − c)/ulp(c)·sign(c): the error in units
+// of the element's own ulp, positive away from zero. A correct kernel's
+// binary32 result lies within the element's pre-rounding bound B of c, so
+// its correctly rounded result lies in roundedInterval(c, B), and r between
+// the r of the interval's two ends. Over the elements whose interval holds
+// at most two f16 values (B small next to an ulp; most elements of most
+// cases), correct rounding plus the accumulation model therefore predicts
+//
+//	mean(r) ∈ [mean(r_lo), mean(r_hi)],   mean(r²) ∈ [mean(min r²), mean(max r²)],
+//
+// exactly, from the reference alone: no assumption on how the values fall
+// within their ulps, so outputs that repeat one value (a row of equal
+// probabilities) cannot raise a false alarm. Rounding toward zero moves
+// mean(r) by about −½, ties away from zero by the share of ties, a double
+// rounding through an f16 intermediate raises mean(r²). A kernel outside
+// the prediction has elements outside their intervals too, which the
+// per-element check names one by one; the statistic says whether those
+// errors lean one way, and by how much.
+//
+// roundingTolerance absorbs the float64 error of the sums.
+const roundingTolerance = 1e-9
+
+// RoundingStats is the rounding-bias statistic of a case's f16 outputs.
 type RoundingStats struct {
-	Elements        int64   `json:"elements"`          // finite f16 outputs whose exact value needed rounding and whose accumulation bound is ≤ 1/16 ulp
-	MeanULP         float64 `json:"mean_error_ulp"`    // mean signed error in ulps, positive away from zero
-	MeanLimit       float64 `json:"mean_limit_ulp"`    // |MeanULP| above this is a bias
-	MeanSquareULP   float64 `json:"mean_square_ulp"`   // mean squared error in ulps²
-	MeanSquareLimit float64 `json:"mean_square_limit"` // MeanSquareULP above this is too large
-	AccumulationULP float64 `json:"accumulation_ulp"`  // mean pre-rounding bound in ulps (part of both limits)
-	Judged          bool    `json:"judged"`            // at least minBiasElements elements
-	Biased          bool    `json:"biased"`
+	Elements       int64   `json:"elements"`         // finite f16 outputs that needed rounding, with at most two correctly rounded results
+	MeanULP        float64 `json:"mean_error_ulp"`   // mean signed error in ulps, positive away from zero
+	MeanLow        float64 `json:"mean_low_ulp"`     // the least mean correct rounding gives
+	MeanHigh       float64 `json:"mean_high_ulp"`    // the largest
+	MeanSquareULP  float64 `json:"mean_square_ulp"`  // mean squared error in ulps²
+	MeanSquareLow  float64 `json:"mean_square_low"`  // the least correct rounding gives
+	MeanSquareHigh float64 `json:"mean_square_high"` // the largest
+	Ambiguous      int64   `json:"ambiguous"`        // elements whose bound reaches a rounding midpoint (two possible results)
+	Biased         bool    `json:"biased"`
 }
 
 // roundingSums gathers the statistic over elements, in any order.
 type roundingSums struct {
-	n                               int64
-	sumR, sumR2, sumA, sumA2, sumA4 float64
+	n, ambiguous                                int64
+	sumR, sumLo, sumHi, sumR2, sumR2Lo, sumR2Hi float64
 }
 
 func (s *roundingSums) add(u roundingSums) {
 	s.n += u.n
+	s.ambiguous += u.ambiguous
 	s.sumR += u.sumR
+	s.sumLo += u.sumLo
+	s.sumHi += u.sumHi
 	s.sumR2 += u.sumR2
-	s.sumA += u.sumA
-	s.sumA2 += u.sumA2
-	s.sumA4 += u.sumA4
+	s.sumR2Lo += u.sumR2Lo
+	s.sumR2Hi += u.sumR2Hi
 }
 
-// note records an element with exact value want, f16 result got and
-// pre-rounding bound preBound, if its value needs rounding and rounding
-// decides its error.
-func (s *roundingSums) note(want, got, preBound float64) {
-	if want == 0 || math.Abs(want) > 65504 || math.IsInf(got, 0) || f16.ToFloat64(f16.FromFloat64(want)) == want {
+// note records an element with exact value c, f16 result got and rounded
+// interval [lo, hi] (roundedInterval), if c needs rounding and the interval
+// holds at most two f16 values.
+func (s *roundingSums) note(c, got, lo, hi float64) {
+	if c == 0 || math.IsInf(lo, 0) || math.IsInf(hi, 0) || math.IsInf(got, 0) || f16.ToFloat64(f16.FromFloat64(c)) == c {
 		return
 	}
-	ulp := oracle.ULP16(want)
-	a := preBound / ulp
-	if a > maxBiasAccULP {
+	ulp := oracle.ULP16(c)
+	if hi-lo > math.Max(oracle.ULP16(lo), oracle.ULP16(hi)) {
 		return
 	}
-	r := (got - want) / ulp
-	if want < 0 {
-		r = -r
-	}
+	away := func(v float64) float64 { return math.Copysign(1, c) * (v - c) / ulp }
+	r, a, b := away(got), away(lo), away(hi)
+	a, b = min(a, b), max(a, b)
 	s.n++
+	if lo != hi {
+		s.ambiguous++
+	}
 	s.sumR += r
+	s.sumLo += a
+	s.sumHi += b
 	s.sumR2 += r * r
-	s.sumA += a
-	s.sumA2 += a * a
-	s.sumA4 += a * a * a * a
+	if a <= 0 && b >= 0 {
+		s.sumR2Lo += 0
+	} else {
+		s.sumR2Lo += min(a*a, b*b)
+	}
+	s.sumR2Hi += max(a*a, b*b)
 }
 
 // stats judges the sums.
@@ -192,19 +205,13 @@ func (s roundingSums) stats() *RoundingStats {
 		return nil
 	}
 	n := float64(s.n)
-	meanA, rmsA, rootA4 := s.sumA/n, math.Sqrt(s.sumA2/n), math.Sqrt(s.sumA4/n)
-	sigma1 := math.Sqrt(roundingVariance) + rmsA
-	sigma2 := roundingSquareStd + rmsA + rootA4
 	st := &RoundingStats{
-		Elements:        s.n,
-		MeanULP:         s.sumR / n,
-		MeanSquareULP:   s.sumR2 / n,
-		AccumulationULP: meanA,
-		MeanLimit:       meanA + biasZ*sigma1/math.Sqrt(n),
-		MeanSquareLimit: sigma1*sigma1 + biasZ*sigma2/math.Sqrt(n),
-		Judged:          s.n >= minBiasElements,
+		Elements: s.n, Ambiguous: s.ambiguous,
+		MeanULP: s.sumR / n, MeanLow: s.sumLo / n, MeanHigh: s.sumHi / n,
+		MeanSquareULP: s.sumR2 / n, MeanSquareLow: s.sumR2Lo / n, MeanSquareHigh: s.sumR2Hi / n,
 	}
-	st.Biased = st.Judged && (math.Abs(st.MeanULP) > st.MeanLimit || st.MeanSquareULP > st.MeanSquareLimit)
+	st.Biased = st.MeanULP < st.MeanLow-roundingTolerance || st.MeanULP > st.MeanHigh+roundingTolerance ||
+		st.MeanSquareULP < st.MeanSquareLow-roundingTolerance || st.MeanSquareULP > st.MeanSquareHigh+roundingTolerance
 	return st
 }
 
@@ -213,10 +220,13 @@ func (st *RoundingStats) Problem() string {
 	if st == nil || !st.Biased {
 		return ""
 	}
-	if math.Abs(st.MeanULP) > st.MeanLimit {
-		return fmt.Sprintf("rounding bias: over %d f16 outputs that needed rounding, the mean signed error is %+.3g ulp (positive away from zero); correct rounding plus the accumulation model predicts |mean| ≤ %.3g (accumulation %.3g ulp, 0 expected from rounding, spread σ/√n = %.3g)",
-			st.Elements, st.MeanULP, st.MeanLimit, st.AccumulationULP, (st.MeanLimit-st.AccumulationULP)/biasZ)
+	mid := func(lo, hi float64) string {
+		return fmt.Sprintf("%.4g ± %.2g", (lo+hi)/2, (hi-lo)/2)
 	}
-	return fmt.Sprintf("rounding error too large: over %d f16 outputs that needed rounding, the mean squared error is %.3g ulp²; correct rounding plus the accumulation model predicts at most %.3g (1/12 = 0.0833 from rounding, accumulation %.3g ulp)",
-		st.Elements, st.MeanSquareULP, st.MeanSquareLimit, st.AccumulationULP)
+	if st.MeanULP < st.MeanLow-roundingTolerance || st.MeanULP > st.MeanHigh+roundingTolerance {
+		return fmt.Sprintf("rounding bias: over %d f16 outputs that needed rounding, the mean signed error is %+.4g ulp (positive away from zero); rounding to nearest within each element's accumulation bound gives %s (the spread from the %d elements whose bound reaches a rounding midpoint)",
+			st.Elements, st.MeanULP, mid(st.MeanLow, st.MeanHigh), st.Ambiguous)
+	}
+	return fmt.Sprintf("rounding error too large: over %d f16 outputs that needed rounding, the mean squared error is %.4g ulp²; rounding to nearest within each element's accumulation bound gives %s (the spread from the %d elements whose bound reaches a rounding midpoint)",
+		st.Elements, st.MeanSquareULP, mid(st.MeanSquareLow, st.MeanSquareHigh), st.Ambiguous)
 }
