@@ -122,7 +122,48 @@ var cudaDefects = []kerneltest.Mutation{
 		Old: "return e * q - (idx == mine ? c : 0.0f);", New: "return e * q + (idx == mine ? c : 0.0f);",
 		Op: "cross_entropy", Shapes: []string{"7x4099"},
 	},
+	// The f16 output rounding, toward zero and half away from zero: in the
+	// Hopper GEMM epilogue (the staged path of interior tiles, and the
+	// element path of edge tiles) and in the row ops' store (pack, used by
+	// every softmax and softmax_grad path).
+	{
+		Name: "Hopper: staged f16 epilogue rounds toward zero", File: "cuda/gemm_sm90.cu",
+		Old: "__floats2half2_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);",
+		New: "__halves2half2(__float2half_rz(acc[4 * j + 2 * h]), __float2half_rz(acc[4 * j + 2 * h + 1]));",
+		Op:  "gemm_grad_a", Shapes: []string{"256x256x256", "256x4096x256"},
+	},
+	{
+		Name: "Hopper: staged f16 epilogue rounds half away from zero", File: "cuda/gemm_sm90.cu",
+		Old: "__floats2half2_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);",
+		New: "[](float a, float b) { " + halfAwayLambda + " return __halves2half2(away(a), away(b)); }(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);",
+		Op:  "gemm_grad_a", Shapes: []string{"256x256x256", "256x4096x256"},
+	},
+	{
+		Name: "Hopper: edge-tile f16 stores round toward zero", File: "cuda/gemm_sm90.cu",
+		Old: "__device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }",
+		New: "__device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rz(v); }",
+		Op:  "gemm_grad_b", Shapes: []string{"64x48x80", "4096x48x80"},
+	},
+	{
+		Name: "f16 row stores round toward zero", File: "cuda/rows.cuh",
+		Old: "return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |\n         static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16;",
+		New: "return static_cast<uint32_t>(__half_as_ushort(__float2half_rz(lo))) |\n         static_cast<uint32_t>(__half_as_ushort(__float2half_rz(hi))) << 16;",
+		Op:  "softmax", Shapes: []string{"64x1000", "7x4099"},
+	},
+	{
+		Name: "f16 row stores round half away from zero", File: "cuda/rows.cuh",
+		Old: "return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |\n         static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16;",
+		New: halfAwayLambda + "\n  return static_cast<uint32_t>(__half_as_ushort(away(lo))) |\n         static_cast<uint32_t>(__half_as_ushort(away(hi))) << 16;",
+		Op:  "softmax_grad", Shapes: []string{"64x1000", "7x4099"},
+	},
 }
+
+// halfAwayLambda defines away(v): v rounded to f16 to nearest with ties away
+// from zero, which CUDA has no intrinsic for: the value toward zero, or the
+// next one away when v is at least halfway to it.
+const halfAwayLambda = "auto away = [](float v) { const __half t = __float2half_rz(v); " +
+	"const __half u = __ushort_as_half(static_cast<unsigned short>(__half_as_ushort(t) + 1)); " +
+	"return fabsf(v) - fabsf(__half2float(t)) >= fabsf(__half2float(u)) - fabsf(v) ? u : t; };"
 
 func TestPlantedDefectsInTheCUDAKernelsAreIncorrect(t *testing.T) {
 	runPlanted(t, "cuda", cudaDefects)

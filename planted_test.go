@@ -79,6 +79,34 @@ var plantedDefects = []kerneltest.Mutation{
 		Old: "values[label] -= scale;", New: "values[label] += scale;",
 		Op: "cross_entropy", Shapes: []string{"7x4099"},
 	},
+	// The f16 output rounding: the scalar conversion (the GEMMs' outputs)
+	// and the eight-lane one (the row ops'), each rounded half away from
+	// zero, which differs from ties-to-even only on exact ties, and toward
+	// zero.
+	{
+		Name: "f16 outputs rounded half away from zero (scalar conversion)", File: "core/f16.h",
+		Old: "const uint32_t normal = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;",
+		New: "const uint32_t normal = (rebiased + 0x1000u) >> 13;",
+		Op:  "gemm_grad_a", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "f16 outputs rounded toward zero (scalar conversion)", File: "core/f16.h",
+		Old: "const uint32_t normal = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;",
+		New: "const uint32_t normal = rebiased >> 13;",
+		Op:  "gemm_grad_b", Shapes: []string{"4100x40x40"},
+	},
+	{
+		Name: "f16 outputs rounded half away from zero (eight-lane conversion)", File: "cpu/convert.cc",
+		Old: "const u32x8 normal = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;",
+		New: "const u32x8 normal = (rebiased + 0x1000u) >> 13;",
+		Op:  "softmax_grad", Shapes: []string{"64x1000"},
+	},
+	{
+		Name: "f16 outputs rounded toward zero (eight-lane conversion)", File: "cpu/convert.cc",
+		Old: "const u32x8 normal = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;",
+		New: "const u32x8 normal = rebiased >> 13;",
+		Op:  "softmax", Shapes: []string{"64x1000"},
+	},
 }
 
 // plant returns a source edit that applies m, failing when its snippet does

@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vkern/vkern/bench"
+	"github.com/vkern/vkern/verify"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -39,6 +41,8 @@ func TestUsageErrorsExitTwoWithALineThatNamesTheValue(t *testing.T) {
 		{[]string{"verify", "--trials", "0"}, "--trials 0"},
 		{[]string{"verify", "--backend", "tpu"}, `--backend "tpu"`},
 		{[]string{"verify", "--json", "/nonexistent-dir/r.json"}, "/nonexistent-dir"},
+		{[]string{"verify", "--md", "/proc/r.md"}, "folder /proc is not writable"},
+		{[]string{"verify", "--op", "softmax", "--dist", "rounding"}, "--dist rounding gives no case here: softmax 1x1: exp is not exact"},
 		{[]string{"verify", "stray"}, `unexpected argument "stray"`},
 		{[]string{"cache"}, "want one of path, ls, clean"},
 		{[]string{"cache", "empty"}, `unknown subcommand "empty"`},
@@ -59,6 +63,26 @@ func TestUsageErrorsExitTwoWithALineThatNamesTheValue(t *testing.T) {
 				t.Errorf("the error takes %d lines, want one: %q", n+1, stderr)
 			}
 		})
+	}
+}
+
+// TestAShapeThatCannotFitIsRefusedAtOnce fakes a 4 GiB machine: shapes
+// whose inputs alone would take it down are refused with exit 2, naming
+// the need and what is free, before anything is built or allocated.
+func TestAShapeThatCannotFitIsRefusedAtOnce(t *testing.T) {
+	saved := verify.HostMemory
+	verify.HostMemory = func() (int64, string, error) { return 4 << 30, "a test's fake 4 GiB", nil }
+	t.Cleanup(func() { verify.HostMemory = saved })
+	for _, shape := range []string{"100000x100000x100000", "1x1x4294967297", "50000x50000x8"} {
+		start := time.Now()
+		code, _, stderr := runCLI(t, "verify", "--backend", "cpu", "--op", "gemm", "--shape", shape)
+		if code != exitUsage || !strings.Contains(stderr, "gemm "+shape) || !strings.Contains(stderr, "of host memory") ||
+			!strings.Contains(stderr, "4.00 GiB is free (a test's fake 4 GiB)") || !strings.Contains(stderr, "use a smaller shape") {
+			t.Errorf("--shape %s: exit %d, stderr %q", shape, code, stderr)
+		}
+		if elapsed := time.Since(start); elapsed > 5*time.Second {
+			t.Errorf("--shape %s: refused after %v, want at once", shape, elapsed)
+		}
 	}
 }
 
