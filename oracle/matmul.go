@@ -3,6 +3,7 @@ package oracle
 import (
 	"context"
 	"math"
+	"sync"
 
 	"github.com/vkern/vkern/f16"
 )
@@ -114,7 +115,16 @@ func MatMul(ctx context.Context, x, y Matrix, acc Accumulation) (*Reference, err
 	if acc.Kind != AnyOrder {
 		chunk = acc.chunk()
 	}
+	orderFree := Gamma(int64(l), U32) // the bound before it followed the structure
+	var mu sync.Mutex
+	var tightening tighteningSums
 	err := parallelRows(ctx, m, l*n, func(lo, hi int) {
+		var part tighteningSums
+		defer func() {
+			mu.Lock()
+			tightening.add(part)
+			mu.Unlock()
+		}()
 		// A block of rows meets each panel in turn, so the panel (2·4·L
 		// values) stays in cache while the rows stream past it; the other
 		// order would stream all of Y from memory for every row.
@@ -144,6 +154,7 @@ func MatMul(ctx context.Context, x, y Matrix, acc Accumulation) (*Reference, err
 						ref.Value[i*n+j] = c[t]
 						ref.Bound[i*n+j] = acc.boundOf(&track[t], int64(l), s[t]) + oracleError*s[t]
 						ref.Typical[i*n+j] = typicalFactor * s[t]
+						part.note(orderFree*s[t], ref.Bound[i*n+j])
 					}
 				}
 			}
@@ -152,6 +163,7 @@ func MatMul(ctx context.Context, x, y Matrix, acc Accumulation) (*Reference, err
 	if err != nil {
 		return nil, err
 	}
+	ref.Tightening = tightening.summary()
 	return ref, nil
 }
 

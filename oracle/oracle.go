@@ -69,6 +69,69 @@ type Reference struct {
 	// √n-growth model of DESIGN.md's statistical check. An error many times
 	// Typical is an outlier even when it is under Bound.
 	Typical []float64
+	// Tightening, when not nil, compares Bound with the order-free bound
+	// γ(L)·S (u = 2⁻²³) that every GEMM element had before bounds followed
+	// the backend's summation (MatMul).
+	Tightening *Tightening
+}
+
+// Tightening summarises, over the finite elements of a reference, how many
+// times smaller than the order-free γ(L)·S its bounds are.
+type Tightening struct {
+	GeoMean  float64 `json:"geomean"`
+	Least    float64 `json:"least"`
+	Elements int64   `json:"elements"`
+}
+
+// Merge combines two summaries of disjoint sets of elements; either may be
+// nil.
+func (t *Tightening) Merge(u *Tightening) *Tightening {
+	switch {
+	case t == nil:
+		return u
+	case u == nil:
+		return t
+	}
+	n := t.Elements + u.Elements
+	logs := float64(t.Elements)*math.Log(t.GeoMean) + float64(u.Elements)*math.Log(u.GeoMean)
+	return &Tightening{GeoMean: math.Exp(logs / float64(n)), Least: min(t.Least, u.Least), Elements: n}
+}
+
+// tighteningSums gathers a Tightening in parts.
+type tighteningSums struct {
+	logSum float64
+	least  float64
+	n      int64
+}
+
+func (t *tighteningSums) note(orderFree, bound float64) {
+	if !(bound > 0) || math.IsInf(bound, 0) || !(orderFree > 0) || math.IsInf(orderFree, 0) {
+		return
+	}
+	r := orderFree / bound
+	if t.n == 0 || r < t.least {
+		t.least = r
+	}
+	t.logSum += math.Log(r)
+	t.n++
+}
+
+func (t *tighteningSums) add(u tighteningSums) {
+	if u.n == 0 {
+		return
+	}
+	if t.n == 0 || u.least < t.least {
+		t.least = u.least
+	}
+	t.logSum += u.logSum
+	t.n += u.n
+}
+
+func (t tighteningSums) summary() *Tightening {
+	if t.n == 0 {
+		return nil
+	}
+	return &Tightening{GeoMean: math.Exp(t.logSum / float64(t.n)), Least: t.least, Elements: t.n}
 }
 
 // OutputBound is the bound after rounding a binary32 result to dtype. The

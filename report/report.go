@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/oracle"
 	"github.com/vkern/vkern/verify"
 )
 
@@ -155,8 +156,10 @@ type Case struct {
 	// RoundingBias is the rounding-bias statistic of the f16 outputs, on
 	// bounded cases of continuous distributions.
 	RoundingBias *verify.RoundingStats `json:"rounding_bias,omitempty"`
-	KernelTimeNs int64                 `json:"kernel_time_ns"`
-	Reason       string                `json:"reason,omitempty"`
+	// BoundTightening compares the GEMM bounds with the order-free γ(K)·S.
+	BoundTightening *oracle.Tightening `json:"bound_tightening,omitempty"`
+	KernelTimeNs    int64              `json:"kernel_time_ns"`
+	Reason          string             `json:"reason,omitempty"`
 }
 
 // ExactRounding counts the f16 elements of an exact case whose rounding was
@@ -188,6 +191,9 @@ type OpLine struct {
 	// over BiasElements elements.
 	BiasJudged   int   `json:"bias_judged_cases"`
 	BiasElements int64 `json:"bias_elements"`
+	// Tightening compares, over the bounded cases that passed, the bounds
+	// with the order-free γ(K)·S.
+	Tightening *oracle.Tightening `json:"bound_tightening,omitempty"`
 	// NoExactRounding says why the op has no exact-rounding case.
 	NoExactRounding string `json:"no_exact_rounding,omitempty"`
 }
@@ -231,7 +237,7 @@ func New(res verify.Result, env Environment) *Report {
 			Verdict: c.Verdict, Exact: c.Exact(), Check: check, Sample: sample, Elements: c.Stats.Elements, Compared: c.Stats.Checked,
 			MaxAbsError: Float(c.Stats.MaxAbsError), MaxErrorOverBound: Float(c.Stats.MaxErrorOverBound),
 			RMSError: Float(c.Stats.RMSError), Outliers: c.Stats.Outliers, Unwritten: c.Stats.Unwritten,
-			ExactRounding: exactRounding, RoundingBias: c.Stats.Rounding,
+			ExactRounding: exactRounding, RoundingBias: c.Stats.Rounding, BoundTightening: c.Stats.Tightening,
 			KernelTimeNs: c.KernelTime.Nanoseconds(), Reason: c.Reason,
 		})
 		switch c.Verdict {
@@ -257,6 +263,9 @@ func New(res verify.Result, env Environment) *Report {
 			line.RoundedExact += c.Stats.Rounded
 			line.Ties += c.Stats.Ties
 			line.Determined += c.Stats.Determined
+			if !c.Exact() {
+				line.Tightening = line.Tightening.Merge(c.Stats.Tightening)
+			}
 			if st := c.Stats.Rounding; st != nil {
 				line.BiasJudged++
 				line.BiasElements += st.Elements
@@ -314,6 +323,9 @@ func claims(r *Report, res verify.Result) (evidence, nonClaims []string) {
 		}
 		if line.RoundedExact > 0 {
 			s += fmt.Sprintf(", among them %d f16 elements whose exact result had to be rounded (%d ties), each rounded to nearest with ties to even", line.RoundedExact, line.Ties)
+		}
+		if t := line.Tightening; t != nil {
+			s += fmt.Sprintf("; its bounds, following the stated summation, were %.3g× tighter than the order-free γ(K)·S on geometric average (%.3g× at the least)", t.GeoMean, t.Least)
 		}
 		if line.Determined > 0 {
 			s += fmt.Sprintf("; %d f16 elements of bounded cases, whose bound left rounding to nearest one possible result, matched it bit for bit", line.Determined)

@@ -65,6 +65,9 @@ type Stats struct {
 	// Rounding is the rounding-bias statistic of the f16 outputs, in
 	// bounded cases; nil elsewhere.
 	Rounding *RoundingStats
+	// Tightening compares the GEMM bounds used with the order-free
+	// γ(L)·S (oracle.Tightening); nil for other ops.
+	Tightening *oracle.Tightening
 }
 
 // element reads output element i as float64, and whether it is the poison.
@@ -105,6 +108,9 @@ func Compare(o *op.Op, s op.Shape, refs []*oracle.Reference, outs [][]byte, m Mo
 	}
 	st := t.stats()
 	st.Elements = elements
+	for _, ref := range refs {
+		st.Tightening = st.Tightening.Merge(ref.Tightening)
+	}
 	return st
 }
 

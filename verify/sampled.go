@@ -100,6 +100,7 @@ func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, out []byte
 	}
 	t.add(compareElements(p, refCols, gathered, mode, func(i int) (int, int) { return i / len(ci), ci[i%len(ci)] }))
 	st := t.stats()
+	st.Tightening = refRows.Tightening.Merge(refCols.Tightening)
 
 	sample := &Sample{Rows: len(ri), Cols: len(ci), Trials: freivaldsTrials, MissProbability: math.Exp2(-freivaldsTrials)}
 	projected := make([]bool, rows)
