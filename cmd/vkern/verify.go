@@ -31,7 +31,9 @@ float64 reference under its error bound, and prints a summary.
   --shape S      MxNxK for the gemm ops, ROWSxCOLS for the softmax ops and cross_entropy,
                  which also takes ROWSxCOLS:ignore_index=N (N may be negative)
                  (repeatable; each applies to the chosen ops it fits; default: a built-in set)
-  --dist D       integer | uniform | normal | wide | special (repeatable; default all)
+  --dist D       integer | uniform | normal | wide | special | rounding (repeatable;
+                 default all; rounding: exact results that f16 must round, ties included,
+                 for the gemm ops and softmax_grad)
   --seed N       first seed (default 1); trial t uses seed N+t
   --trials N     seeds per op, shape and distribution (default 1)
   --quick        smaller default shapes
@@ -39,7 +41,11 @@ float64 reference under its error bound, and prints a summary.
   --md FILE      write the Markdown report to FILE
   --timeout D    give up after D, e.g. 10m (default none)
 
-Exit status: 0 every case passed · 1 a case was incorrect, failed or not supported · 2 usage error
+Before anything is built, each case's memory need is compared with what is
+free; a case that cannot fit is refused (a GEMM is sampled where that fits).
+
+Exit status: 0 every case passed · 1 a case was incorrect, failed or not supported
+             2 usage error, or a case that cannot fit in memory
 `
 
 func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
