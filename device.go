@@ -353,6 +353,15 @@ func (b *Buffer) WriteI32(ctx context.Context, v []int32) error {
 	return b.Write(ctx, 0, data)
 }
 
+// WriteF32 writes float32 values from the start of the buffer.
+func (b *Buffer) WriteF32(ctx context.Context, v []float32) error {
+	data := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(x))
+	}
+	return b.Write(ctx, 0, data)
+}
+
 // ReadF32 reads len(dst) float32 values from the start of the buffer.
 func (b *Buffer) ReadF32(ctx context.Context, dst []float32) error {
 	data := make([]byte, 4*len(dst))
@@ -438,7 +447,7 @@ func (d *Device) runRequest(c Call) (kserver.RunRequest, error) {
 	if err := o.Validate(s); err != nil {
 		return kserver.RunRequest{}, err
 	}
-	operands := o.Operands()
+	operands := o.Operands
 	if len(c.Buffers) != len(operands) {
 		return kserver.RunRequest{}, fmt.Errorf("%s: got %d buffers, want %d (inputs then outputs)", o.Name, len(c.Buffers), len(operands))
 	}
@@ -453,7 +462,7 @@ func (d *Device) runRequest(c Call) (kserver.RunRequest, error) {
 		}
 		handles[i] = b.handle
 	}
-	return kserver.RunRequest{OpID: uint32(o.ID), Params: o.Params(s), Buffers: handles, Untimed: c.Untimed}, nil
+	return kserver.RunRequest{OpID: uint32(o.ID), Params: o.WireParams(s), Buffers: handles, Untimed: c.Untimed}, nil
 }
 
 func nanoseconds(ns uint64) time.Duration {

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os/exec"
 	"time"
 
 	"github.com/vkern/vkern"
-	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/op"
 	"github.com/vkern/vkern/oracle"
 )
@@ -102,7 +100,10 @@ func CoreSuite(ctx context.Context, opt CoreOptions, progress io.Writer) ([]Resu
 	say("timing the float64 oracle at %s", shape)
 	o, _ := op.Lookup("gemm")
 	s, _ := o.ParseShape(shape)
-	in := randomInputs(o, s)
+	in, err := oracle.Generate(o, s, oracle.Normal, 1)
+	if err != nil {
+		return nil, err
+	}
 	oracleTime, err := Median(ctx, 3, 0, Wall(func() error {
 		_, err := oracle.Compute(ctx, o, s, in, oracle.Arithmetic{})
 		return err
@@ -110,7 +111,7 @@ func CoreSuite(ctx context.Context, opt CoreOptions, progress io.Writer) ([]Resu
 	if err != nil {
 		return nil, err
 	}
-	r = Result{Name: "oracle_gemm_" + shape, N: 3, MedianNs: float64(oracleTime), GFLOPs: o.Flops(s) / float64(oracleTime),
+	r = Result{Name: "oracle_gemm_" + shape, N: 3, MedianNs: float64(oracleTime), GFLOPs: o.FlopsAt(s) / float64(oracleTime),
 		Note: "pure Go float64 reference, value + Σ|a·b| bound, all cores"}
 	if a, ok := Find(opt.Anchors, "gemm_f64", shape); ok {
 		r.Relate(a.Impl, a.MedianMs*1e6)
@@ -135,53 +136,39 @@ func gemmCase(ctx context.Context, dev *vkern.Device, name, shape string, runs i
 			b.Free(context.WithoutCancel(ctx))
 		}
 	}()
-	for i, p := range o.Operands() {
+	inputs, err := oracle.Generate(o, s, oracle.Normal, 1)
+	if err != nil {
+		return Result{}, err
+	}
+	in := 0
+	for _, p := range o.Operands {
 		b, err := dev.Alloc(ctx, s.Bytes(p))
 		if err != nil {
 			return Result{}, err
 		}
 		buffers = append(buffers, b)
-		if i < len(o.Inputs) {
-			if err := writeInput(ctx, b, randomInputs(o, s)[i]); err != nil {
+		if p.Reads() {
+			if err := writeInput(ctx, b, inputs[in]); err != nil {
 				return Result{}, err
 			}
+			in++
 		}
 	}
 	median, err := Median(ctx, runs, 1, func() (time.Duration, error) { return dev.Run(ctx, o, s, buffers...) })
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Name: name + "_" + shape, N: runs, MedianNs: float64(median), GFLOPs: o.Flops(s) / float64(median),
+	return Result{Name: name + "_" + shape, N: runs, MedianNs: float64(median), GFLOPs: o.FlopsAt(s) / float64(median),
 		Note: "kernel time reported by the server"}, nil
-}
-
-// randomInputs draws N(0, 1) f16 inputs for o at s, and labels (I32
-// inputs) uniform over the columns of the first input: cross_entropy's
-// classes, none of them ignored.
-func randomInputs(o *op.Op, s op.Shape) []oracle.Input {
-	rng := rand.New(rand.NewPCG(1, 2))
-	in := make([]oracle.Input, len(o.Inputs))
-	for i, p := range o.Inputs {
-		if p.DType == op.I32 {
-			classes := int(s.Cols(o.Inputs[0]))
-			in[i].I32 = make([]int32, s.Elements(p))
-			for j := range in[i].I32 {
-				in[i].I32[j] = int32(rng.IntN(classes))
-			}
-			continue
-		}
-		in[i].F16 = make([]uint16, s.Elements(p))
-		for j := range in[i].F16 {
-			in[i].F16[j] = f16.FromFloat64(rng.NormFloat64())
-		}
-	}
-	return in
 }
 
 // writeInput uploads one input into b.
 func writeInput(ctx context.Context, b *vkern.Buffer, in oracle.Input) error {
-	if in.I32 != nil {
+	switch {
+	case in.I32 != nil:
 		return b.WriteI32(ctx, in.I32)
+	case in.F32 != nil:
+		return b.WriteF32(ctx, in.F32)
 	}
 	return b.WriteF16(ctx, in.F16)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/oracle"
 )
 
 // OpCase is one op at one shape.
@@ -77,8 +78,8 @@ func OpsSuite(ctx context.Context, opt OpsOptions, progress io.Writer) ([]Result
 		if copyGBps > 0 {
 			floor = float64(r.Bytes) / copyGBps
 		}
-		if c.Op.Kind == op.MatMul && matrixTFLOPs > 0 {
-			floor = math.Max(floor, c.Op.Flops(c.Shape)/(matrixTFLOPs*1e3))
+		if flops := c.Op.FlopsAt(c.Shape); flops > 0 && matrixTFLOPs > 0 {
+			floor = math.Max(floor, flops/(matrixTFLOPs*1e3))
 		}
 		if floor > 0 {
 			r.FloorNs, r.FloorShare = floor, floor/r.MedianNs
@@ -89,11 +90,10 @@ func OpsSuite(ctx context.Context, opt OpsOptions, progress io.Writer) ([]Result
 }
 
 // anchorOp is the op name under which anchors.py reports o's anchor: the
-// op's own name, except cross_entropy, whose anchor is PyTorch's
-// F.cross_entropy forward and backward ("cross_entropy_fwd_bwd").
+// contract's Anchor, else the op's own name.
 func anchorOp(o *op.Op) string {
-	if o.ID == op.CrossEntropy {
-		return "cross_entropy_fwd_bwd"
+	if o.Anchor != "" {
+		return o.Anchor
 	}
 	return o.Name
 }
@@ -124,7 +124,10 @@ func timeCase(ctx context.Context, dev *vkern.Device, c OpCase, opt OpsOptions) 
 	if int64(sets)*footprint > opt.MaxBytes {
 		sets = int(max(1, opt.MaxBytes/footprint))
 	}
-	inputs := randomInputs(o, s)
+	inputs, err := oracle.Generate(o, s, oracle.Normal, 1)
+	if err != nil {
+		return Result{}, err
+	}
 	var all []*vkern.Buffer
 	defer func() {
 		for _, b := range all {
@@ -133,17 +136,19 @@ func timeCase(ctx context.Context, dev *vkern.Device, c OpCase, opt OpsOptions) 
 	}()
 	calls := make([][]*vkern.Buffer, sets)
 	for k := range calls {
-		for i, p := range o.Operands() {
-			b, err := dev.Alloc(ctx, s.Bytes(p))
+		in := 0
+		for _, p := range o.Operands {
+			b, err := dev.Alloc(ctx, max(1, s.Bytes(p)))
 			if err != nil {
 				return Result{}, err
 			}
 			all = append(all, b)
 			calls[k] = append(calls[k], b)
-			if i < len(o.Inputs) {
-				if err := writeInput(ctx, b, inputs[i]); err != nil {
+			if p.Reads() {
+				if err := writeInput(ctx, b, inputs[in]); err != nil {
 					return Result{}, err
 				}
+				in++
 			}
 		}
 	}
@@ -170,8 +175,8 @@ func timeCase(ctx context.Context, dev *vkern.Device, c OpCase, opt OpsOptions) 
 		GBps: float64(footprint) / float64(median),
 		Note: fmt.Sprintf("device-measured kernel time, back to back in one RUN_BATCH; %d rotated operand sets", sets),
 	}
-	if o.Kind == op.MatMul {
-		r.GFLOPs = o.Flops(s) / float64(median)
+	if flops := o.FlopsAt(s); flops > 0 {
+		r.GFLOPs = flops / float64(median)
 	}
 	return r, nil
 }

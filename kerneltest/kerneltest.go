@@ -31,14 +31,7 @@ func Op(t *testing.T, dev verify.Device, name string, extra ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shapes := verify.DefaultShapes(o, true)
-	for _, spec := range extra {
-		s, err := o.ParseShape(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		shapes = append(shapes, s)
-	}
+	shapes := append(append([]string(nil), o.Shapes.Quick...), extra...)
 	cases, err := verify.Plan{Ops: []*op.Op{o}, Shapes: shapes, Seed: 1, Trials: 2}.Cases()
 	if err != nil {
 		t.Fatal(err)
@@ -193,15 +186,12 @@ func (m Mutation) Run(t *testing.T, dev verify.Device) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan := verify.Plan{Ops: []*op.Op{o}, Seed: 1}
 	for _, spec := range m.Shapes {
-		s, err := o.ParseShape(spec)
-		if err != nil {
+		if _, err := o.ParseShape(spec); err != nil {
 			t.Fatal(err)
 		}
-		plan.Shapes = append(plan.Shapes, s)
 	}
-	cases, err := plan.Cases()
+	cases, err := verify.Plan{Ops: []*op.Op{o}, Seed: 1, Shapes: m.Shapes}.Cases()
 	if err != nil {
 		t.Fatal(err)
 	}

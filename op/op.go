@@ -1,33 +1,41 @@
-// Package op is the registry of vkern's operations: each op's name, wire id,
-// shape contract, operands and element types, and the things vkern does not
-// claim about it.
+// Package op is the registry of vkern's operations: each op's contract, from
+// which everything else follows. A contract names the op's dimensions, its
+// parameters (whole numbers, labels and real numbers, each with its range),
+// its operands (element type, a symbolic shape over the dimensions, and
+// whether the op reads, writes or adds into it), the shapes it is checked
+// and timed at, and what verifying it does not show.
 //
-// It holds no arithmetic: the references and their error bounds live in
-// package oracle, the kernels in kernels/. Everything here is about whether a
-// call is well formed, and every error names the op, the values and what was
+// Adding an op is a file here declaring its contract, a file in package
+// oracle with its float64 reference, error bound and input domain, a kernel
+// file per backend in kernels/, and one line in each backend's list of
+// kernels. The shape syntax, the kernel server's table and checks
+// (kernels.Sources generates them from the contracts), the verifier, the
+// benchmarks and the reports all read the contract; none of them names an
+// op.
+//
+// This package holds no arithmetic (references and bounds are in package
+// oracle, kernels in kernels/). Everything here is about whether a call is
+// well formed, and every error names the op, the values and what was
 // wanted, so a caller can fix the call without reading this code.
 package op
 
 import (
+	"errors"
 	"fmt"
 	"math"
-	"math/bits"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
+
+// ErrNotSupported is wrapped by the error of a call to an op the backend
+// has no kernel for (the server's NOT_SUPPORTED status): verify's
+// not_supported verdict, not a failure.
+var ErrNotSupported = errors.New("the backend has no kernel for this op")
 
 // ID is an op's number on the kernel-server wire (PROTOCOL.md, "RUN").
 type ID uint32
-
-// The ops. The numbering is part of the protocol.
-const (
-	Gemm         ID = 1 // C f32 M×N = A f16 M×K · B f16 K×N
-	GemmGradA    ID = 2 // dA f16 M×K = dC f16 M×N · Bᵀ (B f16 K×N)
-	GemmGradB    ID = 3 // dB f16 K×N = Aᵀ (A f16 M×K) · dC f16 M×N
-	Softmax      ID = 4 // Y f16 R×C, row-wise softmax of X f16 R×C
-	SoftmaxGrad  ID = 5 // dX f16 R×C = Y ⊙ (dY − Σ dY⊙Y) per row
-	CrossEntropy ID = 6 // loss f32 R and dLogits f16 R×V from logits f16 R×V and labels i32 R
-)
 
 // DType is an element type.
 type DType uint8
@@ -35,7 +43,7 @@ type DType uint8
 const (
 	F16 DType = iota + 1 // IEEE binary16
 	F32                  // IEEE binary32
-	I32                  // two's-complement 32-bit integer (class labels)
+	I32                  // two's-complement 32-bit integer (labels, token ids)
 )
 
 // Size is the element size in bytes.
@@ -58,57 +66,179 @@ func (d DType) String() string {
 	return "dtype(" + strconv.Itoa(int(d)) + ")"
 }
 
-// Kind says how an op's shape is written and how many dimensions it has.
+// Dim is a dimension of an op's shapes: a whole number ≥ 1, written in
+// order in the shape ("MxNxK") and sent first among the RUN parameters.
+type Dim struct {
+	Name    string
+	Meaning string // one line a person reads
+}
+
+// Kind is what a parameter holds.
 type Kind uint8
 
 const (
-	// MatMul shapes are written MxNxK: the product is M×N with reduction K.
-	MatMul Kind = iota + 1
-	// RowWise shapes are written ROWSxCOLS: the op works on each row alone.
-	RowWise
+	// Int is a whole number in [Min, Max].
+	Int Kind = iota + 1
+	// Index is a 32-bit label value compared with an i32 operand's
+	// elements (cross_entropy's ignore_index), or unset: no element equals
+	// an unset index.
+	Index
+	// Float is a real number in [Min, Max] (binary64 on the wire).
+	Float
 )
 
-// Operand names one buffer of an op and the dimensions of its matrix, as
-// indices into Shape.Dims, or One.
+func (k Kind) String() string {
+	switch k {
+	case Int:
+		return "whole number"
+	case Index:
+		return "32-bit label value"
+	case Float:
+		return "real number"
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Param is a RUN parameter that is not a dimension. A shape sets it by name
+// after a colon ("8192x50304:ignore_index=-100", "8x768:eps=1e-5"); one it
+// does not set takes its Default.
+type Param struct {
+	Name     string
+	Kind     Kind
+	Min, Max float64 // the range a value must lie in, inclusive
+	// Default is the value of a parameter the shape does not set; NaN for
+	// an Index means unset, which no label equals.
+	Default float64
+	Meaning string // one line a person reads
+}
+
+// Role says what an op does with an operand.
+type Role uint8
+
+const (
+	// In is read only.
+	In Role = iota + 1
+	// Out is written only: every element, whatever it held before.
+	Out
+	// InOut is read and then written: the op adds into it (a gradient
+	// accumulated with +=) or updates it in place (an optimizer's state).
+	InOut
+)
+
+func (r Role) String() string {
+	switch r {
+	case In:
+		return "input"
+	case Out:
+		return "output"
+	case InOut:
+		return "input and output"
+	}
+	return "role(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Extent is the length of one side of an operand: Coef times the product of
+// the named dimensions and Int parameters (an Int parameter of 0 makes the
+// operand empty: a bias that is switched off needs no buffer). The zero
+// Extent is 1.
+type Extent struct {
+	Coef int64    // 0 means 1
+	Of   []string // dimension or Int parameter names
+}
+
+// X is the product of the named dimensions or Int parameters.
+func X(names ...string) Extent { return Extent{Of: names} }
+
+// Times multiplies e by k.
+func (e Extent) Times(k int64) Extent { return Extent{Coef: e.coef() * k, Of: e.Of} }
+
+func (e Extent) coef() int64 {
+	if e.Coef == 0 {
+		return 1
+	}
+	return e.Coef
+}
+
+// String writes the extent as in "3·C", "B·T", "1".
+func (e Extent) String() string {
+	parts := append([]string(nil), e.Of...)
+	if c := e.coef(); c != 1 || len(parts) == 0 {
+		parts = append([]string{strconv.FormatInt(c, 10)}, parts...)
+	}
+	return strings.Join(parts, "·")
+}
+
+// Operand is one buffer of an op: a Rows × Cols row-major matrix (a vector
+// when Cols is 1) of DType elements.
 type Operand struct {
-	Name  string
-	DType DType
-	Rows  int // index into Shape.Dims
-	Cols  int // index into Shape.Dims, or One for a vector of Rows elements
+	Name       string
+	DType      DType
+	Rows, Cols Extent
+	Role       Role
+	// MayAlias names an In operand this Out operand may share its buffer
+	// with (an op that works in place); empty for none.
+	MayAlias string
+	// Domain says what values an input must hold, where not every value is
+	// valid ("a class index in [0, V), or ignore_index"); the kernels
+	// check it while they run and refuse a call that breaks it.
+	Domain string
 }
 
-// One, as an Operand's Cols, is a dimension of size 1: the operand is a
-// vector with one element per row.
-const One = -1
+// Reads says whether the op reads the operand.
+func (p Operand) Reads() bool { return p.Role == In || p.Role == InOut }
 
-// Value describes a RUN parameter that is not a dimension: it follows the
-// dimensions on the wire, may be negative, and may be left unset. A shape
-// sets it by name after a colon: "8192x50304:ignore_index=-100".
-type Value struct {
-	Name     string // as written in a shape
-	Min, Max int64  // the range a set value must lie in
-	Meaning  string // one line a person reads
+// Writes says whether the op writes the operand.
+func (p Operand) Writes() bool { return p.Role == Out || p.Role == InOut }
+
+// Shapes are the shapes an op is checked and timed at by default, written
+// in its shape syntax.
+type Shapes struct {
+	Quick   []string // vkern verify --quick and the conformance suite
+	Default []string // vkern verify: edge cases and deep reductions
+	Bench   []string // vkern bench --suite ops: sizes that fill a GPU
 }
 
-// Unset is the wire value of a Value parameter that the shape does not set.
-// It lies outside every Value's range.
-const Unset int64 = math.MinInt64
+// MatmulSpec describes a member of the matrix-product family:
+// Out (rows × cols) = L (rows × depth) · R (depth × cols), each factor read
+// from an operand as stored or transposed, with an optional bias and an
+// optional accumulation into the output. Package oracle computes every
+// member with one reference; verify checks large members by sampling.
+type MatmulSpec struct {
+	L, R              string // the operands that hold the factors
+	TransL, TransR    bool   // the operand holds the factor's transpose
+	Rows, Cols, Depth string // the dimensions of the product
+	Bias              string // an f16 vector of Cols added to every row; empty for none
+	// Accumulate names an Int parameter: when it is 1 the output is
+	// added into (β = 1), when 0 overwritten. Empty: always overwritten.
+	Accumulate string
+}
 
-// Op describes one operation.
+// Op is an operation's contract.
 type Op struct {
-	ID      ID
-	Name    string
-	Kind    Kind
-	Math    string   // one line a person reads
-	Dims    []string // the dimensions' names, in shape and wire order
-	Values  []Value  // value parameters, after the dimensions on the wire
-	Inputs  []Operand
-	Outputs []Operand // in wire order, after the inputs
-	Reduces int       // index into Shape.Dims of the reduction length; -1 for none
-	// ExactOnIntegers says that on small integer inputs every f32
-	// intermediate is exact, so the output must match the reference bit for
-	// bit (the "integer" distribution is then an exact check, not a bounded
-	// one).
+	ID       ID
+	Name     string
+	Math     string // one line a person reads
+	Dims     []Dim
+	Params   []Param
+	Operands []Operand // in wire order
+	// Divides lists pairs {a, b} of dimensions where a must divide b
+	// (attention's heads divide its channels).
+	Divides [][2]string
+	// Reduces is the length of the sums each output element is made of,
+	// for error bounds and reports; the zero Extent when none.
+	Reduces Extent
+	// Flops is the conventional floating-point operation count at a shape
+	// (2·M·N·K for a product); nil for none worth counting.
+	Flops  func(s Shape) float64
+	Matmul *MatmulSpec // set for the matrix-product family
+	Shapes Shapes
+	// Anchor is the name under which the PyTorch anchors (bench/,
+	// ../shared/bench/anchors.py) report the op's PyTorch equivalent;
+	// empty: the op's name.
+	Anchor string
+	// ExactOnIntegers says that on small whole-number inputs every binary32
+	// intermediate is exact, so the output must match the reference bit
+	// for bit (the "integer" distribution is then an exact check).
 	ExactOnIntegers bool
 	// NoExactRounding, when set, says why no input makes this op's results
 	// exact values that its f16 outputs must round (verify's "rounding"
@@ -117,97 +247,200 @@ type Op struct {
 	NoExactRounding string
 	// NonClaims are what verifying this op does not show.
 	NonClaims []string
-}
 
-// Dimension indices for MatMul and RowWise shapes.
-const (
-	dimM, dimN, dimK = 0, 1, 2
-	dimR, dimC       = 0, 1
-)
+	// Resolved at registration: each extent's names as indices into the
+	// RUN parameters (dims first, then Params), and each name's index.
+	index map[string]int
+}
 
 var (
-	matMulDims  = []string{"M", "N", "K"}
-	rowWiseDims = []string{"R", "C"}
+	mu     sync.RWMutex
+	all    []*Op
+	byName = map[string]*Op{}
+	byID   = map[ID]*Op{}
 )
 
-// IgnoreIndex is cross_entropy's value parameter: the label that marks a row
-// to skip. Labels are 32-bit, so a set value is a 32-bit integer.
-const IgnoreIndex = "ignore_index"
-
-var all = []*Op{
-	{
-		ID: Gemm, Name: "gemm", Kind: MatMul, Math: "C = A·B, f32 accumulation, f32 output", Dims: matMulDims,
-		Inputs:          []Operand{{"A", F16, dimM, dimK}, {"B", F16, dimK, dimN}},
-		Outputs:         []Operand{{"C", F32, dimM, dimN}},
-		Reduces:         dimK,
-		ExactOnIntegers: true,
-	},
-	{
-		ID: GemmGradA, Name: "gemm_grad_a", Kind: MatMul, Math: "dA = dC·Bᵀ, f32 accumulation, one rounding to f16", Dims: matMulDims,
-		Inputs:          []Operand{{"dC", F16, dimM, dimN}, {"B", F16, dimK, dimN}},
-		Outputs:         []Operand{{"dA", F16, dimM, dimK}},
-		Reduces:         dimN,
-		ExactOnIntegers: true,
-	},
-	{
-		ID: GemmGradB, Name: "gemm_grad_b", Kind: MatMul, Math: "dB = Aᵀ·dC, f32 accumulation, one rounding to f16", Dims: matMulDims,
-		Inputs:          []Operand{{"A", F16, dimM, dimK}, {"dC", F16, dimM, dimN}},
-		Outputs:         []Operand{{"dB", F16, dimK, dimN}},
-		Reduces:         dimM,
-		ExactOnIntegers: true,
-	},
-	{
-		ID: Softmax, Name: "softmax", Kind: RowWise, Math: "Y[r] = exp(X[r] − max X[r]) / Σ exp(X[r] − max X[r])", Dims: rowWiseDims,
-		Inputs:          []Operand{{"X", F16, dimR, dimC}},
-		Outputs:         []Operand{{"Y", F16, dimR, dimC}},
-		Reduces:         dimC,
-		NoExactRounding: "exp is not exact, so no input gives softmax exact results to round; its rounding is checked by the bias statistic only",
-		NonClaims: []string{
-			"softmax is never checked bit for bit: exp is not exact, so integer inputs are checked under the error bound like the others",
-		},
-	},
-	{
-		ID: SoftmaxGrad, Name: "softmax_grad", Kind: RowWise, Math: "dX[r] = Y[r] ⊙ (dY[r] − Σ dY[r]⊙Y[r])", Dims: rowWiseDims,
-		Inputs:          []Operand{{"dY", F16, dimR, dimC}, {"Y", F16, dimR, dimC}},
-		Outputs:         []Operand{{"dX", F16, dimR, dimC}},
-		Reduces:         dimC,
-		ExactOnIntegers: true,
-		NonClaims: []string{
-			"softmax_grad is checked for any Y, not only for rows that are softmax outputs: nothing is claimed about how errors in Y itself propagate",
-		},
-	},
-	{
-		// PyTorch's F.cross_entropy(logits, labels, reduction='mean',
-		// ignore_index=…) and its backward, fused. loss holds each row's
-		// loss unscaled; the mean is Σ loss / n. Rows whose label is the
-		// ignore_index get loss 0 and a zero gradient row, and their logits
-		// are not read; when every row is ignored (n = 0) the whole gradient
-		// is 0 (no NaN). A label outside [0, V) that is not the ignore_index
-		// is an INVALID_ARGUMENT error naming the row (PROTOCOL.md).
-		ID: CrossEntropy, Name: "cross_entropy", Kind: RowWise, Dims: []string{"R", "V"},
-		Math: "loss[r] = logsumexp(x[r]) − x[r, label[r]]; dLogits[r] = (softmax(x[r]) − onehot(label[r]))/n, n = rows not ignored",
-		Values: []Value{{Name: IgnoreIndex, Min: math.MinInt32, Max: math.MaxInt32,
-			Meaning: "rows whose label equals it are skipped: loss 0, gradient 0, not counted in n"}},
-		Inputs:          []Operand{{"logits", F16, dimR, dimC}, {"labels", I32, dimR, One}},
-		Outputs:         []Operand{{"loss", F32, dimR, One}, {"dLogits", F16, dimR, dimC}},
-		Reduces:         dimC,
-		NoExactRounding: "exp and log are not exact, so no input gives cross_entropy exact results to round; its rounding is checked by the bias statistic only",
-		NonClaims: []string{
-			"cross_entropy is never checked bit for bit: exp and log are not exact, so integer inputs are checked under the error bound like the others",
-			"cross_entropy is verified on valid labels only; the error for a label outside [0, V) is shown by the test suite through the real server, not by vkern verify",
-			"cross_entropy's labels follow one pattern (uniform, the first and last class at fixed rows, every 4th row ignored when an ignore_index is set); other patterns, such as every row ignored, are shown by the test suite, not by vkern verify",
-			"cross_entropy's loss is checked per row; the mean PyTorch returns, Σ loss / n, is left to the caller",
-		},
-	},
+// Register adds o to the registry after checking that its contract is
+// complete and consistent; the error says what is wrong. The built-in ops
+// register themselves; programs add their own ops the same way.
+func Register(o *Op) error {
+	if err := o.resolve(); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := byName[o.Name]; dup {
+		return fmt.Errorf("op: %s is registered already; choose another name", o.Name)
+	}
+	if other, dup := byID[o.ID]; dup {
+		return fmt.Errorf("op: %s wants id %d, which %s has; choose another id", o.Name, o.ID, other.Name)
+	}
+	all = append(all, o)
+	sort.Slice(all, func(i, j int) bool { return all[i].ID < all[j].ID })
+	byName[o.Name] = o
+	byID[o.ID] = o
+	return nil
 }
 
-// All returns the ops in wire-id order.
-func All() []*Op { return append([]*Op(nil), all...) }
+// builtinOp registers a built-in op at package initialisation; a contract
+// that does not resolve is a programming error in this package.
+func builtinOp(o *Op) *Op {
+	if err := Register(o); err != nil {
+		panic(err)
+	}
+	return o
+}
+
+// resolve checks the contract and indexes its names.
+func (o *Op) resolve() error {
+	if o.Name == "" {
+		return fmt.Errorf("op: an op needs a name")
+	}
+	for _, r := range o.Name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return fmt.Errorf("op: name %q: use lower-case letters, digits and _", o.Name)
+		}
+	}
+	if o.ID == 0 {
+		return fmt.Errorf("op: %s has no id; give it a number unused by other ops", o.Name)
+	}
+	if len(o.Dims) == 0 {
+		return fmt.Errorf("op: %s has no dimensions; every op's shape has at least one", o.Name)
+	}
+	o.index = map[string]int{}
+	for i, d := range o.Dims {
+		if err := o.name(d.Name, i); err != nil {
+			return err
+		}
+	}
+	for i, p := range o.Params {
+		if err := o.name(p.Name, len(o.Dims)+i); err != nil {
+			return err
+		}
+		switch p.Kind {
+		case Int, Float:
+			if math.IsNaN(p.Min) || math.IsNaN(p.Max) || p.Min > p.Max {
+				return fmt.Errorf("op: %s: parameter %s has the range [%v, %v]; want Min ≤ Max", o.Name, p.Name, p.Min, p.Max)
+			}
+			if !(p.Default >= p.Min && p.Default <= p.Max) {
+				return fmt.Errorf("op: %s: parameter %s defaults to %v, outside its range [%v, %v]", o.Name, p.Name, p.Default, p.Min, p.Max)
+			}
+			if p.Kind == Int && (p.Min != math.Trunc(p.Min) || p.Max != math.Trunc(p.Max) || p.Default != math.Trunc(p.Default)) {
+				return fmt.Errorf("op: %s: whole-number parameter %s has a range or default that is not whole", o.Name, p.Name)
+			}
+		case Index:
+		default:
+			return fmt.Errorf("op: %s: parameter %s has no kind (Int, Index or Float)", o.Name, p.Name)
+		}
+	}
+	if len(o.Operands) == 0 {
+		return fmt.Errorf("op: %s has no operands", o.Name)
+	}
+	seen := map[string]bool{}
+	writes := false
+	for _, p := range o.Operands {
+		if p.Name == "" || seen[p.Name] {
+			return fmt.Errorf("op: %s: operand %q is unnamed or named twice", o.Name, p.Name)
+		}
+		seen[p.Name] = true
+		if p.DType < F16 || p.DType > I32 {
+			return fmt.Errorf("op: %s: operand %s has no element type (F16, F32 or I32)", o.Name, p.Name)
+		}
+		if p.Role < In || p.Role > InOut {
+			return fmt.Errorf("op: %s: operand %s has no role (In, Out or InOut)", o.Name, p.Name)
+		}
+		writes = writes || p.Writes()
+		for _, e := range []Extent{p.Rows, p.Cols} {
+			if e.coef() < 1 {
+				return fmt.Errorf("op: %s: operand %s has a coefficient %d; want at least 1", o.Name, p.Name, e.Coef)
+			}
+			for _, n := range e.Of {
+				i, ok := o.index[n]
+				if !ok {
+					return fmt.Errorf("op: %s: operand %s's shape names %q, which is neither a dimension nor a parameter of %s", o.Name, p.Name, n, o.Name)
+				}
+				if i >= len(o.Dims) && o.Params[i-len(o.Dims)].Kind != Int {
+					return fmt.Errorf("op: %s: operand %s's shape names %s, which is not a dimension or whole-number parameter", o.Name, p.Name, n)
+				}
+			}
+		}
+		if p.MayAlias != "" {
+			q := o.operand(p.MayAlias)
+			if q == nil || q.Role != In || p.Role != Out || q.DType != p.DType {
+				return fmt.Errorf("op: %s: operand %s may alias %q, which is not an input of the same type", o.Name, p.Name, p.MayAlias)
+			}
+		}
+	}
+	if !writes {
+		return fmt.Errorf("op: %s writes no operand; give one the role Out or InOut", o.Name)
+	}
+	for _, pair := range o.Divides {
+		for _, n := range pair {
+			if i, ok := o.index[n]; !ok || i >= len(o.Dims) {
+				return fmt.Errorf("op: %s: Divides names %q, which is not a dimension", o.Name, n)
+			}
+		}
+	}
+	for _, n := range o.Reduces.Of {
+		if _, ok := o.index[n]; !ok {
+			return fmt.Errorf("op: %s: Reduces names %q, which is not a dimension", o.Name, n)
+		}
+	}
+	if m := o.Matmul; m != nil {
+		for _, n := range []string{m.L, m.R} {
+			if p := o.operand(n); p == nil || p.Role != In {
+				return fmt.Errorf("op: %s: the product's factor %q is not an input", o.Name, n)
+			}
+		}
+		for _, n := range []string{m.Rows, m.Cols, m.Depth} {
+			if i, ok := o.index[n]; !ok || i >= len(o.Dims) {
+				return fmt.Errorf("op: %s: the product's dimension %q is not a dimension", o.Name, n)
+			}
+		}
+	}
+	return nil
+}
+
+func (o *Op) name(n string, i int) error {
+	if n == "" || strings.ContainsAny(n, " \t:,=") {
+		return fmt.Errorf("op: %s: dimension or parameter %q: want a name without spaces, ':', ',' or '='", o.Name, n)
+	}
+	if _, dup := o.index[n]; dup {
+		return fmt.Errorf("op: %s: %s is named twice among the dimensions and parameters", o.Name, n)
+	}
+	o.index[n] = i
+	return nil
+}
+
+func (o *Op) operand(name string) *Operand {
+	for i := range o.Operands {
+		if o.Operands[i].Name == name {
+			return &o.Operands[i]
+		}
+	}
+	return nil
+}
+
+// Operand returns the operand called name.
+func (o *Op) Operand(name string) (Operand, bool) {
+	if p := o.operand(name); p != nil {
+		return *p, true
+	}
+	return Operand{}, false
+}
+
+// All returns the registered ops in wire-id order.
+func All() []*Op {
+	mu.RLock()
+	defer mu.RUnlock()
+	return append([]*Op(nil), all...)
+}
 
 // Names returns the op names in wire-id order.
 func Names() []string {
-	names := make([]string, len(all))
-	for i, o := range all {
+	ops := All()
+	names := make([]string, len(ops))
+	for i, o := range ops {
 		names[i] = o.Name
 	}
 	return names
@@ -215,299 +448,49 @@ func Names() []string {
 
 // Lookup finds an op by name.
 func Lookup(name string) (*Op, error) {
-	for _, o := range all {
-		if o.Name == name {
-			return o, nil
-		}
+	mu.RLock()
+	o, ok := byName[name]
+	mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("unknown op %q: want one of %s", name, strings.Join(Names(), ", "))
 	}
-	return nil, fmt.Errorf("unknown op %q: want one of %s", name, strings.Join(Names(), ", "))
+	return o, nil
 }
 
 // ByID finds an op by wire id.
 func ByID(id ID) (*Op, error) {
-	for _, o := range all {
-		if o.ID == id {
-			return o, nil
-		}
+	mu.RLock()
+	o, ok := byID[id]
+	mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("unknown op id %d", id)
 	}
-	return nil, fmt.Errorf("unknown op id %d: want 1..%d", id, len(all))
+	return o, nil
 }
 
 func (o *Op) String() string { return o.Name }
 
-// ShapeSyntax is how this op's shapes are written.
-func (o *Op) ShapeSyntax() string {
-	syntax := "ROWSxCOLS"
-	if o.Kind == MatMul {
-		syntax = "MxNxK"
-	}
-	for _, v := range o.Values {
-		syntax += "[:" + v.Name + "=N]"
-	}
-	return syntax
-}
+// Inputs are the operands the op reads (In and InOut), in wire order.
+func (o *Op) Inputs() []Operand { return o.filter(Operand.Reads) }
 
-func (o *Op) rank() int { return len(o.Dims) }
+// Outputs are the operands the op writes (Out and InOut), in wire order.
+func (o *Op) Outputs() []Operand { return o.filter(Operand.Writes) }
 
-// Shape is an op's problem: its dimensions, (M, N, K) for MatMul ops and
-// (R, C) for RowWise ones, and the value parameters it sets.
-type Shape struct {
-	Dims []int64
-	// Settings are the op's value parameters (Op.Values) that are set, in
-	// the op's order; the others are Unset.
-	Settings []Setting
-}
-
-// Setting is a value parameter set in a shape.
-type Setting struct {
-	Name  string
-	Value int64
-}
-
-// String writes the shape in the CLI's syntax: "17x31x129", or
-// "8192x50304:ignore_index=-100" with settings.
-func (s Shape) String() string {
-	parts := make([]string, len(s.Dims))
-	for i, d := range s.Dims {
-		parts[i] = strconv.FormatInt(d, 10)
-	}
-	text := strings.Join(parts, "x")
-	for i, set := range s.Settings {
-		sep := ","
-		if i == 0 {
-			sep = ":"
-		}
-		text += sep + set.Name + "=" + strconv.FormatInt(set.Value, 10)
-	}
-	return text
-}
-
-// Setting returns the value of the parameter called name, and whether the
-// shape sets it.
-func (s Shape) Setting(name string) (int64, bool) {
-	for _, set := range s.Settings {
-		if set.Name == name {
-			return set.Value, true
+func (o *Op) filter(keep func(Operand) bool) []Operand {
+	var ps []Operand
+	for _, p := range o.Operands {
+		if keep(p) {
+			ps = append(ps, p)
 		}
 	}
-	return Unset, false
+	return ps
 }
 
-// maxElements caps every operand at 2⁶² elements, so that element counts,
-// byte counts (×4) and the index arithmetic of every backend stay inside int64.
-const maxElements = int64(1) << 62
-
-// ParseShape reads S in this op's syntax and checks it with Validate.
-// Settings may be written in any order; the shape holds them in the op's.
-func (o *Op) ParseShape(s string) (Shape, error) {
-	dimText, settingText, hasSettings := strings.Cut(strings.TrimSpace(s), ":")
-	fields := strings.Split(dimText, "x")
-	if len(fields) != o.rank() {
-		return Shape{}, fmt.Errorf("%s: shape %q has %d dimensions, want %d dimensions written %s (for example %s)",
-			o.Name, s, len(fields), o.rank(), o.ShapeSyntax(), o.exampleShape())
+// ParamIndex is the position of the dimension or parameter called name
+// among the RUN parameters (dimensions first), or -1.
+func (o *Op) ParamIndex(name string) int {
+	if i, ok := o.index[name]; ok {
+		return i
 	}
-	dims := make([]int64, len(fields))
-	for i, f := range fields {
-		d, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return Shape{}, fmt.Errorf("%s: shape %q: dimension %q is not a whole number; write %s (for example %s)",
-				o.Name, s, f, o.ShapeSyntax(), o.exampleShape())
-		}
-		dims[i] = d
-	}
-	sh := Shape{Dims: dims}
-	if hasSettings {
-		given := map[string]int64{}
-		for _, field := range strings.Split(settingText, ",") {
-			name, text, ok := strings.Cut(strings.TrimSpace(field), "=")
-			v, err := strconv.ParseInt(text, 10, 64)
-			if !ok || err != nil {
-				return Shape{}, fmt.Errorf("%s: shape %q: setting %q is not NAME=WHOLE_NUMBER; write %s (for example %s)",
-					o.Name, s, field, o.ShapeSyntax(), o.exampleShape())
-			}
-			if _, dup := given[name]; dup {
-				return Shape{}, fmt.Errorf("%s: shape %q sets %s twice; set it once", o.Name, s, name)
-			}
-			given[name] = v
-			if o.value(name) == nil {
-				return Shape{}, o.unknownSetting(strings.TrimSpace(s), name)
-			}
-		}
-		for _, v := range o.Values {
-			if value, ok := given[v.Name]; ok {
-				sh.Settings = append(sh.Settings, Setting{v.Name, value})
-			}
-		}
-	}
-	if err := o.Validate(sh); err != nil {
-		return Shape{}, err
-	}
-	return sh, nil
-}
-
-func (o *Op) value(name string) *Value {
-	for i := range o.Values {
-		if o.Values[i].Name == name {
-			return &o.Values[i]
-		}
-	}
-	return nil
-}
-
-// unknownSetting is the error for a shape (written as text) that sets name,
-// which o does not take.
-func (o *Op) unknownSetting(text, name string) error {
-	if len(o.Values) == 0 {
-		return fmt.Errorf("%s: shape %s sets %s, but %s takes no value parameters; write %s", o.Name, text, name, o.Name, o.ShapeSyntax())
-	}
-	names := make([]string, len(o.Values))
-	for i, v := range o.Values {
-		names[i] = v.Name
-	}
-	return fmt.Errorf("%s: shape %s sets %s, which %s does not take (it takes %s)", o.Name, text, name, o.Name, strings.Join(names, ", "))
-}
-
-func (o *Op) exampleShape() string {
-	switch {
-	case o.Kind == MatMul:
-		return "17x31x129"
-	case len(o.Values) > 0:
-		return "7x4099:" + o.Values[0].Name + "=-100"
-	}
-	return "7x4099"
-}
-
-// dimName names dimension i of o's shapes, or "1" for One.
-func (o *Op) dimName(i int) string {
-	if i == One {
-		return "1"
-	}
-	return o.Dims[i]
-}
-
-// Validate checks the contract: the right number of dimensions, each ≥ 1,
-// every operand's element count (and byte count) representable in int64,
-// and every setting one of the op's value parameters, within its range.
-func (o *Op) Validate(s Shape) error {
-	if len(s.Dims) != o.rank() {
-		return fmt.Errorf("%s: shape %s has %d dimensions, want %d (%s)", o.Name, s, len(s.Dims), o.rank(), o.ShapeSyntax())
-	}
-	for i, d := range s.Dims {
-		if d < 1 {
-			return fmt.Errorf("%s: %s = %d in shape %s; every dimension must be at least 1", o.Name, o.Dims[i], d, s)
-		}
-	}
-	for _, operand := range o.Operands() {
-		r, c := s.Dims[operand.Rows], s.dim(operand.Cols)
-		hi, lo := bits.Mul64(uint64(r), uint64(c))
-		if hi != 0 || lo > uint64(maxElements) {
-			return fmt.Errorf("%s: operand %s is %s×%s = %d×%d elements, more than the 2^62 limit; use a smaller shape",
-				o.Name, operand.Name, o.dimName(operand.Rows), o.dimName(operand.Cols), r, c)
-		}
-	}
-	seen := map[string]bool{}
-	for _, set := range s.Settings {
-		v := o.value(set.Name)
-		if v == nil {
-			return o.unknownSetting(s.String(), set.Name)
-		}
-		if seen[set.Name] {
-			return fmt.Errorf("%s: shape %s sets %s twice; set it once", o.Name, s, set.Name)
-		}
-		seen[set.Name] = true
-		if set.Value < v.Min || set.Value > v.Max {
-			return fmt.Errorf("%s: %s = %d in shape %s; want a value in [%d, %d]", o.Name, set.Name, set.Value, s, v.Min, v.Max)
-		}
-	}
-	return nil
-}
-
-// Operands returns the inputs then the outputs, in wire order.
-func (o *Op) Operands() []Operand {
-	return append(append([]Operand(nil), o.Inputs...), o.Outputs...)
-}
-
-// dim is dimension i, or 1 for One.
-func (s Shape) dim(i int) int64 {
-	if i == One {
-		return 1
-	}
-	return s.Dims[i]
-}
-
-// Elements is the element count of operand p at shape s (s must be valid).
-func (s Shape) Elements(p Operand) int64 { return s.Dims[p.Rows] * s.dim(p.Cols) }
-
-// Cols is the row length of operand p at shape s: 1 for a vector.
-func (s Shape) Cols(p Operand) int64 { return s.dim(p.Cols) }
-
-// Bytes is the byte size of operand p at shape s (s must be valid).
-func (s Shape) Bytes(p Operand) int64 { return s.Elements(p) * int64(p.DType.Size()) }
-
-// Dim returns dimension i.
-func (s Shape) Dim(i int) int64 { return s.Dims[i] }
-
-// ReductionLength is the length of each dot product or row sum.
-func (o *Op) ReductionLength(s Shape) int64 { return s.Dims[o.Reduces] }
-
-// Flops is the conventional floating-point operation count: 2·M·N·K for the
-// GEMMs, and a nominal 5 per element for the row ops (used only for labels).
-func (o *Op) Flops(s Shape) float64 {
-	if o.Kind == MatMul {
-		return 2 * float64(s.Dims[0]) * float64(s.Dims[1]) * float64(s.Dims[2])
-	}
-	return 5 * float64(s.Dims[0]) * float64(s.Dims[1])
-}
-
-// MovedBytes is the minimum traffic: every input read once, every output
-// written once.
-func (o *Op) MovedBytes(s Shape) int64 {
-	var n int64
-	for _, p := range o.Operands() {
-		n += s.Bytes(p)
-	}
-	return n
-}
-
-// CheckLengths checks that each buffer has the element count the shape
-// requires. lengths are in wire order (inputs, then outputs).
-func (o *Op) CheckLengths(s Shape, lengths []int64) error {
-	ops := o.Operands()
-	if len(lengths) != len(ops) {
-		return fmt.Errorf("%s: got %d buffers, want %d (%s)", o.Name, len(lengths), len(ops), o.operandList())
-	}
-	for i, p := range ops {
-		if want := s.Elements(p); lengths[i] != want {
-			if p.Cols == One {
-				return fmt.Errorf("%s: %s has %d elements, want %s = %d", o.Name, p.Name, lengths[i], o.Dims[p.Rows], want)
-			}
-			return fmt.Errorf("%s: %s has %d elements, want %s·%s = %d (%s=%d, %s=%d)",
-				o.Name, p.Name, lengths[i], o.Dims[p.Rows], o.Dims[p.Cols], want,
-				o.Dims[p.Rows], s.Dims[p.Rows], o.Dims[p.Cols], s.Dims[p.Cols])
-		}
-	}
-	return nil
-}
-
-func (o *Op) operandList() string {
-	var parts []string
-	for _, p := range o.Operands() {
-		if p.Cols == One {
-			parts = append(parts, fmt.Sprintf("%s %s %s", p.Name, p.DType, o.Dims[p.Rows]))
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%s %s %s×%s", p.Name, p.DType, o.Dims[p.Rows], o.Dims[p.Cols]))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// Params are the RUN parameters of s on the wire: the dimensions, then each
-// of the op's value parameters, Unset where s does not set it.
-func (o *Op) Params(s Shape) []int64 {
-	params := append([]int64(nil), s.Dims...)
-	for _, v := range o.Values {
-		value, _ := s.Setting(v.Name)
-		params = append(params, value)
-	}
-	return params
+	return -1
 }

@@ -54,9 +54,10 @@ func TestParseShapeRejectsBadShapesNamingTheValue(t *testing.T) {
 		{"gemm", "4294967296x4294967296x1", "2^62"},
 		{"softmax", "99999999999999999999x1", "not a whole number"},
 		{"cross_entropy", "4x0", "V = 0"},
-		{"softmax", "4x4:ignore_index=-100", "takes no value parameters"},
+		{"softmax", "4x4:ignore_index=-100", "takes no parameters"},
 		{"cross_entropy", "4x4:ignore=-100", "does not take (it takes ignore_index)"},
-		{"cross_entropy", "4x4:ignore_index", "not NAME=WHOLE_NUMBER"},
+		{"cross_entropy", "4x4:ignore_index", "not NAME=VALUE"},
+		{"cross_entropy", "4x4:ignore_index=1.5", "not NAME=WHOLE_NUMBER"},
 		{"cross_entropy", "4x4:ignore_index=2147483648", "ignore_index = 2147483648"},
 		{"cross_entropy", "4x4:ignore_index=1,ignore_index=2", "sets ignore_index twice"},
 	}
@@ -108,11 +109,11 @@ func TestCheckLengthsExplainsTheExpectedCount(t *testing.T) {
 
 func TestOperandShapesFollowTheMath(t *testing.T) {
 	// dA = dC·Bᵀ is M×K; dB = Aᵀ·dC is K×N; C = A·B is M×N.
-	s := Shape{Dims: []int64{2, 3, 5}}
 	want := map[string]int64{"gemm": 2 * 3, "gemm_grad_a": 2 * 5, "gemm_grad_b": 5 * 3}
 	for name, n := range want {
 		o, _ := Lookup(name)
-		if got := s.Elements(o.Outputs[0]); got != n {
+		s := o.MustShape("2x3x5")
+		if got := s.Elements(o.Outputs()[0]); got != n {
 			t.Errorf("%s output has %d elements, want %d", name, got, n)
 		}
 	}
@@ -125,20 +126,20 @@ func TestCrossEntropyOperandsAndWireParams(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v, ok := s.Setting(IgnoreIndex); !ok || v != -100 {
-		t.Errorf("Setting(ignore_index) = %d, %v; want -100, true", v, ok)
+		t.Errorf("Setting(ignore_index) = %v, %v; want -100, true", v, ok)
 	}
 	want := map[string]int64{"logits": 15, "labels": 3, "loss": 3, "dLogits": 15}
-	for _, p := range o.Operands() {
+	for _, p := range o.Operands {
 		if got := s.Elements(p); got != want[p.Name] {
 			t.Errorf("%s has %d elements, want %d", p.Name, got, want[p.Name])
 		}
 	}
-	if got := o.Params(s); len(got) != 3 || got[0] != 3 || got[1] != 5 || got[2] != -100 {
-		t.Errorf("Params = %v, want [3 5 -100]", got)
+	if got := o.WireParams(s); len(got) != 3 || got[0] != 3 || got[1] != 5 || got[2] != -100 {
+		t.Errorf("WireParams = %v, want [3 5 -100]", got)
 	}
 	unset, _ := o.ParseShape("3x5")
-	if got := o.Params(unset); len(got) != 3 || got[2] != Unset {
-		t.Errorf("Params without ignore_index = %v, want the Unset marker last", got)
+	if got := o.WireParams(unset); len(got) != 3 || got[2] != Unset {
+		t.Errorf("WireParams without ignore_index = %v, want the Unset marker last", got)
 	}
 	if got := o.MovedBytes(s); got != 15*2+3*4+3*4+15*2 {
 		t.Errorf("MovedBytes = %d", got)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 
 	"github.com/vkern/vkern/f16"
+	"github.com/vkern/vkern/op"
 )
 
 // CrossEntropyRows is the reference of cross_entropy on an R×V matrix x of
@@ -141,4 +143,61 @@ func (k crossEntropyModel) row(x []uint16, label int, d []float64, loss, lossBou
 		bound[j] = k.c*(bj*(1+k.gamma3)+k.gamma3*(math.Abs(t)+onehot)) + 0x1p-126 +
 			k.c*(y*k.own+0x1p-53*(math.Abs(t)+onehot))
 	}
+}
+
+func init() {
+	mustRegister(op.CrossEntropy, Spec{
+		Compute: func(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) ([]*Reference, error) {
+			loss, grad, err := CrossEntropyRows(ctx, in[0].F16, in[1].I32, int(s.Dims[0]), int(s.Dims[1]), s.Int(op.IgnoreIndex))
+			if err != nil {
+				return nil, err
+			}
+			return []*Reference{loss, grad}, nil
+		},
+		Generate: crossEntropyGenerate,
+	})
+}
+
+// crossEntropyGenerate draws the logits as softmax's X (whole numbers in
+// [−8, 8] under Integer, the row specials under Special, where column 0 of
+// row 0, row 0's class, is −Inf too, so that row's loss is +Inf), then the
+// labels (drawLabels), the same for every distribution.
+func crossEntropyGenerate(g *Gen) []Input {
+	rows, cols := g.Size(0)
+	var x []uint16
+	switch g.Dist {
+	case Integer:
+		x = g.F16(0, func(r *rand.Rand) float64 { return float64(r.IntN(17) - 8) })
+	case Special:
+		x = g.F16(0, Normal.Draw)
+		plantRowSpecials(g, x, rows, cols, true)
+	default:
+		x = g.F16(0, g.Dist.Draw)
+	}
+	return []Input{{F16: x}, {I32: drawLabels(g.Shape, g.Rand())}}
+}
+
+// drawLabels makes cross_entropy's R labels for V classes (s is R×V), the
+// same for every distribution: uniform in [0, V), except that row 0 and
+// every 8th row from row 3 hold class 0, and the last row and every 8th row
+// from row 5 hold class V−1 (the first and last columns, where an
+// off-by-one would read or write outside the row); when the shape sets an
+// ignore_index, every 4th row from row 2 holds it instead.
+func drawLabels(s op.Shape, rng *rand.Rand) []int32 {
+	rows, classes := int(s.Dims[0]), int(s.Dims[1])
+	ignore, ignoring := s.Setting(op.IgnoreIndex)
+	labels := make([]int32, rows)
+	for r := range labels {
+		switch {
+		case ignoring && r%4 == 2:
+			labels[r] = int32(ignore)
+		case r == 0 || r%8 == 3:
+			labels[r] = 0
+		case r == rows-1 || r%8 == 5:
+			labels[r] = int32(classes - 1)
+		default:
+			labels[r] = int32(rng.IntN(classes))
+		}
+	}
+	return labels
 }

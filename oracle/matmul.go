@@ -2,10 +2,13 @@ package oracle
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 
 	"github.com/vkern/vkern/f16"
+	"github.com/vkern/vkern/op"
 )
 
 // Matrix is a view of f16 data as a Rows×Cols matrix. Transposed says the
@@ -289,3 +292,134 @@ func Project(ctx context.Context, x, y Matrix, v []float64) (*Projection, error)
 	}
 	return p, nil
 }
+
+func init() {
+	for _, o := range []*op.Op{op.Gemm, op.GemmGradA, op.GemmGradB} {
+		mustRegister(o, Spec{Compute: matmulCompute, Generate: matmulGenerate})
+	}
+}
+
+// matmulCompute is the reference of every matmul-family op: MatMul of its
+// two factors.
+func matmulCompute(ctx context.Context, s op.Shape, in []Input, a Arithmetic) ([]*Reference, error) {
+	x, y := Factors(s.Op(), s, in)
+	ref, err := MatMul(ctx, x, y, a.Dot)
+	if err != nil {
+		return nil, err
+	}
+	return []*Reference{ref}, nil
+}
+
+// matmulGenerate draws a matmul-family op's inputs: each distribution's
+// values, the rounding distribution's whole numbers (roundingMatMul), and
+// under Special, in the first factor's operand a NaN, a +Inf and a −Inf in
+// its first three rows and in the second's its last three columns,
+// subnormals everywhere at random, and a block of ±60000 in the middle rows
+// (or middle column) that pushes f16 outputs past 65520.
+func matmulGenerate(g *Gen) []Input {
+	if g.Dist == Rounding {
+		return roundingMatMul(g)
+	}
+	if g.Dist != Special {
+		return g.Default()
+	}
+	inputs := make([]Input, len(g.Op.Inputs()))
+	for i := range inputs {
+		in := g.F16(i, Normal.Draw)
+		inputs[i].F16 = in
+		rows, cols := g.Size(i)
+		set := func(r, c int, v uint16) {
+			if r >= 0 && r < rows && c >= 0 && c < cols {
+				in[r*cols+c] = v
+			}
+		}
+		for t := 0; t < max(1, len(in)/50); t++ {
+			in[g.Rand().IntN(len(in))] = g.Subnormal()
+		}
+		first := i == 0
+		for k, v := range []uint16{f16.NaN, f16.PosInf, f16.NegInf} {
+			if first {
+				set(k, g.Rand().IntN(cols), v)
+			} else {
+				set(g.Rand().IntN(rows), cols-1-k, v)
+			}
+		}
+		for r := rows / 2; r < min(rows, rows/2+2); r++ {
+			for c := 0; c < cols; c++ {
+				if first || c == cols/2 {
+					v := big
+					if g.Rand().IntN(4) == 0 {
+						v |= 0x8000
+					}
+					set(r, c, v)
+				}
+			}
+		}
+	}
+	return inputs
+}
+
+// exactSumLimit bounds every partial sum of a rounding case: below 2²⁴ every
+// whole number (and, scaled, every multiple of 1/256 below 2¹⁶) is exact in
+// binary32, in any summation order.
+const exactSumLimit = 1 << 24
+
+// RoundingApplies says whether the rounding distribution gives o exact
+// results at s, and why not when it does not.
+func RoundingApplies(o *op.Op, s op.Shape) (bool, string) {
+	if o.NoExactRounding != "" {
+		return false, o.NoExactRounding
+	}
+	if o.Matmul != nil {
+		if l := s.Int(o.Matmul.Depth); l >= exactSumLimit {
+			return false, fmt.Sprintf("a reduction of %d terms can reach 2^24 even with inputs of ±1, where binary32 sums stop being exact", l)
+		}
+	}
+	return true, ""
+}
+
+// roundingMatMul fills the two factors of a matmul-family op's product, X
+// (rows × L) and Y (L × cols), through their views of the wire operands.
+// Row i of X holds whole numbers uniform in [−Rᵢ, Rᵢ] and Y whole numbers in
+// [−R, R], with R and Rᵢ chosen so that element (i, j) has a spread of about
+// 2^tᵢ, tᵢ between 11 and 14.5 by row: most results land in the binades
+// where f16 has an ulp of 2 to 32, and odd products make a quarter to a half
+// of them ties there. Every |xᵢₖ|, |yₖⱼ| ≤ 2048 is exact in f16, every
+// product in binary32, and L·Rᵢ·R < 2²⁴ keeps every partial sum, in any
+// order, below 2²⁴ and so exact.
+func roundingMatMul(g *Gen) []Input {
+	o, s := g.Op, g.Shape
+	inputs := make([]Input, len(o.Inputs()))
+	for i, p := range o.Inputs() {
+		inputs[i] = Input{F16: make([]uint16, s.Elements(p))}
+	}
+	x, y := Factors(o, s, inputs)
+	rows, l, cols := x.Rows, x.Cols, y.Cols
+	root := math.Sqrt(float64(l))
+	// The spread of Σₖ xₖyₖ with x, y uniform on [−Rx, Rx], [−R, R] is about
+	// √L·Rx·R/3; R puts the middle target 2^12.5 at Rx ≈ R.
+	r := clampInt(int64(math.Round(math.Sqrt(3*math.Exp2(12.5)/root))), 1, min(2048, (exactSumLimit-1)/int64(l)))
+	scale := make([]int64, rows)
+	for i := range scale {
+		t := 11 + 3.5*math.Mod(float64(i+1)*0.6180339887498949, 1)
+		scale[i] = clampInt(int64(3*math.Exp2(t)/(root*float64(r))), 1, min(2048, (exactSumLimit-1)/(int64(l)*r)))
+	}
+	draw := func(rng *rand.Rand, limit int64) uint16 {
+		return f16.FromFloat64(float64(rng.Int64N(2*limit+1) - limit))
+	}
+	ForChunks(rows*l, func(c, lo, hi int) {
+		rng := rand.New(rand.NewPCG(g.Seed+uint64(c), g.stream^0x726f756e64))
+		for e := lo; e < hi; e++ {
+			x.Set(e/l, e%l, draw(rng, scale[e/l]))
+		}
+	})
+	ForChunks(l*cols, func(c, lo, hi int) {
+		rng := rand.New(rand.NewPCG(g.Seed+uint64(c), g.stream^0x726f756e65))
+		for e := lo; e < hi; e++ {
+			y.Set(e/cols, e%cols, draw(rng, r))
+		}
+	})
+	return inputs
+}
+
+func clampInt(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }

@@ -152,78 +152,145 @@ func OutputBound(dtype op.DType, value, bound float64) float64 {
 }
 
 // Input is one input operand's elements in wire order: F16 holds the bit
-// patterns of an F16 operand, I32 the values of an I32 operand (labels). The
-// other field is nil.
+// patterns of an f16 operand, F32 the values of an f32 one, I32 those of an
+// i32 one (labels, token ids); the other fields are nil.
 type Input struct {
 	F16 []uint16
+	F32 []float32
 	I32 []int32
 }
 
 // Len is the operand's element count.
-func (in Input) Len() int { return len(in.F16) + len(in.I32) }
+func (in Input) Len() int { return len(in.F16) + len(in.F32) + len(in.I32) }
 
-// Compute runs the reference of o at shape s on inputs (in wire order) and
-// returns one Reference per output of o, in wire order, with bounds for a
-// backend whose kernels compute as arith says (the zero Arithmetic claims
-// nothing). It uses every core and stops early when ctx is done.
+// Spec is an op's reference and input domain: what package oracle knows
+// about an op beyond its contract.
+type Spec struct {
+	// Compute returns one Reference per output of the op (op.Outputs(),
+	// in order), from its inputs (op.Inputs(), in order; an InOut
+	// operand's initial values among them), with bounds for a backend
+	// whose kernels compute as the Arithmetic says. It may assume inputs
+	// of the right types and lengths, and must stop when ctx is done.
+	Compute func(ctx context.Context, s op.Shape, in []Input, a Arithmetic) ([]*Reference, error)
+	// Generate draws a case's inputs (op.Inputs(), in order) from its
+	// distribution, keeping every operand in its domain (labels in range,
+	// a softmax output's rows, a positive variance). Nil: Gen.Default,
+	// for ops whose inputs take any values. A distribution the op cannot
+	// serve (Rounding, for an op whose results are never exact) is never
+	// asked of it.
+	Generate func(g *Gen) []Input
+}
+
+var (
+	specsMu sync.RWMutex
+	specs   = map[*op.Op]Spec{}
+)
+
+// Register gives o its reference and input domain. The built-in ops
+// register theirs from this package; programs register their own ops'.
+func Register(o *op.Op, spec Spec) error {
+	if o == nil || spec.Compute == nil {
+		return fmt.Errorf("oracle: Register needs an op and its Compute function")
+	}
+	specsMu.Lock()
+	defer specsMu.Unlock()
+	if _, dup := specs[o]; dup {
+		return fmt.Errorf("oracle: %s has a reference already", o.Name)
+	}
+	specs[o] = spec
+	return nil
+}
+
+func mustRegister(o *op.Op, spec Spec) {
+	if err := Register(o, spec); err != nil {
+		panic(err)
+	}
+}
+
+func specOf(o *op.Op) (Spec, error) {
+	specsMu.RLock()
+	defer specsMu.RUnlock()
+	spec, ok := specs[o]
+	if !ok {
+		return Spec{}, fmt.Errorf("oracle: %s has no reference; register one with oracle.Register", o.Name)
+	}
+	return spec, nil
+}
+
+// Generate draws the inputs of one case of o (op.Inputs(), in order).
+func Generate(o *op.Op, s op.Shape, d Dist, seed uint64) ([]Input, error) {
+	spec, err := specOf(o)
+	if err != nil {
+		return nil, err
+	}
+	g := newGen(o, s, d, seed)
+	if spec.Generate == nil {
+		for _, p := range o.Inputs() {
+			if p.DType == op.I32 {
+				return nil, fmt.Errorf("oracle: %s's input %s is i32, and the op has no generator to keep it in its domain", o.Name, p.Name)
+			}
+		}
+		return g.Default(), nil
+	}
+	return spec.Generate(g), nil
+}
+
+// Compute runs the reference of o at shape s on inputs (op.Inputs(), in
+// order) and returns one Reference per output (op.Outputs(), in order),
+// with bounds for a backend whose kernels compute as arith says (the zero
+// Arithmetic claims nothing). It uses every core and stops early when ctx
+// is done.
 func Compute(ctx context.Context, o *op.Op, s op.Shape, inputs []Input, arith Arithmetic) ([]*Reference, error) {
 	if err := o.Validate(s); err != nil {
 		return nil, err
 	}
-	if len(inputs) != len(o.Inputs) {
-		return nil, fmt.Errorf("oracle: %s takes %d inputs, got %d", o.Name, len(o.Inputs), len(inputs))
+	s, _ = o.Shape(s.Dims, s.Settings...)
+	spec, err := specOf(o)
+	if err != nil {
+		return nil, err
 	}
-	lengths := make([]int64, 0, len(inputs)+len(o.Outputs))
+	ins := o.Inputs()
+	if len(inputs) != len(ins) {
+		return nil, fmt.Errorf("oracle: %s takes %d inputs, got %d", o.Name, len(ins), len(inputs))
+	}
 	for i, in := range inputs {
-		p := o.Inputs[i]
-		if (p.DType == op.I32) != (in.I32 != nil) || (p.DType == op.F16) != (in.F16 != nil) {
+		p := ins[i]
+		if (p.DType == op.I32) != (in.I32 != nil) || (p.DType == op.F16) != (in.F16 != nil) || (p.DType == op.F32) != (in.F32 != nil) {
 			return nil, fmt.Errorf("oracle: %s input %s is %s; pass its elements in the Input field of that type", o.Name, p.Name, p.DType)
 		}
-		lengths = append(lengths, int64(in.Len()))
-	}
-	for _, p := range o.Outputs {
-		lengths = append(lengths, s.Elements(p))
-	}
-	if err := o.CheckLengths(s, lengths); err != nil {
-		return nil, fmt.Errorf("oracle: %w", err)
-	}
-	one := func(ref *Reference, err error) ([]*Reference, error) {
-		if err != nil {
-			return nil, err
+		if want := s.Elements(p); int64(in.Len()) != want {
+			return nil, fmt.Errorf("oracle: %s: %s has %d elements, want %d at %s", o.Name, p.Name, in.Len(), want, s)
 		}
-		return []*Reference{ref}, nil
 	}
-	switch o.ID {
-	case op.Gemm, op.GemmGradA, op.GemmGradB:
-		x, y := Factors(o, s, inputs)
-		return one(MatMul(ctx, x, y, arith.Dot))
-	case op.Softmax:
-		return one(SoftmaxRows(ctx, inputs[0].F16, int(s.Dims[0]), int(s.Dims[1])))
-	case op.SoftmaxGrad:
-		return one(SoftmaxGradRows(ctx, inputs[0].F16, inputs[1].F16, int(s.Dims[0]), int(s.Dims[1])))
-	case op.CrossEntropy:
-		ignore, _ := s.Setting(op.IgnoreIndex)
-		loss, grad, err := CrossEntropyRows(ctx, inputs[0].F16, inputs[1].I32, int(s.Dims[0]), int(s.Dims[1]), ignore)
-		if err != nil {
-			return nil, err
-		}
-		return []*Reference{loss, grad}, nil
+	refs, err := spec.Compute(ctx, s, inputs, arith)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("oracle: no reference for op %s", o.Name)
+	if len(refs) != len(o.Outputs()) {
+		return nil, fmt.Errorf("oracle: %s's reference gave %d outputs, want %d", o.Name, len(refs), len(o.Outputs()))
+	}
+	return refs, nil
 }
 
-// Factors returns the two matrices whose product a GEMM op computes, as
-// views of its inputs: C = A·B; dA = dC·Bᵀ (B stored K×N); dB = Aᵀ·dC (A
-// stored M×K). o must be a MatMul op and inputs must fit s.
-func Factors(o *op.Op, s op.Shape, inputs []Input) (x, y Matrix) {
-	m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
-	switch o.ID {
-	case op.GemmGradA:
-		return Matrix{inputs[0].F16, m, n, false}, Matrix{inputs[1].F16, n, k, true}
-	case op.GemmGradB:
-		return Matrix{inputs[0].F16, k, m, true}, Matrix{inputs[1].F16, m, n, false}
+// inputIndex is the position of the operand called name among o's inputs.
+func inputIndex(o *op.Op, name string) int {
+	for i, p := range o.Inputs() {
+		if p.Name == name {
+			return i
+		}
 	}
-	return Matrix{inputs[0].F16, m, k, false}, Matrix{inputs[1].F16, k, n, false}
+	panic(fmt.Sprintf("oracle: %s has no input %s", o.Name, name))
+}
+
+// Factors returns the two matrices whose product a matmul-family op
+// computes, as views of its inputs: X rows × depth and Y depth × cols, each
+// transposed where the op reads its operand so (op.MatmulSpec). o must be
+// a matmul-family op and inputs must fit s.
+func Factors(o *op.Op, s op.Shape, inputs []Input) (x, y Matrix) {
+	m := o.Matmul
+	rows, cols, depth := int(s.Int(m.Rows)), int(s.Int(m.Cols)), int(s.Int(m.Depth))
+	return Matrix{inputs[inputIndex(o, m.L)].F16, rows, depth, m.TransL},
+		Matrix{inputs[inputIndex(o, m.R)].F16, depth, cols, m.TransR}
 }
 
 // parallelRows runs fn over [0, rows) in contiguous chunks on every core.

@@ -281,7 +281,7 @@ func New(res verify.Result, env Environment) *Report {
 }
 
 func hasF16Output(o *op.Op) bool {
-	for _, p := range o.Outputs {
+	for _, p := range o.Outputs() {
 		if p.DType == op.F16 {
 			return true
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/oracle"
 	"github.com/vkern/vkern/verify"
 )
 
@@ -28,25 +29,25 @@ func fixture(t *testing.T) (verify.Result, Environment) {
 	deep, _ := gradA.ParseShape("40x4100x40")
 	res := verify.Result{
 		Cases: []verify.CaseResult{
-			{Case: verify.Case{Op: gemm, Shape: gs, Dist: verify.Integer, Seed: 1}, Verdict: verify.Passed,
+			{Case: verify.Case{Op: gemm, Shape: gs, Dist: oracle.Integer, Seed: 1}, Verdict: verify.Passed,
 				Stats: verify.Stats{Elements: 527, Checked: 527}, KernelTime: 41 * time.Microsecond},
-			{Case: verify.Case{Op: gemm, Shape: gs, Dist: verify.Normal, Seed: 1}, Verdict: verify.Passed,
+			{Case: verify.Case{Op: gemm, Shape: gs, Dist: oracle.Normal, Seed: 1}, Verdict: verify.Passed,
 				Stats: verify.Stats{Elements: 527, Checked: 527, MaxAbsError: 1.9e-6, MaxErrorOverBound: 0.0123, RMSError: 4.1e-7}, KernelTime: 39 * time.Microsecond},
-			{Case: verify.Case{Op: gemm, Shape: big, Dist: verify.Normal, Seed: 1}, Verdict: verify.Passed,
+			{Case: verify.Case{Op: gemm, Shape: big, Dist: oracle.Normal, Seed: 1}, Verdict: verify.Passed,
 				Stats: verify.Stats{Elements: 1 << 26, Checked: 2 * 16 * 8192, MaxAbsError: 3e-5, MaxErrorOverBound: 0.002, RMSError: 6e-6,
 					Sample: &verify.Sample{Rows: 16, Cols: 16, Trials: 16, RowsProjected: 8192, MissProbability: 0x1p-16}},
 				KernelTime: 3 * time.Millisecond},
-			{Case: verify.Case{Op: gradA, Shape: deep, Dist: verify.Rounding, Seed: 1}, Verdict: verify.Passed,
+			{Case: verify.Case{Op: gradA, Shape: deep, Dist: oracle.Rounding, Seed: 1}, Verdict: verify.Passed,
 				Stats: verify.Stats{Elements: 1600, Checked: 1600, Rounded: 857, Ties: 298}, KernelTime: 52 * time.Microsecond},
-			{Case: verify.Case{Op: gradA, Shape: deep, Dist: verify.Normal, Seed: 1}, Verdict: verify.Passed,
+			{Case: verify.Case{Op: gradA, Shape: deep, Dist: oracle.Normal, Seed: 1}, Verdict: verify.Passed,
 				Stats: verify.Stats{Elements: 1600, Checked: 1600, MaxAbsError: 0.0039, MaxErrorOverBound: 0.998, RMSError: 0.0011, Determined: 1562,
 					Rounding: &verify.RoundingStats{Elements: 1411, MeanULP: 0.004, MeanLow: 0.001, MeanHigh: 0.006, MeanSquareULP: 0.084,
 						MeanSquareLow: 0.081, MeanSquareHigh: 0.087, Ambiguous: 38}},
 				KernelTime: 50 * time.Microsecond},
-			{Case: verify.Case{Op: softmax, Shape: ss, Dist: verify.Wide, Seed: 1}, Verdict: verify.Incorrect,
+			{Case: verify.Case{Op: softmax, Shape: ss, Dist: oracle.Wide, Seed: 1}, Verdict: verify.Incorrect,
 				Stats:      verify.Stats{Elements: 28693, Checked: 28693, Wrong: 4099, MaxAbsError: 1, MaxErrorOverBound: math.Inf(1)},
 				KernelTime: 2 * time.Millisecond, Reason: "4099 of 28693 elements wrong; first: Y[0,4] = NaN (0xfe00) is NaN where the reference is finite"},
-			{Case: verify.Case{Op: softmax, Shape: ss, Dist: verify.Special, Seed: 1}, Verdict: verify.Failed,
+			{Case: verify.Case{Op: softmax, Shape: ss, Dist: oracle.Special, Seed: 1}, Verdict: verify.Failed,
 				Reason: "kernel server died: signal: killed"},
 		},
 		Verdict: verify.Incorrect,

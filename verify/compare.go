@@ -101,7 +101,7 @@ func roundTo(dtype op.DType, v float64) float64 {
 func Compare(o *op.Op, s op.Shape, refs []*oracle.Reference, outs [][]byte, m Mode) Stats {
 	var t tally
 	var elements int64
-	for k, p := range o.Outputs {
+	for k, p := range o.Outputs() {
 		cols := int(s.Cols(p))
 		t.add(compareElements(p, refs[k], outs[k], m, func(i int) (int, int) { return i / cols, i % cols }))
 		elements += s.Elements(p)
@@ -129,7 +129,7 @@ type Mode struct {
 
 // modeOf is the checks a case gets.
 func modeOf(c Case) Mode {
-	return Mode{Exact: c.Exact(), Typical: c.Dist.symmetric(), Bias: !c.Exact()}
+	return Mode{Exact: c.Exact(), Typical: c.Dist.Symmetric(), Bias: !c.Exact()}
 }
 
 // compareElements checks out[i], an element of output p, against ref at
@@ -137,8 +137,8 @@ func modeOf(c Case) Mode {
 // output, for messages.
 func compareElements(p op.Operand, ref *oracle.Reference, out []byte, m Mode, at func(i int) (row, col int)) tally {
 	n := len(ref.Value)
-	parts := make([]tally, (n+chunkSize-1)/chunkSize)
-	forChunks(n, func(c, lo, hi int) {
+	parts := make([]tally, (n+oracle.ChunkSize-1)/oracle.ChunkSize)
+	oracle.ForChunks(n, func(c, lo, hi int) {
 		parts[c] = comparePart(p, ref, out, m, at, lo, hi)
 	})
 	var t tally
@@ -302,7 +302,7 @@ func comparePart(p op.Operand, ref *oracle.Reference, out []byte, m Mode, at fun
 // place names element i of output p: "Y[3,7]", or "loss[3]" for a vector.
 func place(p op.Operand, at func(i int) (row, col int), i int) string {
 	r, c := at(i)
-	if p.Cols == op.One {
+	if p.Cols.String() == "1" {
 		return fmt.Sprintf("%s[%d]", p.Name, r)
 	}
 	return fmt.Sprintf("%s[%d,%d]", p.Name, r, c)

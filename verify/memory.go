@@ -9,8 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-
-	"github.com/vkern/vkern/op"
 )
 
 // Memory a case needs, estimated before anything is allocated. The host
@@ -31,21 +29,20 @@ type need struct {
 func needOf(c Case, sampled bool) need {
 	o, s := c.Op, c.Shape
 	var in, out, outElements float64
-	for _, p := range o.Inputs {
+	for _, p := range o.Inputs() {
 		in += float64(s.Bytes(p))
 	}
-	for _, p := range o.Outputs {
+	for _, p := range o.Outputs() {
 		out += float64(s.Bytes(p) + GuardElements*int64(p.DType.Size()))
 		outElements += float64(s.Elements(p))
 	}
 	reference := 24 * outElements
 	var oracle float64
-	if o.Kind == op.MatMul {
+	if m := o.Matmul; m != nil {
 		// The product X (rows × l) · Y (l × cols) is the op's one output.
 		// MatMul packs X as 8 bytes an element and Y as panels of four
 		// columns, 64 bytes a panel row (values and magnitudes).
-		p := o.Outputs[0]
-		rows, cols, l := float64(s.Dims[p.Rows]), float64(s.Cols(p)), float64(o.ReductionLength(s))
+		rows, cols, l := float64(s.Int(m.Rows)), float64(s.Int(m.Cols)), float64(s.Int(m.Depth))
 		packed := func(r, c float64) float64 { return 8*r*l + 64*math.Ceil(c/4)*l }
 		oracle = packed(rows, cols)
 		if sampled {
@@ -57,8 +54,8 @@ func needOf(c Case, sampled bool) need {
 		}
 	}
 	device := in + out
-	if o.Kind == op.MatMul {
-		device += in
+	if o.Matmul != nil {
+		device += in // operands padded into scratch
 	}
 	host := 2*in + out + reference + oracle
 	parts := fmt.Sprintf("inputs %s twice, outputs %s, reference %s", formatBytes(in), formatBytes(out), formatBytes(reference))
@@ -209,7 +206,7 @@ func Fit(ctx context.Context, cases []Case, deviceMemory func(ctx context.Contex
 		if err != nil {
 			err.Sampled = c.sampled()
 		}
-		if err != nil && c.Op.Kind == op.MatMul && !c.sampled() {
+		if err != nil && c.Op.Matmul != nil && !c.sampled() {
 			// The sampled check needs no full reference: use it if it
 			// fits; else word the smaller of the two needs.
 			switch serr := fits(needOf(c, true)); {

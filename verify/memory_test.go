@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/oracle"
 )
 
 // fakeHost makes HostMemory report free bytes for the rest of the test.
@@ -29,7 +30,7 @@ func caseOf(t *testing.T, name, shape string) Case {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Case{Op: o, Shape: s, Dist: Uniform, Seed: 1}
+	return Case{Op: o, Shape: s, Dist: oracle.Uniform, Seed: 1}
 }
 
 func TestFitRefusesWhatCannotFitBeforeAllocating(t *testing.T) {

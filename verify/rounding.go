@@ -3,107 +3,10 @@ package verify
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 
 	"github.com/vkern/vkern/f16"
-	"github.com/vkern/vkern/op"
 	"github.com/vkern/vkern/oracle"
 )
-
-// exactSumLimit bounds every partial sum of a rounding case: below 2²⁴ every
-// whole number (and, scaled, every multiple of 1/256 below 2¹⁶) is exact in
-// binary32, in any summation order.
-const exactSumLimit = 1 << 24
-
-// roundingApplies says whether the rounding distribution gives exact results
-// for o at s, and why not when it does not.
-func roundingApplies(o *op.Op, s op.Shape) (bool, string) {
-	if o.NoExactRounding != "" {
-		return false, o.NoExactRounding
-	}
-	if o.Kind == op.MatMul {
-		if l := o.ReductionLength(s); l >= exactSumLimit {
-			return false, fmt.Sprintf("a reduction of %d terms can reach 2^24 even with inputs of ±1, where binary32 sums stop being exact", l)
-		}
-	}
-	return true, ""
-}
-
-// roundingInputs makes the inputs of a rounding case (see Rounding).
-func roundingInputs(o *op.Op, s op.Shape, seed, stream uint64) []oracle.Input {
-	if o.Kind == op.MatMul {
-		return roundingMatMul(o, s, seed, stream)
-	}
-	return roundingSoftmaxGrad(s, seed, stream)
-}
-
-// roundingMatMul fills the two factors of a GEMM op's product, X (rows × L)
-// and Y (L × cols), through their views of the wire operands. Row i of X
-// holds whole numbers uniform in [−Rᵢ, Rᵢ] and Y whole numbers in [−R, R],
-// with R and Rᵢ chosen so that element (i, j) has a spread of about 2^tᵢ,
-// tᵢ between 11 and 14.5 by row: most results land in the binades where f16
-// has an ulp of 2 to 32, and odd products make a quarter to a half of them
-// ties there. Every |xᵢₖ|, |yₖⱼ| ≤ 2048 is exact in f16, every product in
-// binary32, and L·Rᵢ·R < 2²⁴ keeps every partial sum, in any order, below
-// 2²⁴ and so exact.
-func roundingMatMul(o *op.Op, s op.Shape, seed, stream uint64) []oracle.Input {
-	inputs := make([]oracle.Input, len(o.Inputs))
-	for i, p := range o.Inputs {
-		inputs[i] = oracle.Input{F16: make([]uint16, s.Elements(p))}
-	}
-	x, y := oracle.Factors(o, s, inputs)
-	rows, l, cols := x.Rows, x.Cols, y.Cols
-	root := math.Sqrt(float64(l))
-	// The spread of Σₖ xₖyₖ with x, y uniform on [−Rx, Rx], [−R, R] is about
-	// √L·Rx·R/3; R puts the middle target 2^12.5 at Rx ≈ R.
-	r := clampInt(int64(math.Round(math.Sqrt(3*math.Exp2(12.5)/root))), 1, min(2048, (exactSumLimit-1)/int64(l)))
-	scale := make([]int64, rows)
-	for i := range scale {
-		t := 11 + 3.5*math.Mod(float64(i+1)*0.6180339887498949, 1)
-		scale[i] = clampInt(int64(3*math.Exp2(t)/(root*float64(r))), 1, min(2048, (exactSumLimit-1)/(int64(l)*r)))
-	}
-	draw := func(rng *rand.Rand, limit int64) uint16 {
-		return f16.FromFloat64(float64(rng.Int64N(2*limit+1) - limit))
-	}
-	forChunks(rows*l, func(c, lo, hi int) {
-		rng := rand.New(rand.NewPCG(seed+uint64(c), stream^0x726f756e64))
-		for e := lo; e < hi; e++ {
-			x.Set(e/l, e%l, draw(rng, scale[e/l]))
-		}
-	})
-	forChunks(l*cols, func(c, lo, hi int) {
-		rng := rand.New(rand.NewPCG(seed+uint64(c), stream^0x726f756e65))
-		for e := lo; e < hi; e++ {
-			y.Set(e/cols, e%cols, draw(rng, r))
-		}
-	})
-	return inputs
-}
-
-func clampInt(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
-
-// roundingSoftmaxGrad makes softmax_grad inputs whose results are exact in
-// binary32 but need rounding in f16: dY whole numbers in [−300, 300], and
-// each row of Y zero but for up to 64 entries that are powers of two from
-// 1/16 to 1. Every product dY·Y is a multiple of 1/16 of magnitude ≤ 300,
-// so D = Σ dY·Y and every partial sum of it are multiples of 1/16 below
-// 64·300 = 19200 (exact: 19200·16 < 2²⁴), dY − D is exact, and Y·(dY − D),
-// a power of two times it, is exact, as are Y·dY and Y·D should a kernel
-// distribute (multiples of 1/256 below 2¹⁶). The results reach 19500 with
-// up to 17 significant bits: most need rounding to f16's 11, and many are
-// ties.
-func roundingSoftmaxGrad(s op.Shape, seed, stream uint64) []oracle.Input {
-	rows, cols := int(s.Dims[0]), int(s.Dims[1])
-	dy, y := make([]uint16, rows*cols), make([]uint16, rows*cols)
-	fill(dy, seed^0x9e3779b97f4a7c15, stream, func(r *rand.Rand) float64 { return float64(r.IntN(601) - 300) })
-	rng := rand.New(rand.NewPCG(seed, stream^0x726f756e66))
-	for r := 0; r < rows; r++ {
-		for t := 0; t < min(64, cols); t++ {
-			y[r*cols+rng.IntN(cols)] = f16.FromFloat64(math.Ldexp(1, rng.IntN(5)-4))
-		}
-	}
-	return []oracle.Input{{F16: dy}, {F16: y}}
-}
 
 // roundedInterval is what rounding to nearest f16 can give for a binary32
 // result within bound of the exact value c: every f16 value from

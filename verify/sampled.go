@@ -70,7 +70,7 @@ func picks(rng *rand.Rand, n, k int) []int {
 // sound per-row tolerance (oracle.Project). out is the GEMM's one output.
 func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, out []byte, acc oracle.Accumulation) (Stats, error) {
 	o, s := c.Op, c.Shape
-	p := o.Outputs[0]
+	p := o.Outputs()[0]
 	x, y := oracle.Factors(o, s, inputs)
 	rows, cols := x.Rows, y.Cols
 	rng := rand.New(rand.NewPCG(c.Seed, 0x5a3b1e))
@@ -148,7 +148,7 @@ func checkProjection(o *op.Op, out []byte, i, cols int, v []float64, p *oracle.P
 	if !isFinite(want) || !isFinite(magnitude) {
 		return ""
 	}
-	output := o.Outputs[0]
+	output := o.Outputs()[0]
 	dtype := output.DType
 	var got, outMagnitude float64
 	for j := 0; j < cols; j++ {

@@ -5,28 +5,17 @@ import (
 	"testing"
 
 	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/oracle"
 )
 
 // sampledCases forces the sampled path (rows, columns, Freivalds) on shapes
 // small enough for the Go kernels.
-func sampledCases(t *testing.T, ops []op.ID, specs ...string) []Case {
+func sampledCases(t *testing.T, ops []*op.Op, specs ...string) []Case {
 	t.Helper()
 	saved := fullCheckMACs
 	fullCheckMACs = 1000
 	t.Cleanup(func() { fullCheckMACs = saved })
-	var chosen []*op.Op
-	for _, id := range ops {
-		o, _ := op.ByID(id)
-		chosen = append(chosen, o)
-	}
-	plan := Plan{Ops: chosen, Seed: 3}
-	for _, spec := range specs {
-		s, err := chosen[0].ParseShape(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		plan.Shapes = append(plan.Shapes, s)
-	}
+	plan := Plan{Ops: ops, Seed: 3, Shapes: specs}
 	cases, err := plan.Cases()
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +23,7 @@ func sampledCases(t *testing.T, ops []op.ID, specs ...string) []Case {
 	return cases
 }
 
-var gemmOps = []op.ID{op.Gemm, op.GemmGradA, op.GemmGradB}
+var gemmOps = []*op.Op{op.Gemm, op.GemmGradA, op.GemmGradB}
 
 func TestSampledChecksPassCorrectKernels(t *testing.T) {
 	res := mustRun(t, goKernels{}, sampledCases(t, gemmOps, "40x50x60", "70x20x33"))
@@ -54,7 +43,7 @@ func TestFreivaldsCatchesOneWrongElementOutsideTheSample(t *testing.T) {
 	// chosen in every row: whichever rows are sampled, most damage is not.
 	cases := sampledCases(t, gemmOps, "64x64x64")
 	dev := goKernels{mutate: func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
-		cols := int(s.Cols(o.Outputs[0]))
+		cols := int(s.Cols(o.Outputs()[0]))
 		out[(len(out)/cols/2)*cols+cols/2+1] += 0.5
 	}}
 	res := mustRun(t, dev, cases)
@@ -76,7 +65,7 @@ func TestSampledChecksCatchAnUnwrittenElement(t *testing.T) {
 	}}
 	res := mustRun(t, dev, sampledCases(t, gemmOps, "48x40x30"))
 	for _, r := range res.Cases {
-		if r.Dist != Special && r.Verdict != Incorrect {
+		if r.Dist != oracle.Special && r.Verdict != Incorrect {
 			t.Errorf("%s: %s, want incorrect", r.Case, r.Verdict)
 		}
 	}

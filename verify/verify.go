@@ -17,7 +17,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -30,9 +32,9 @@ import (
 const GuardElements = 64
 
 // Device runs one op on buffers it allocates for the call. buffers are the
-// op's operands in wire order, as little-endian bytes; each output is
-// followed by its guard region. The device uploads all of them, runs the op,
-// and reads every buffer back into the same slices.
+// op's operands in wire order, as little-endian bytes; each operand the op
+// writes is followed by its guard region. The device uploads all of them,
+// runs the op, and reads every buffer back into the same slices.
 type Device interface {
 	RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]byte) (kernelTime time.Duration, err error)
 }
@@ -41,9 +43,9 @@ type Device interface {
 type Case struct {
 	Op    *op.Op
 	Shape op.Shape
-	Dist  Dist
+	Dist  oracle.Dist
 	Seed  uint64
-	// Sampled checks a GEMM output by sampled rows, columns and
+	// Sampled checks a matmul-family output by sampled rows, columns and
 	// projections instead of element by element. Run sets it where the
 	// full reference would not fit in memory; products over fullCheckMACs
 	// are sampled whatever it says.
@@ -57,10 +59,10 @@ func (c Case) String() string {
 // Exact says whether the case is checked bit for bit.
 func (c Case) Exact() bool {
 	switch c.Dist {
-	case Integer:
+	case oracle.Integer:
 		return c.Op.ExactOnIntegers
-	case Rounding:
-		ok, _ := roundingApplies(c.Op, c.Shape)
+	case oracle.Rounding:
+		ok, _ := oracle.RoundingApplies(c.Op, c.Shape)
 		return ok
 	}
 	return false
@@ -68,10 +70,12 @@ func (c Case) Exact() bool {
 
 // sampled says whether the case is checked by sampling.
 func (c Case) sampled() bool {
-	if c.Op.Kind != op.MatMul {
+	m := c.Op.Matmul
+	if m == nil {
 		return false
 	}
-	return c.Sampled || float64(c.Shape.Dims[0])*float64(c.Shape.Dims[1])*float64(c.Shape.Dims[2]) > float64(fullCheckMACs)
+	macs := float64(c.Shape.Int(m.Rows)) * float64(c.Shape.Int(m.Cols)) * float64(c.Shape.Int(m.Depth))
+	return c.Sampled || macs > float64(fullCheckMACs)
 }
 
 // CaseResult is the outcome of a case.
@@ -110,53 +114,26 @@ type Options struct {
 
 // Plan chooses the cases of a run.
 type Plan struct {
-	Ops    []*op.Op
-	Shapes []op.Shape // each applies to the ops whose shape syntax it fits; nil: DefaultShapes
-	Dists  []Dist     // nil: all
+	Ops []*op.Op
+	// Shapes, written in the ops' syntax, each apply to the chosen ops it
+	// fits; nil: each op's own (op.Shapes: Quick or Default).
+	Shapes []string
+	Dists  []oracle.Dist // nil: all
 	Seed   uint64
 	Trials int // seeds per (op, shape, dist): Seed, Seed+1, …
 	Quick  bool
 }
 
-// DefaultShapes are the shapes checked when the user names none: the edge
-// cases (a single element; dimensions that are prime and far from any tile
-// size; a long thin reduction), plus one larger square, reductions of over
-// 4096 terms, and a long-row softmax that does not fit any GPU block's
-// registers. cross_entropy adds
-// shapes with an ignore_index (negative, and a class index), rows either
-// side of the on-chip limit, and the vocabulary of a GPT-2-sized model.
+// DefaultShapes are the shapes o is checked at when the user names none:
+// its contract's quick or default shapes.
 func DefaultShapes(o *op.Op, quick bool) []op.Shape {
-	var specs []string
-	switch {
-	case o.Kind == op.MatMul && quick:
-		specs = []string{"1x1x1", "17x31x129", "3x1000x5", "64x48x80", "24x24x4100"}
-	case o.Kind == op.MatMul:
-		// The last three are deep in each op's own reduction (gemm sums
-		// over K, gemm_grad_a over N, gemm_grad_b over M) with small
-		// outputs: K ≥ 4096 is where tensor-core kernels accumulate most.
-		specs = []string{"1x1x1", "17x31x129", "3x1000x5", "128x96x200", "256x256x256",
-			"40x40x4100", "40x4100x40", "4100x40x40"}
-	case o.ID == op.CrossEntropy && quick:
-		specs = []string{"1x1", "7x4099", "64x1000:ignore_index=-100", "12x300:ignore_index=0"}
-	case o.ID == op.CrossEntropy:
-		// 65,536 is the longest row a GPU block holds on chip; 65,537
-		// takes the two-read path, as do the 100,000-class rows. The
-		// GPU-sized 8192x50304 is not a default: its float64 reference
-		// needs about 11 GB on the host (bench/cuda-verify-all.sh names it).
-		specs = []string{"1x1", "7x4099", "256x1024:ignore_index=-100", "12x300:ignore_index=0",
-			"3x65536", "3x65537:ignore_index=-100", "64x100000"}
-	case quick:
-		specs = []string{"1x1", "7x4099", "64x1000"}
-	default:
-		specs = []string{"1x1", "7x4099", "64x100000", "256x1024"}
+	specs := o.Shapes.Default
+	if quick || len(specs) == 0 {
+		specs = o.Shapes.Quick
 	}
 	shapes := make([]op.Shape, len(specs))
 	for i, spec := range specs {
-		s, err := o.ParseShape(spec)
-		if err != nil {
-			panic(err) // the table above is wrong: a programming error, not user input
-		}
-		shapes[i] = s
+		shapes[i] = o.MustShape(spec) // the contract's own table
 	}
 	return shapes
 }
@@ -170,15 +147,17 @@ func (p Plan) Cases() ([]Case, error) {
 	trials := max(p.Trials, 1)
 	dists, named := p.Dists, len(p.Dists) > 0
 	if !named {
-		dists = Dists()
+		dists = oracle.Dists()
 	}
-	for _, s := range p.Shapes {
-		fits := false
+	for _, text := range p.Shapes {
+		var errs []string
 		for _, o := range p.Ops {
-			fits = fits || o.Validate(s) == nil
+			if _, err := o.ParseShape(text); err != nil {
+				errs = append(errs, err.Error())
+			}
 		}
-		if !fits {
-			return nil, fmt.Errorf("verify: shape %s fits none of the chosen ops (gemm ops want MxNxK, softmax ops ROWSxCOLS, cross_entropy ROWSxCOLS[:ignore_index=N])", s)
+		if len(errs) == len(p.Ops) {
+			return nil, fmt.Errorf("verify: shape %s fits none of the chosen ops: %s", text, strings.Join(errs, "; "))
 		}
 	}
 	var cases []Case
@@ -188,19 +167,19 @@ func (p Plan) Cases() ([]Case, error) {
 		shapes := DefaultShapes(o, p.Quick)
 		if p.Shapes != nil {
 			shapes = nil
-			for _, s := range p.Shapes {
-				if o.Validate(s) == nil {
+			for _, text := range p.Shapes {
+				if s, err := o.ParseShape(text); err == nil {
 					shapes = append(shapes, s)
 				}
 			}
 		}
 		for _, s := range shapes {
 			for _, d := range dists {
-				if d == Rounding {
+				if d == oracle.Rounding {
 					// Skipped where it cannot give exact results; the
 					// report says which ops have no rounding case and
 					// why.
-					if ok, why := roundingApplies(o, s); !ok {
+					if ok, why := oracle.RoundingApplies(o, s); !ok {
 						unrounded = append(unrounded, fmt.Sprintf("%s %s: %s", o.Name, s, why))
 						continue
 					}
@@ -212,8 +191,8 @@ func (p Plan) Cases() ([]Case, error) {
 			}
 		}
 	}
-	if named && rounding == 0 && slices.Contains(dists, Rounding) {
-		return nil, fmt.Errorf("verify: --dist rounding gives no case here: %s; choose gemm, gemm_grad_a, gemm_grad_b or softmax_grad", strings.Join(unrounded, "; "))
+	if named && rounding == 0 && slices.Contains(dists, oracle.Rounding) {
+		return nil, fmt.Errorf("verify: --dist rounding gives no case here: %s; choose ops whose results can be exact (gemm, softmax_grad, …)", strings.Join(unrounded, "; "))
 	}
 	return cases, nil
 }
@@ -258,22 +237,38 @@ func checkCase(ctx context.Context, dev Device, c Case, arith oracle.Arithmetic)
 		return fail(Failed, "not run: %v", err)
 	}
 	o, s := c.Op, c.Shape
-	inputs := Generate(o, s, c.Dist, c.Seed)
-	buffers := make([][]byte, 0, len(inputs)+len(o.Outputs))
-	for _, in := range inputs {
-		buffers = append(buffers, inputBytes(in))
+	inputs, err := oracle.Generate(o, s, c.Dist, c.Seed)
+	if err != nil {
+		return fail(Failed, "%v", err)
 	}
-	outs := make([][]byte, len(o.Outputs)) // each output without its guard region
-	for k, p := range o.Outputs {
-		n := s.Bytes(p)
-		out := make([]byte, n+GuardElements*int64(p.DType.Size()))
-		Poison(p.DType, out)
-		buffers = append(buffers, out)
-		outs[k] = out[:n]
+	// The buffers in wire order: inputs as generated, outputs poisoned, an
+	// operand the op adds into holding its initial values; everything the
+	// op writes is followed by a poisoned guard region.
+	buffers := make([][]byte, len(o.Operands))
+	var outs [][]byte // each written operand without its guard, in o.Outputs() order
+	in := 0
+	for k, p := range o.Operands {
+		var data []byte
+		if p.Reads() {
+			data = inputBytes(inputs[in])
+			in++
+		}
+		if p.Writes() {
+			n := s.Bytes(p)
+			buf := make([]byte, n+GuardElements*int64(p.DType.Size()))
+			Poison(p.DType, buf)
+			copy(buf, data)
+			outs = append(outs, buf[:n])
+			data = buf
+		}
+		buffers[k] = data
 	}
 
 	kernelTime, err := dev.RunOp(ctx, o, s, buffers)
 	if err != nil {
+		if errors.Is(err, op.ErrNotSupported) {
+			return fail(NotSupported, "%v", err)
+		}
 		return fail(Failed, "%v", err)
 	}
 	r.KernelTime = kernelTime
@@ -290,17 +285,23 @@ func checkCase(ctx context.Context, dev Device, c Case, arith oracle.Arithmetic)
 	}
 
 	var problems []string
-	for i, in := range inputs {
-		if !bytes.Equal(buffers[i], inputBytes(in)) {
-			problems = append(problems, fmt.Sprintf("input %s was changed by the kernel", o.Inputs[i].Name))
+	in = 0
+	for k, p := range o.Operands {
+		if p.Role == op.In {
+			if !bytes.Equal(buffers[k], inputBytes(inputs[in])) {
+				problems = append(problems, fmt.Sprintf("input %s was changed by the kernel", p.Name))
+			}
 		}
-	}
-	for k, p := range o.Outputs {
-		out := buffers[len(inputs)+k]
-		guard := make([]byte, len(out)-len(outs[k]))
-		Poison(p.DType, guard)
-		if !bytes.Equal(out[len(outs[k]):], guard) {
-			problems = append(problems, fmt.Sprintf("the kernel wrote past the end of %s (guard region changed)", p.Name))
+		if p.Reads() {
+			in++
+		}
+		if p.Writes() {
+			n := s.Bytes(p)
+			guard := make([]byte, len(buffers[k])-int(n))
+			Poison(p.DType, guard)
+			if !bytes.Equal(buffers[k][n:], guard) {
+				problems = append(problems, fmt.Sprintf("the kernel wrote past the end of %s (guard region changed)", p.Name))
+			}
 		}
 	}
 	st := r.Stats
@@ -328,6 +329,13 @@ func inputBytes(in oracle.Input) []byte {
 		b := make([]byte, 4*len(in.I32))
 		for i, x := range in.I32 {
 			binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+		}
+		return b
+	}
+	if in.F32 != nil {
+		b := make([]byte, 4*len(in.F32))
+		for i, x := range in.F32 {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
 		}
 		return b
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/oracle"
 )
 
 // goKernels is a Device whose kernels are plain Go binary32 code, written
@@ -31,8 +32,8 @@ func (g goKernels) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]
 	if g.err != nil {
 		return 0, g.err
 	}
-	in := make([][]float32, len(o.Inputs))
-	for i, p := range o.Inputs {
+	in := make([][]float32, len(o.Inputs()))
+	for i, p := range o.Inputs() {
 		in[i] = make([]float32, s.Elements(p))
 		for j := range in[i] {
 			if p.DType == op.I32 {
@@ -43,7 +44,7 @@ func (g goKernels) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]
 		}
 	}
 	var n int64
-	for _, p := range o.Outputs {
+	for _, p := range o.Outputs() {
 		n += s.Elements(p)
 	}
 	out := make([]float32, n)
@@ -56,8 +57,8 @@ func (g goKernels) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]
 		g.mutate(o, s, in, out, write)
 	}
 	at := 0
-	for k, p := range o.Outputs {
-		dst := buffers[len(o.Inputs)+k]
+	for k, p := range o.Outputs() {
+		dst := buffers[len(o.Inputs())+k]
 		for i := 0; i < int(s.Elements(p)); i, at = i+1, at+1 {
 			if !write[at] {
 				continue
@@ -76,13 +77,13 @@ func (g goKernels) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]
 }
 
 func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
-	switch o.ID {
+	switch o {
 	case op.Gemm, op.GemmGradA, op.GemmGradB:
 		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
 		// Every op as rows×cols outputs, each a sum of length l of x(i,t)·y(t,j).
 		var rows, cols, l int
 		var x, y func(i, t int) float32
-		switch o.ID {
+		switch o {
 		case op.Gemm:
 			rows, cols, l = m, n, k
 			x = func(i, t int) float32 { return in[0][i*k+t] }
@@ -144,7 +145,7 @@ func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
 // countIgnored and skipMax plant two of the defects below.
 func crossEntropyGo(s op.Shape, x, labels, out []float32, subtractMax, countIgnored bool) {
 	r, c := int(s.Dims[0]), int(s.Dims[1])
-	ignore, _ := s.Setting(op.IgnoreIndex)
+	ignore := s.Int(op.IgnoreIndex)
 	n := 0
 	for _, l := range labels {
 		if int64(l) != ignore || countIgnored {
@@ -211,7 +212,7 @@ func TestCorrectGoKernelsPassEveryQuickCase(t *testing.T) {
 // A planted defect and the ops it applies to.
 type planted struct {
 	name   string
-	ops    []op.ID
+	ops    []*op.Op
 	shapes []string // shapes on which the defect is well defined; nil: quick defaults
 	mutate func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool)
 	round  func(float32) uint16 // a wrong f16 rounding, or nil
@@ -244,20 +245,20 @@ func halfAway16(v float32) uint16 {
 func f16Step(v float32) float32 { return f16.ToFloat32(f16.FromFloat32(v)) }
 
 var plantedDefects = []planted{
-	{"the first output element is never written", []op.ID{op.Gemm, op.GemmGradA, op.GemmGradB, op.Softmax, op.SoftmaxGrad}, nil,
+	{"the first output element is never written", []*op.Op{op.Gemm, op.GemmGradA, op.GemmGradB, op.Softmax, op.SoftmaxGrad}, nil,
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) { write[0] = false }, nil},
-	{"row 1 holds row 0's results", []op.ID{op.Gemm, op.Softmax}, []string{"17x31x129", "7x4099"},
+	{"row 1 holds row 0's results", []*op.Op{op.Gemm, op.Softmax}, []string{"17x31x129", "7x4099"},
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
-			cols := int(s.Cols(o.Outputs[0]))
+			cols := int(s.Cols(o.Outputs()[0]))
 			copy(out[cols:2*cols], out[:cols])
 		}, nil},
-	{"the f32 output is rounded through f16", []op.ID{op.Gemm}, nil,
+	{"the f32 output is rounded through f16", []*op.Op{op.Gemm}, nil,
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			for i, v := range out {
 				out[i] = f16.ToFloat32(f16.FromFloat32(v))
 			}
 		}, nil},
-	{"the last term of each dot product is dropped", []op.ID{op.Gemm}, []string{"17x31x129", "64x48x80"},
+	{"the last term of each dot product is dropped", []*op.Op{op.Gemm}, []string{"17x31x129", "64x48x80"},
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
 			for i := 0; i < m; i++ {
@@ -266,7 +267,7 @@ var plantedDefects = []planted{
 				}
 			}
 		}, nil},
-	{"softmax without the max subtraction", []op.ID{op.Softmax}, nil,
+	{"softmax without the max subtraction", []*op.Op{op.Softmax}, nil,
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			r, c := int(s.Dims[0]), int(s.Dims[1])
 			for i := 0; i < r; i++ {
@@ -279,16 +280,16 @@ var plantedDefects = []planted{
 				}
 			}
 		}, nil},
-	{"an error of one part in 2⁹ on every element", []op.ID{op.Gemm, op.Softmax, op.SoftmaxGrad}, nil,
+	{"an error of one part in 2⁹ on every element", []*op.Op{op.Gemm, op.Softmax, op.SoftmaxGrad}, nil,
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			for i := range out {
 				out[i] *= 1 + 0x1p-9
 			}
 		}, nil},
-	{"cross_entropy without the mean scale", []op.ID{op.CrossEntropy}, nil,
+	{"cross_entropy without the mean scale", []*op.Op{op.CrossEntropy}, nil,
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			crossEntropyGo(s, in[0], in[1], out, true, false)
-			ignore, _ := s.Setting(op.IgnoreIndex)
+			ignore := s.Int(op.IgnoreIndex)
 			n := 0
 			for _, l := range in[1] {
 				if int64(l) != ignore {
@@ -299,16 +300,16 @@ var plantedDefects = []planted{
 				out[i] *= float32(n)
 			}
 		}, nil},
-	{"cross_entropy with the gradient's sign flipped", []op.ID{op.CrossEntropy}, nil,
+	{"cross_entropy with the gradient's sign flipped", []*op.Op{op.CrossEntropy}, nil,
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			for i := int(s.Dims[0]); i < len(out); i++ {
 				out[i] = -out[i]
 			}
 		}, nil},
-	{"cross_entropy with each label one class too far", []op.ID{op.CrossEntropy}, []string{"7x4099", "64x1000:ignore_index=-100"},
+	{"cross_entropy with each label one class too far", []*op.Op{op.CrossEntropy}, []string{"7x4099", "64x1000:ignore_index=-100"},
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			labels := append([]float32(nil), in[1]...)
-			ignore, _ := s.Setting(op.IgnoreIndex)
+			ignore := s.Int(op.IgnoreIndex)
 			for i, l := range labels {
 				if int64(l) != ignore {
 					labels[i] = float32((int(l) + 1) % int(s.Dims[1]))
@@ -316,17 +317,17 @@ var plantedDefects = []planted{
 			}
 			crossEntropyGo(s, in[0], labels, out, true, false)
 		}, nil},
-	{"cross_entropy counting ignored rows in n", []op.ID{op.CrossEntropy}, []string{"64x1000:ignore_index=-100"},
+	{"cross_entropy counting ignored rows in n", []*op.Op{op.CrossEntropy}, []string{"64x1000:ignore_index=-100"},
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			crossEntropyGo(s, in[0], in[1], out, true, true)
 		}, nil},
-	{"cross_entropy ignoring no row", []op.ID{op.CrossEntropy}, []string{"12x300:ignore_index=0"},
+	{"cross_entropy ignoring no row", []*op.Op{op.CrossEntropy}, []string{"12x300:ignore_index=0"},
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			unset := s
 			unset.Settings = nil
 			crossEntropyGo(unset, in[0], in[1], out, true, false)
 		}, nil},
-	{"cross_entropy without the max subtraction", []op.ID{op.CrossEntropy}, []string{"7x4099"},
+	{"cross_entropy without the max subtraction", []*op.Op{op.CrossEntropy}, []string{"7x4099"},
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			crossEntropyGo(s, in[0], in[1], out, false, false)
 		}, nil},
@@ -334,9 +335,9 @@ var plantedDefects = []planted{
 	// contract only on exact ties (the rounding distribution's); toward
 	// zero everywhere; and two double roundings through an f16
 	// intermediate.
-	{"f16 outputs rounded to nearest with ties away from zero", []op.ID{op.GemmGradA, op.GemmGradB, op.SoftmaxGrad}, nil, nil, halfAway16},
-	{"f16 outputs rounded toward zero", []op.ID{op.GemmGradA, op.GemmGradB, op.Softmax, op.SoftmaxGrad, op.CrossEntropy}, nil, nil, towardZero16},
-	{"softmax_grad with dY − D stored as f16 before the product", []op.ID{op.SoftmaxGrad}, nil,
+	{"f16 outputs rounded to nearest with ties away from zero", []*op.Op{op.GemmGradA, op.GemmGradB, op.SoftmaxGrad}, nil, nil, halfAway16},
+	{"f16 outputs rounded toward zero", []*op.Op{op.GemmGradA, op.GemmGradB, op.Softmax, op.SoftmaxGrad, op.CrossEntropy}, nil, nil, towardZero16},
+	{"softmax_grad with dY − D stored as f16 before the product", []*op.Op{op.SoftmaxGrad}, nil,
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			r, c := int(s.Dims[0]), int(s.Dims[1])
 			for i := 0; i < r; i++ {
@@ -350,7 +351,7 @@ var plantedDefects = []planted{
 				}
 			}
 		}, nil},
-	{"gemm_grad_a with each dot product's halves rounded to f16 before they are added", []op.ID{op.GemmGradA}, nil,
+	{"gemm_grad_a with each dot product's halves rounded to f16 before they are added", []*op.Op{op.GemmGradA}, nil,
 		func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 			m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
 			for i := 0; i < m; i++ {
@@ -367,13 +368,12 @@ var plantedDefects = []planted{
 
 func TestPlantedDefectsInGoKernelsAreIncorrect(t *testing.T) {
 	for _, p := range plantedDefects {
-		for _, id := range p.ops {
-			o, _ := op.ByID(id)
+		for _, o := range p.ops {
 			t.Run(p.name+" in "+o.Name, func(t *testing.T) {
 				plan := Plan{Ops: []*op.Op{o}, Seed: 7, Quick: true}
 				for _, spec := range p.shapes {
-					if s, err := o.ParseShape(spec); err == nil {
-						plan.Shapes = append(plan.Shapes, s)
+					if _, err := o.ParseShape(spec); err == nil {
+						plan.Shapes = append(plan.Shapes, spec)
 					}
 				}
 				cases, err := plan.Cases()
@@ -426,7 +426,7 @@ func TestTheWorstVerdictWins(t *testing.T) {
 func TestWritesPastTheOutputAndIntoInputsAreCaught(t *testing.T) {
 	o, _ := op.Lookup("softmax")
 	s, _ := o.ParseShape("3x5")
-	c := Case{Op: o, Shape: s, Dist: Normal, Seed: 1}
+	c := Case{Op: o, Shape: s, Dist: oracle.Normal, Seed: 1}
 	for name, dev := range map[string]Device{
 		"past the output": deviceFunc(func(buffers [][]byte) {
 			out := buffers[len(buffers)-1]
@@ -454,7 +454,7 @@ func (d deviceFunc) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][
 
 func TestPlanRejectsAShapeNoChosenOpAccepts(t *testing.T) {
 	o, _ := op.Lookup("softmax")
-	_, err := Plan{Ops: []*op.Op{o}, Shapes: []op.Shape{{Dims: []int64{2, 2, 2}}}}.Cases()
+	_, err := Plan{Ops: []*op.Op{o}, Shapes: []string{"2x2x2"}}.Cases()
 	if err == nil || !strings.Contains(err.Error(), "2x2x2") {
 		t.Fatalf("error = %v", err)
 	}
@@ -464,11 +464,11 @@ func TestGenerateIsDeterministic(t *testing.T) {
 	for _, name := range []string{"gemm", "cross_entropy"} {
 		o, _ := op.Lookup(name)
 		s, _ := o.ParseShape("5x6x7")
-		if o.ID == op.CrossEntropy {
+		if o == op.CrossEntropy {
 			s, _ = o.ParseShape("9x6:ignore_index=-100")
 		}
-		for _, d := range Dists() {
-			a, b := Generate(o, s, d, 3), Generate(o, s, d, 3)
+		for _, d := range oracle.Dists() {
+			a, b := mustGenerate(t, o, s, d, 3), mustGenerate(t, o, s, d, 3)
 			for i := range a {
 				if !bytes.Equal(inputBytes(a[i]), inputBytes(b[i])) {
 					t.Fatalf("%s %s: input %d differs between two draws", name, d, i)
@@ -481,7 +481,7 @@ func TestGenerateIsDeterministic(t *testing.T) {
 func TestCrossEntropyLabelsCoverTheEdgesAndTheIgnoreIndex(t *testing.T) {
 	o, _ := op.Lookup("cross_entropy")
 	s, _ := o.ParseShape("16x50:ignore_index=-100")
-	labels := Generate(o, s, Uniform, 1)[1].I32
+	labels := mustGenerate(t, o, s, oracle.Uniform, 1)[1].I32
 	want := map[int]int32{0: 0, 2: -100, 3: 0, 5: 49, 6: -100, 10: -100, 11: 0, 13: 49, 14: -100, 15: 49}
 	for r, l := range want {
 		if labels[r] != l {
@@ -504,4 +504,13 @@ func mustRun(t *testing.T, dev Device, cases []Case) Result {
 		t.Fatal(err)
 	}
 	return res
+}
+
+func mustGenerate(t *testing.T, o *op.Op, s op.Shape, d oracle.Dist, seed uint64) []oracle.Input {
+	t.Helper()
+	in, err := oracle.Generate(o, s, d, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
 }

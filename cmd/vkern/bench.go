@@ -11,7 +11,6 @@ import (
 
 	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/bench"
-	"github.com/vkern/vkern/op"
 )
 
 const benchHelp = `Usage: vkern bench [flags]
@@ -148,38 +147,27 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
-// defaultOpShapes are the ops suite's shapes when none are given: those
-// of the CUDA and GPU-speed issues' bars.
-var defaultOpShapes = []string{
-	"1024x1024x1024", "4096x4096x4096", "8192x8192x8192", "8192x4096x11008", "4097x4099x4101",
-	"8192x32768", "8192x50304", "32768x1024", "1x1", "7x4099",
-}
-
-// opCases pairs each chosen op with each shape that fits it.
+// opCases pairs each chosen op with each shape that fits it: the shapes
+// given, else each op's own benchmark shapes (op.Shapes.Bench).
 func opCases(ops, shapes []string) ([]bench.OpCase, error) {
 	plan, err := buildPlan(ops, shapes, nil, 1, 1, false)
 	if err != nil {
 		return nil, err
 	}
-	if len(shapes) == 0 {
-		for _, spec := range defaultOpShapes {
-			s, err := parseAnyShape(op.All(), spec)
-			if err != nil {
-				return nil, err
-			}
-			plan.Shapes = append(plan.Shapes, s)
-		}
-	}
 	var cases []bench.OpCase
 	for _, o := range plan.Ops {
-		for _, s := range plan.Shapes {
-			if o.Validate(s) == nil {
+		specs := plan.Shapes
+		if len(specs) == 0 {
+			specs = o.Shapes.Bench
+		}
+		for _, spec := range specs {
+			if s, err := o.ParseShape(spec); err == nil {
 				cases = append(cases, bench.OpCase{Op: o, Shape: s})
 			}
 		}
 	}
 	if len(cases) == 0 {
-		return nil, fmt.Errorf("no chosen op fits the chosen shapes (gemm ops want MxNxK, softmax and cross_entropy ROWSxCOLS)")
+		return nil, fmt.Errorf("no chosen op fits the chosen shapes (each op's syntax: vkern verify --help)")
 	}
 	return cases, nil
 }

@@ -10,30 +10,31 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/cache"
 	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/oracle"
 	"github.com/vkern/vkern/report"
 	"github.com/vkern/vkern/verify"
 )
 
-const verifyHelp = `Usage: vkern verify [flags]
+const verifyHelpText = `Usage: vkern verify [flags]
 
 Builds the kernel server for the backend (or finds it in the cache), runs every
 case (op × shape × distribution × seed), checks each output element against a
 float64 reference under its error bound, and prints a summary.
 
   --backend B    auto | cpu | cuda | hip (default auto)
-  --op NAME      gemm | gemm_grad_a | gemm_grad_b | softmax | softmax_grad | cross_entropy
-                 (repeatable or comma-separated; default all)
-  --shape S      MxNxK for the gemm ops, ROWSxCOLS for the softmax ops and cross_entropy,
-                 which also takes ROWSxCOLS:ignore_index=N (N may be negative)
-                 (repeatable; each applies to the chosen ops it fits; default: a built-in set)
+  --op NAME      an op below (repeatable or comma-separated; default all)
+  --shape S      a shape in an op's syntax below (repeatable; each applies to the
+                 chosen ops it fits; default: each op's built-in set); a parameter
+                 is set after a colon, several separated by commas
   --dist D       integer | uniform | normal | wide | special | rounding (repeatable;
-                 default all; rounding: exact results that f16 must round, ties included,
-                 for the gemm ops and softmax_grad)
+                 default all; rounding: exact results that f16 must round, ties
+                 included, for the ops whose results can be exact)
   --seed N       first seed (default 1); trial t uses seed N+t
   --trials N     seeds per op, shape and distribution (default 1)
   --quick        smaller default shapes
@@ -41,12 +42,31 @@ float64 reference under its error bound, and prints a summary.
   --md FILE      write the Markdown report to FILE
   --timeout D    give up after D, e.g. 10m (default none)
 
+Ops, their shape syntax and an example shape:
+
+%s
 Before anything is built, each case's memory need is compared with what is
 free; a case that cannot fit is refused (a GEMM is sampled where that fits).
 
 Exit status: 0 every case passed · 1 a case was incorrect, failed or not supported
              2 usage error, or a case that cannot fit in memory
 `
+
+// verifyHelp is the help text, with the table of ops from their contracts.
+func verifyHelp() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	for _, o := range op.All() {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", o.Name, o.ShapeSyntax(), o.Example(), o.Math)
+	}
+	tw.Flush()
+	for _, o := range op.All() {
+		for _, p := range o.Params {
+			fmt.Fprintf(&b, "  %s's %s: %s\n", o.Name, p.Name, p.Meaning)
+		}
+	}
+	return fmt.Sprintf(verifyHelpText, b.String())
+}
 
 func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
@@ -62,7 +82,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	jsonPath := fs.String("json", "", "")
 	mdPath := fs.String("md", "", "")
 	timeout := fs.Duration("timeout", 0, "")
-	if code, done := parseFlags(fs, args, verifyHelp, stdout, stderr); done {
+	if code, done := parseFlags(fs, args, verifyHelp(), stdout, stderr); done {
 		return code
 	}
 	if err := checkBackend(*backend); err != nil {
@@ -216,14 +236,13 @@ func buildPlan(ops, shapes, dists []string, seed uint64, trials int, quick bool)
 		plan.Ops = append(plan.Ops, o)
 	}
 	for _, spec := range shapes {
-		s, err := parseAnyShape(plan.Ops, spec)
-		if err != nil {
+		if _, err := parseAnyShape(plan.Ops, spec); err != nil {
 			return plan, err
 		}
-		plan.Shapes = append(plan.Shapes, s)
+		plan.Shapes = append(plan.Shapes, strings.TrimSpace(spec))
 	}
 	for _, name := range dists {
-		d, err := verify.ParseDist(name)
+		d, err := oracle.ParseDist(name)
 		if err != nil {
 			return plan, fmt.Errorf("--dist: %w", err)
 		}
@@ -243,7 +262,7 @@ func parseAnyShape(ops []*op.Op, spec string) (op.Shape, error) {
 			return s, nil
 		}
 		last = err
-		if (o.Kind == op.MatMul) == (dims == 3) {
+		if len(o.Dims) == dims {
 			return op.Shape{}, fmt.Errorf("--shape: %w", err)
 		}
 	}

@@ -1,19 +1,19 @@
-package verify
+package oracle
 
 import (
 	"runtime"
 	"sync"
 )
 
-// chunkSize elements are handled by one goroutine at a time, both when
+// ChunkSize elements are handled by one goroutine at a time, both when
 // inputs are drawn and when outputs are compared.
-const chunkSize = 1 << 18
+const ChunkSize = 1 << 18
 
-// forChunks calls fn(c, lo, hi) for each chunk c = [lo, hi) of [0, n), on
+// ForChunks calls fn(c, lo, hi) for each chunk c = [lo, hi) of [0, n), on
 // every core, and returns when all are done. Chunks are numbered in order,
 // so callers can merge per-chunk results deterministically.
-func forChunks(n int, fn func(c, lo, hi int)) {
-	chunks := (n + chunkSize - 1) / chunkSize
+func ForChunks(n int, fn func(c, lo, hi int)) {
+	chunks := (n + ChunkSize - 1) / ChunkSize
 	next := make(chan int, chunks)
 	for c := 0; c < chunks; c++ {
 		next <- c
@@ -25,7 +25,7 @@ func forChunks(n int, fn func(c, lo, hi int)) {
 		go func() {
 			defer wg.Done()
 			for c := range next {
-				fn(c, c*chunkSize, min(n, (c+1)*chunkSize))
+				fn(c, c*ChunkSize, min(n, (c+1)*ChunkSize))
 			}
 		}()
 	}
