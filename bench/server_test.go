@@ -2,11 +2,15 @@ package bench
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vkern/vkern/kernels"
+	"github.com/vkern/vkern/op"
 )
 
 // buildServer compiles the cpu kernel server from ../kernels for the test.
@@ -20,8 +24,20 @@ func buildServer(t *testing.T) string {
 		t.Skip("no g++ to build the kernel server with")
 	}
 	src := filepath.Join("..", "kernels")
-	bin := filepath.Join(t.TempDir(), "server")
-	cmd := exec.Command(cxx, "-std=c++17", "-O1", "-pthread", "-I"+src, `-DVKERN_SOURCE_SHA256="bench-test"`, "-o", bin,
+	dir := t.TempDir()
+	// The op table is generated from the contracts (kernels.OpTable).
+	table, err := kernels.OpTable(op.All())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "core"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, kernels.OpTablePath), table, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "server")
+	cmd := exec.Command(cxx, "-std=c++17", "-O1", "-pthread", "-I"+src, "-I"+dir, `-DVKERN_SOURCE_SHA256="bench-test"`, "-o", bin,
 		filepath.Join(src, "cpu", "main.cc"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v: %v\n%s", cmd, err, out)

@@ -29,6 +29,8 @@ import (
 	"io/fs"
 	"sort"
 	"strings"
+
+	"github.com/vkern/vkern/op"
 )
 
 //go:embed core/*.h core/*.cc cpu/*.cc cuda/*.cu cuda/*.cuh cuda/*.h
@@ -74,6 +76,11 @@ func Sources(backend string) (files map[string][]byte, mainFile string, err erro
 	if _, ok := files[b.main]; !ok {
 		return nil, "", fmt.Errorf("kernels: the %s main file %s is not embedded", backend, b.main)
 	}
+	table, err := OpTable(op.All())
+	if err != nil {
+		return nil, "", err
+	}
+	files[OpTablePath] = table
 	return files, b.main, nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/vkern/vkern/op"
 )
 
 var (
@@ -45,9 +47,17 @@ func (e *ServerError) Error() string {
 	return fmt.Sprintf("kserver: %s: server answered %s: %s", e.Op, e.StatusName, e.Message)
 }
 
-// Is reports whether e is an OUT_OF_MEMORY answer, for errors.Is(err, ErrOutOfMemory).
+// Is reports whether e is an OUT_OF_MEMORY answer, for errors.Is(err,
+// ErrOutOfMemory), or a NOT_SUPPORTED one, for errors.Is(err,
+// op.ErrNotSupported).
 func (e *ServerError) Is(target error) bool {
-	return target == ErrOutOfMemory && Status(e.Status) == StatusOutOfMemory
+	switch target {
+	case ErrOutOfMemory:
+		return Status(e.Status) == StatusOutOfMemory
+	case op.ErrNotSupported:
+		return Status(e.Status) == StatusNotSupported
+	}
+	return false
 }
 
 func newServerError(op Opcode, f Frame) *ServerError {
@@ -57,8 +67,9 @@ func newServerError(op Opcode, f Frame) *ServerError {
 // BatchError says which entry of a RunBatch failed and why. When the server
 // refused the entry (a stale or unknown handle, a bad shape), no entry of the
 // batch ran; when the entry failed while running (OUT_OF_MEMORY for its
-// scratch memory, a cross_entropy label out of range), the entries before it
-// ran and those after it did not.
+// scratch memory), the entries before it ran and those after it did not; when
+// an input broke its domain (a cross_entropy label out of range), every entry
+// ran, and the message says so.
 type BatchError struct {
 	Index int    // the failing entry, from 0
 	Count int    // the entries in the batch

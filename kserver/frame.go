@@ -83,6 +83,8 @@ const (
 	// StatusDeviceError is the one status after which the server exits
 	// (with ExitDeviceError) instead of serving on.
 	StatusDeviceError Status = 7
+	// StatusNotSupported: the backend has no kernel for the op.
+	StatusNotSupported Status = 8
 )
 
 var statusNames = [...]string{
@@ -90,6 +92,7 @@ var statusNames = [...]string{
 	StatusUnknownOpcode: "UNKNOWN_OPCODE", StatusBadHandle: "BAD_HANDLE",
 	StatusOutOfRange: "OUT_OF_RANGE", StatusOutOfMemory: "OUT_OF_MEMORY",
 	StatusInvalidArgument: "INVALID_ARGUMENT", StatusDeviceError: "DEVICE_ERROR",
+	StatusNotSupported: "NOT_SUPPORTED",
 }
 
 // String returns the status's name from PROTOCOL.md, or "status N".

@@ -156,7 +156,7 @@ func TestNamesFollowTheProtocol(t *testing.T) {
 			t.Errorf("Opcode(%d) = %q, want %q", uint16(op), got, want)
 		}
 	}
-	for s, want := range map[Status]string{StatusOK: "OK", StatusDeviceError: "DEVICE_ERROR", 8: "status 8"} {
+	for s, want := range map[Status]string{StatusOK: "OK", StatusDeviceError: "DEVICE_ERROR", StatusNotSupported: "NOT_SUPPORTED", 9: "status 9"} {
 		if got := s.String(); got != want {
 			t.Errorf("Status(%d) = %q, want %q", uint16(s), got, want)
 		}

@@ -15,6 +15,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vkern/vkern/kernels"
+	"github.com/vkern/vkern/op"
 )
 
 // These tests run the real C++ cpu server, built from ../kernels with g++
@@ -54,9 +57,21 @@ func buildRealServer(t testing.TB) string {
 		if realDir, realErr = os.MkdirTemp("", "kserver-real-"); realErr != nil {
 			return
 		}
+		// The op table is generated from the contracts (kernels.OpTable).
+		table, err := kernels.OpTable(op.All())
+		if err == nil {
+			err = os.MkdirAll(filepath.Join(realDir, "core"), 0o755)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(realDir, kernels.OpTablePath), table, 0o644)
+		}
+		if err != nil {
+			realErr = err
+			return
+		}
 		bin := filepath.Join(realDir, "server")
 		// -O1: the tests exercise the process, not the kernels' speed.
-		cmd := exec.Command(cxx, "-std=c++17", "-O1", "-pthread", "-I"+src,
+		cmd := exec.Command(cxx, "-std=c++17", "-O1", "-pthread", "-I"+src, "-I"+realDir,
 			`-DVKERN_SOURCE_SHA256="`+realSourceSHA+`"`, "-o", bin, main)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			realErr = fmt.Errorf("%v: %v\n%s", cmd, err, out)
@@ -715,7 +730,7 @@ func TestRealServerChecksCrossEntropyParamsAndLabels(t *testing.T) {
 		{"logits too short for R·V", run(rows+1, classes, unset), "logits (handle 1) has 24 bytes, want R·V·2 = 32"},
 		{"labels too short for R", RunRequest{OpID: 6, Params: []int64{rows, classes, unset}, Buffers: []Handle{logits, short, loss, grad}},
 			"labels (handle 5) has 8 bytes, want R·4 = 12"},
-		{"label -100 with no ignore_index", run(rows, classes, unset), "labels[2] = -100 is neither a class index in [0, V) = [0, 4) nor the ignore_index (none set"},
+		{"label -100 with no ignore_index", run(rows, classes, unset), "labels[2] = -100 is outside its domain: a class index in [0, V), or the ignore_index (set ignore_index to the label that marks rows to skip) (R=3, V=4, ignore_index=unset); fix the labels"},
 	} {
 		_, err := c.Run(ctx, tt.run.OpID, tt.run.Params, tt.run.Buffers)
 		var se *ServerError
@@ -727,19 +742,20 @@ func TestRealServerChecksCrossEntropyParamsAndLabels(t *testing.T) {
 		}
 	}
 
-	// A label found bad while a batch runs stops the batch there: the
-	// entries before it ran, the ones after it did not.
+	// A label found bad while a batch runs is the batch's error, naming
+	// the entry; every entry ran (a GPU checks the labels after the batch's
+	// one wait), those after it on whatever it left.
 	setLabels(0, 3, 4)
 	y, _ := c.Alloc(ctx, 2*rows*classes)
 	c.Write(ctx, y, 0, f16s(rows*classes, 0x7E00))
 	_, err = c.RunBatch(ctx, []RunRequest{run(rows, classes, 4), run(rows, classes, unset), softmaxRun(rows, classes, logits, y)})
 	var be *BatchError
-	if !errors.As(err, &be) || be.Index != 1 || !strings.Contains(err.Error(), "labels[2] = 4") || !strings.Contains(err.Error(), "(entries 0 to 0 ran)") {
+	if !errors.As(err, &be) || be.Index != 1 || !strings.Contains(err.Error(), "labels[2] = 4") || !strings.Contains(err.Error(), "(every entry ran)") {
 		t.Errorf("a batch whose entry 1 has a bad label = %v", err)
 	}
 	got := make([]byte, 2*rows*classes)
-	if err := c.Read(ctx, y, 0, got); err != nil || !bytes.Equal(got, f16s(rows*classes, 0x7E00)) {
-		t.Errorf("entry 2 ran after entry 1 failed (%v)", err)
+	if err := c.Read(ctx, y, 0, got); err != nil || bytes.Equal(got, f16s(rows*classes, 0x7E00)) {
+		t.Errorf("entry 2 did not run after entry 1's bad label (%v)", err)
 	}
 	if err := c.Ping(ctx); err != nil {
 		t.Errorf("the server after the refused calls: %v", err)

@@ -20,7 +20,7 @@ var CrossEntropy = builtinOp(&Op{
 		Meaning: "rows whose label equals it are skipped: loss 0, gradient 0, not counted in n"}},
 	Operands: []Operand{
 		{Name: "logits", DType: F16, Rows: X("R"), Cols: X("V"), Role: In},
-		{Name: "labels", DType: I32, Rows: X("R"), Role: In, Domain: "a class index in [0, V), or the ignore_index"},
+		{Name: "labels", DType: I32, Rows: X("R"), Role: In, Domain: "a class index in [0, V), or the ignore_index (set ignore_index to the label that marks rows to skip)"},
 		{Name: "loss", DType: F32, Rows: X("R"), Role: Out},
 		{Name: "dLogits", DType: F16, Rows: X("R"), Cols: X("V"), Role: Out},
 	},

@@ -15,6 +15,7 @@
 #define VKERN_CORE_BACKEND_H
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -48,28 +49,57 @@ Result backend_sync();
 // (PROTOCOL.md, "MEMORY", says what that is per backend).
 Result backend_memory(uint64_t* free_bytes, uint64_t* total_bytes);
 
-// A RUN that passed every check: its op, params and device pointers, and
-// whether the caller wants the kernel timed.
-struct CheckedRun {
+// Call is a RUN that passed every check: its op, parameters and buffers,
+// and whether the caller wants the kernel timed. params has
+// op->param_count entries (dimensions first), each of its kind and in its
+// range; ptrs has op->buffer_count device pointers in wire order, every one
+// large enough for its shape (nullptr for a buffer of 0 bytes), no output
+// sharing a buffer with another but where the op allows it.
+struct Call {
   const OpSpec* op;
   int64_t params[kMaxOpParams];
   void* ptrs[kMaxOpBuffers];
   bool timed;
+
+  // dim is parameter i as a size (a dimension or a whole-number parameter).
+  size_t dim(int i) const { return static_cast<size_t>(params[i]); }
+  // real is Float parameter i.
+  double real(int i) const {
+    double d;
+    std::memcpy(&d, &params[i], sizeof d);
+    return d;
+  }
+  template <typename T>
+  T* ptr(int i) const {
+    return static_cast<T*>(ptrs[i]);
+  }
 };
 
-// Runs one op to completion. run.params has op.param_count entries, each
-// dimension >= 1 and each index a 32-bit value or kUnsetIndex; run.ptrs has op.buffer_count device pointers, inputs first, every
-// one large enough for its shape, no output equal to an input. kernel_ns
-// receives the time of the kernel alone, or 0 when run.timed is false.
-Result backend_run(const CheckedRun& run, uint64_t* kernel_ns);
+// kNoProblem: no element of a checked input broke its domain.
+constexpr uint64_t kNoProblem = ~uint64_t{0};
 
-// Runs runs[0], …, runs[count − 1] in order and waits for them once, at the
-// end (count >= 1; each entry as backend_run would get it). kernel_ns[i]
-// receives entry i's time (a backend may time an untimed entry anyway). On failure *failed is the index of the entry the
-// error belongs to (the entries before it ran to completion), or
-// kNoBatchEntry when the error surfaced at the final wait and the backend
-// cannot tell which entry caused it; the message then says so.
-Result backend_run_batch(const CheckedRun* runs, uint32_t count, uint64_t* kernel_ns, uint32_t* failed);
+// Runs one op to completion. kernel_ns receives the time of the kernel
+// alone, or 0 when call.timed is false. For an op with a checked input
+// (op->checked_buffer >= 0), *problem receives the index of the first
+// element of that input that broke its domain, or kNoProblem; the core
+// then reads the element and words the error. An op the backend has no
+// kernel for answers kStatusNotSupported.
+Result backend_run(const Call& call, uint64_t* kernel_ns, uint64_t* problem);
+
+// Runs calls[0], …, calls[count − 1] in order and waits for them once, at
+// the end (count >= 1; each entry as backend_run would get it).
+// kernel_ns[i] receives entry i's time (a backend may time an untimed
+// entry anyway) and problem[i] entry i's as backend_run does: the entries
+// after one with a problem still run, on whatever it left. On failure
+// *failed is the index of the entry the error belongs to (the entries
+// before it ran to completion), or kNoBatchEntry when the error surfaced at
+// the final wait and the backend cannot tell which entry caused it; the
+// message then says so.
+Result backend_run_batch(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint64_t* problem, uint32_t* failed);
+
+// The names of the ops this backend has kernels for, comma-separated, for
+// HELLO's ops field.
+std::string backend_op_names();
 
 // Closes the device (joins threads, releases the context) before exit.
 void backend_close();

@@ -9,6 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -83,6 +85,7 @@ enum Status : uint16_t {
   kStatusOutOfMemory = 5,
   kStatusInvalidArgument = 6,
   kStatusDeviceError = 7,
+  kStatusNotSupported = 8,
 };
 
 enum ExitStatus : int {
@@ -110,8 +113,18 @@ template <class Int, std::enable_if_t<std::is_integral_v<Int>, int> = 0>
 inline void append_part(std::string& s, Int part) {
   s += std::to_string(part);
 }
+// A real number as the shortest text that reads back the same ("1e-05",
+// "0.9", "inf").
+inline void append_part(std::string& s, double part) {
+  char text[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, part);
+    if (std::strtod(text, nullptr) == part || part != part) break;
+  }
+  s += text;
+}
 
-// cat joins strings and integers into one message: cat("A has ", 12, " bytes").
+// cat joins strings and numbers into one message: cat("A has ", 12, " bytes").
 template <class... Parts>
 std::string cat(const Parts&... parts) {
   std::string s;

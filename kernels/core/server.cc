@@ -180,42 +180,98 @@ struct LiveBuffer {
   uint64_t bytes;
 };
 
+// param_text writes parameter i's value: a whole number, a real number,
+// or "unset" for an unset index.
+std::string param_text(const OpSpec& op, const int64_t* params, int i) {
+  switch (op.params[i].kind) {
+    case ParamKind::kIndex:
+      if (params[i] == kUnsetIndex) return "unset";
+      break;
+    case ParamKind::kFloat: {
+      double d;
+      std::memcpy(&d, &params[i], sizeof d);
+      return cat(d);
+    }
+    default: break;
+  }
+  return cat(params[i]);
+}
+
 // shape_values lists an op's params as "M=4, N=4, K=2"; an unset index
 // reads "ignore_index=unset".
 std::string shape_values(const OpSpec& op, const int64_t* params) {
   std::string s;
-  for (int i = 0; i < op.param_count; ++i) {
-    const bool unset = op.params[i].kind == ParamKind::kIndex && params[i] == kUnsetIndex;
-    s += cat(i > 0 ? ", " : "", op.params[i].name, "=", unset ? std::string("unset") : cat(params[i]));
-  }
+  for (int i = 0; i < op.param_count; ++i) s += cat(i > 0 ? ", " : "", op.params[i].name, "=", param_text(op, params, i));
   return s;
 }
 
-// check_param checks param i of op against its kind (ops.h, ParamKind).
+// check_param checks param i of op against its kind and range (ops.h,
+// ParamKind).
 Result check_param(const OpSpec& op, const int64_t* params, int i) {
   const ParamSpec& spec = op.params[i];
   const int64_t v = params[i];
-  if (spec.kind == ParamKind::kDim && v < 1) {
-    return fail(kStatusInvalidArgument, op.name, ": ", spec.name, " = ", v, ", want >= 1 (", shape_values(op, params),
-                ")");
+  switch (spec.kind) {
+    case ParamKind::kDim:
+      if (v >= 1) return Result::OK();
+      return fail(kStatusInvalidArgument, op.name, ": ", spec.name, " = ", v, ", want >= 1 (", shape_values(op, params),
+                  ")");
+    case ParamKind::kInt:
+      if (static_cast<double>(v) >= spec.min && static_cast<double>(v) <= spec.max) return Result::OK();
+      return fail(kStatusInvalidArgument, op.name, ": ", spec.name, " = ", v, ", want a whole number in [", spec.min,
+                  ", ", spec.max, "] (", shape_values(op, params), ")");
+    case ParamKind::kIndex:
+      if (v == kUnsetIndex || (v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max())) {
+        return Result::OK();
+      }
+      return fail(kStatusInvalidArgument, op.name, ": ", spec.name, " = ", v, ", want a 32-bit label value, or ",
+                  kUnsetIndex, " for none (", shape_values(op, params), ")");
+    case ParamKind::kFloat: {
+      double d;
+      std::memcpy(&d, &v, sizeof d);
+      if (d >= spec.min && d <= spec.max) return Result::OK();  // false for NaN
+      return fail(kStatusInvalidArgument, op.name, ": ", spec.name, " = ", d, ", want a number in [", spec.min, ", ",
+                  spec.max, "] (", shape_values(op, params), ")");
+    }
   }
-  const bool int32_range = v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
-  if (spec.kind == ParamKind::kIndex && v != kUnsetIndex && !int32_range) {
-    return fail(kStatusInvalidArgument, op.name, ": ", spec.name, " = ", v, ", want a 32-bit label value, or ",
-                kUnsetIndex, " for none (", shape_values(op, params), ")");
-  }
-  return Result::OK();
+  return fail(kStatusInvalidArgument, op.name, ": parameter ", spec.name, " has no kind");
 }
 
-// buffer_dims writes "R·V" (or "R" for a vector) for a buffer's size in messages.
+// extent_text writes an extent as "3·C", "B·T" or "1".
+std::string extent_text(const OpSpec& op, const Extent& e) {
+  std::string s = e.coef != 1 || e.count == 0 ? cat(e.coef) : std::string();
+  for (int t = 0; t < e.count; ++t) s += cat(s.empty() ? "" : "·", op.params[e.terms[t]].name);
+  return s;
+}
+
+// buffer_dims writes a buffer's size in messages: "R·V", or "R" for a vector.
 std::string buffer_dims(const OpSpec& op, const BufferSpec& spec) {
-  if (spec.cols == kOne) return op.params[spec.rows].name;
-  return cat(op.params[spec.rows].name, "·", op.params[spec.cols].name);
+  const std::string rows = extent_text(op, spec.rows), cols = extent_text(op, spec.cols);
+  if (cols == "1") return rows;
+  if (rows == "1") return cols;
+  return cat(rows, "·", cols);
+}
+
+// extent_value evaluates e at params; false on overflow.
+bool extent_value(const Extent& e, const int64_t* params, uint64_t* out) {
+  uint64_t n = static_cast<uint64_t>(e.coef);
+  for (int t = 0; t < e.count; ++t) {
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(params[e.terms[t]]), &n)) return false;
+  }
+  *out = n;
+  return true;
+}
+
+// domain_error is the INVALID_ARGUMENT of a call whose checked input
+// (op.checked_buffer) broke its domain at element index, holding value.
+Result domain_error(const OpSpec& op, const int64_t* params, uint64_t index, int64_t value) {
+  const BufferSpec& b = op.buffers[op.checked_buffer];
+  return fail(kStatusInvalidArgument, op.name, ": ", b.name, "[", index, "] = ", value, " is outside its domain: ",
+              b.domain, " (", shape_values(op, params), "); fix the ", b.name, "; this call's outputs are unspecified");
 }
 
 std::string known_ops() {
   std::string s;
-  for (const OpSpec& op : kOps) s += cat(s.empty() ? "" : ", ", static_cast<uint32_t>(op.id), " ", op.name);
+  for (const OpSpec& op : kOps) s += cat(s.empty() ? "" : ", ", op.id, " ", op.name);
   return s;
 }
 
@@ -254,7 +310,7 @@ class Server {
   Result alloc(const uint8_t* p, size_t n);
   Result free_buffer(const uint8_t* p, size_t n);
   Result transfer(uint16_t opcode, const uint8_t* p, size_t n);
-  Result check_run(const uint8_t* p, size_t n, CheckedRun* run) const;
+  Result check_run(const uint8_t* p, size_t n, Call* run) const;
   Result run(const uint8_t* p, size_t n);
   Outcome run_batch(const uint8_t* p, size_t n);
   Result text_write(const uint8_t* p, size_t n);
@@ -267,7 +323,8 @@ class Server {
   std::vector<uint8_t> request_;
   std::vector<uint8_t> response_;
   std::unordered_map<uint64_t, LiveBuffer> buffers_;
-  std::vector<CheckedRun> batch_;
+  std::vector<Call> batch_;
+  std::vector<uint64_t> problems_;
   std::vector<uint64_t> times_;
   uint64_t next_handle_ = 1;
 };
@@ -298,6 +355,7 @@ bool Server::send_error(uint32_t id, uint16_t opcode, const Outcome& o) {
 bool Server::send_hello() {
   std::vector<HelloField> fields = backend_hello_fields();
   fields.push_back({"source_sha256", VKERN_SOURCE_SHA256});
+  fields.push_back({"ops", backend_op_names()});
   size_t n = 8;
   for (const HelloField& f : fields) n += 2 + f.key.size() + 4 + f.value.size();
   uint8_t* p = payload(n);
@@ -462,7 +520,7 @@ Result Server::transfer(uint16_t opcode, const uint8_t* p, size_t n) {
 
 // check_run decodes one RUN payload and checks it against the op table and
 // the handle table.
-Result Server::check_run(const uint8_t* p, size_t n, CheckedRun* run) const {
+Result Server::check_run(const uint8_t* p, size_t n, Call* run) const {
   if (n < 16) return fail(kStatusMalformed, "RUN payload has ", n, " bytes, want >= 16");
   const uint32_t op_id = load_u32(p);
   const uint32_t param_count = load_u32(p + 4);
@@ -506,6 +564,7 @@ Result Server::check_run(const uint8_t* p, size_t n, CheckedRun* run) const {
   uint64_t ids[kMaxOpBuffers] = {};
   for (int i = 0; i < op->buffer_count; ++i) {
     ids[i] = load_u64(handles + 8 * i);
+    if (ids[i] == 0) continue;  // no buffer: allowed only where the size is 0, checked below
     // The message is built only on failure: a batch of tiny runs spends
     // most of its time in these checks.
     const auto it = buffers_.find(ids[i]);
@@ -516,16 +575,27 @@ Result Server::check_run(const uint8_t* p, size_t n, CheckedRun* run) const {
     bufs[i] = it->second;
   }
 
+  for (int d = 0; d < op->divides_count; ++d) {
+    const int64_t a = params[op->divides[d].a], b = params[op->divides[d].b];
+    if (b % a != 0) {
+      return fail(kStatusInvalidArgument, name, ": ", op->params[op->divides[d].a].name, " = ", a, " does not divide ",
+                  op->params[op->divides[d].b].name, " = ", b, " (", shape_values(*op, params), ")");
+    }
+  }
+
   for (int i = 0; i < op->buffer_count; ++i) {
     const BufferSpec& spec = op->buffers[i];
-    const uint64_t rows = static_cast<uint64_t>(params[spec.rows]);
-    const uint64_t cols = spec.cols == kOne ? 1 : static_cast<uint64_t>(params[spec.cols]);
+    uint64_t rows = 0, cols = 0, elements = 0, bytes = 0;
     const uint64_t elem = dtype_bytes(spec.dtype);
-    uint64_t elements = 0, bytes = 0;
-    if (__builtin_mul_overflow(rows, cols, &elements) || __builtin_mul_overflow(elements, elem, &bytes)) {
+    if (!extent_value(spec.rows, params, &rows) || !extent_value(spec.cols, params, &cols) ||
+        __builtin_mul_overflow(rows, cols, &elements) || __builtin_mul_overflow(elements, elem, &bytes)) {
       return fail(kStatusInvalidArgument, name, ": ", spec.name, " (", dtype_name(spec.dtype), ") needs ",
                   buffer_dims(*op, spec), "·", elem, " bytes, which overflows 64 bits (", shape_values(*op, params),
                   ")");
+    }
+    if (bytes == 0 && ids[i] == 0) {
+      run->ptrs[i] = nullptr;  // an empty buffer (a bias switched off) needs none
+      continue;
     }
     if (bufs[i].bytes < bytes) {
       return fail(kStatusInvalidArgument, name, ": ", spec.name, " (handle ", ids[i], ") has ", bufs[i].bytes,
@@ -536,9 +606,9 @@ Result Server::check_run(const uint8_t* p, size_t n, CheckedRun* run) const {
   }
 
   for (int o = 0; o < op->buffer_count; ++o) {
-    if (!op->buffers[o].output) continue;
+    if (!writes(op->buffers[o]) || ids[o] == 0) continue;
     for (int i = 0; i < op->buffer_count; ++i) {
-      if (i != o && ids[i] == ids[o]) {
+      if (i != o && ids[i] == ids[o] && op->buffers[o].may_alias != i) {
         return fail(kStatusInvalidArgument, name, ": output ", op->buffers[o].name, " is the same buffer (handle ",
                     ids[o], ") as ", op->buffers[i].name, "; outputs must not alias other buffers");
       }
@@ -547,13 +617,25 @@ Result Server::check_run(const uint8_t* p, size_t n, CheckedRun* run) const {
   return Result::OK();
 }
 
+// problem_error words entry call's problem (backend_run) as its error:
+// the checked input's element at index, read from the device.
+Result problem_error(const Call& call, uint64_t index) {
+  const OpSpec& op = *call.op;
+  int32_t value = 0;
+  const Result r = backend_read(call.ptrs[op.checked_buffer], index * sizeof value, reinterpret_cast<uint8_t*>(&value),
+                                sizeof value);
+  if (!r.ok()) return r;
+  return domain_error(op, call.params, index, value);
+}
+
 Result Server::run(const uint8_t* p, size_t n) {
-  CheckedRun checked;
+  Call checked;
   Result r = check_run(p, n, &checked);
   if (!r.ok()) return r;
-  uint64_t kernel_ns = 0;
-  r = backend_run(checked, &kernel_ns);
+  uint64_t kernel_ns = 0, problem = kNoProblem;
+  r = backend_run(checked, &kernel_ns, &problem);
   if (!r.ok()) return r;
+  if (problem != kNoProblem) return problem_error(checked, problem);
   store_u64(payload(8), kernel_ns);
   return Result::OK();
 }
@@ -577,7 +659,7 @@ Outcome Server::run_batch(const uint8_t* p, size_t n) {
     return o;
   }
   batch_.resize(count);
-  CheckedRun* runs = batch_.data();
+  Call* runs = batch_.data();
   size_t at = 8;
   for (uint32_t i = 0; i < count; ++i) {
     const uint64_t length =
@@ -601,8 +683,9 @@ Outcome Server::run_batch(const uint8_t* p, size_t n) {
   uint8_t* times = payload(8 * size_t{count});
   if (count == 0) return o;
   times_.resize(count);
+  problems_.assign(count, kNoProblem);
   uint32_t failed = kNoBatchEntry;
-  const Result r = backend_run_batch(runs, count, times_.data(), &failed);
+  const Result r = backend_run_batch(runs, count, times_.data(), problems_.data(), &failed);
   if (!r.ok()) {
     response_.clear();
     o.batch_entry = failed;
@@ -612,6 +695,17 @@ Outcome Server::run_batch(const uint8_t* p, size_t n) {
       o.result = fail(r.status, "RUN_BATCH entry ", failed, " of ", count, " (", runs[failed].op->name, "): ", r.message,
                       failed == 0 ? std::string(" (no entry ran)") : cat(" (entries 0 to ", failed - 1, " ran)"));
     }
+    return o;
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    if (problems_[i] == kNoProblem) continue;
+    // The first entry whose checked input broke its domain is the batch's
+    // error; every entry ran, those after it on whatever it left.
+    const Result pr = problem_error(runs[i], problems_[i]);
+    response_.clear();
+    o.batch_entry = i;
+    o.result = fail(pr.ok() ? kStatusInvalidArgument : pr.status, "RUN_BATCH entry ", i, " of ", count, " (",
+                    runs[i].op->name, "): ", pr.message, " (every entry ran)");
     return o;
   }
   for (uint32_t i = 0; i < count; ++i) store_u64(times + 8 * i, times_[i]);

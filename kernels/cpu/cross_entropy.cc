@@ -5,7 +5,8 @@
 // First one serial pass over the R labels counts n, the rows whose label is
 // not the ignore_index, and finds the first label that is neither a class in
 // [0, V) nor the ignore_index: then the call writes nothing and returns that
-// row, which the server answers as INVALID_ARGUMENT (label_error, ops.h).
+// row, the call's problem, which the server answers as INVALID_ARGUMENT
+// naming the row and its label (core/server.cc, domain_error).
 // Then the pool runs blocks of whole rows (rows are independent once n is
 // known). Per row with label l that is not ignored, in the worker's f32
 // scratch, converted from f16 once:
@@ -81,6 +82,17 @@ int64_t cross_entropy(ThreadPool& pool, Scratch& scratch, const uint16_t* logits
     }
   });
   return -1;
+}
+
+// The op's entry (kernels.cc lists it): a bad label is the call's problem.
+Result run_cross_entropy(const Call& c, uint64_t* problem) {
+  using namespace op_cross_entropy;
+  const int64_t bad = cross_entropy(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::logits),
+                                    c.ptr<const int32_t>(buf::labels), c.ptr<float>(buf::loss),
+                                    c.ptr<uint16_t>(buf::dLogits), c.dim(param::R), c.dim(param::V),
+                                    c.params[param::ignore_index]);
+  if (bad >= 0) *problem = static_cast<uint64_t>(bad);
+  return Result::OK();
 }
 
 }  // namespace vkern

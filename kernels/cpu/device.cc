@@ -148,22 +148,14 @@ class Scratch {
   std::vector<float> slots_[kSlotCount];
 };
 
-// The kernels, defined in gemm.cc, softmax.cc and cross_entropy.cc.
-// Matrices are row-major; every dimension is >= 1 and every buffer holds its
-// whole shape.
-void gemm(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const uint16_t* b, float* c, size_t M, size_t N,
-          size_t K);
-void gemm_grad_a(ThreadPool& pool, Scratch& scratch, const uint16_t* dc, const uint16_t* b, uint16_t* da, size_t M,
-                 size_t N, size_t K);
-void gemm_grad_b(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const uint16_t* dc, uint16_t* db, size_t M,
-                 size_t N, size_t K);
-void softmax(ThreadPool& pool, Scratch& scratch, const uint16_t* x, uint16_t* y, size_t R, size_t C);
-void softmax_grad(ThreadPool& pool, Scratch& scratch, const uint16_t* dy, const uint16_t* y, uint16_t* dx, size_t R,
-                  size_t C);
-// Returns -1, or the first row whose label is neither a class in [0, V) nor
-// ignore_index (kUnsetIndex: none), in which case it wrote nothing.
-int64_t cross_entropy(ThreadPool& pool, Scratch& scratch, const uint16_t* logits, const int32_t* labels, float* loss,
-                      uint16_t* dlogits, size_t R, size_t V, int64_t ignore_index);
+// The kernels, one file per op (gemm.cc, softmax.cc, cross_entropy.cc, …),
+// each defining run_<op>(call, problem); kernels.cc lists them. They run on
+// the pool below with its scratch; matrices are row-major, every dimension
+// is >= 1 and every buffer holds its whole shape (core/ops.h).
+using Kernel = Result (*)(const Call& call, uint64_t* problem);
+Kernel find_kernel(uint32_t op_id);
+ThreadPool& cpu_pool();
+Scratch& cpu_scratch();
 // How the three gemms sum each dot product, for HELLO's dot_accumulation.
 std::string gemm_dot_accumulation();
 
@@ -407,59 +399,44 @@ Result backend_memory(uint64_t* free_bytes, uint64_t* total_bytes) {
   return Result::OK();
 }
 
-Result run_kernel(const OpSpec& op, const int64_t* params, void* const* buffers, uint64_t* kernel_ns);
+ThreadPool& cpu_pool() { return *g_pool; }
+Scratch& cpu_scratch() { return *g_scratch; }
 
 // The steady clock costs nothing next to a kernel, so every run is timed
 // and an untimed one simply reports 0.
-Result backend_run(const CheckedRun& run, uint64_t* kernel_ns) {
+Result backend_run(const Call& call, uint64_t* kernel_ns, uint64_t* problem) {
+  *kernel_ns = 0;
+  *problem = kNoProblem;
+  const Kernel kernel = find_kernel(call.op->id);
+  if (kernel == nullptr) {
+    return fail(kStatusNotSupported, call.op->name, ": the cpu backend has no kernel for it (it has ", backend_op_names(),
+                ")");
+  }
   // Kernels allocate their scratch on this thread before they fan out, so
   // running out of memory surfaces here, never inside a worker.
   try {
-    const Result r = run_kernel(*run.op, run.params, run.ptrs, kernel_ns);
-    if (!run.timed) *kernel_ns = 0;
+    const auto start = std::chrono::steady_clock::now();
+    const Result r = kernel(call, problem);
+    const auto stop = std::chrono::steady_clock::now();
+    if (call.timed) {
+      *kernel_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(stop - start).count());
+    }
     return r;
   } catch (const std::bad_alloc&) {
-    return fail(kStatusOutOfMemory, run.op->name, ": cannot allocate the kernel's scratch memory");
+    return fail(kStatusOutOfMemory, call.op->name, ": cannot allocate the kernel's scratch memory");
   }
 }
 
 // Each entry runs to completion before the next starts, so the entry an
 // error belongs to is always known.
-Result backend_run_batch(const CheckedRun* runs, uint32_t count, uint64_t* kernel_ns, uint32_t* failed) {
+Result backend_run_batch(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint64_t* problem, uint32_t* failed) {
   for (uint32_t i = 0; i < count; ++i) {
-    const Result r = backend_run(runs[i], &kernel_ns[i]);
+    const Result r = backend_run(calls[i], &kernel_ns[i], &problem[i]);
     if (!r.ok()) {
       *failed = i;
       return r;
     }
   }
-  return Result::OK();
-}
-
-Result run_kernel(const OpSpec& op, const int64_t* params, void* const* buffers, uint64_t* kernel_ns) {
-  ThreadPool& pool = *g_pool;
-  Scratch& scratch = *g_scratch;
-  const auto in16 = [buffers](int i) { return static_cast<const uint16_t*>(buffers[i]); };
-  const auto out16 = [buffers](int i) { return static_cast<uint16_t*>(buffers[i]); };
-  const auto dim = [params](int i) { return static_cast<size_t>(params[i]); };
-  int64_t bad_row = -1;  // cross_entropy: the first row with a label out of range
-  const auto start = std::chrono::steady_clock::now();
-  switch (op.id) {
-    case OpId::kGemm:
-      gemm(pool, scratch, in16(0), in16(1), static_cast<float*>(buffers[2]), dim(kM), dim(kN), dim(kK));
-      break;
-    case OpId::kGemmGradA: gemm_grad_a(pool, scratch, in16(0), in16(1), out16(2), dim(kM), dim(kN), dim(kK)); break;
-    case OpId::kGemmGradB: gemm_grad_b(pool, scratch, in16(0), in16(1), out16(2), dim(kM), dim(kN), dim(kK)); break;
-    case OpId::kSoftmax: softmax(pool, scratch, in16(0), out16(1), dim(kR), dim(kC)); break;
-    case OpId::kSoftmaxGrad: softmax_grad(pool, scratch, in16(0), in16(1), out16(2), dim(kR), dim(kC)); break;
-    case OpId::kCrossEntropy:
-      bad_row = cross_entropy(pool, scratch, in16(0), static_cast<const int32_t*>(buffers[1]),
-                              static_cast<float*>(buffers[2]), out16(3), dim(kR), dim(kV), params[kIgnoreIndex]);
-      break;
-  }
-  const auto stop = std::chrono::steady_clock::now();
-  *kernel_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(stop - start).count());
-  if (bad_row >= 0) return label_error(params, bad_row, static_cast<const int32_t*>(buffers[1])[bad_row]);
   return Result::OK();
 }
 

@@ -303,4 +303,26 @@ void gemm_grad_b(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const ui
   product(pool, scratch, lhs, rhs, K, N, M, Output{nullptr, db, K, N, nullptr, 0, 0, 0});
 }
 
+// The ops' entries (kernels.cc lists them).
+Result run_gemm(const Call& c, uint64_t*) {
+  using namespace op_gemm;
+  gemm(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::A), c.ptr<const uint16_t>(buf::B), c.ptr<float>(buf::C),
+       c.dim(param::M), c.dim(param::N), c.dim(param::K));
+  return Result::OK();
+}
+
+Result run_gemm_grad_a(const Call& c, uint64_t*) {
+  using namespace op_gemm_grad_a;
+  gemm_grad_a(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::dC), c.ptr<const uint16_t>(buf::B),
+              c.ptr<uint16_t>(buf::dA), c.dim(param::M), c.dim(param::N), c.dim(param::K));
+  return Result::OK();
+}
+
+Result run_gemm_grad_b(const Call& c, uint64_t*) {
+  using namespace op_gemm_grad_b;
+  gemm_grad_b(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::A), c.ptr<const uint16_t>(buf::dC),
+              c.ptr<uint16_t>(buf::dB), c.dim(param::M), c.dim(param::N), c.dim(param::K));
+  return Result::OK();
+}
+
 }  // namespace vkern

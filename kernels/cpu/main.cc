@@ -9,7 +9,7 @@
 // compiler inline across the core and the kernels.
 // Order matters: the kernels use the pool and scratch (device.cc) and the
 // bulk conversions (convert.cc); cross_entropy.cc uses softmax.cc's row
-// helpers.
+// helpers; kernels.cc, the list of every op's entry, comes last.
 // clang-format off
 #include "core/server.cc"
 #include "cpu/device.cc"
@@ -17,6 +17,7 @@
 #include "cpu/gemm.cc"
 #include "cpu/softmax.cc"
 #include "cpu/cross_entropy.cc"
+#include "cpu/kernels.cc"
 // clang-format on
 
 int main() { return vkern::run_server(); }

@@ -141,4 +141,19 @@ void softmax_grad(ThreadPool& pool, Scratch& scratch, const uint16_t* dy, const 
   });
 }
 
+// The ops' entries (kernels.cc lists them).
+Result run_softmax(const Call& c, uint64_t*) {
+  using namespace op_softmax;
+  softmax(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::X), c.ptr<uint16_t>(buf::Y), c.dim(param::R),
+          c.dim(param::C));
+  return Result::OK();
+}
+
+Result run_softmax_grad(const Call& c, uint64_t*) {
+  using namespace op_softmax_grad;
+  softmax_grad(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::dY), c.ptr<const uint16_t>(buf::Y),
+               c.ptr<uint16_t>(buf::dX), c.dim(param::R), c.dim(param::C));
+  return Result::OK();
+}
+
 }  // namespace vkern

@@ -28,6 +28,7 @@
 #define cudaSuccess hipSuccess
 #define cudaErrorInvalidValue hipErrorInvalidValue
 #define cudaErrorMemoryAllocation hipErrorOutOfMemory
+#define cudaErrorNotSupported hipErrorNotSupported
 #define cudaStream_t hipStream_t
 #define cudaGetLastError hipGetLastError
 #define cudaGetDevice hipGetDevice

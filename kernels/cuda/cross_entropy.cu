@@ -34,10 +34,10 @@
 //
 // Labels. A label that is neither in [0, V) nor the ignore_index is not used:
 // thread 0 of its row takes atomicMin of the row into a device word that
-// holds all ones otherwise, writes loss NaN, and the row's threads write
-// zeros. The host reads the word after the run (vk_cross_entropy_bad_row) and
-// resets it only when it was set; a correct call pays one compare per row in
-// the kernel and an 8-byte copy after its timed events.
+// holds all ones otherwise (the call's problem word, device.cu), writes loss
+// NaN, and the row's threads write zeros. The host reads the word after the
+// run, or after a batch's final wait; a correct call pays one compare per
+// row in the kernel.
 //
 // Accuracy: as softmax.cu's, with the loss's log (logf, within 1 ulp), the
 // rounding of m − x_l and of the quotient c/s; the oracle's bound
@@ -57,8 +57,8 @@
 //   1. softmax.cu's one-pass row kernel with the label read first, the loss
 //      from the row's max and sum, and the gradient written in place of Y .. 3.45
 //
-// Scratch (see ops.cuh): two words (the count of rows kept and the first bad
-// row), and for long rows 8 bytes per row per segment.
+// Scratch (see ops.cuh): one word (the count of rows kept), and for long
+// rows 8 bytes per row per segment.
 #include <cstdint>
 
 #include "cuda/compat.h"
@@ -71,7 +71,6 @@ namespace vkern_cross_entropy {
 using namespace vkern_rows;  // rows.cuh
 
 constexpr int kCountThreads = 256;
-constexpr unsigned long long kNoBadRow = ~0ull;
 
 // What a row's label makes of it.
 enum RowKind { kKept, kIgnored, kBadLabel };
@@ -259,21 +258,15 @@ __global__ void __launch_bounds__(kSegmentThreads)
 
 constexpr int64_t kMaxCountBlocks = 1024;
 
-// The two state words: [0] the count of rows kept, [1] the first bad row
-// (kNoBadRow when none). Allocated and set on first use, on stream s.
+// The state word: the count of rows kept. Allocated on first use.
 unsigned long long* g_state = nullptr;
 
-cudaError_t state(cudaStream_t s, unsigned long long** out) {
+cudaError_t state(unsigned long long** out) {
   if (g_state == nullptr) {
     void* p = nullptr;
-    if (cudaMalloc(&p, 2 * sizeof(unsigned long long)) != cudaSuccess) {
+    if (cudaMalloc(&p, sizeof(unsigned long long)) != cudaSuccess) {
       (void)cudaGetLastError();  // clear the allocation failure; report it here instead
       return cudaErrorMemoryAllocation;
-    }
-    const cudaError_t err = cudaMemsetAsync(static_cast<unsigned long long*>(p) + 1, 0xff, sizeof(unsigned long long), s);
-    if (err != cudaSuccess) {
-      (void)cudaFree(p);
-      return err;
     }
     g_state = static_cast<unsigned long long*>(p);
   }
@@ -338,12 +331,12 @@ cudaError_t cross_entropy_with(const Call& a) {
 }  // namespace
 
 cudaError_t vk_cross_entropy(const __half* logits, const int32_t* labels, float* loss, __half* dLogits, int64_t R,
-                             int64_t V, int64_t ignore_index, cudaStream_t s) {
+                             int64_t V, int64_t ignore_index, unsigned long long* bad_row, cudaStream_t s) {
   using namespace vkern_cross_entropy;
   unsigned long long* words = nullptr;
-  cudaError_t err = state(s, &words);
+  cudaError_t err = state(&words);
   if (err != cudaSuccess) return err;
-  Call a{logits, labels, loss, dLogits, R, V, ignore_index, nullptr, words + 1, s};
+  Call a{logits, labels, loss, dLogits, R, V, ignore_index, nullptr, bad_row, s};
   // A label is a 32-bit value: an ignore_index outside that range (the
   // unset marker) can match no row, and n = R.
   if (ignore_index >= INT32_MIN && ignore_index <= INT32_MAX) {
@@ -360,14 +353,14 @@ cudaError_t vk_cross_entropy(const __half* logits, const int32_t* labels, float*
   return cross_entropy_with<1>(a);
 }
 
-cudaError_t vk_cross_entropy_bad_row(int64_t* row, cudaStream_t s) {
-  using namespace vkern_cross_entropy;
-  *row = -1;
-  if (g_state == nullptr) return cudaSuccess;
-  unsigned long long word = kNoBadRow;
-  cudaError_t err = cudaMemcpyAsync(&word, g_state + 1, sizeof word, cudaMemcpyDeviceToHost, s);
-  if (err == cudaSuccess) err = cudaStreamSynchronize(s);
-  if (err != cudaSuccess || word == kNoBadRow) return err;
-  *row = static_cast<int64_t>(word);
-  return cudaMemsetAsync(g_state + 1, 0xff, sizeof word, s);
+namespace vkern {
+
+// The op's entry (kernels.cu lists it).
+cudaError_t run_cross_entropy(const Call& c, unsigned long long* problem, cudaStream_t s) {
+  using namespace op_cross_entropy;
+  return vk_cross_entropy(c.ptr<const __half>(buf::logits), c.ptr<const int32_t>(buf::labels), c.ptr<float>(buf::loss),
+                          c.ptr<__half>(buf::dLogits), c.params[param::R], c.params[param::V],
+                          c.params[param::ignore_index], problem, s);
 }
+
+}  // namespace vkern

@@ -20,10 +20,15 @@ namespace {
 
 cudaStream_t g_stream = nullptr;
 cudaEvent_t g_start = nullptr, g_stop = nullptr;
-// g_marks are RUN_BATCH's events; entry i runs between marks g_spans[i]
-// and g_spans[i] + 1.
+// g_marks are RUN_BATCH's events; entry i runs between marks i and i + 1.
 std::vector<cudaEvent_t> g_marks;
-std::vector<size_t> g_spans;
+// g_problems are the device words in which a call's kernels record the
+// first element of its checked input that broke its domain (atomicMin;
+// ~0 when none): one per entry of a batch, set before it and read back
+// once, after its final wait; g_problems_host is their pinned copy.
+unsigned long long* g_problems = nullptr;
+unsigned long long* g_problems_host = nullptr;
+size_t g_problem_slots = 0;
 cudaDeviceProp g_props;
 int g_device = 0;
 
@@ -60,6 +65,10 @@ Result backend_open() {
 }
 
 void backend_close() {
+  if (g_problems != nullptr) (void)cudaFree(g_problems);
+  if (g_problems_host != nullptr) (void)cudaFreeHost(g_problems_host);
+  g_problems = g_problems_host = nullptr;
+  g_problem_slots = 0;
   if (g_staging != nullptr) (void)cudaFreeHost(g_staging);
   for (cudaEvent_t e : g_marks) (void)cudaEventDestroy(e);
   g_marks.clear();
@@ -152,48 +161,45 @@ Result backend_memory(uint64_t* free_bytes, uint64_t* total_bytes) {
 
 namespace {
 
-// launch enqueues op's kernels on the stream without waiting.
-cudaError_t launch(const OpSpec& op, const int64_t* params, void* const* buffers) {
-  const auto in = [buffers](int i) { return static_cast<const __half*>(buffers[i]); };
-  const auto out = [buffers](int i) { return static_cast<__half*>(buffers[i]); };
-  switch (op.id) {
-    case OpId::kGemm:
-      return vk_gemm(in(0), in(1), static_cast<float*>(buffers[2]), params[kM], params[kN], params[kK], g_stream);
-    case OpId::kGemmGradA: return vk_gemm_grad_a(in(0), in(1), out(2), params[kM], params[kN], params[kK], g_stream);
-    case OpId::kGemmGradB: return vk_gemm_grad_b(in(0), in(1), out(2), params[kM], params[kN], params[kK], g_stream);
-    case OpId::kSoftmax: return vk_softmax(in(0), out(1), params[kR], params[kC], g_stream);
-    case OpId::kSoftmaxGrad: return vk_softmax_grad(in(0), in(1), out(2), params[kR], params[kC], g_stream);
-    case OpId::kCrossEntropy:
-      return vk_cross_entropy(in(0), static_cast<const int32_t*>(buffers[1]), static_cast<float*>(buffers[2]), out(3),
-                              params[kR], params[kV], params[kIgnoreIndex], g_stream);
-  }
-  return cudaErrorInvalidValue;
+Result ensure_problem_slots(size_t n) {
+  if (n <= g_problem_slots) return Result::OK();
+  if (g_problems != nullptr) VK_CHECK(cudaFree(g_problems), "cudaFree of the problem words");
+  if (g_problems_host != nullptr) VK_CHECK(cudaFreeHost(g_problems_host), "cudaFreeHost of the problem words");
+  g_problems = nullptr;
+  g_problems_host = nullptr;
+  g_problem_slots = 0;
+  const size_t slots = n < 64 ? 64 : n;
+  VK_CHECK(cudaMalloc(reinterpret_cast<void**>(&g_problems), slots * sizeof(unsigned long long)),
+           "cudaMalloc of the problem words");
+  VK_CHECK(cudaMallocHost(reinterpret_cast<void**>(&g_problems_host), slots * sizeof(unsigned long long)),
+           "cudaMallocHost of the problem words");
+  g_problem_slots = slots;
+  return Result::OK();
 }
 
-// launch_error turns a launch's error into the RUN's: scratch that cannot
-// be had is OUT_OF_MEMORY (and not sticky), anything else a device error.
+bool checks(const Call& call) { return call.op->checked_buffer >= 0; }
+
+// launch enqueues a call's kernels on the stream without waiting; problem
+// is its device word (nullptr for an op without a checked input).
+cudaError_t launch(const Call& call, unsigned long long* problem) {
+  const CudaKernel kernel = find_kernel(call.op->id);
+  if (kernel == nullptr) return cudaErrorNotSupported;
+  return kernel(call, problem, g_stream);
+}
+
+// launch_error turns a launch's error into the RUN's: an op without a
+// kernel here is NOT_SUPPORTED, scratch that cannot be had is
+// OUT_OF_MEMORY (and not sticky), anything else a device error.
 Result launch_error(const OpSpec& op, cudaError_t err) {
+  if (err == cudaErrorNotSupported && find_kernel(op.id) == nullptr) {
+    return fail(kStatusNotSupported, op.name, ": the ", VK_BACKEND_NAME, " backend has no kernel for it (it has ",
+                backend_op_names(), ")");
+  }
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     return fail(kStatusOutOfMemory, op.name, ": cannot allocate the kernel's scratch memory");
   }
   return cuda_fail(err, op.name);
-}
-
-// check_labels is the one check made while an op runs: after a
-// cross_entropy call has finished (it waits for the stream), the first row
-// whose label was out of range, if any, becomes the call's error.
-Result check_labels(const CheckedRun& run) {
-  if (run.op->id != OpId::kCrossEntropy) return Result::OK();
-  int64_t row = -1;
-  VK_CHECK(vk_cross_entropy_bad_row(&row, g_stream), "cross_entropy: reading the label check");
-  if (row < 0) return Result::OK();
-  int32_t label = 0;
-  const int32_t* labels = static_cast<const int32_t*>(run.ptrs[1]);
-  VK_CHECK(cudaMemcpyAsync(&label, labels + row, sizeof label, cudaMemcpyDeviceToHost, g_stream),
-           "cross_entropy: reading the bad label");
-  VK_CHECK(cudaStreamSynchronize(g_stream), "cross_entropy: reading the bad label");
-  return label_error(run.params, row, label);
 }
 
 uint64_t elapsed_ns(float ms) { return static_cast<uint64_t>(static_cast<double>(ms) * 1e6); }
@@ -207,46 +213,53 @@ Result ensure_marks(size_t n) {
   return Result::OK();
 }
 
+// problems_back copies the first n problem words to the host after the
+// stream's work, and waits for them; entry i's word goes to problem[i] for
+// the entries that check.
+Result problems_back(const Call* calls, uint32_t count, size_t n, uint64_t* problem) {
+  VK_CHECK(cudaMemcpyAsync(g_problems_host, g_problems, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost, g_stream),
+           "reading back the checked inputs' problems");
+  VK_CHECK(cudaStreamSynchronize(g_stream), "reading back the checked inputs' problems");
+  for (uint32_t i = 0, slot = 0; i < count; ++i) {
+    if (checks(calls[i])) problem[i] = g_problems_host[slot++];
+  }
+  return Result::OK();
+}
+
 }  // namespace
 
 // Runs the op between two events on the stream and waits for it: the time
 // is the device's own measure of the launches, not of the frame handling.
 // An untimed run records no events (about 3.5 µs of a tiny run's host time
-// on an H100) and waits on the stream instead.
-Result backend_run(const CheckedRun& run, uint64_t* kernel_ns) {
-  const OpSpec& op = *run.op;
+// on an H100) and waits on the stream instead. An op with a checked input
+// reads its problem word back after the kernels, outside the timed events.
+Result backend_run(const Call& call, uint64_t* kernel_ns, uint64_t* problem) {
+  const OpSpec& op = *call.op;
   *kernel_ns = 0;
-  if (run.timed) VK_CHECK(cudaEventRecord(g_start, g_stream), "cudaEventRecord");
-  const cudaError_t err = launch(op, run.params, run.ptrs);
-  if (err != cudaSuccess) return launch_error(op, err);
-  if (!run.timed) {
-    VK_CHECK(cudaStreamSynchronize(g_stream), op.name);
-    return check_labels(run);
+  *problem = kNoProblem;
+  unsigned long long* word = nullptr;
+  if (checks(call)) {
+    Result r = ensure_problem_slots(1);
+    if (!r.ok()) return r;
+    word = g_problems;
+    VK_CHECK(cudaMemsetAsync(word, 0xff, sizeof *word, g_stream), "clearing the problem word");
   }
-  VK_CHECK(cudaEventRecord(g_stop, g_stream), "cudaEventRecord");
-  VK_CHECK(cudaEventSynchronize(g_stop), op.name);
-  float ms = 0;
-  VK_CHECK(cudaEventElapsedTime(&ms, g_start, g_stop), "cudaEventElapsedTime");
-  *kernel_ns = elapsed_ns(ms);
-  return check_labels(run);  // outside the timed events
+  if (call.timed) VK_CHECK(cudaEventRecord(g_start, g_stream), "cudaEventRecord");
+  const cudaError_t err = launch(call, word);
+  if (err != cudaSuccess) return launch_error(op, err);
+  if (call.timed) {
+    VK_CHECK(cudaEventRecord(g_stop, g_stream), "cudaEventRecord");
+    VK_CHECK(cudaEventSynchronize(g_stop), op.name);
+    float ms = 0;
+    VK_CHECK(cudaEventElapsedTime(&ms, g_start, g_stop), "cudaEventElapsedTime");
+    *kernel_ns = elapsed_ns(ms);
+  }
+  if (word != nullptr) return problems_back(&call, 1, 1, problem);
+  VK_CHECK(cudaStreamSynchronize(g_stream), op.name);
+  return Result::OK();
 }
 
 namespace {
-
-// enqueue launches entry i of a batch and records mark after it (unless
-// mark is null); a cross_entropy entry is then also waited for and its
-// labels checked, so that a bad label stops the batch at that entry. On
-// failure it sets *failed, waits for the entries before it if the device is
-// still usable, and returns the error.
-Result enqueue(const CheckedRun* runs, uint32_t i, cudaEvent_t mark, uint32_t* failed) {
-  cudaError_t err = launch(*runs[i].op, runs[i].params, runs[i].ptrs);
-  if (err == cudaSuccess && mark != nullptr) err = cudaEventRecord(mark, g_stream);
-  Result r = err == cudaSuccess ? check_labels(runs[i]) : launch_error(*runs[i].op, err);
-  if (r.ok()) return r;
-  *failed = i;
-  if (r.status == kStatusOutOfMemory) VK_CHECK(cudaStreamSynchronize(g_stream), "cudaStreamSynchronize");
-  return r;
-}
 
 // batch_wait_error is a failed final wait of a batch: no entry can be named.
 Result batch_wait_error(cudaError_t err) {
@@ -257,47 +270,51 @@ Result batch_wait_error(cudaError_t err) {
 
 // Enqueues every entry (with an event after each, unless no entry wants
 // its time) and waits once, at the end: a batch of tiny runs costs a launch
-// per entry and one device round trip. The exception is cross_entropy,
-// whose labels are checked as soon as its entry has run. A launch that
-// fails is that entry's error, after the entries before it have finished;
-// an error at the final wait cannot be pinned on one entry (a sticky error
-// reports itself everywhere), so it names none.
-Result backend_run_batch(const CheckedRun* runs, uint32_t count, uint64_t* kernel_ns, uint32_t* failed) {
+// per entry and one device round trip. Entries with a checked input record
+// their problems in words cleared before the batch and read back after it,
+// so they cost no wait of their own. A launch that fails is that entry's
+// error, after the entries before it have finished; an error at the final
+// wait cannot be pinned on one entry (a sticky error reports itself
+// everywhere), so it names none.
+Result backend_run_batch(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint64_t* problem, uint32_t* failed) {
   bool timed = false;
-  for (uint32_t i = 0; i < count; ++i) timed = timed || runs[i].timed;
-  if (!timed) {
-    for (uint32_t i = 0; i < count; ++i) {
-      const Result r = enqueue(runs, i, nullptr, failed);
-      if (!r.ok()) return r;
-      kernel_ns[i] = 0;
-    }
-    const cudaError_t err = cudaStreamSynchronize(g_stream);
-    return err == cudaSuccess ? Result::OK() : batch_wait_error(err);
-  }
-  // Entry i runs from mark g_spans[i] to the mark after it: an entry's end
-  // mark is the next one's start, except after a cross_entropy
-  // entry, whose label check keeps the device idle while the host waits, so
-  // the next entry gets a fresh start mark.
-  Result r = ensure_marks(2 * size_t{count} + 1);
-  if (!r.ok()) return r;
-  g_spans.resize(count);
-  size_t last = 0;
-  VK_CHECK(cudaEventRecord(g_marks[0], g_stream), "cudaEventRecord");
+  size_t checking = 0;
   for (uint32_t i = 0; i < count; ++i) {
-    if (i > 0 && runs[i - 1].op->id == OpId::kCrossEntropy) {
-      VK_CHECK(cudaEventRecord(g_marks[++last], g_stream), "cudaEventRecord");
-    }
-    g_spans[i] = last;
-    r = enqueue(runs, i, g_marks[++last], failed);
-    if (!r.ok()) return r;
+    timed = timed || calls[i].timed;
+    checking += checks(calls[i]) ? 1 : 0;
   }
-  const cudaError_t err = cudaEventSynchronize(g_marks[last]);
+  if (checking > 0) {
+    Result r = ensure_problem_slots(checking);
+    if (!r.ok()) return r;
+    VK_CHECK(cudaMemsetAsync(g_problems, 0xff, checking * sizeof(unsigned long long), g_stream),
+             "clearing the problem words");
+  }
+  if (timed) {
+    Result r = ensure_marks(size_t{count} + 1);
+    if (!r.ok()) return r;
+    VK_CHECK(cudaEventRecord(g_marks[0], g_stream), "cudaEventRecord");
+  }
+  for (uint32_t i = 0, slot = 0; i < count; ++i) {
+    unsigned long long* word = checks(calls[i]) ? g_problems + slot++ : nullptr;
+    cudaError_t err = launch(calls[i], word);
+    if (err == cudaSuccess && timed) err = cudaEventRecord(g_marks[i + 1], g_stream);
+    if (err != cudaSuccess) {
+      *failed = i;
+      const Result r = launch_error(*calls[i].op, err);
+      if (r.status != kStatusDeviceError) VK_CHECK(cudaStreamSynchronize(g_stream), "cudaStreamSynchronize");
+      return r;
+    }
+  }
+  const cudaError_t err = timed ? cudaEventSynchronize(g_marks[count]) : cudaStreamSynchronize(g_stream);
   if (err != cudaSuccess) return batch_wait_error(err);
   for (uint32_t i = 0; i < count; ++i) {
+    kernel_ns[i] = 0;
+    if (!timed) continue;
     float ms = 0;
-    VK_CHECK(cudaEventElapsedTime(&ms, g_marks[g_spans[i]], g_marks[g_spans[i] + 1]), "cudaEventElapsedTime");
+    VK_CHECK(cudaEventElapsedTime(&ms, g_marks[i], g_marks[i + 1]), "cudaEventElapsedTime");
     kernel_ns[i] = elapsed_ns(ms);
   }
+  if (checking > 0) return problems_back(calls, count, checking, problem);
   return Result::OK();
 }
 

@@ -838,3 +838,26 @@ cudaError_t vk_gemm_grad_b(const __half* A, const __half* dC, __half* dB, int64_
   // L = Aᵀ: L(k, m) = A[m·K + k], row-contiguous; R = dC (M×N, column-contiguous).
   return vkern_gemm::product<false, false>(A, K, dC, N, dB, K, N, M, s);
 }
+
+namespace vkern {
+
+// The ops' entries (kernels.cu lists them).
+cudaError_t run_gemm(const Call& c, unsigned long long*, cudaStream_t s) {
+  using namespace op_gemm;
+  return vk_gemm(c.ptr<const __half>(buf::A), c.ptr<const __half>(buf::B), c.ptr<float>(buf::C), c.params[param::M],
+                 c.params[param::N], c.params[param::K], s);
+}
+
+cudaError_t run_gemm_grad_a(const Call& c, unsigned long long*, cudaStream_t s) {
+  using namespace op_gemm_grad_a;
+  return vk_gemm_grad_a(c.ptr<const __half>(buf::dC), c.ptr<const __half>(buf::B), c.ptr<__half>(buf::dA),
+                        c.params[param::M], c.params[param::N], c.params[param::K], s);
+}
+
+cudaError_t run_gemm_grad_b(const Call& c, unsigned long long*, cudaStream_t s) {
+  using namespace op_gemm_grad_b;
+  return vk_gemm_grad_b(c.ptr<const __half>(buf::A), c.ptr<const __half>(buf::dC), c.ptr<__half>(buf::dB),
+                        c.params[param::M], c.params[param::N], c.params[param::K], s);
+}
+
+}  // namespace vkern

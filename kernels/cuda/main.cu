@@ -12,6 +12,7 @@
 #include "cuda/gemm.cu"
 #include "cuda/softmax.cu"
 #include "cuda/cross_entropy.cu"
+#include "cuda/kernels.cu"
 // clang-format on
 
 int main() { return vkern::run_server(); }

@@ -27,9 +27,9 @@
 //   16-byte aligned): a copy of each such operand with rows padded to a
 //   multiple of 8, at most 1 GiB in all. When that cannot be had, the kernel
 //   reads the operand in place instead (slower, no error).
-// - vk_cross_entropy: two 8-byte words on first use (the count of rows kept,
-//   set on the stream before each call with an ignore_index, and the first
-//   bad row), and for rows too long to hold on chip (V > 65,536) 8 bytes per
+// - vk_cross_entropy: one 8-byte word on first use (the count of rows kept,
+//   set on the stream before each call with an ignore_index), and for rows
+//   too long to hold on chip (V > 65,536) 8 bytes per
 //   row per 32,768-element segment. cudaErrorMemoryAllocation when it cannot
 //   be had.
 // The first gemm call on a device of compute capability 9.0 also copies one
@@ -71,14 +71,25 @@ cudaError_t vk_softmax_grad(const __half* dY, const __half* Y, __half* dX, int64
 // dLogits[r] = (softmax(logits[r]) − onehot(l)) / n, n the rows not ignored;
 // ignored rows get 0 and are not read. ignore_index is a 32-bit label value,
 // or INT64_MIN for none. A label neither in [0, V) nor ignore_index is not
-// used (its row gets loss NaN and zeros) and is recorded for
-// vk_cross_entropy_bad_row.
+// used (its row gets loss NaN and zeros) and its row is recorded in the
+// device word *bad_row by atomicMin (the caller sets it to ~0 first).
 cudaError_t vk_cross_entropy(const __half* logits, const int32_t* labels, float* loss, __half* dLogits, int64_t R,
-                             int64_t V, int64_t ignore_index, cudaStream_t s);
+                             int64_t V, int64_t ignore_index, unsigned long long* bad_row, cudaStream_t s);
 
-// Once s has finished the vk_cross_entropy calls since the last call of this
-// function (it synchronises s): *row is the smallest row among them whose
-// label was out of range, or −1; the record is then cleared.
-cudaError_t vk_cross_entropy_bad_row(int64_t* row, cudaStream_t s);
+namespace vkern {
+
+struct Call;
+
+// A kernel entry: enqueues call's kernels on s without waiting. problem is
+// the device word where an op with a checked input records the first
+// element that broke its domain (atomicMin; nullptr for other ops). Each
+// op's file defines run_<op>; kernels.cu lists them.
+using CudaKernel = cudaError_t (*)(const Call& call, unsigned long long* problem, cudaStream_t s);
+
+// find_kernel returns the entry of op op_id, or nullptr when this backend
+// has none.
+CudaKernel find_kernel(uint32_t op_id);
+
+}  // namespace vkern
 
 #endif  // VKERN_CUDA_OPS_CUH

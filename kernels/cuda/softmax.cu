@@ -795,3 +795,19 @@ cudaError_t vk_softmax_grad(const __half* dY, const __half* Y, __half* dX, int64
   if (C % 8 == 0 && aligned16(dY) && aligned16(Y) && aligned16(dX)) return softmax_grad_with<8>(dY, Y, dX, R, C, s);
   return softmax_grad_with<1>(dY, Y, dX, R, C, s);
 }
+
+namespace vkern {
+
+// The ops' entries (kernels.cu lists them).
+cudaError_t run_softmax(const Call& c, unsigned long long*, cudaStream_t s) {
+  using namespace op_softmax;
+  return vk_softmax(c.ptr<const __half>(buf::X), c.ptr<__half>(buf::Y), c.params[param::R], c.params[param::C], s);
+}
+
+cudaError_t run_softmax_grad(const Call& c, unsigned long long*, cudaStream_t s) {
+  using namespace op_softmax_grad;
+  return vk_softmax_grad(c.ptr<const __half>(buf::dY), c.ptr<const __half>(buf::Y), c.ptr<__half>(buf::dX),
+                         c.params[param::R], c.params[param::C], s);
+}
+
+}  // namespace vkern

@@ -1,0 +1,43 @@
+// The cpu backend's kernels: one line per op. An op missing here answers
+// NOT_SUPPORTED on this backend (core/backend.h).
+#include <cstdint>
+#include <string>
+
+#include "core/backend.h"
+
+namespace vkern {
+namespace {
+
+struct Entry {
+  uint32_t id;
+  const char* name;
+  Kernel run;
+};
+
+// clang-format off
+constexpr Entry kKernels[] = {
+    {op_gemm::kId, "gemm", run_gemm},
+    {op_gemm_grad_a::kId, "gemm_grad_a", run_gemm_grad_a},
+    {op_gemm_grad_b::kId, "gemm_grad_b", run_gemm_grad_b},
+    {op_softmax::kId, "softmax", run_softmax},
+    {op_softmax_grad::kId, "softmax_grad", run_softmax_grad},
+    {op_cross_entropy::kId, "cross_entropy", run_cross_entropy},
+};
+// clang-format on
+
+}  // namespace
+
+Kernel find_kernel(uint32_t op_id) {
+  for (const Entry& e : kKernels) {
+    if (e.id == op_id) return e.run;
+  }
+  return nullptr;
+}
+
+std::string backend_op_names() {
+  std::string names;
+  for (const Entry& e : kKernels) names += std::string(names.empty() ? "" : ",") + e.name;
+  return names;
+}
+
+}  // namespace vkern
