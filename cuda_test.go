@@ -15,12 +15,8 @@ import (
 
 func TestCUDABackendConformance(t *testing.T) {
 	dev := openBackend(t, "cuda", Options{})
-	t.Run("gemm", func(t *testing.T) { kerneltest.Gemm(t, dev) })
-	t.Run("gemm_grad_a", func(t *testing.T) { kerneltest.GemmGradA(t, dev) })
-	t.Run("gemm_grad_b", func(t *testing.T) { kerneltest.GemmGradB(t, dev) })
-	t.Run("softmax", func(t *testing.T) { kerneltest.Softmax(t, dev) })
-	t.Run("softmax_grad", func(t *testing.T) { kerneltest.SoftmaxGrad(t, dev) })
-	t.Run("cross_entropy", func(t *testing.T) { kerneltest.CrossEntropy(t, dev) })
+	kerneltest.All(t, dev)
+	t.Run("add in place", func(t *testing.T) { checkAddInPlace(t, dev) })
 }
 
 // cudaDefects plant the cpu suite's kinds of defect in the CUDA kernels.
@@ -121,6 +117,38 @@ var cudaDefects = []kerneltest.Mutation{
 		Name: "one-hot added instead of subtracted in cross_entropy", File: "cuda/cross_entropy.cu",
 		Old: "return e * q - (idx == mine ? c : 0.0f);", New: "return e * q + (idx == mine ? c : 0.0f);",
 		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "add subtracts b", File: "cuda/elementwise.cu",
+		Old: "__device__ float operator()(float a, float b) const { return a + b; }",
+		New: "__device__ float operator()(float a, float b) const { return a - b; }",
+		Op:  "add", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "add's vector path skips the last 16 bytes", File: "cuda/elementwise.cu",
+		Old: "for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n8; i += int64_t{gridDim.x} * kThreads) {",
+		New: "for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n8 - 1; i += int64_t{gridDim.x} * kThreads) {",
+		Op:  "add", Shapes: []string{"65536"},
+	},
+	{
+		Name: "gelu with x² where x³ belongs", File: "cuda/elementwise.cu",
+		Old: "const float t = kGeluC * (x + kGeluK * x * x * x);", New: "const float t = kGeluC * (x + kGeluK * x * x);",
+		Op: "gelu", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "gelu with erf where the tanh approximation belongs", File: "cuda/elementwise.cu",
+		Old: "return 0.5f * x * (1.0f + tanhf(t));", New: "return 0.5f * x * (1.0f + erff(x * 0.70710678f));",
+		Op: "gelu", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "gelu_grad with 1 − T where 1 − T² belongs", File: "cuda/elementwise.cu",
+		Old: "const float sech2 = 1.0f - T * T;", New: "const float sech2 = 1.0f - T;",
+		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "gelu_grad without the ½ of its first term", File: "cuda/elementwise.cu",
+		Old: "return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);", New: "return dy * ((1.0f + T) + 0.5f * x * sech2 * inner);",
+		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
 	},
 	// The f16 output rounding, toward zero and half away from zero: in the
 	// Hopper GEMM epilogue (the staged path of interior tiles, and the

@@ -79,6 +79,36 @@ var plantedDefects = []kerneltest.Mutation{
 		Old: "values[label] -= scale;", New: "values[label] += scale;",
 		Op: "cross_entropy", Shapes: []string{"7x4099"},
 	},
+	{
+		Name: "add subtracts b", File: "cpu/elementwise.cc",
+		Old: "for (size_t i = 0; i < n; ++i) va[i] += vb[i];", New: "for (size_t i = 0; i < n; ++i) va[i] -= vb[i];",
+		Op: "add", Shapes: []string{"4099"},
+	},
+	{
+		Name: "add leaves the last element of a short run unwritten", File: "cpu/elementwise.cc",
+		Old: "f32_to_f16_run(va, y + first, n);", New: "f32_to_f16_run(va, y + first, n - (n < kRun ? 1 : 0));",
+		Op: "add", Shapes: []string{"4099"},
+	},
+	{
+		Name: "gelu with x² where x³ belongs", File: "cpu/elementwise.cc",
+		Old: "const float t = kGeluC * (x + kGeluK * x * x * x);", New: "const float t = kGeluC * (x + kGeluK * x * x);",
+		Op: "gelu", Shapes: []string{"4099"},
+	},
+	{
+		Name: "gelu with erf where the tanh approximation belongs", File: "cpu/elementwise.cc",
+		Old: "return 0.5f * x * (1.0f + std::tanh(t));", New: "return 0.5f * x * (1.0f + std::erf(x * 0.70710678f));",
+		Op: "gelu", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "gelu_grad with 1 − T where 1 − T² belongs", File: "cpu/elementwise.cc",
+		Old: "const float sech2 = 1.0f - T * T;", New: "const float sech2 = 1.0f - T;",
+		Op: "gelu_grad", Shapes: []string{"4099"},
+	},
+	{
+		Name: "gelu_grad without the ½ of its first term", File: "cpu/elementwise.cc",
+		Old: "return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);", New: "return dy * ((1.0f + T) + 0.5f * x * sech2 * inner);",
+		Op: "gelu_grad", Shapes: []string{"4099"},
+	},
 	// The f16 output rounding: the scalar conversion (the GEMMs' outputs)
 	// and the eight-lane one (the row ops'), each rounded half away from
 	// zero, which differs from ties-to-even only on exact ties, and toward

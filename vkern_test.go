@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/kerneltest"
+	"github.com/vkern/vkern/kserver"
 	"github.com/vkern/vkern/op"
 	"github.com/vkern/vkern/toolchain"
 )
@@ -72,12 +74,8 @@ func openBackend(t *testing.T, backend string, opts Options) *Device {
 
 func TestCPUBackendConformance(t *testing.T) {
 	dev := openCPU(t, Options{})
-	t.Run("gemm", func(t *testing.T) { kerneltest.Gemm(t, dev) })
-	t.Run("gemm_grad_a", func(t *testing.T) { kerneltest.GemmGradA(t, dev) })
-	t.Run("gemm_grad_b", func(t *testing.T) { kerneltest.GemmGradB(t, dev) })
-	t.Run("softmax", func(t *testing.T) { kerneltest.Softmax(t, dev) })
-	t.Run("softmax_grad", func(t *testing.T) { kerneltest.SoftmaxGrad(t, dev) })
-	t.Run("cross_entropy", func(t *testing.T) { kerneltest.CrossEntropy(t, dev) })
+	kerneltest.All(t, dev)
+	t.Run("add in place", func(t *testing.T) { checkAddInPlace(t, dev) })
 }
 
 func TestOpenReportsWhatBuiltAndRunsTheServer(t *testing.T) {
@@ -330,5 +328,57 @@ func TestABinaryTamperedWhileServingIsRebuiltBeforeTheRestart(t *testing.T) {
 	}
 	if after.BinarySHA256 != info.BinarySHA256 || !strings.Contains(strings.Join(after.Notes, " "), "rebuilt before the server was started") {
 		t.Errorf("binary %s (was %s), notes %q", after.BinarySHA256, info.BinarySHA256, after.Notes)
+	}
+}
+
+// checkAddInPlace runs add with y in a's buffer, as the residual stream
+// does, and checks the sums; y in b's buffer, which the contract does not
+// allow, must be refused.
+func checkAddInPlace(t *testing.T, d *Device) {
+	t.Helper()
+	ctx := context.Background()
+	const n = 4103
+	s, err := op.Add.Shape([]int64{n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	av, bv := make([]uint16, n), make([]uint16, n)
+	for i := range av {
+		av[i] = f16.FromFloat64(float64(i%97) - 48.25)
+		bv[i] = f16.FromFloat64(0.125 * float64(i%13))
+	}
+	a, err := d.Alloc(ctx, 2*n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Free(ctx)
+	b, err := d.Alloc(ctx, 2*n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(ctx)
+	if err := a.WriteF16(ctx, av); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteF16(ctx, bv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Run(ctx, op.Add, s, a, b, a); err != nil {
+		t.Fatalf("add with y in a's buffer: %v", err)
+	}
+	got := make([]uint16, n)
+	if err := a.ReadF16(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		want := f16.FromFloat64(f16.ToFloat64(av[i]) + f16.ToFloat64(bv[i]))
+		if got[i] != want {
+			t.Fatalf("in place: y[%d] = %v, want %v", i, f16.ToFloat64(got[i]), f16.ToFloat64(want))
+		}
+	}
+	_, err = d.Run(ctx, op.Add, s, a, b, b)
+	var se *kserver.ServerError
+	if !errors.As(err, &se) || se.StatusName != "INVALID_ARGUMENT" || !strings.Contains(err.Error(), "outputs must not alias") {
+		t.Errorf("add with y in b's buffer: %v, want INVALID_ARGUMENT (only a may be shared)", err)
 	}
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/vkern/vkern/kernels"
-	"github.com/vkern/vkern/op"
 )
 
 // buildServer compiles the cpu kernel server from ../kernels for the test.
@@ -23,22 +21,13 @@ func buildServer(t *testing.T) string {
 	if err != nil {
 		t.Skip("no g++ to build the kernel server with")
 	}
-	src := filepath.Join("..", "kernels")
 	dir := t.TempDir()
-	// The op table is generated from the contracts (kernels.OpTable).
-	table, err := kernels.OpTable(op.All())
+	main, err := kernels.Write(filepath.Join(dir, "src"), "cpu")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "core"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, kernels.OpTablePath), table, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	bin := filepath.Join(dir, "server")
-	cmd := exec.Command(cxx, "-std=c++17", "-O1", "-pthread", "-I"+src, "-I"+dir, `-DVKERN_SOURCE_SHA256="bench-test"`, "-o", bin,
-		filepath.Join(src, "cpu", "main.cc"))
+	cmd := exec.Command(cxx, "-std=c++17", "-O1", "-pthread", "-I"+filepath.Join(dir, "src"), `-DVKERN_SOURCE_SHA256="bench-test"`, "-o", bin, main)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v: %v\n%s", cmd, err, out)
 	}

@@ -68,29 +68,42 @@ func Options(t *testing.T, dev verify.Device) verify.Options {
 	return opts
 }
 
-// Gemm checks gemm on dev.
-func Gemm(t *testing.T, dev verify.Device) { Op(t, dev, "gemm", "65x33x257") }
+// extraShapes are the shapes, beyond its quick ones, each op is held to:
+// sizes that cross a GPU kernel's tile or on-chip limits.
+var extraShapes = map[string][]string{
+	"gemm": {"65x33x257"}, "gemm_grad_a": {"65x33x257"}, "gemm_grad_b": {"65x33x257"},
+	"softmax": {"3x33000"}, "softmax_grad": {"3x33000"},
+	"cross_entropy": {"3x65536", "3x65537:ignore_index=-100"},
+	"add":           {"1000003"}, "gelu": {"1000003"}, "gelu_grad": {"1000003"},
+}
 
-// GemmGradA checks gemm_grad_a on dev.
-func GemmGradA(t *testing.T, dev verify.Device) { Op(t, dev, "gemm_grad_a", "65x33x257") }
+// extraChecks are what an op is held to beyond vkern verify's cases:
+// behaviour verify cannot show (a refused input). Calls that share buffers
+// (add in place) need the device's own buffers, and are checked by each
+// backend's test in package vkern.
+var extraChecks = map[string]func(t *testing.T, dev verify.Device){
+	"cross_entropy": crossEntropyChecks,
+}
 
-// GemmGradB checks gemm_grad_b on dev.
-func GemmGradB(t *testing.T, dev verify.Device) { Op(t, dev, "gemm_grad_b", "65x33x257") }
+// All checks every registered op on dev: Op at its quick and extra shapes,
+// then its extra checks, each in a subtest named for the op.
+func All(t *testing.T, dev verify.Device) {
+	for _, o := range op.All() {
+		t.Run(o.Name, func(t *testing.T) {
+			Op(t, dev, o.Name, extraShapes[o.Name]...)
+			if check := extraChecks[o.Name]; check != nil {
+				check(t, dev)
+			}
+		})
+	}
+}
 
-// Softmax checks softmax on dev.
-func Softmax(t *testing.T, dev verify.Device) { Op(t, dev, "softmax", "3x33000") }
-
-// SoftmaxGrad checks softmax_grad on dev.
-func SoftmaxGrad(t *testing.T, dev verify.Device) { Op(t, dev, "softmax_grad", "3x33000") }
-
-// CrossEntropy checks cross_entropy on dev: the quick cases plus rows at a
-// GPU block's on-chip limit and one past it; a call with every row ignored,
-// which must give zeros and no NaN; and labels that are neither a class nor
-// the ignore_index, which the server must refuse with INVALID_ARGUMENT
-// naming the row, the value and the valid range, and then serve on.
-func CrossEntropy(t *testing.T, dev verify.Device) {
-	Op(t, dev, "cross_entropy", "3x65536", "3x65537:ignore_index=-100")
-	o, _ := op.Lookup("cross_entropy")
+// crossEntropyChecks: a call with every row ignored, which must give zeros
+// and no NaN; and labels that are neither a class nor the ignore_index,
+// which the server must refuse with INVALID_ARGUMENT naming the row, the
+// value and the valid range, and then serve on.
+func crossEntropyChecks(t *testing.T, dev verify.Device) {
+	o := op.CrossEntropy
 	ctx := context.Background()
 	t.Run("every row ignored", func(t *testing.T) {
 		s, _ := o.ParseShape("5x40:ignore_index=-100")

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/vkern/vkern/kernels"
-	"github.com/vkern/vkern/op"
 )
 
 // These tests run the real C++ cpu server, built from ../kernels with g++
@@ -48,30 +47,18 @@ func buildRealServer(t testing.TB) string {
 			realSkip = "no g++ to build the C++ server with"
 			return
 		}
-		src := filepath.Join("..", "kernels")
-		main := filepath.Join(src, "cpu", "main.cc")
-		if _, err := os.Stat(main); err != nil {
-			realSkip = fmt.Sprintf("no C++ server sources: %v", err)
-			return
-		}
 		if realDir, realErr = os.MkdirTemp("", "kserver-real-"); realErr != nil {
 			return
 		}
-		// The op table is generated from the contracts (kernels.OpTable).
-		table, err := kernels.OpTable(op.All())
-		if err == nil {
-			err = os.MkdirAll(filepath.Join(realDir, "core"), 0o755)
-		}
-		if err == nil {
-			err = os.WriteFile(filepath.Join(realDir, kernels.OpTablePath), table, 0o644)
-		}
+		src := filepath.Join(realDir, "src")
+		main, err := kernels.Write(src, "cpu")
 		if err != nil {
 			realErr = err
 			return
 		}
 		bin := filepath.Join(realDir, "server")
 		// -O1: the tests exercise the process, not the kernels' speed.
-		cmd := exec.Command(cxx, "-std=c++17", "-O1", "-pthread", "-I"+src, "-I"+realDir,
+		cmd := exec.Command(cxx, "-std=c++17", "-O1", "-pthread", "-I"+src,
 			`-DVKERN_SOURCE_SHA256="`+realSourceSHA+`"`, "-o", bin, main)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			realErr = fmt.Errorf("%v: %v\n%s", cmd, err, out)

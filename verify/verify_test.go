@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +33,9 @@ type goKernels struct {
 func (g goKernels) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]byte) (time.Duration, error) {
 	if g.err != nil {
 		return 0, g.err
+	}
+	if !slices.Contains(goOps, o) {
+		return 0, fmt.Errorf("goKernels has no %s", o.Name)
 	}
 	in := make([][]float32, len(o.Inputs()))
 	for i, p := range o.Inputs() {
@@ -188,9 +193,13 @@ func crossEntropyGo(s op.Shape, x, labels, out []float32, subtractMax, countIgno
 	}
 }
 
+// goOps are the ops goKernels implements: the six of the first release.
+// The others are shown by the C++ kernels' conformance suite (kerneltest).
+var goOps = []*op.Op{op.Gemm, op.GemmGradA, op.GemmGradB, op.Softmax, op.SoftmaxGrad, op.CrossEntropy}
+
 func quickPlan(t *testing.T) []Case {
 	t.Helper()
-	cases, err := Plan{Ops: op.All(), Seed: 1, Quick: true}.Cases()
+	cases, err := Plan{Ops: goOps, Seed: 1, Quick: true}.Cases()
 	if err != nil {
 		t.Fatal(err)
 	}

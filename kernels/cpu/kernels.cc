@@ -22,6 +22,9 @@ constexpr Entry kKernels[] = {
     {op_softmax::kId, "softmax", run_softmax},
     {op_softmax_grad::kId, "softmax_grad", run_softmax_grad},
     {op_cross_entropy::kId, "cross_entropy", run_cross_entropy},
+    {op_add::kId, "add", run_add},
+    {op_gelu::kId, "gelu", run_gelu},
+    {op_gelu_grad::kId, "gelu_grad", run_gelu_grad},
 };
 // clang-format on
 

@@ -17,6 +17,7 @@
 #include "cpu/gemm.cc"
 #include "cpu/softmax.cc"
 #include "cpu/cross_entropy.cc"
+#include "cpu/op_files.inc"
 #include "cpu/kernels.cc"
 // clang-format on
 

@@ -12,6 +12,7 @@
 #include "cuda/gemm.cu"
 #include "cuda/softmax.cu"
 #include "cuda/cross_entropy.cu"
+#include "cuda/op_files.inc"
 #include "cuda/kernels.cu"
 // clang-format on
 

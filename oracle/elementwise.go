@@ -1,0 +1,174 @@
+package oracle
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+
+	"github.com/vkern/vkern/f16"
+	"github.com/vkern/vkern/op"
+)
+
+// u24 is binary32's unit roundoff under round-to-nearest: every binary32
+// addition, multiplication and division of the elementwise kernels is within
+// u24 of its exact result (relative); a fused multiply-add rounds once
+// where the two steps it replaces round twice, so the bounds below, which
+// count both, hold for kernels that fuse too.
+
+// tanhULPs is the error the elementwise bounds allow a kernel's binary32
+// tanh: 4 ulps, twice what glibc's tanhf (its libm-test-ulps for x86_64) and
+// CUDA's tanhf (the CUDA Math API's table) claim. An ulp of a result in
+// (−1, 1) is at most 2⁻²³ times it, so tanhf's result is within a relative
+// 2⁻²¹ of tanh of its argument.
+const tanhRelative = 4 * 0x1p-23
+
+// GELU's constants: c = √(2/π) and k = 0.044715 (GPT-2's, and PyTorch's
+// approximate='tanh').
+const (
+	geluC = 0.7978845608028654
+	geluK = 0.044715
+)
+
+func init() {
+	mustRegister(op.Add, Spec{Compute: addCompute, Generate: addGenerate})
+	mustRegister(op.GELU, Spec{Compute: geluCompute})
+	mustRegister(op.GELUGrad, Spec{Compute: geluGradCompute})
+}
+
+// elementwise computes one output of n elements, element i by fn, on every
+// core.
+func elementwise(ctx context.Context, n int, fn func(i int) (value, bound float64)) ([]*Reference, error) {
+	ref := &Reference{Value: make([]float64, n), Bound: make([]float64, n)}
+	err := parallelRows(ctx, n, 16, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			ref.Value[i], ref.Bound[i] = fn(i)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []*Reference{ref}, nil
+}
+
+// addCompute is the reference of add: y = a + b.
+//
+// Bound. The sum of two f16 values is exact in float64 (their exponents
+// differ by at most 40, and each has 11 significant bits), so Value is
+// exact. A binary32 kernel rounds the sum once (|error| ≤ u₂₄·|a + b|)
+// before rounding it to f16; one that adds in f16 rounds only once. Either
+// way Bound = u₂₄·|a + b|. IEEE specials follow the formula: NaN and
+// +Inf + −Inf give NaN; a sum of 65520 or more overflows f16 to Inf.
+func addCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) ([]*Reference, error) {
+	a, b := in[0].F16, in[1].F16
+	return elementwise(ctx, len(a), func(i int) (float64, float64) {
+		v := f16.ToFloat64(a[i]) + f16.ToFloat64(b[i])
+		return v, u24 * math.Abs(v)
+	})
+}
+
+// addGenerate draws add's inputs: under Rounding, whole numbers in
+// [−2048, 2048], exact in f16, whose sums up to 4096 land where f16 must
+// round (every odd sum past 2048 a tie); under Special, the scattered
+// specials plus pairs of 60000 whose sum overflows f16; each distribution's
+// values otherwise.
+func addGenerate(g *Gen) []Input {
+	switch g.Dist {
+	case Rounding:
+		draw := func(r *rand.Rand) float64 { return float64(r.IntN(4097) - 2048) }
+		return []Input{{F16: g.F16(0, draw)}, {F16: g.F16(1, draw)}}
+	case Special:
+		in := g.Default()
+		a, b := in[0].F16, in[1].F16
+		for t := 0; t < max(1, len(a)/100); t++ {
+			i := g.Rand().IntN(len(a))
+			a[i], b[i] = big, big
+		}
+		return in
+	}
+	return g.Default()
+}
+
+// geluParts are the exact T = tanh(t), t = c·(x + k·x³), and how far a
+// binary32 kernel's T̂ may lie from T.
+//
+// The kernel's t̂ takes at most 7 roundings (x², x³ or k·x², the product
+// with k, the sum with x or with 1, the product with c or with x, and the
+// rounding of c and k to binary32), on terms of one sign, so
+// t̂ = t·(1 + θ), |θ| ≤ γ₂₄(8). By the mean value theorem, with sech²
+// decreasing in |t|, |tanh(t̂) − tanh(t)| ≤ sech²(|t|(1 − θ))·|t|·θ = Δ,
+// and tanhf adds a relative 2⁻²¹ (tanhRelative): |T̂ − T| ≤ Δ + 2⁻²¹·(|T| + Δ).
+func geluParts(x float64) (t, T, e float64) {
+	t = geluC * (x + geluK*x*x*x)
+	T = math.Tanh(t)
+	theta := Gamma(8, u24)
+	at := math.Abs(t)
+	sech := 1 / math.Cosh(at*(1-theta))
+	delta := sech * sech * at * theta
+	if math.IsInf(at, 0) || math.IsNaN(delta) {
+		delta = 0 // tanh(±Inf) = ±1 exactly, as tanhf gives
+	}
+	return t, T, delta + tanhRelative*(math.Abs(T)+delta)
+}
+
+// own is the oracle's float64 error on a result of magnitude v: math.Tanh
+// and math.Cosh are within an ulp, and the few float64 operations around
+// them add a few more; 2⁻⁴⁸ relative covers them with room.
+func own(v float64) float64 { return 0x1p-48 * math.Abs(v) }
+
+// geluCompute is the reference of gelu: y = ½x·(1 + T), T as geluParts.
+//
+// Bound. From |T̂ − T| ≤ E (geluParts), the kernel's 1 + T̂ is within
+// E_S = E + u·(|1 + T| + E) of 1 + T (one rounding), and ŷ = fl(½x·Ŝ) (½x
+// exact) within ½|x|·E_S + u·½|x|·(|1 + T| + E_S) of y. Near x → −∞,
+// 1 + T cancels: the bound is then absolute, ½|x|·E, as it must be.
+// IEEE specials follow the formula: NaN gives NaN, +Inf gives +Inf, −Inf
+// gives NaN (½·(−Inf)·(1 − 1)).
+func geluCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) ([]*Reference, error) {
+	xs := in[0].F16
+	return elementwise(ctx, len(xs), func(i int) (float64, float64) {
+		x := f16.ToFloat64(xs[i])
+		_, T, e := geluParts(x)
+		y := 0.5 * x * (1 + T)
+		one := math.Abs(1 + T)
+		eS := e + u24*(one+e)
+		return y, 0.5*math.Abs(x)*(eS+u24*(one+eS)) + own(y)
+	})
+}
+
+// geluGradCompute is the reference of gelu_grad: dx = dy·g,
+// g = ½(1 + T) + ½x·s·i, s = 1 − T², i = c·(1 + 3k·x²).
+//
+// Bound. With |T̂ − T| ≤ E (geluParts):
+//   - ŝ = fl(1 − fl(T̂²)) is within e_s = (2|T| + E)·E + u·(|T| + E)² +
+//     u·(|s| + (2|T| + E)·E + u·(|T| + E)²) of s (two roundings);
+//   - î is within γ₂₄(6)·i of i (x², the product with 3k, the sum with 1,
+//     the product with c, and the rounding of 3k and c);
+//   - the second term, two products, within
+//     e₂ = ½|x|·(e_s·i + |s|·e_i + e_s·e_i + γ₂₄(2)·(|s| + e_s)·(i + e_i));
+//   - the first, ½(1 + T̂), within e₁ = ½·(E + u·(|1 + T| + E));
+//   - their sum within e_g = e₁ + e₂ + u·(|g| + e₁ + e₂);
+//   - dx = fl(dy·ĝ) within |dy|·e_g + u·|dy|·(|g| + e_g).
+//
+// IEEE specials follow the formula: NaN anywhere gives NaN; x = ±Inf gives
+// ½·Inf·0·i = NaN; a finite x with dy = ±Inf gives ±Inf·g.
+func geluGradCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) ([]*Reference, error) {
+	xs, dys := in[0].F16, in[1].F16
+	g6, g2 := Gamma(6, u24), Gamma(2, u24)
+	return elementwise(ctx, len(xs), func(k int) (float64, float64) {
+		x, dy := f16.ToFloat64(xs[k]), f16.ToFloat64(dys[k])
+		_, T, e := geluParts(x)
+		sv := 1 - T*T
+		iv := geluC * (1 + 3*geluK*x*x)
+		g := 0.5*(1+T) + 0.5*x*sv*iv
+		v := dy * g
+		aT, as := math.Abs(T), math.Abs(sv)
+		es := (2*aT+e)*e + u24*(aT+e)*(aT+e)
+		es += u24 * (as + es)
+		ei := g6 * iv
+		e2 := 0.5 * math.Abs(x) * (es*iv + as*ei + es*ei + g2*(as+es)*(iv+ei))
+		e1 := 0.5 * (e + u24*(math.Abs(1+T)+e))
+		eg := e1 + e2 + u24*(math.Abs(g)+e1+e2)
+		ad := math.Abs(dy)
+		return v, ad*eg + u24*ad*(math.Abs(g)+eg) + own(v) + own(ad*0.5*math.Abs(x)*as*iv)
+	})
+}
