@@ -90,7 +90,7 @@ var cudaDefects = []kerneltest.Mutation{
 	},
 	{
 		Name: "mean scale missing in cross_entropy", File: "cuda/cross_entropy.cu",
-		Old: "return static_cast<float>(1.0 / n);", New: "return 1.0f;",
+		Old: "return static_cast<float>(grad_scale / n);", New: "return 1.0f;",
 		Op: "cross_entropy", Shapes: []string{"7x4099"},
 	},
 	{

@@ -51,7 +51,7 @@ var plantedDefects = []kerneltest.Mutation{
 	},
 	{
 		Name: "mean scale missing in cross_entropy", File: "cpu/cross_entropy.cc",
-		Old: "const float scale = n > 0 ? static_cast<float>(1.0 / static_cast<double>(n)) : 0.0f;", New: "const float scale = 1.0f;",
+		Old: "const float scale = n > 0 ? static_cast<float>(grad_scale / static_cast<double>(n)) : 0.0f;", New: "const float scale = 1.0f;",
 		Op: "cross_entropy", Shapes: []string{"7x4099"},
 	},
 	{

@@ -128,9 +128,9 @@ func crossEntropyChecks(t *testing.T, dev verify.Device) {
 			labels []int32
 			want   string
 		}{
-			{"4x5", []int32{0, 4, 5, 1}, "labels[2] = 5 is outside its domain: a class index in [0, V), or the ignore_index (set ignore_index to the label that marks rows to skip) (R=4, V=5, ignore_index=unset)"},
-			{"4x5", []int32{0, -100, 1, 1}, "labels[1] = -100 is outside its domain: a class index in [0, V), or the ignore_index (set ignore_index to the label that marks rows to skip) (R=4, V=5, ignore_index=unset)"},
-			{"4x5:ignore_index=-100", []int32{-100, 3, -1, 7}, "labels[2] = -1 is outside its domain: a class index in [0, V), or the ignore_index (set ignore_index to the label that marks rows to skip) (R=4, V=5, ignore_index=-100)"},
+			{"4x5", []int32{0, 4, 5, 1}, "labels[2] = 5 is outside its domain: a class index in [0, V), or the ignore_index (set ignore_index to the label that marks rows to skip) (R=4, V=5, ignore_index=unset, grad_scale=1)"},
+			{"4x5", []int32{0, -100, 1, 1}, "labels[1] = -100 is outside its domain: a class index in [0, V), or the ignore_index (set ignore_index to the label that marks rows to skip) (R=4, V=5, ignore_index=unset, grad_scale=1)"},
+			{"4x5:ignore_index=-100", []int32{-100, 3, -1, 7}, "labels[2] = -1 is outside its domain: a class index in [0, V), or the ignore_index (set ignore_index to the label that marks rows to skip) (R=4, V=5, ignore_index=-100, grad_scale=1)"},
 			{"3x70000", []int32{0, 69999, 70000}, "labels[2] = 70000 is outside its domain: a class index in [0, V)"},
 		} {
 			s, err := o.ParseShape(tt.shape)

@@ -702,8 +702,9 @@ func TestRealServerChecksCrossEntropyParamsAndLabels(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	one := int64(math.Float64bits(1)) // grad_scale, a binary64 on the wire
 	run := func(r, v, ignore int64) RunRequest {
-		return RunRequest{OpID: 6, Params: []int64{r, v, ignore}, Buffers: []Handle{logits, labels, loss, grad}}
+		return RunRequest{OpID: 6, Params: []int64{r, v, ignore, one}, Buffers: []Handle{logits, labels, loss, grad}}
 	}
 	setLabels(0, 3, -100)
 	for _, tt := range []struct {
@@ -713,11 +714,11 @@ func TestRealServerChecksCrossEntropyParamsAndLabels(t *testing.T) {
 	}{
 		{"ignore_index -100 marks row 2", run(rows, classes, -100), ""},
 		{"ignore_index past 32 bits", run(rows, classes, 1<<40), "cross_entropy: ignore_index = 1099511627776, want a 32-bit label value"},
-		{"V of 0", run(rows, 0, unset), "cross_entropy: V = 0, want >= 1 (R=3, V=0, ignore_index=unset)"},
+		{"V of 0", run(rows, 0, unset), "cross_entropy: V = 0, want >= 1 (R=3, V=0, ignore_index=unset, grad_scale=1)"},
 		{"logits too short for R·V", run(rows+1, classes, unset), "logits (handle 1) has 24 bytes, want R·V·2 = 32"},
-		{"labels too short for R", RunRequest{OpID: 6, Params: []int64{rows, classes, unset}, Buffers: []Handle{logits, short, loss, grad}},
+		{"labels too short for R", RunRequest{OpID: 6, Params: []int64{rows, classes, unset, one}, Buffers: []Handle{logits, short, loss, grad}},
 			"labels (handle 5) has 8 bytes, want R·4 = 12"},
-		{"label -100 with no ignore_index", run(rows, classes, unset), "labels[2] = -100 is outside its domain: a class index in [0, V), or the ignore_index (set ignore_index to the label that marks rows to skip) (R=3, V=4, ignore_index=unset); fix the labels"},
+		{"label -100 with no ignore_index", run(rows, classes, unset), "labels[2] = -100 is outside its domain: a class index in [0, V), or the ignore_index (set ignore_index to the label that marks rows to skip) (R=3, V=4, ignore_index=unset, grad_scale=1); fix the labels"},
 	} {
 		_, err := c.Run(ctx, tt.run.OpID, tt.run.Params, tt.run.Buffers)
 		var se *ServerError

@@ -1,6 +1,7 @@
 package op
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -55,7 +56,7 @@ func TestParseShapeRejectsBadShapesNamingTheValue(t *testing.T) {
 		{"softmax", "99999999999999999999x1", "not a whole number"},
 		{"cross_entropy", "4x0", "V = 0"},
 		{"softmax", "4x4:ignore_index=-100", "takes no parameters"},
-		{"cross_entropy", "4x4:ignore=-100", "does not take (it takes ignore_index)"},
+		{"cross_entropy", "4x4:ignore=-100", "does not take (it takes ignore_index, grad_scale)"},
 		{"cross_entropy", "4x4:ignore_index", "not NAME=VALUE"},
 		{"cross_entropy", "4x4:ignore_index=1.5", "not NAME=WHOLE_NUMBER"},
 		{"cross_entropy", "4x4:ignore_index=2147483648", "ignore_index = 2147483648"},
@@ -134,12 +135,13 @@ func TestCrossEntropyOperandsAndWireParams(t *testing.T) {
 			t.Errorf("%s has %d elements, want %d", p.Name, got, want[p.Name])
 		}
 	}
-	if got := o.WireParams(s); len(got) != 3 || got[0] != 3 || got[1] != 5 || got[2] != -100 {
-		t.Errorf("WireParams = %v, want [3 5 -100]", got)
+	one := int64(math.Float64bits(1)) // grad_scale's default, as binary64 bits
+	if got := o.WireParams(s); len(got) != 4 || got[0] != 3 || got[1] != 5 || got[2] != -100 || got[3] != one {
+		t.Errorf("WireParams = %v, want [3 5 -100 %d]", got, one)
 	}
-	unset, _ := o.ParseShape("3x5")
-	if got := o.WireParams(unset); len(got) != 3 || got[2] != Unset {
-		t.Errorf("WireParams without ignore_index = %v, want the Unset marker last", got)
+	unset, _ := o.ParseShape("3x5:grad_scale=0.5")
+	if got := o.WireParams(unset); len(got) != 4 || got[2] != Unset || got[3] != int64(math.Float64bits(0.5)) {
+		t.Errorf("WireParams without ignore_index = %v, want the Unset marker, then 0.5's bits", got)
 	}
 	if got := o.MovedBytes(s); got != 15*2+3*4+3*4+15*2 {
 		t.Errorf("MovedBytes = %d", got)

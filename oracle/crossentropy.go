@@ -16,7 +16,8 @@ import (
 //	loss[r]     = log Σⱼ exp(xⱼ − m) + (m − x_l),   m = max x[r],
 //	dLogits[r]ⱼ = c·(yⱼ − [j = l]),   yⱼ = exp(xⱼ − m) / Σ exp(x − m),   c = 1/n,
 //
-// where n counts the rows whose label is not ignore; a row whose label is
+// (times gradScale, a loss scale; c = gradScale/n below), where n counts the
+// rows whose label is not ignore; a row whose label is
 // ignore has loss 0 and a zero gradient row, whatever its logits hold. ignore
 // is a label value, or op.Unset when no row is ignored; every other label
 // must lie in [0, V). The loss is per row and unscaled: the mean is Σ loss/n.
@@ -30,7 +31,7 @@ import (
 //	|losŝ − loss| ≤ β + (2+u)·u·a + (5+4u)·u·(b+β).
 //
 // For the gradient, SoftmaxRows's bound with a third rounding (for c =
-// fl(1/n), or the quotient c/Ŝ) bounds c·ŷⱼ within c·Bⱼ of c·yⱼ, with
+// fl(gradScale/n), or the quotient c/Ŝ) bounds c·ŷⱼ within c·Bⱼ of c·yⱼ, with
 // Bⱼ = yⱼ·[(1+hⱼ)(1+u)³/((1−H)(1−γ(V))) − 1] + 2⁻¹²⁶. Subtracting c at
 // j = l, as (ŷ − 1)·c or as ŷ·c − c, costs at most three more roundings of
 // quantities below |tⱼ| + [j = l] + Bⱼ, tⱼ = yⱼ − [j = l]:
@@ -45,7 +46,7 @@ import (
 // gradient row; with m finite, a label whose logit is −Inf gives loss +Inf
 // and a finite gradient (y_l = 0). When every row is ignored (n = 0) every
 // loss and gradient element is 0.
-func CrossEntropyRows(ctx context.Context, xs []uint16, labels []int32, rows, cols int, ignore int64) (loss, grad *Reference, err error) {
+func CrossEntropyRows(ctx context.Context, xs []uint16, labels []int32, rows, cols int, ignore int64, gradScale float64) (loss, grad *Reference, err error) {
 	n := 0
 	for r, l := range labels {
 		if int64(l) == ignore {
@@ -58,7 +59,7 @@ func CrossEntropyRows(ctx context.Context, xs []uint16, labels []int32, rows, co
 	}
 	c := 0.0
 	if n > 0 {
-		c = 1 / float64(n)
+		c = gradScale / float64(n)
 	}
 	loss = &Reference{Value: make([]float64, rows), Bound: make([]float64, rows)}
 	grad = &Reference{Value: make([]float64, rows*cols), Bound: make([]float64, rows*cols)}
@@ -148,7 +149,7 @@ func (k crossEntropyModel) row(x []uint16, label int, d []float64, loss, lossBou
 func init() {
 	mustRegister(op.CrossEntropy, Spec{
 		Compute: func(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) ([]*Reference, error) {
-			loss, grad, err := CrossEntropyRows(ctx, in[0].F16, in[1].I32, int(s.Dims[0]), int(s.Dims[1]), s.Int(op.IgnoreIndex))
+			loss, grad, err := CrossEntropyRows(ctx, in[0].F16, in[1].I32, int(s.Dims[0]), int(s.Dims[1]), s.Int(op.IgnoreIndex), s.Value("grad_scale"))
 			if err != nil {
 				return nil, err
 			}

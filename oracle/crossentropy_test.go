@@ -55,7 +55,7 @@ func TestCrossEntropyBoundHoldsForBinary32Kernels(t *testing.T) {
 			labels[r] = int32(rng.IntN(cols))
 		}
 		labels[0], labels[rows-1], labels[3] = 0, cols-1, -100
-		loss, grad, err := CrossEntropyRows(context.Background(), x, labels, rows, cols, -100)
+		loss, grad, err := CrossEntropyRows(context.Background(), x, labels, rows, cols, -100, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +100,7 @@ func TestCrossEntropySpecialRows(t *testing.T) {
 		nan, inf, ninf, // ignored: zeros whatever the logits hold
 	}
 	labels := []int32{1, 0, 2, 0, 7}
-	loss, grad, err := CrossEntropyRows(context.Background(), x, labels, 5, 3, 7)
+	loss, grad, err := CrossEntropyRows(context.Background(), x, labels, 5, 3, 7, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestCrossEntropySpecialRows(t *testing.T) {
 
 func TestCrossEntropyWithEveryRowIgnoredIsAllZeros(t *testing.T) {
 	x := randomF16(rand.New(rand.NewPCG(15, 16)), 3*4, "normal")
-	loss, grad, err := CrossEntropyRows(context.Background(), x, []int32{-100, -100, -100}, 3, 4, -100)
+	loss, grad, err := CrossEntropyRows(context.Background(), x, []int32{-100, -100, -100}, 3, 4, -100, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestCrossEntropyRefusesALabelOutsideTheRange(t *testing.T) {
 		{[]int32{-100, 1}, op.Unset, "labels[0] = -100"},
 		{[]int32{-1, 1}, -100, "labels[0] = -1"},
 	} {
-		_, _, err := CrossEntropyRows(context.Background(), x, tt.labels, 2, 4, tt.ignore)
+		_, _, err := CrossEntropyRows(context.Background(), x, tt.labels, 2, 4, tt.ignore, 1)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("labels %v, ignore %d: error %v, want one containing %q", tt.labels, tt.ignore, err, tt.want)
 		}

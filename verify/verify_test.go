@@ -157,7 +157,7 @@ func crossEntropyGo(s op.Shape, x, labels, out []float32, subtractMax, countIgno
 			n++
 		}
 	}
-	scale := float32(1 / float64(n))
+	scale := float32(s.Value("grad_scale") / float64(n))
 	loss, grad := out[:r], out[r:]
 	for i := 0; i < r; i++ {
 		label := int(labels[i])

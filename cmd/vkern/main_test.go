@@ -36,7 +36,7 @@ func TestUsageErrorsExitTwoWithALineThatNamesTheValue(t *testing.T) {
 		{[]string{"verify", "--shape", "4x4x"}, "not a whole number"},
 		{[]string{"verify", "--op", "softmax", "--shape", "4x4x4"}, "softmax"},
 		{[]string{"verify", "--op", "softmax", "--shape", "4x4:ignore_index=-100"}, "shape 4x4:ignore_index=-100 sets ignore_index, but softmax takes no parameters"},
-		{[]string{"verify", "--op", "cross_entropy", "--shape", "4x4:ignore=-1"}, "which cross_entropy does not take (it takes ignore_index)"},
+		{[]string{"verify", "--op", "cross_entropy", "--shape", "4x4:ignore=-1"}, "which cross_entropy does not take (it takes ignore_index, grad_scale)"},
 		{[]string{"verify", "--op", "cross_entropy", "--shape", "4x4:ignore_index=1e9x"}, "not NAME=WHOLE_NUMBER"},
 		{[]string{"verify", "--trials", "0"}, "--trials 0"},
 		{[]string{"verify", "--backend", "tpu"}, `--backend "tpu"`},

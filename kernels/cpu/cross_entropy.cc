@@ -15,7 +15,7 @@
 //   e_j      = expf(x_j − m)                kept in f32, never rounded to f16
 //   s        = Σ_j e_j                      in softmax.cc's fixed order
 //   loss     = (m − x_l) + logf(s)          unscaled: the mean loss is Σ loss / n
-//   dLogit_j = f16(e_j · (c / s) − [j = l]·c),   c = f32(1/n)
+//   dLogit_j = f16(e_j · (c / s) − [j = l]·c),   c = f32(grad_scale/n)
 //
 // A row whose label is the ignore_index is not read: loss 0 and a row of +0.
 // When every row is ignored, n = 0 and c is never used: all outputs are 0.
@@ -57,7 +57,7 @@ void cross_entropy_row(const uint16_t* x, size_t label, float scale, float* loss
 }  // namespace
 
 int64_t cross_entropy(ThreadPool& pool, Scratch& scratch, const uint16_t* logits, const int32_t* labels, float* loss,
-                      uint16_t* dlogits, size_t R, size_t V, int64_t ignore_index) {
+                      uint16_t* dlogits, size_t R, size_t V, int64_t ignore_index, double grad_scale) {
   size_t n = 0;
   for (size_t r = 0; r < R; ++r) {
     const int64_t label = labels[r];
@@ -65,7 +65,7 @@ int64_t cross_entropy(ThreadPool& pool, Scratch& scratch, const uint16_t* logits
     if (label < 0 || static_cast<uint64_t>(label) >= V) return static_cast<int64_t>(r);
     ++n;
   }
-  const float scale = n > 0 ? static_cast<float>(1.0 / static_cast<double>(n)) : 0.0f;
+  const float scale = n > 0 ? static_cast<float>(grad_scale / static_cast<double>(n)) : 0.0f;
   float* values = scratch.floats(Scratch::kCrossEntropyRows, pool.size() * V);
   const size_t block = rows_per_task(pool, R);
   pool.parallel_for((R + block - 1) / block, [&](size_t task, unsigned worker) {
@@ -90,7 +90,7 @@ Result run_cross_entropy(const Call& c, uint64_t* problem) {
   const int64_t bad = cross_entropy(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::logits),
                                     c.ptr<const int32_t>(buf::labels), c.ptr<float>(buf::loss),
                                     c.ptr<uint16_t>(buf::dLogits), c.dim(param::R), c.dim(param::V),
-                                    c.params[param::ignore_index]);
+                                    c.params[param::ignore_index], c.real(param::grad_scale));
   if (bad >= 0) *problem = static_cast<uint64_t>(bad);
   return Result::OK();
 }

@@ -80,11 +80,11 @@ __device__ __forceinline__ RowKind row_kind(int64_t label, int64_t V, int64_t ig
   return label >= 0 && label < V ? kKept : kBadLabel;
 }
 
-// mean_scale is c = f32(1/n): n from count_kept_rows's word, or R when no
-// row can be ignored (kept == nullptr). Unused when n = 0.
-__device__ __forceinline__ float mean_scale(const unsigned long long* kept, int64_t R) {
+// mean_scale is c = f32(grad_scale/n): n from count_kept_rows's word, or R
+// when no row can be ignored (kept == nullptr). Unused when n = 0.
+__device__ __forceinline__ float mean_scale(const unsigned long long* kept, int64_t R, double grad_scale) {
   const double n = kept != nullptr ? static_cast<double>(*kept) : static_cast<double>(R);
-  return static_cast<float>(1.0 / n);
+  return static_cast<float>(grad_scale / n);
 }
 
 // gradient is dLogit for element idx of a slice with exp e, q = c/s, and
@@ -130,13 +130,13 @@ __global__ void __launch_bounds__(kCountThreads)
 template <int T, int RPB, int E, int VW>
 __global__ void __launch_bounds__(T* RPB)
     cross_entropy_rows(const __half* __restrict__ X, const int32_t* __restrict__ labels, float* __restrict__ loss,
-                       __half* __restrict__ G, int64_t R, int64_t V, int64_t ignore,
+                       __half* __restrict__ G, int64_t R, int64_t V, int64_t ignore, double grad_scale,
                        const unsigned long long* __restrict__ kept, unsigned long long* __restrict__ bad_row) {
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   __shared__ float red[T / 32];
   const int t = threadIdx.x % T;
   const int cols = static_cast<int>(V);  // V <= T·E here
-  const float c = mean_scale(kept, R);
+  const float c = mean_scale(kept, R, grad_scale);
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
        r += static_cast<int64_t>(gridDim.x) * RPB) {
     const int64_t label = VK_LDG(labels + r);
@@ -210,12 +210,12 @@ template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     cross_entropy_segment_write(const __half* __restrict__ X, const int32_t* __restrict__ labels,
                                 float* __restrict__ loss, __half* __restrict__ G, const float2* __restrict__ partials,
-                                int64_t R, int64_t V, int64_t P, int64_t ignore,
+                                int64_t R, int64_t V, int64_t P, int64_t ignore, double grad_scale,
                                 const unsigned long long* __restrict__ kept, unsigned long long* __restrict__ bad_row) {
   using Slice = RowSlice<kSegmentThreads, kSegmentElems, VW>;
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
-  const float c = mean_scale(kept, R);
+  const float c = mean_scale(kept, R, grad_scale);
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
     const int64_t r = job / P, first = job % P * kSegment;
     const int cols = static_cast<int>(V - first < kSegment ? V - first : kSegment);
@@ -288,6 +288,7 @@ struct Call {
   float* loss;
   __half* G;
   int64_t R, V, ignore;
+  double grad_scale;
   const unsigned long long* kept;  // nullptr: n = R
   unsigned long long* bad_row;
   cudaStream_t s;
@@ -296,7 +297,7 @@ struct Call {
 template <int T, int RPB, int E, int VW>
 cudaError_t launch_rows(const Call& a) {
   cross_entropy_rows<T, RPB, E, VW>
-      <<<grid_for(ceil_div(a.R, RPB)), T * RPB, 0, a.s>>>(a.X, a.labels, a.loss, a.G, a.R, a.V, a.ignore, a.kept, a.bad_row);
+      <<<grid_for(ceil_div(a.R, RPB)), T * RPB, 0, a.s>>>(a.X, a.labels, a.loss, a.G, a.R, a.V, a.ignore, a.grad_scale, a.kept, a.bad_row);
   return cudaGetLastError();
 }
 
@@ -323,7 +324,7 @@ cudaError_t cross_entropy_with(const Call& a) {
   const cudaError_t launched = cudaGetLastError();
   if (launched != cudaSuccess) return launched;
   cross_entropy_segment_write<VW><<<grid_for(a.R * P), kSegmentThreads, 0, a.s>>>(
-      a.X, a.labels, a.loss, a.G, partials, a.R, V, P, a.ignore, a.kept, a.bad_row);
+      a.X, a.labels, a.loss, a.G, partials, a.R, V, P, a.ignore, a.grad_scale, a.kept, a.bad_row);
   return cudaGetLastError();
 }
 
@@ -331,12 +332,13 @@ cudaError_t cross_entropy_with(const Call& a) {
 }  // namespace
 
 cudaError_t vk_cross_entropy(const __half* logits, const int32_t* labels, float* loss, __half* dLogits, int64_t R,
-                             int64_t V, int64_t ignore_index, unsigned long long* bad_row, cudaStream_t s) {
+                             int64_t V, int64_t ignore_index, double grad_scale, unsigned long long* bad_row,
+                             cudaStream_t s) {
   using namespace vkern_cross_entropy;
   unsigned long long* words = nullptr;
   cudaError_t err = state(&words);
   if (err != cudaSuccess) return err;
-  Call a{logits, labels, loss, dLogits, R, V, ignore_index, nullptr, bad_row, s};
+  Call a{logits, labels, loss, dLogits, R, V, ignore_index, grad_scale, nullptr, bad_row, s};
   // A label is a 32-bit value: an ignore_index outside that range (the
   // unset marker) can match no row, and n = R.
   if (ignore_index >= INT32_MIN && ignore_index <= INT32_MAX) {
@@ -360,7 +362,7 @@ cudaError_t run_cross_entropy(const Call& c, unsigned long long* problem, cudaSt
   using namespace op_cross_entropy;
   return vk_cross_entropy(c.ptr<const __half>(buf::logits), c.ptr<const int32_t>(buf::labels), c.ptr<float>(buf::loss),
                           c.ptr<__half>(buf::dLogits), c.params[param::R], c.params[param::V],
-                          c.params[param::ignore_index], problem, s);
+                          c.params[param::ignore_index], c.real(param::grad_scale), problem, s);
 }
 
 }  // namespace vkern

@@ -68,13 +68,15 @@ cudaError_t vk_softmax_grad(const __half* dY, const __half* Y, __half* dX, int64
 // cross_entropy with the mean reduction, forward and backward fused: for each
 // of R rows of V logits whose label l is not ignore_index,
 // loss[r] = log Σ exp(logits[r]) − logits[r, l] (unscaled) and
-// dLogits[r] = (softmax(logits[r]) − onehot(l)) / n, n the rows not ignored;
+// dLogits[r] = grad_scale·(softmax(logits[r]) − onehot(l)) / n, n the rows
+// not ignored;
 // ignored rows get 0 and are not read. ignore_index is a 32-bit label value,
 // or INT64_MIN for none. A label neither in [0, V) nor ignore_index is not
 // used (its row gets loss NaN and zeros) and its row is recorded in the
 // device word *bad_row by atomicMin (the caller sets it to ~0 first).
 cudaError_t vk_cross_entropy(const __half* logits, const int32_t* labels, float* loss, __half* dLogits, int64_t R,
-                             int64_t V, int64_t ignore_index, unsigned long long* bad_row, cudaStream_t s);
+                             int64_t V, int64_t ignore_index, double grad_scale, unsigned long long* bad_row,
+                             cudaStream_t s);
 
 namespace vkern {
 
