@@ -5,13 +5,55 @@
 // whether the op reads, writes or adds into it), the shapes it is checked
 // and timed at, and what verifying it does not show.
 //
-// Adding an op is a file here declaring its contract, a file in package
-// oracle with its float64 reference, error bound and input domain, a kernel
-// file per backend in kernels/, and one line in each backend's list of
-// kernels. The shape syntax, the kernel server's table and checks
-// (kernels.Sources generates them from the contracts), the verifier, the
-// benchmarks and the reports all read the contract; none of them names an
-// op.
+// The shape syntax, the kernel server's table and checks (kernels.OpTable
+// generates them from the contracts), the verifier, the benchmarks and the
+// reports all read the contract; none of them names an op.
+//
+// # Adding an op
+//
+// An op is one file per layer. add, gelu and gelu_grad are a worked example
+// (op/elementwise.go, oracle/elementwise.go, kernels/cpu/elementwise.cc,
+// kernels/cuda/elementwise.cu); an op may have a file of its own or share
+// one with its family.
+//
+//  1. The contract, here: a package-level var built with builtinOp(&Op{…})
+//     (programs outside vkern call Register). Choose an unused ID (it is
+//     the wire id; never reuse one), name the dimensions in shape order,
+//     give each parameter its Kind, range and default, and each operand its
+//     DType, Rows × Cols as products of dimensions (X("B", "T"),
+//     X("C").Times(3)) and its Role: In, Out, or InOut for one the op adds
+//     into. An i32 input whose values must lie in a range gets a Domain;
+//     the kernels check it while they run. List Shapes: Quick (the
+//     conformance suite and --quick), Default (edge cases, deep
+//     reductions) and Bench (the sizes of a real model). Say in NonClaims
+//     what verifying the op does not show.
+//  2. The reference, in package oracle: oracle.Register(op, Spec{Compute,
+//     Generate}) in an init function. Compute returns one float64
+//     Reference per output (Out and InOut operands, in order) with a
+//     per-element Bound on the error of a correct binary32 kernel before
+//     its output is rounded to f16; derive the bound in Compute's doc
+//     comment, three to ten lines, naming the library calls it allows for
+//     (tanhf within so many ulps) and the oracle's own float64 error.
+//     Generate draws each distribution's inputs (Gen.Default does so for
+//     inputs that take any values) and keeps every operand in its domain:
+//     labels in range, a positive variance, statistics consistent with the
+//     forward's. Set ExactOnIntegers in the contract where whole-number
+//     inputs make every binary32 intermediate exact, and draw Rounding
+//     cases where exact results can land between f16 values; otherwise
+//     say why not in NoExactRounding.
+//  3. The kernels: kernels/cpu/<name>.cc and kernels/cuda/<name>.cu, each
+//     defining run_<name>(const Call&, …), reading parameters and buffers
+//     by the names the generated table gives them (op_<name>::param::C,
+//     op_<name>::buf::x). A file starts with its launch shape and the facts
+//     it relies on. The unity files include every kernel file themselves
+//     (kernels/<backend>/op_files.inc is generated).
+//  4. One line per backend: the entry in kernels/cpu/kernels.cc and
+//     kernels/cuda/kernels.cu. A backend without it answers NOT_SUPPORTED
+//     for the op, and verify reports not_supported.
+//  5. Tests: kerneltest.All holds every registered op to its quick shapes
+//     on every backend, with nothing to add; plant at least two defects in
+//     each backend's kernel (planted_test.go, cuda_test.go) and see each
+//     reported incorrect.
 //
 // This package holds no arithmetic (references and bounds are in package
 // oracle, kernels in kernels/). Everything here is about whether a call is

@@ -28,7 +28,7 @@ const f16Overflow = 65520
 
 // Poison fills an output buffer of dtype with the poison pattern.
 func Poison(dtype op.DType, out []byte) {
-	if dtype == op.F32 {
+	if dtype != op.F16 { // an i32 output's poison, −1, is no count or index
 		for i := 0; i+4 <= len(out); i += 4 {
 			binary.LittleEndian.PutUint32(out[i:], poisonF32)
 		}
@@ -72,9 +72,13 @@ type Stats struct {
 
 // element reads output element i as float64, and whether it is the poison.
 func element(dtype op.DType, out []byte, i int) (float64, bool) {
-	if dtype == op.F32 {
+	switch dtype {
+	case op.F32:
 		b := binary.LittleEndian.Uint32(out[4*i:])
 		return float64(math.Float32frombits(b)), b == poisonF32
+	case op.I32:
+		b := binary.LittleEndian.Uint32(out[4*i:])
+		return float64(int32(b)), b == poisonF32
 	}
 	b := binary.LittleEndian.Uint16(out[2*i:])
 	return f16.ToFloat64(b), b == poisonF16
@@ -82,8 +86,11 @@ func element(dtype op.DType, out []byte, i int) (float64, bool) {
 
 // roundTo rounds a reference value to the output type, for exact checks.
 func roundTo(dtype op.DType, v float64) float64 {
-	if dtype == op.F32 {
+	switch dtype {
+	case op.F32:
 		return float64(float32(v))
+	case op.I32:
+		return v
 	}
 	return f16.ToFloat64(f16.FromFloat64(v))
 }
@@ -322,9 +329,12 @@ func (t *tally) note(e, bound float64) {
 }
 
 func formatValue(dtype op.DType, out []byte, i int) string {
-	if dtype == op.F32 {
+	switch dtype {
+	case op.F32:
 		b := binary.LittleEndian.Uint32(out[4*i:])
 		return fmt.Sprintf("%g (0x%08x)", math.Float32frombits(b), b)
+	case op.I32:
+		return fmt.Sprintf("%d", int32(binary.LittleEndian.Uint32(out[4*i:])))
 	}
 	b := binary.LittleEndian.Uint16(out[2*i:])
 	return fmt.Sprintf("%g (0x%04x)", f16.ToFloat64(b), b)
