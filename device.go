@@ -303,8 +303,33 @@ func (d *Device) Alloc(ctx context.Context, n int64) (*Buffer, error) {
 	return &Buffer{d: d, handle: h, Bytes: n}, nil
 }
 
-// Free releases the buffer.
+// Free releases the buffer. Freeing a buffer frees its views; freeing a
+// view frees only the view.
 func (b *Buffer) Free(ctx context.Context) error { return b.d.client.Free(ctx, b.handle) }
+
+// ViewAlign is the alignment of a view's offset: every view starts on a
+// ViewAlign-byte boundary of its buffer, where any kernel's vector loads
+// are aligned.
+const ViewAlign = kserver.ViewAlign
+
+// View returns a buffer that is bytes [offset, offset + n) of b: what a call
+// writes through the view, b holds. It lets one allocation hold many
+// tensors (a model's parameters, its gradients) that calls name one by one
+// and an optimizer step names all at once. offset must be a multiple of
+// ViewAlign. The view lives until it or b is freed.
+func (b *Buffer) View(ctx context.Context, offset, n int64) (*Buffer, error) {
+	if n < 1 || offset < 0 || offset > b.Bytes-n {
+		return nil, fmt.Errorf("vkern: View(%d, %d) of a %d-byte buffer: a view needs at least 1 byte, inside the buffer", offset, n, b.Bytes)
+	}
+	if offset%ViewAlign != 0 {
+		return nil, fmt.Errorf("vkern: View at offset %d: views start on multiples of %d bytes; pad the layout", offset, ViewAlign)
+	}
+	h, err := b.d.client.View(ctx, b.handle, uint64(offset), uint64(n))
+	if err != nil {
+		return nil, err
+	}
+	return &Buffer{d: b.d, handle: h, Bytes: n}, nil
+}
 
 // Write copies data into the buffer starting at byte offset.
 func (b *Buffer) Write(ctx context.Context, offset int64, data []byte) error {

@@ -1,6 +1,7 @@
 package vkern
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -380,5 +381,103 @@ func checkAddInPlace(t *testing.T, d *Device) {
 	var se *kserver.ServerError
 	if !errors.As(err, &se) || se.StatusName != "INVALID_ARGUMENT" || !strings.Contains(err.Error(), "outputs must not alias") {
 		t.Errorf("add with y in b's buffer: %v, want INVALID_ARGUMENT (only a may be shared)", err)
+	}
+}
+
+// TestViewsNamePartsOfABuffer: a view reads and writes its buffer's bytes,
+// may be viewed again, obeys the alias rule by memory rather than by
+// handle, and dies with its buffer.
+func TestViewsNamePartsOfABuffer(t *testing.T) {
+	ctx := context.Background()
+	d := openCPU(t, Options{})
+	parent, err := d.Alloc(ctx, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := parent.View(ctx, 512, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Write(ctx, 0, []byte{7, 8, 9}); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 3)
+	if err := parent.Read(ctx, 512, got); err != nil || !bytes.Equal(got, []byte{7, 8, 9}) {
+		t.Fatalf("the parent at 512 holds %v (%v), want what the view wrote", got, err)
+	}
+	vv, err := v.View(ctx, 256, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := parent.Write(ctx, 768, []byte{42}); err != nil {
+		t.Fatal(err)
+	}
+	if err := vv.Read(ctx, 0, got[:1]); err != nil || got[0] != 42 {
+		t.Fatalf("a view of a view reads %d (%v), want the parent's byte 768", got[0], err)
+	}
+	if err := v.Write(ctx, 1000, make([]byte, 25)); err == nil {
+		t.Error("a write past a view's end was accepted")
+	}
+
+	for _, c := range []struct{ off, n int64 }{{100, 8}, {0, 0}, {3840, 512}, {-256, 8}} {
+		if _, err := parent.View(ctx, c.off, c.n); err == nil {
+			t.Errorf("View(%d, %d) of 4096 bytes was accepted", c.off, c.n)
+		}
+	}
+	// The server refuses what the host would have: a start off the 256-byte
+	// grid (a view at 256 viewed at 16), a range past the end.
+	if _, err := d.client.View(ctx, v.handle, 16, 8); err == nil || !strings.Contains(err.Error(), "528 bytes into its allocation") {
+		t.Errorf("the server took a misaligned view: %v", err)
+	}
+	if _, err := d.client.View(ctx, v.handle, 768, 512); err == nil || !strings.Contains(err.Error(), "OUT_OF_RANGE") {
+		t.Errorf("the server took a view past its buffer's end: %v", err)
+	}
+
+	// add in place through two views of the same bytes is allowed; an
+	// output that overlaps an input partway is not.
+	s := op.Add.MustShape("256")
+	a, _ := parent.View(ctx, 0, 512)
+	aAgain, _ := parent.View(ctx, 0, 512)
+	b, _ := parent.View(ctx, 2048, 512)
+	av := make([]uint16, 256)
+	for i := range av {
+		av[i] = f16.FromFloat64(float64(i))
+	}
+	if err := a.WriteF16(ctx, av); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteF16(ctx, av); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Run(ctx, op.Add, s, a, b, aAgain); err != nil {
+		t.Fatalf("add in place through two views: %v", err)
+	}
+	sum := make([]uint16, 256)
+	if err := a.ReadF16(ctx, sum); err != nil {
+		t.Fatal(err)
+	}
+	if f16.ToFloat64(sum[255]) != 510 {
+		t.Fatalf("in place through views: y[255] = %v, want 510", f16.ToFloat64(sum[255]))
+	}
+	shifted, _ := parent.View(ctx, 256, 512)
+	if _, err := d.Run(ctx, op.Add, s, a, b, shifted); err == nil || !strings.Contains(err.Error(), "overlaps a") {
+		t.Errorf("an output overlapping a by half: %v, want a refusal naming the overlap", err)
+	}
+	if _, err := d.Run(ctx, op.Add, s, a, shifted, b); err != nil {
+		t.Errorf("inputs may overlap each other: %v", err)
+	}
+
+	if err := vv.Free(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Read(ctx, 0, got); err != nil {
+		t.Fatalf("freeing a view freed its parent: %v", err)
+	}
+	if err := parent.Free(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var se *kserver.ServerError
+	if err := v.Read(ctx, 0, got); !errors.As(err, &se) || se.StatusName != "BAD_HANDLE" {
+		t.Fatalf("a view of a freed buffer: %v, want BAD_HANDLE", err)
 	}
 }

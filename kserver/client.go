@@ -255,6 +255,36 @@ func (c *Client) Alloc(ctx context.Context, bytes uint64) (Handle, error) {
 	return Handle{gen: s.gen, id: cl.u64}, nil
 }
 
+// ViewAlign is the alignment of a view's start within its allocation
+// (PROTOCOL.md, VIEW).
+const ViewAlign = 256
+
+// View makes a handle on bytes [offset, offset + bytes) of the buffer h, so
+// that a call can name part of a buffer: the view's reads and writes are
+// the buffer's. The start must lie a multiple of ViewAlign bytes into the
+// allocation. Freeing h frees its views; freeing a view frees nothing else.
+// Isolated mode has no views: each call copies whole buffers in and out of
+// a fresh server, so it refuses.
+func (c *Client) View(ctx context.Context, h Handle, offset, bytes uint64) (Handle, error) {
+	if c.iso != nil {
+		return Handle{}, isolatedError(OpView, StatusNotSupported, "VIEW: isolated mode copies whole buffers into a fresh server per call and keeps no views; use the persistent server")
+	}
+	cx, err := c.begin(ctx, OpView)
+	if err != nil {
+		return Handle{}, err
+	}
+	s, err := c.serverFor(cx, OpView, h)
+	if err != nil {
+		return Handle{}, err
+	}
+	var head [24]byte
+	cl := &call{op: OpView}
+	if err := s.do(cx, cl, AppendViewRequest(head[:0], h.id, offset, bytes), nil); err != nil {
+		return Handle{}, err
+	}
+	return Handle{gen: s.gen, id: cl.u64}, nil
+}
+
 // Free frees a buffer.
 func (c *Client) Free(ctx context.Context, h Handle) error {
 	if c.iso != nil {

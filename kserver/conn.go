@@ -560,7 +560,7 @@ func (s *conn) answer(f Frame) *failure {
 // decodeAnswer decodes an OK payload into cl.
 func decodeAnswer(cl *call, p []byte) (err error) {
 	switch cl.op {
-	case OpAlloc:
+	case OpAlloc, OpView:
 		cl.u64, err = DecodeAllocResponse(p)
 	case OpRun:
 		cl.u64, err = DecodeRunResponse(p)
@@ -619,12 +619,12 @@ func (s *conn) cleanUp(cl *call) {
 	if cl.region.n > 0 {
 		s.c.arena.release(cl.region.off, cl.region.n)
 	}
-	if cl.op == OpAlloc && cl.err == nil && cl.u64 != 0 {
+	if (cl.op == OpAlloc || cl.op == OpView) && cl.err == nil && cl.u64 != 0 {
 		go s.freeAbandoned(cl.u64)
 	}
 }
 
-// freeAbandoned frees a buffer that an abandoned ALLOC made.
+// freeAbandoned frees a buffer or view that an abandoned ALLOC or VIEW made.
 func (s *conn) freeAbandoned(handle uint64) {
 	cx := callCtx{ctx: context.Background(), deadline: time.Now().Add(s.c.cfg.CallTimeout)}
 	var head [8]byte

@@ -51,13 +51,14 @@ const (
 	OpTextWrite Opcode = 11
 	OpTextRead  Opcode = 12
 	OpMemory    Opcode = 13
+	OpView      Opcode = 14
 )
 
 var opcodeNames = [...]string{
 	OpHello: "HELLO", OpPing: "PING", OpAlloc: "ALLOC", OpFree: "FREE",
 	OpWrite: "WRITE", OpRead: "READ", OpRun: "RUN", OpSync: "SYNC",
 	OpShutdown: "SHUTDOWN", OpRunBatch: "RUN_BATCH", OpTextWrite: "TEXT_WRITE",
-	OpTextRead: "TEXT_READ", OpMemory: "MEMORY",
+	OpTextRead: "TEXT_READ", OpMemory: "MEMORY", OpView: "VIEW",
 }
 
 // String returns the opcode's name from PROTOCOL.md, or "opcode N".

@@ -151,7 +151,7 @@ func TestAppendFrameRefusesAnOversizedPayload(t *testing.T) {
 }
 
 func TestNamesFollowTheProtocol(t *testing.T) {
-	for op, want := range map[Opcode]string{OpHello: "HELLO", OpShutdown: "SHUTDOWN", OpRunBatch: "RUN_BATCH", OpTextRead: "TEXT_READ", OpMemory: "MEMORY", 0: "opcode 0", 14: "opcode 14"} {
+	for op, want := range map[Opcode]string{OpHello: "HELLO", OpShutdown: "SHUTDOWN", OpRunBatch: "RUN_BATCH", OpTextRead: "TEXT_READ", OpMemory: "MEMORY", OpView: "VIEW", 0: "opcode 0", 15: "opcode 15"} {
 		if got := op.String(); got != want {
 			t.Errorf("Opcode(%d) = %q, want %q", uint16(op), got, want)
 		}

@@ -75,6 +75,14 @@ func DecodeAllocResponse(p []byte) (handle uint64, err error) {
 	return handle, err
 }
 
+// AppendViewRequest appends a VIEW request: u64 handle, u64 byte offset,
+// u64 bytes. The response is ALLOC's: the view's handle.
+func AppendViewRequest(dst []byte, handle, offset, bytes uint64) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, handle)
+	dst = binary.LittleEndian.AppendUint64(dst, offset)
+	return binary.LittleEndian.AppendUint64(dst, bytes)
+}
+
 // AppendFreeRequest appends a FREE request: u64 handle.
 func AppendFreeRequest(dst []byte, handle uint64) []byte {
 	return binary.LittleEndian.AppendUint64(dst, handle)

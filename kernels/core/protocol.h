@@ -74,7 +74,12 @@ enum Opcode : uint16_t {
   kOpTextWrite = 11,  // benchmark baseline only: decimal text in the frame
   kOpTextRead = 12,   // benchmark baseline only: decimal text in the frame
   kOpMemory = 13,     // the device's free and total memory
+  kOpView = 14,       // a handle on part of a live buffer
 };
+
+// A view starts at a multiple of kViewAlign bytes of its buffer, so that
+// every kernel's widest vector loads stay aligned (cudaMalloc's alignment).
+constexpr uint64_t kViewAlign = 256;
 
 enum Status : uint16_t {
   kStatusOK = 0,

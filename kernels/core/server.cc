@@ -61,6 +61,7 @@ const char* opcode_name(uint16_t opcode) {
     case kOpTextWrite: return "TEXT_WRITE";
     case kOpTextRead: return "TEXT_READ";
     case kOpMemory: return "MEMORY";
+    case kOpView: return "VIEW";
     default: return "unknown";
   }
 }
@@ -175,9 +176,12 @@ class Arena {
   uint64_t size_ = 0;
 };
 
+// LiveBuffer is what a handle names: memory ALLOC made (owner 0), or a
+// view into the memory of buffer owner.
 struct LiveBuffer {
   void* ptr;
   uint64_t bytes;
+  uint64_t owner;
 };
 
 // param_text writes parameter i's value: a whole number, a real number,
@@ -309,6 +313,7 @@ class Server {
   Result find(uint64_t handle, LiveBuffer* out, const char* what) const;
   Result alloc(const uint8_t* p, size_t n);
   Result free_buffer(const uint8_t* p, size_t n);
+  Result view(const uint8_t* p, size_t n);
   Result transfer(uint16_t opcode, const uint8_t* p, size_t n);
   Result check_run(const uint8_t* p, size_t n, Call* run) const;
   Result run(const uint8_t* p, size_t n);
@@ -374,7 +379,9 @@ bool Server::send_hello() {
 }
 
 void Server::release_all() {
-  for (auto& entry : buffers_) backend_free(entry.second.ptr, entry.second.bytes);
+  for (auto& entry : buffers_) {
+    if (entry.second.owner == 0) backend_free(entry.second.ptr, entry.second.bytes);
+  }
   buffers_.clear();
   arena_.close();
 }
@@ -455,9 +462,10 @@ Outcome Server::handle(uint16_t opcode, const uint8_t* p, size_t n) {
     case kOpTextWrite: o.result = text_write(p, n); return o;
     case kOpTextRead: o.result = text_read(p, n); return o;
     case kOpMemory: o.result = memory(n); return o;
+    case kOpView: o.result = view(p, n); return o;
     case kOpHello: o.result = fail(kStatusUnknownOpcode, "opcode 1 (HELLO) is sent by the server, never a request"); return o;
     default:
-      o.result = fail(kStatusUnknownOpcode, "unknown opcode ", opcode, "; requests are 2 (PING) to 13 (MEMORY)");
+      o.result = fail(kStatusUnknownOpcode, "unknown opcode ", opcode, "; requests are 2 (PING) to 14 (VIEW)");
       return o;
   }
 }
@@ -469,6 +477,13 @@ Result Server::find(uint64_t handle, LiveBuffer* out, const char* what) const {
   return Result::OK();
 }
 
+// check_range reports an access [offset, offset + length) that leaves the buffer.
+Result check_range(const char* what, uint64_t handle, uint64_t offset, uint64_t length, uint64_t size) {
+  if (offset <= size && length <= size - offset) return Result::OK();
+  return fail(kStatusOutOfRange, what, " of ", length, " bytes at offset ", offset, " overruns buffer ", handle, " of ",
+              size, " bytes");
+}
+
 Result Server::alloc(const uint8_t* p, size_t n) {
   if (n != 8) return fail(kStatusMalformed, "ALLOC payload has ", n, " bytes, want 8");
   const uint64_t bytes = load_u64(p);
@@ -477,8 +492,33 @@ Result Server::alloc(const uint8_t* p, size_t n) {
   const Result r = backend_alloc(bytes, &ptr);
   if (!r.ok()) return r;
   const uint64_t handle = next_handle_++;
-  buffers_[handle] = LiveBuffer{ptr, bytes};
+  buffers_[handle] = LiveBuffer{ptr, bytes, 0};
   store_u64(payload(8), handle);
+  return Result::OK();
+}
+
+// view makes a handle on bytes [offset, offset + bytes) of a live buffer. A
+// view of a view is a view of the same allocation.
+Result Server::view(const uint8_t* p, size_t n) {
+  if (n != 24) return fail(kStatusMalformed, "VIEW payload has ", n, " bytes, want 24");
+  const uint64_t handle = load_u64(p), offset = load_u64(p + 8), bytes = load_u64(p + 16);
+  LiveBuffer b;
+  Result r = find(handle, &b, "VIEW");
+  if (!r.ok()) return r;
+  if (bytes == 0) return fail(kStatusInvalidArgument, "VIEW of 0 bytes; want >= 1");
+  r = check_range("VIEW", handle, offset, bytes, b.bytes);
+  if (!r.ok()) return r;
+  const uint64_t owner = b.owner != 0 ? b.owner : handle;
+  const uint64_t base = reinterpret_cast<uintptr_t>(static_cast<uint8_t*>(b.ptr) + offset) -
+                        reinterpret_cast<uintptr_t>(buffers_.at(owner).ptr);
+  if (base % kViewAlign != 0) {
+    return fail(kStatusInvalidArgument, "VIEW at offset ", offset, " of buffer ", handle, " starts ", base,
+                " bytes into its allocation, not a multiple of ", kViewAlign, "; views start on ", kViewAlign,
+                "-byte boundaries");
+  }
+  const uint64_t id = next_handle_++;
+  buffers_[id] = LiveBuffer{static_cast<uint8_t*>(b.ptr) + offset, bytes, owner};
+  store_u64(payload(8), id);
   return Result::OK();
 }
 
@@ -488,16 +528,13 @@ Result Server::free_buffer(const uint8_t* p, size_t n) {
   LiveBuffer b;
   const Result r = find(handle, &b, "FREE");
   if (!r.ok()) return r;
-  backend_free(b.ptr, b.bytes);
   buffers_.erase(handle);
+  if (b.owner != 0) return Result::OK();  // a view: the memory stays
+  backend_free(b.ptr, b.bytes);
+  for (auto it = buffers_.begin(); it != buffers_.end();) {
+    it = it->second.owner == handle ? buffers_.erase(it) : std::next(it);
+  }
   return Result::OK();
-}
-
-// check_range reports an access [offset, offset + length) that leaves the buffer.
-Result check_range(const char* what, uint64_t handle, uint64_t offset, uint64_t length, uint64_t size) {
-  if (offset <= size && length <= size - offset) return Result::OK();
-  return fail(kStatusOutOfRange, what, " of ", length, " bytes at offset ", offset, " overruns buffer ", handle, " of ",
-              size, " bytes");
 }
 
 // transfer serves WRITE (arena -> buffer) and READ (buffer -> arena).
@@ -562,6 +599,7 @@ Result Server::check_run(const uint8_t* p, size_t n, Call* run) const {
   const uint8_t* handles = p + 16 + 8 * op->param_count;
   LiveBuffer bufs[kMaxOpBuffers] = {};
   uint64_t ids[kMaxOpBuffers] = {};
+  uint64_t need[kMaxOpBuffers] = {};  // the bytes the call touches
   for (int i = 0; i < op->buffer_count; ++i) {
     ids[i] = load_u64(handles + 8 * i);
     if (ids[i] == 0) continue;  // no buffer: allowed only where the size is 0, checked below
@@ -593,6 +631,7 @@ Result Server::check_run(const uint8_t* p, size_t n, Call* run) const {
                   buffer_dims(*op, spec), "·", elem, " bytes, which overflows 64 bits (", shape_values(*op, params),
                   ")");
     }
+    need[i] = ids[i] == 0 ? 0 : bytes;
     if (bytes == 0 && ids[i] == 0) {
       run->ptrs[i] = nullptr;  // an empty buffer (a bias switched off) needs none
       continue;
@@ -605,13 +644,25 @@ Result Server::check_run(const uint8_t* p, size_t n, Call* run) const {
     run->ptrs[i] = bufs[i].ptr;
   }
 
+  // An output may share memory with no other operand (views make partial
+  // overlaps possible), except the one input the contract names, and then
+  // exactly: the same first byte.
   for (int o = 0; o < op->buffer_count; ++o) {
-    if (!writes(op->buffers[o]) || ids[o] == 0) continue;
+    if (!writes(op->buffers[o]) || need[o] == 0) continue;
+    const uintptr_t o0 = reinterpret_cast<uintptr_t>(run->ptrs[o]);
     for (int i = 0; i < op->buffer_count; ++i) {
-      if (i != o && ids[i] == ids[o] && op->buffers[o].may_alias != i) {
+      if (i == o || need[i] == 0) continue;
+      const uintptr_t i0 = reinterpret_cast<uintptr_t>(run->ptrs[i]);
+      if (o0 >= i0 + need[i] || i0 >= o0 + need[o]) continue;
+      if (op->buffers[o].may_alias == i && o0 == i0) continue;
+      if (ids[i] == ids[o]) {
         return fail(kStatusInvalidArgument, name, ": output ", op->buffers[o].name, " is the same buffer (handle ",
                     ids[o], ") as ", op->buffers[i].name, "; outputs must not alias other buffers");
       }
+      return fail(kStatusInvalidArgument, name, ": output ", op->buffers[o].name, " (handle ", ids[o],
+                  ") overlaps ", op->buffers[i].name, " (handle ", ids[i],
+                  ") in memory; outputs must not alias other buffers",
+                  op->buffers[o].may_alias == i ? " except in place, starting at the same byte" : "");
     }
   }
   return Result::OK();
