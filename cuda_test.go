@@ -146,6 +146,16 @@ var cudaDefects = []kerneltest.Mutation{
 		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
 	},
 	{
+		Name: "fill of zero clears half the bytes", File: "cuda/fill.cu",
+		Old: "return cudaMemsetAsync(y, 0, sizeof(float) * n, s);", New: "return cudaMemsetAsync(y, 0, sizeof(float) * n / 2, s);",
+		Op: "fill", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "fill of a value rounds it to f16", File: "cuda/fill.cu",
+		Old: "y[i] = v;", New: "y[i] = __half2float(__float2half_rn(v));",
+		Op: "fill", Shapes: []string{"1000003:value=0.1"},
+	},
+	{
 		Name: "gelu_grad without the ½ of its first term", File: "cuda/elementwise.cu",
 		Old: "return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);", New: "return dy * ((1.0f + T) + 0.5f * x * sech2 * inner);",
 		Op: "gelu_grad", Shapes: []string{"4099", "65536"},

@@ -105,6 +105,11 @@ var plantedDefects = []kerneltest.Mutation{
 		Op: "gelu_grad", Shapes: []string{"4099"},
 	},
 	{
+		Name: "fill leaves the last element unwritten", File: "cpu/fill.cc",
+		Old: "std::fill(y + chunk * kChunk, y + std::min(n, (chunk + 1) * kChunk), v);", New: "std::fill(y + chunk * kChunk, y + std::min(n - 1, (chunk + 1) * kChunk), v);",
+		Op: "fill", Shapes: []string{"4099"},
+	},
+	{
 		Name: "gelu_grad without the ½ of its first term", File: "cpu/elementwise.cc",
 		Old: "return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);", New: "return dy * ((1.0f + T) + 0.5f * x * sech2 * inner);",
 		Op: "gelu_grad", Shapes: []string{"4099"},
