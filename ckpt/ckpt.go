@@ -1,0 +1,393 @@
+// Package ckpt reads and writes checkpoints: a folder that Hugging Face's
+// transformers loads as a model (config.json and model.safetensors) and
+// that holds, beside them, what resuming a run needs (optimizer.safetensors
+// and train_state.json).
+//
+// The safetensors format is read and written by
+// github.com/nlpodyssey/safetensors, a port of Hugging Face's own Rust
+// reader that validates the header and every tensor's offsets. This
+// package adds what a training run needs on top: tensors as float32 (F32,
+// F16 and BF16 files are read), a named error for every file, tensor and
+// expectation, and a save that can be killed at any instant without
+// leaving a broken checkpoint behind.
+//
+// # Atomic saves
+//
+// Save writes the new checkpoint into a sibling folder, syncs every file
+// and the folder, and then exchanges the two folders in one
+// renameat2(RENAME_EXCHANGE), so the checkpoint folder is at every instant
+// either the old checkpoint or the new one, whole. The old one is then
+// removed. Other files in the folder (a loss curve, a report) are carried
+// over by hard link. On a file system without RENAME_EXCHANGE the old
+// folder is renamed aside before the new one is renamed in; a kill between
+// the two leaves the old one as DIR.old-*, which Load names in its error.
+package ckpt
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nlpodyssey/safetensors"
+	"golang.org/x/sys/unix"
+
+	"github.com/vkern/vkern/f16"
+)
+
+// The files of a checkpoint.
+const (
+	ConfigFile    = "config.json"
+	ModelFile     = "model.safetensors"
+	OptimizerFile = "optimizer.safetensors"
+	StateFile     = "train_state.json"
+)
+
+// Tensor is a named float32 array of a shape, row-major.
+type Tensor struct {
+	Name  string
+	Shape []int64
+	Data  []float32
+	// DType is the file's type for the tensor when read: F32, F16 and BF16
+	// are converted into Data; any other (an integer mask an old
+	// transformers saved) leaves Data nil, for the caller to skip.
+	DType string
+}
+
+// Checkpoint is what a folder holds. Optimizer and State may be empty: a
+// model saved by transformers has neither.
+type Checkpoint struct {
+	Config    json.RawMessage // config.json
+	Model     []Tensor        // model.safetensors
+	Optimizer []Tensor        // optimizer.safetensors
+	State     json.RawMessage // train_state.json
+}
+
+// ErrCorrupt marks a file that is not a valid checkpoint file.
+var ErrCorrupt = errors.New("ckpt: corrupt checkpoint")
+
+// f32View is a Tensor as safetensors.View.
+type f32View struct {
+	shape []uint64
+	data  []byte
+}
+
+func (v f32View) DType() safetensors.DType { return safetensors.F32 }
+func (v f32View) Shape() []uint64          { return v.shape }
+func (v f32View) Data() []byte             { return v.data }
+func (v f32View) DataLen() uint64          { return uint64(len(v.data)) }
+
+// encode serializes tensors, with metadata {"format": "pt"} (which
+// transformers requires of a safetensors file).
+func encode(file string, tensors []Tensor) ([]byte, error) {
+	views := make(map[string]f32View, len(tensors))
+	for _, t := range tensors {
+		n := int64(1)
+		shape := make([]uint64, len(t.Shape))
+		for i, d := range t.Shape {
+			if d < 0 {
+				return nil, fmt.Errorf("ckpt: %s: tensor %s has a negative dimension %v", file, t.Name, t.Shape)
+			}
+			n *= d
+			shape[i] = uint64(d)
+		}
+		if n != int64(len(t.Data)) {
+			return nil, fmt.Errorf("ckpt: %s: tensor %s of shape %v holds %d values, want %d", file, t.Name, t.Shape, len(t.Data), n)
+		}
+		if _, dup := views[t.Name]; dup {
+			return nil, fmt.Errorf("ckpt: %s: tensor %s named twice", file, t.Name)
+		}
+		data := make([]byte, 4*len(t.Data))
+		for i, x := range t.Data {
+			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(x))
+		}
+		views[t.Name] = f32View{shape: shape, data: data}
+	}
+	return safetensors.Serialize(views, map[string]string{"format": "pt"})
+}
+
+// decode parses a safetensors file's bytes into float32 tensors.
+func decode(path string, b []byte) ([]Tensor, error) {
+	st, err := safetensors.Deserialize(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s (%d bytes) is not a valid safetensors file: %v", ErrCorrupt, path, len(b), err)
+	}
+	var out []Tensor
+	for _, nt := range st.Tensors() {
+		shape := make([]int64, len(nt.TensorView.Shape()))
+		for i, d := range nt.TensorView.Shape() {
+			if d > math.MaxInt32 {
+				return nil, fmt.Errorf("%w: %s: tensor %s has dimension %d", ErrCorrupt, path, nt.Name, d)
+			}
+			shape[i] = int64(d)
+		}
+		raw := nt.TensorView.Data()
+		var data []float32
+		switch dt := nt.TensorView.DType(); dt {
+		case safetensors.F32:
+			data = make([]float32, len(raw)/4)
+			for i := range data {
+				data[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+			}
+		case safetensors.F16:
+			data = make([]float32, len(raw)/2)
+			for i := range data {
+				data[i] = float32(f16.ToFloat64(binary.LittleEndian.Uint16(raw[2*i:])))
+			}
+		case safetensors.BF16:
+			data = make([]float32, len(raw)/2)
+			for i := range data {
+				data[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16)
+			}
+		}
+		out = append(out, Tensor{Name: nt.Name, Shape: shape, Data: data, DType: nt.TensorView.DType().String()})
+	}
+	return out, nil
+}
+
+// Save writes c into dir atomically (see the package doc), creating dir if
+// needed. dir must be absent, empty, or a checkpoint: Save refuses to
+// replace a folder that holds other files but no StateFile or ModelFile,
+// so a mistyped --out cannot swallow a folder of the user's.
+func Save(ctx context.Context, dir string, c *Checkpoint) error {
+	dir = filepath.Clean(dir)
+	if err := checkTarget(dir); err != nil {
+		return err
+	}
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("ckpt: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".saving-")
+	if err != nil {
+		return fmt.Errorf("ckpt: making a folder beside %s to save into: %w", dir, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			os.RemoveAll(tmp)
+		}
+	}()
+	files := []struct {
+		name string
+		data func() ([]byte, error)
+	}{
+		{ConfigFile, func() ([]byte, error) { return c.Config, nil }},
+		{ModelFile, func() ([]byte, error) { return encode(ModelFile, c.Model) }},
+		{OptimizerFile, func() ([]byte, error) {
+			if c.Optimizer == nil {
+				return nil, nil
+			}
+			return encode(OptimizerFile, c.Optimizer)
+		}},
+		{StateFile, func() ([]byte, error) { return c.State, nil }},
+	}
+	ours := map[string]bool{}
+	for _, f := range files {
+		ours[f.name] = true
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		b, err := f.data()
+		if err != nil {
+			return err
+		}
+		if b == nil {
+			continue
+		}
+		if err := writeSynced(filepath.Join(tmp, f.name), b); err != nil {
+			return err
+		}
+	}
+	// Carry the folder's other files over (hard links, else copies).
+	if entries, err := os.ReadDir(dir); err == nil {
+		for _, e := range entries {
+			if ours[e.Name()] || !e.Type().IsRegular() {
+				continue
+			}
+			src, dst := filepath.Join(dir, e.Name()), filepath.Join(tmp, e.Name())
+			if os.Link(src, dst) != nil {
+				b, err := os.ReadFile(src)
+				if err == nil {
+					err = writeSynced(dst, b)
+				}
+				if err != nil {
+					return fmt.Errorf("ckpt: carrying %s over: %w", src, err)
+				}
+			}
+		}
+	}
+	if err := syncDir(tmp); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := swap(tmp, dir); err != nil {
+		return err
+	}
+	done = true
+	return nil
+}
+
+// checkTarget refuses a dir that holds files but is not a checkpoint.
+func checkTarget(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("ckpt: %w", err)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	for _, e := range entries {
+		if e.Name() == StateFile || e.Name() == ModelFile {
+			return nil
+		}
+	}
+	return fmt.Errorf("ckpt: %s holds %d files but no checkpoint; save into a new or empty folder", dir, len(entries))
+}
+
+// swap puts the folder tmp at dir, atomically where the file system can.
+func swap(tmp, dir string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Rename(tmp, dir); err != nil {
+			return fmt.Errorf("ckpt: %w", err)
+		}
+		return syncDir(filepath.Dir(dir))
+	}
+	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_EXCHANGE)
+	if err == nil {
+		if err := syncDir(filepath.Dir(dir)); err != nil {
+			return err
+		}
+		return os.RemoveAll(tmp) // now the old checkpoint
+	}
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("ckpt: exchanging %s with the new checkpoint: %w", dir, err)
+	}
+	old, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".old-")
+	if err != nil {
+		return fmt.Errorf("ckpt: %w", err)
+	}
+	os.Remove(old)
+	if err := os.Rename(dir, old); err != nil {
+		return fmt.Errorf("ckpt: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("ckpt: the previous checkpoint is at %s; putting the new one at %s: %w", old, dir, err)
+	}
+	if err := syncDir(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	return os.RemoveAll(old)
+}
+
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("ckpt: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("ckpt: writing %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("ckpt: syncing %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("ckpt: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("ckpt: syncing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Load reads the checkpoint in dir: config.json and model.safetensors
+// must be there; optimizer.safetensors and train_state.json are read when
+// present.
+func Load(dir string) (*Checkpoint, error) {
+	dir = filepath.Clean(dir)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if olds, _ := filepath.Glob(dir + ".old-*"); len(olds) > 0 {
+			return nil, fmt.Errorf("ckpt: no checkpoint at %s, but %s holds the one before an interrupted save; rename it to %s to use it",
+				dir, olds[0], filepath.Base(dir))
+		}
+		return nil, fmt.Errorf("ckpt: no checkpoint at %s", dir)
+	}
+	c := &Checkpoint{}
+	var err error
+	if c.Config, err = readJSON(filepath.Join(dir, ConfigFile), true); err != nil {
+		return nil, err
+	}
+	if c.State, err = readJSON(filepath.Join(dir, StateFile), false); err != nil {
+		return nil, err
+	}
+	if c.Model, err = readTensors(filepath.Join(dir, ModelFile), true); err != nil {
+		return nil, err
+	}
+	if c.Optimizer, err = readTensors(filepath.Join(dir, OptimizerFile), false); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func readJSON(path string, required bool) (json.RawMessage, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && !required {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ckpt: %w", err)
+	}
+	if !json.Valid(b) {
+		return nil, fmt.Errorf("%w: %s is not valid JSON", ErrCorrupt, path)
+	}
+	return b, nil
+}
+
+func readTensors(path string, required bool) ([]Tensor, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && !required {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ckpt: %w", err)
+	}
+	return decode(path, b)
+}
+
+// Find returns the tensor called name, or nil.
+func Find(ts []Tensor, name string) *Tensor {
+	for i := range ts {
+		if ts[i].Name == name {
+			return &ts[i]
+		}
+	}
+	return nil
+}
+
+// ShapeString writes a shape as [a, b].
+func ShapeString(s []int64) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = fmt.Sprint(d)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
