@@ -21,8 +21,7 @@
 //     PCG seeded (σ, s). The same (σ, s) always gives the same batch,
 //     whatever came before, so a resumed run sees the batches an
 //     uninterrupted one would.
-//   - Evaluation window w is validation tokens [w·(T+1), (w+1)·(T+1)): the
-//     first T are inputs, the last T targets.
+//   - Evaluation uses the validation part (package gpt, EvalCorpus).
 //
 // It reads files and nothing else; it knows nothing of models or devices.
 package data
@@ -276,21 +275,6 @@ func (c *Corpus) Batch(seed uint64, step int64, b, t int) (inputs, targets []int
 			inputs[i*t+j] = int32(window[j])
 			targets[i*t+j] = int32(window[j+1])
 		}
-	}
-	return inputs, targets
-}
-
-// Windows is how many evaluation windows of t + 1 tokens the validation part
-// holds.
-func (c *Corpus) Windows(t int) int { return len(c.Val) / (t + 1) }
-
-// Window returns evaluation window w (validation tokens [w·(t+1),
-// (w+1)·(t+1))) as inputs and targets of t tokens each.
-func (c *Corpus) Window(w, t int) (inputs, targets []int32) {
-	window := c.Val[w*(t+1) : (w+1)*(t+1)]
-	inputs, targets = make([]int32, t), make([]int32, t)
-	for j := 0; j < t; j++ {
-		inputs[j], targets[j] = int32(window[j]), int32(window[j+1])
 	}
 	return inputs, targets
 }

@@ -190,17 +190,6 @@ func TestBatchDeterministicAndShifted(t *testing.T) {
 	}
 }
 
-func TestWindows(t *testing.T) {
-	c := &Corpus{Val: []uint16{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}
-	if n := c.Windows(4); n != 2 {
-		t.Fatalf("%d windows of 5 in 11 tokens, want 2", n)
-	}
-	in, tg := c.Window(1, 4)
-	if !slices.Equal(in, []int32{5, 6, 7, 8}) || !slices.Equal(tg, []int32{6, 7, 8, 9}) {
-		t.Fatalf("window 1: %v → %v", in, tg)
-	}
-}
-
 func TestGoSourceTreeDefault(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reads the Go distribution's sources")
