@@ -36,11 +36,13 @@ var (
 func (a lnArith) gamma(n int) float64 { return Gamma(int64(n), a.u) }
 
 // lnSlack covers evaluating the kernels' bound at the oracle's float64
-// statistics rather than the exact ones: each is within a relative
-// C·2⁻⁵³ ≤ 2⁻³⁵ (C ≤ 2¹⁸) of the exact value, which moves the bound by far
-// less than 2⁻³⁰ of itself. The oracle's own error is counted twice for the
-// same reason (the second copy covers the cross terms).
-const lnSlack = 1 + 0x1p-30
+// sums of n terms rather than the exact ones: each magnitude the bound is
+// made of is within γ₆₄(n + 4) of its exact value, relative, which moves
+// the bound by about as much relative to itself (more only where δ_z nears
+// 1, where the bound is already huge), so a factor 1 + γ₆₄(4n) holds it. The
+// oracle's own error is counted twice for the same reason (the second copy
+// covers the cross terms, such as u·|y| where y is known to γ₆₄ only).
+func lnSlack(n int) float64 { return 1 + Gamma(int64(4*n+16), U64) }
 
 // times is a·b where a zero factor wins over an infinite one: an error term
 // that multiplies an exactly known zero is zero.
@@ -128,6 +130,7 @@ func LayerNormRows(ctx context.Context, xs, ws, bs []uint16, rows, cols int, eps
 	mean = &Reference{Value: make([]float64, rows), Bound: make([]float64, rows)}
 	rstd = &Reference{Value: make([]float64, rows), Bound: make([]float64, rows)}
 	w, b := f16Values(ws), f16Values(bs)
+	slack := lnSlack(cols)
 	err = parallelRows(ctx, rows, 8*cols, func(lo, hi int) {
 		x := make([]float64, cols)
 		for r := lo; r < hi; r++ {
@@ -138,15 +141,15 @@ func LayerNormRows(ctx context.Context, xs, ws, bs []uint16, rows, cols int, eps
 			rho := 1 / math.Sqrt(s.variance+eps)
 			kMean, _, kRstd := lnKernel.statErrors(s, eps)
 			oMean, _, oRstd := lnOracle.statErrors(s, eps)
-			mean.Value[r], mean.Bound[r] = s.mean, finiteBound(s.mean, kMean*lnSlack+2*oMean)
-			rstd.Value[r], rstd.Bound[r] = rho, finiteBound(rho, kRstd*lnSlack+2*oRstd)
+			mean.Value[r], mean.Bound[r] = s.mean, finiteBound(s.mean, kMean*slack+2*oMean)
+			rstd.Value[r], rstd.Bound[r] = rho, finiteBound(rho, kRstd*slack+2*oRstd)
 			value := y.Value[r*cols : (r+1)*cols]
 			bound := y.Bound[r*cols : (r+1)*cols]
 			for j := range x {
 				d := x[j] - s.mean
 				v := d*rho*w[j] + b[j]
 				value[j] = v
-				bound[j] = finiteBound(v, lnKernel.outputError(d, rho, w[j], v, kMean, kRstd)*lnSlack+
+				bound[j] = finiteBound(v, lnKernel.outputError(d, rho, w[j], v, kMean, kRstd)*slack+
 					2*lnOracle.outputError(d, rho, w[j], v, oMean, oRstd))
 			}
 		}
@@ -214,6 +217,7 @@ func f16Values(hs []uint16) []float64 {
 func LayerNormGradRows(ctx context.Context, dys, xs, ws []uint16, means, rstds, dw0, db0 []float32, rows, cols int) (dx, dw, db *Reference, err error) {
 	dx = &Reference{Value: make([]float64, rows*cols), Bound: make([]float64, rows*cols)}
 	w := f16Values(ws)
+	slack := lnSlack(cols)
 	err = parallelRows(ctx, rows, 12*cols, func(lo, hi int) {
 		xh := make([]float64, cols)
 		g := make([]float64, cols)
@@ -234,7 +238,7 @@ func LayerNormGradRows(ctx context.Context, dys, xs, ws []uint16, means, rstds, 
 			for j := range xh {
 				v := rho * (g[j] - a - xh[j]*c)
 				dx.Value[r*cols+j] = v
-				bound := lnKernel.dxError(cols, gAbs, hAbs, g[j], a, xh[j], c, rho)*lnSlack +
+				bound := lnKernel.dxError(cols, gAbs, hAbs, g[j], a, xh[j], c, rho)*slack +
 					2*lnOracle.dxError(cols, gAbs, hAbs, g[j], a, xh[j], c, rho)
 				dx.Bound[r*cols+j] = finiteBound(v, bound)
 			}
@@ -246,6 +250,7 @@ func LayerNormGradRows(ctx context.Context, dys, xs, ws []uint16, means, rstds, 
 	dw = &Reference{Value: make([]float64, cols), Bound: make([]float64, cols)}
 	db = &Reference{Value: make([]float64, cols), Bound: make([]float64, cols)}
 	const block = 64
+	rowSlack := lnSlack(rows)
 	err = parallelRows(ctx, (cols+block-1)/block, 4*block*rows, func(lo, hi int) {
 		for j0 := lo * block; j0 < min(cols, hi*block); j0 += block {
 			j1 := min(cols, j0+block)
@@ -269,9 +274,9 @@ func LayerNormGradRows(ctx context.Context, dys, xs, ws []uint16, means, rstds, 
 			for j := j0; j < j1; j++ {
 				k := j - j0
 				dw.Value[j] = sw[k]
-				dw.Bound[j] = finiteBound(sw[k], Gamma(int64(rows+3), u24)*mw[k]*lnSlack+2*Gamma(int64(rows+3), U64)*mw[k])
+				dw.Bound[j] = finiteBound(sw[k], Gamma(int64(rows+3), u24)*mw[k]*rowSlack+2*Gamma(int64(rows+3), U64)*mw[k])
 				db.Value[j] = sb[k]
-				db.Bound[j] = finiteBound(sb[k], Gamma(int64(rows), u24)*mb[k]*lnSlack+2*Gamma(int64(rows), U64)*mb[k])
+				db.Bound[j] = finiteBound(sb[k], Gamma(int64(rows), u24)*mb[k]*rowSlack+2*Gamma(int64(rows), U64)*mb[k])
 			}
 		}
 	})
