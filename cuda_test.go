@@ -160,6 +160,39 @@ var cudaDefects = []kerneltest.Mutation{
 		Old: "return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);", New: "return dy * ((1.0f + T) + 0.5f * x * sech2 * inner);",
 		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
 	},
+	{
+		Name: "layernorm's variance as E[x²], the mean not subtracted", File: "cuda/layernorm.cu",
+		Old: "squares += column_of<T, VW>(i, t) < C ? d * d : 0.0f;",
+		New: "squares += column_of<T, VW>(i, t) < C ? element(x.w, i) * element(x.w, i) : 0.0f;",
+		Op:  "layernorm", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm's eps outside the square root", File: "cuda/layernorm.cu",
+		Old: "const float s = rsqrtf(row_sum<T>(squares, red) / n + eps);",
+		New: "const float s = 1.0f / (sqrtf(row_sum<T>(squares, red) / n) + eps);",
+		Op:  "layernorm", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm's bias read from the weight", File: "cuda/layernorm.cu",
+		Old: "b.load(B, C, t, 0u);", New: "b.load(W, C, t, 0u);",
+		Op: "layernorm", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm_grad's dx without the x̂·mean(g⊙x̂) term", File: "cuda/layernorm.cu",
+		Old: "return (element(w.w, i) * element(dy.w, i) - a - xh * c) * s;",
+		New: "return (element(w.w, i) * element(dy.w, i) - a) * s;",
+		Op:  "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm_grad's db overwritten instead of added into", File: "cuda/layernorm.cu",
+		Old: "float w = dw[j], b = db[j];", New: "float w = dw[j], b = 0.0f;",
+		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm_grad's dw from the last warp of each block only", File: "cuda/layernorm.cu",
+		Old: "combined[col] = k == 0 ? sum_w[i] : combined[col] + sum_w[i];", New: "combined[col] = sum_w[i];",
+		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
 	// The f16 output rounding, toward zero and half away from zero: in the
 	// Hopper GEMM epilogue (the staged path of interior tiles, and the
 	// element path of edge tiles) and in the row ops' store (pack, used by

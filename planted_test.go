@@ -114,6 +114,36 @@ var plantedDefects = []kerneltest.Mutation{
 		Old: "return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);", New: "return dy * ((1.0f + T) + 0.5f * x * sech2 * inner);",
 		Op: "gelu_grad", Shapes: []string{"4099"},
 	},
+	{
+		Name: "layernorm's variance as E[x²], the mean not subtracted", File: "cpu/layernorm.cc",
+		Old: "const float variance = dot_of(values, values, cols) / n;", New: "const float variance = dot_of(values, values, cols) / n + m * m;",
+		Op: "layernorm", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm's eps outside the square root", File: "cpu/layernorm.cc",
+		Old: "const float s = 1.0f / std::sqrt(variance + eps);", New: "const float s = 1.0f / (std::sqrt(variance) + eps);",
+		Op: "layernorm", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm with w and b swapped", File: "cpu/layernorm.cc",
+		Old: "values[j] = values[j] * s * w[j] + b[j];", New: "values[j] = values[j] * s * b[j] + w[j];",
+		Op: "layernorm", Shapes: []string{"7x769"},
+	},
+	{
+		Name: "layernorm_grad's dx without the x̂·mean(g⊙x̂) term", File: "cpu/layernorm.cc",
+		Old: "g[j] = (g[j] - g_mean - xhat[j] * gx_mean) * rstd;", New: "g[j] = (g[j] - g_mean) * rstd;",
+		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm_grad's db overwritten instead of added into", File: "cpu/layernorm.cc",
+		Old: "std::copy(db + first, db + first + n, sum_b);", New: "std::fill(sum_b, sum_b + n, 0.0f);",
+		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm_grad's dw from dy·x where dy·x̂ belongs", File: "cpu/layernorm.cc",
+		Old: "sum_w[j] += dy_values[j] * ((x_values[j] - mean[r]) * rstd[r]);", New: "sum_w[j] += dy_values[j] * x_values[j];",
+		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
 	// The f16 output rounding: the scalar conversion (the GEMMs' outputs)
 	// and the eight-lane one (the row ops'), each rounded half away from
 	// zero, which differs from ties-to-even only on exact ties, and toward

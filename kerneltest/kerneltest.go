@@ -8,6 +8,7 @@
 package kerneltest
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -75,6 +76,8 @@ var extraShapes = map[string][]string{
 	"softmax": {"3x33000"}, "softmax_grad": {"3x33000"},
 	"cross_entropy": {"3x65536", "3x65537:ignore_index=-100"},
 	"add":           {"1000003"}, "gelu": {"1000003"}, "gelu_grad": {"1000003"},
+	"layernorm":      {"3x4099", "2x20000", "3000x64"},
+	"layernorm_grad": {"3x4099", "2x9000", "3000x64"},
 }
 
 // extraChecks are what an op is held to beyond vkern verify's cases:
@@ -82,7 +85,8 @@ var extraShapes = map[string][]string{
 // (add in place) need the device's own buffers, and are checked by each
 // backend's test in package vkern.
 var extraChecks = map[string]func(t *testing.T, dev verify.Device){
-	"cross_entropy": crossEntropyChecks,
+	"cross_entropy":  crossEntropyChecks,
+	"layernorm_grad": layerNormGradChecks,
 }
 
 // All checks every registered op on dev: Op at its quick and extra shapes,
@@ -178,6 +182,61 @@ func crossEntropyBuffers(s op.Shape, labels []int32) [][]byte {
 	verify.Poison(op.F32, loss)
 	verify.Poison(op.F16, grad)
 	return [][]byte{logits, lab, loss, grad}
+}
+
+// layerNormGradChecks: two calls on the same inputs give the same bits, at
+// a shape where each block of a GPU kernel sums many rows' dw and db, so
+// that an accumulation whose order changes from run to run (atomics) shows.
+func layerNormGradChecks(t *testing.T, dev verify.Device) {
+	o := op.LayerNormGrad
+	s, err := o.ParseShape("3000x768")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inputs, err := oracle.Generate(o, s, oracle.Normal, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() [][]byte {
+		var buffers [][]byte
+		next := 0
+		for _, p := range o.Operands {
+			if p.Role == op.Out {
+				b := make([]byte, s.Elements(p)*int64(p.DType.Size()))
+				verify.Poison(p.DType, b)
+				buffers = append(buffers, b)
+				continue
+			}
+			buffers = append(buffers, operandBytes(inputs[next]))
+			next++
+		}
+		if _, err := dev.RunOp(context.Background(), o, s, buffers); err != nil {
+			t.Fatal(err)
+		}
+		return buffers
+	}
+	first, second := run(), run()
+	for i, p := range o.Operands {
+		if p.Writes() && !bytes.Equal(first[i], second[i]) {
+			t.Errorf("layernorm_grad %s: %s differs between two runs on the same inputs; its sums must not depend on the order work finishes in", s, p.Name)
+		}
+	}
+}
+
+// operandBytes encodes an input's elements as the wire's little-endian
+// bytes.
+func operandBytes(in oracle.Input) []byte {
+	var b []byte
+	for _, h := range in.F16 {
+		b = binary.LittleEndian.AppendUint16(b, h)
+	}
+	for _, v := range in.F32 {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+	}
+	for _, v := range in.I32 {
+		b = binary.LittleEndian.AppendUint32(b, uint32(v))
+	}
+	return b
 }
 
 // Mutation is a planted defect: in source File, the text Old (which must

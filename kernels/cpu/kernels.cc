@@ -25,6 +25,8 @@ constexpr Entry kKernels[] = {
     {op_add::kId, "add", run_add},
     {op_gelu::kId, "gelu", run_gelu},
     {op_gelu_grad::kId, "gelu_grad", run_gelu_grad},
+    {op_layernorm::kId, "layernorm", run_layernorm},
+    {op_layernorm_grad::kId, "layernorm_grad", run_layernorm_grad},
     {op_fill::kId, "fill", run_fill},
 };
 // clang-format on

@@ -1,0 +1,464 @@
+// layernorm and layernorm_grad on the GPU: f16 activations in and out, the
+// statistics and the parameter gradients f32, binary32 inside. The math is
+// kernels/cpu/layernorm.cc's, two-pass:
+//
+//   layernorm       m = (Σ x)/C,  v = (Σ (x − m)²)/C,  s = rsqrtf(v + eps)
+//                   y = f16((x − m)·s·w + b),  mean = m,  rstd = s
+//   layernorm_grad  x̂ = (x − mean)·rstd,  g = w·dy (exact)
+//                   a = (Σ g)/C,  c = (Σ g·x̂)/C
+//                   dx = f16((g − a − x̂·c)·rstd)
+//                   dw += Σ_rows dy·x̂,  db += Σ_rows dy
+//
+// Launch shapes:
+// - Rows of C <= 1,024: one warp a row, 8 rows a block of 256 threads; each
+//   thread holds E <= 32 elements of the row in registers as f16 pairs
+//   (rows.cuh's RowSlice), read once with 16-byte loads where the row allows,
+//   and the row's sums are warp shuffles. Longer rows up to 16,384
+//   (layernorm) or 8,192 (layernorm_grad): one block of T = 128..1,024
+//   threads a row, E = 16, the sums finished through shared memory. Thread
+//   t holds vectors t, t + T, … of VW elements, so every access is
+//   coalesced, and it holds the same columns in every row, so w and b are
+//   read once per thread, not once per row.
+// - layernorm: as many blocks as rows need (grid-stride beyond 2³⁰).
+// - layernorm_grad: P = min(rows' worth, 2 per SM) blocks walk the rows
+//   grid-stride; each thread adds dy·x̂ and dy of its columns over the rows
+//   it sees in registers, the warps of a block combine theirs in shared
+//   memory in warp order, and the block writes one row of partials
+//   (P × 2C floats of scratch). A second kernel adds each column's P
+//   partials, in a fixed order, into dw and db. No atomics: a device gives
+//   the same bits every run.
+// - Longer rows: one block of 1,024 threads a row, 2-byte accesses, the
+//   row streamed from memory per pass (three for layernorm, two for dx);
+//   layernorm_grad's dw and db then come from a column kernel (a thread a
+//   column over a strip of rows, partials per strip) and the same second
+//   kernel.
+//
+// Vector width VW: 8 (16-byte accesses) when C is a multiple of 8 and the
+// row operands and w, b are 16-byte aligned; otherwise 1 (2-byte accesses,
+// still coalesced). Padding slots past the end of a row hold 0: they add 0
+// to Σx, Σg and Σg·x̂, are left out of Σ(x − m)², and are never stored.
+//
+// Accuracy, against the oracle's bound (oracle/layernorm.go): every sum is
+// a plain binary32 sum in some order (γ(C) covers any), the division by C
+// is IEEE (no -prec-div=false), rsqrtf is within 2 ulps (the CUDA Math API's
+// table; the bound allows 2), and nvcc may fuse a multiply and an add,
+// which rounds once where the bound counts two. dw and db are sums of
+// R + 1 terms in a fixed order, which the bound's any-order γ(R) covers.
+//
+// IEEE facts relied on (no fast-math, no flush-to-zero): a NaN in a row, or
+// both infinities, makes m NaN; one infinity makes m infinite and x − m NaN
+// at that element, so v, s and the whole row of y are NaN, as the
+// reference. In the backward, x̂ is exactly 0 where x = mean, so an infinite
+// g gives NaN there as the reference does; a non-finite g makes a or c
+// non-finite and the row of dx follows the formula.
+//
+// Not yet measured on a GPU. Floor at 16384×768 (GPT-2 small, B·T = 16,384):
+// layernorm moves 50.3 MB (x in, y out), 16.8 µs at 3.0 TB/s; layernorm_grad
+// 75.5 MB (dy and x in, dx out; the partials add 1.6 MB on an H100's 132
+// SMs), 25.2 µs.
+//
+// Variants (one so far):
+//   1. warp or block per row, registers, dw/db partials per block then a
+//      column reduction.
+//
+// Scratch: layernorm_grad's partials, 8·C bytes per block (P <= 2 per SM,
+// or up to 64 strips on the long-row path), grown with cudaFree +
+// cudaMalloc (ScratchBuffer), cudaErrorMemoryAllocation when it cannot be
+// had.
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/compat.h"
+#include "cuda/rows.cuh"
+
+namespace {
+namespace vkern_layernorm {
+
+using namespace vkern_rows;  // rows.cuh
+
+constexpr int kWarpRows = 8;         // rows a block on the warp-per-row path
+constexpr int kLongThreads = 1024;   // threads a row on the long-row path
+constexpr int kReduceColumns = 32;   // columns a block of the dw/db reduction
+constexpr int kReduceSlices = 32;    // partial rows each column's sum is split into
+constexpr int kStripColumns = 256;   // columns a block of the long-row dw/db kernel
+constexpr int64_t kMaxStrips = 64;   // row strips of the long-row dw/db kernel
+constexpr int kGradBlocksPerSM = 2;  // layernorm_grad's blocks, per SM
+
+// column_of is the row's column of element i of thread t's slice.
+template <int T, int VW>
+__device__ __forceinline__ int column_of(int i, int t) {
+  return (i / VW * T + t) * VW + i % VW;
+}
+
+// ---------------------------------------------------------------------------
+// layernorm, rows on chip: RPB rows a block of T·RPB threads (RPB > 1 only
+// for T = 32).
+
+template <int T, int RPB, int E, int VW>
+__global__ void __launch_bounds__(T* RPB)
+    layernorm_rows(const __half* __restrict__ X, const __half* __restrict__ W, const __half* __restrict__ B,
+                   __half* __restrict__ Y, float* __restrict__ mean, float* __restrict__ rstd, int64_t R, int C,
+                   float eps) {
+  static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
+  using Slice = RowSlice<T, E, VW>;
+  __shared__ float red[T / 32];
+  const int t = threadIdx.x % T;
+  const float n = static_cast<float>(C);
+  Slice w, b;
+  w.load(W, C, t, 0u);
+  b.load(B, C, t, 0u);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
+       r += static_cast<int64_t>(gridDim.x) * RPB) {
+    Slice x;
+    x.load(X + r * C, C, t, 0u);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) sum += element(x.w, i);
+    const float m = row_sum<T>(sum, red) / n;
+    float squares = 0.0f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const float d = element(x.w, i) - m;
+      squares += column_of<T, VW>(i, t) < C ? d * d : 0.0f;
+    }
+    const float s = rsqrtf(row_sum<T>(squares, red) / n + eps);
+    if (t == 0) {
+      mean[r] = m;
+      rstd[r] = s;
+    }
+    Slice::store(Y + r * C, C, t, [&](int i) {
+      return pack((element(x.w, 2 * i) - m) * s * element(w.w, 2 * i) + element(b.w, 2 * i),
+                  (element(x.w, 2 * i + 1) - m) * s * element(w.w, 2 * i + 1) + element(b.w, 2 * i + 1));
+    });
+  }
+}
+
+// layernorm, long rows: a block a row, three passes over it.
+__global__ void __launch_bounds__(kLongThreads)
+    layernorm_long(const __half* __restrict__ X, const __half* __restrict__ W, const __half* __restrict__ B,
+                   __half* __restrict__ Y, float* __restrict__ mean, float* __restrict__ rstd, int64_t R, int64_t C,
+                   float eps) {
+  __shared__ float red[kLongThreads / 32];
+  const float n = static_cast<float>(C);
+  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+    const __half* x = X + r * C;
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < C; j += kLongThreads) sum += __half2float(x[j]);
+    const float m = row_sum<kLongThreads>(sum, red) / n;
+    float squares = 0.0f;
+    for (int64_t j = threadIdx.x; j < C; j += kLongThreads) {
+      const float d = __half2float(x[j]) - m;
+      squares += d * d;
+    }
+    const float s = rsqrtf(row_sum<kLongThreads>(squares, red) / n + eps);
+    if (threadIdx.x == 0) {
+      mean[r] = m;
+      rstd[r] = s;
+    }
+    __half* y = Y + r * C;
+    for (int64_t j = threadIdx.x; j < C; j += kLongThreads) {
+      y[j] = __float2half_rn((__half2float(x[j]) - m) * s * __half2float(W[j]) + __half2float(B[j]));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// layernorm_grad, rows on chip: dx, and the block's partial dw and db in
+// partials[blockIdx.x · 2C ..] (dw's C, then db's C).
+
+template <int T, int RPB, int E, int VW>
+__global__ void __launch_bounds__(T* RPB)
+    layernorm_grad_rows(const __half* __restrict__ dY, const __half* __restrict__ X, const __half* __restrict__ W,
+                        const float* __restrict__ mean, const float* __restrict__ rstd, __half* __restrict__ dX,
+                        float* __restrict__ partials, int64_t R, int C) {
+  static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
+  using Slice = RowSlice<T, E, VW>;
+  __shared__ float red[T / 32];
+  // The warps' partials combined, warp by warp (T = 32 only: T·E >= C).
+  __shared__ float combined[RPB > 1 ? 2 * T * E : 1];
+  const int t = threadIdx.x % T;
+  const float n = static_cast<float>(C);
+  Slice w;
+  w.load(W, C, t, 0u);
+  float sum_w[E], sum_b[E];
+#pragma unroll
+  for (int i = 0; i < E; ++i) sum_w[i] = sum_b[i] = 0.0f;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
+       r += static_cast<int64_t>(gridDim.x) * RPB) {
+    const float m = VK_LDG(mean + r), s = VK_LDG(rstd + r);
+    Slice dy, x;
+    dy.load(dY + r * C, C, t, 0u);
+    x.load(X + r * C, C, t, 0u);
+    float a = 0.0f, c = 0.0f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const float d = element(dy.w, i);
+      const float xh = (element(x.w, i) - m) * s;
+      const float g = element(w.w, i) * d;
+      a += g;
+      c += g * xh;
+      sum_w[i] += d * xh;
+      sum_b[i] += d;
+    }
+    a = row_sum<T>(a, red) / n;
+    c = row_sum<T>(c, red) / n;
+    auto dx = [&](int i) {
+      const float xh = (element(x.w, i) - m) * s;
+      return (element(w.w, i) * element(dy.w, i) - a - xh * c) * s;
+    };
+    Slice::store(dX + r * C, C, t, [&](int i) { return pack(dx(2 * i), dx(2 * i + 1)); });
+  }
+  float* out = partials + static_cast<int64_t>(blockIdx.x) * 2 * C;
+  if (RPB == 1) {
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const int col = column_of<T, VW>(i, t);
+      if (col < C) {
+        out[col] = sum_w[i];
+        out[C + col] = sum_b[i];
+      }
+    }
+    return;
+  }
+  const int group = threadIdx.x / T;
+  for (int k = 0; k < RPB; ++k) {
+    if (group == k) {
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        const int col = column_of<T, VW>(i, t);
+        if (col < C) {
+          combined[col] = k == 0 ? sum_w[i] : combined[col] + sum_w[i];
+          combined[C + col] = k == 0 ? sum_b[i] : combined[C + col] + sum_b[i];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int col = threadIdx.x; col < 2 * C; col += T * RPB) out[col] = combined[col];
+}
+
+// layernorm_grad, long rows: dx only, a block a row, two passes over it.
+__global__ void __launch_bounds__(kLongThreads)
+    layernorm_grad_long(const __half* __restrict__ dY, const __half* __restrict__ X, const __half* __restrict__ W,
+                        const float* __restrict__ mean, const float* __restrict__ rstd, __half* __restrict__ dX,
+                        int64_t R, int64_t C) {
+  __shared__ float red[kLongThreads / 32];
+  const float n = static_cast<float>(C);
+  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+    const float m = mean[r], s = rstd[r];
+    const __half* dy = dY + r * C;
+    const __half* x = X + r * C;
+    float a = 0.0f, c = 0.0f;
+    for (int64_t j = threadIdx.x; j < C; j += kLongThreads) {
+      const float g = __half2float(W[j]) * __half2float(dy[j]);
+      a += g;
+      c += g * ((__half2float(x[j]) - m) * s);
+    }
+    a = row_sum<kLongThreads>(a, red) / n;
+    c = row_sum<kLongThreads>(c, red) / n;
+    for (int64_t j = threadIdx.x; j < C; j += kLongThreads) {
+      const float xh = (__half2float(x[j]) - m) * s;
+      dX[r * C + j] = __float2half_rn((__half2float(W[j]) * __half2float(dy[j]) - a - xh * c) * s);
+    }
+  }
+}
+
+// layernorm_grad, long rows: strip blockIdx.y's partial dw and db, a
+// thread a column, its rows in ascending order.
+__global__ void __launch_bounds__(kStripColumns)
+    layernorm_grad_columns(const __half* __restrict__ dY, const __half* __restrict__ X, const float* __restrict__ mean,
+                           const float* __restrict__ rstd, float* __restrict__ partials, int64_t R, int64_t C,
+                           int64_t strip_rows) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kStripColumns + threadIdx.x;
+  if (j >= C) return;
+  const int64_t first = blockIdx.y * strip_rows, end = first + strip_rows < R ? first + strip_rows : R;
+  float sum_w = 0.0f, sum_b = 0.0f;
+  for (int64_t r = first; r < end; ++r) {
+    const float d = __half2float(dY[r * C + j]);
+    sum_w += d * ((__half2float(X[r * C + j]) - mean[r]) * rstd[r]);
+    sum_b += d;
+  }
+  float* out = partials + static_cast<int64_t>(blockIdx.y) * 2 * C;
+  out[j] = sum_w;
+  out[C + j] = sum_b;
+}
+
+// dw[j] += Σ_p partials[p·2C + j] and db[j] += Σ_p partials[p·2C + C + j]
+// over the P partial rows: thread (j, k) sums rows p ≡ k (mod
+// kReduceSlices) in ascending order, and the slices are then added to the
+// initial value in slice order.
+__global__ void __launch_bounds__(kReduceColumns* kReduceSlices)
+    layernorm_grad_params(const float* __restrict__ partials, int64_t P, int64_t C, float* __restrict__ dw,
+                          float* __restrict__ db) {
+  __shared__ float slices[2][kReduceSlices][kReduceColumns + 1];
+  const int tx = threadIdx.x % kReduceColumns, ty = threadIdx.x / kReduceColumns;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kReduceColumns + tx;
+  float sum_w = 0.0f, sum_b = 0.0f;
+  if (j < C) {
+    for (int64_t p = ty; p < P; p += kReduceSlices) {
+      sum_w += partials[p * 2 * C + j];
+      sum_b += partials[p * 2 * C + C + j];
+    }
+  }
+  slices[0][ty][tx] = sum_w;
+  slices[1][ty][tx] = sum_b;
+  __syncthreads();
+  if (ty != 0 || j >= C) return;
+  float w = dw[j], b = db[j];
+  for (int k = 0; k < kReduceSlices; ++k) {
+    w += slices[0][k][tx];
+    b += slices[1][k][tx];
+  }
+  dw[j] = w;
+  db[j] = b;
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+// multiprocessors is the current device's SM count, asked once (the server
+// uses one device).
+cudaError_t multiprocessors(int* count) {
+  static int cached = 0;
+  if (cached == 0) {
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&cached, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) {
+      cached = 0;
+      return err;
+    }
+  }
+  *count = cached;
+  return cudaSuccess;
+}
+
+// partials_scratch returns at least bytes of device memory for
+// layernorm_grad's partials, growing it when needed.
+cudaError_t partials_scratch(size_t bytes, float** out) {
+  static ScratchBuffer buffer;
+  void* p = nullptr;
+  const cudaError_t err = buffer.get(bytes, &p);
+  *out = static_cast<float*>(p);
+  return err;
+}
+
+struct Forward {
+  const __half *X, *W, *B;
+  __half* Y;
+  float *mean, *rstd;
+  int64_t R, C;
+  float eps;
+  cudaStream_t s;
+};
+
+template <int T, int RPB, int E, int VW>
+cudaError_t launch_forward(const Forward& a) {
+  layernorm_rows<T, RPB, E, VW><<<grid_for(ceil_div(a.R, RPB)), T * RPB, 0, a.s>>>(
+      a.X, a.W, a.B, a.Y, a.mean, a.rstd, a.R, static_cast<int>(a.C), a.eps);
+  return cudaGetLastError();
+}
+
+template <int VW>
+cudaError_t forward_with(const Forward& a) {
+  if (a.C <= 256) return launch_forward<32, kWarpRows, 8, VW>(a);
+  if (a.C <= 512) return launch_forward<32, kWarpRows, 16, VW>(a);
+  if (a.C <= 768) return launch_forward<32, kWarpRows, 24, VW>(a);
+  if (a.C <= 1024) return launch_forward<32, kWarpRows, 32, VW>(a);
+  if (a.C <= 2048) return launch_forward<128, 1, 16, VW>(a);
+  if (a.C <= 4096) return launch_forward<256, 1, 16, VW>(a);
+  if (a.C <= 8192) return launch_forward<512, 1, 16, VW>(a);
+  if (a.C <= 16384) return launch_forward<1024, 1, 16, VW>(a);
+  layernorm_long<<<grid_for(a.R), kLongThreads, 0, a.s>>>(a.X, a.W, a.B, a.Y, a.mean, a.rstd, a.R, a.C, a.eps);
+  return cudaGetLastError();
+}
+
+struct Backward {
+  const __half *dY, *X, *W;
+  const float *mean, *rstd;
+  __half* dX;
+  float *dw, *db;
+  int64_t R, C;
+  cudaStream_t s;
+};
+
+// reduce_params adds the P rows of partials into dw and db.
+cudaError_t reduce_params(const Backward& a, const float* partials, int64_t P) {
+  layernorm_grad_params<<<grid_for(ceil_div(a.C, kReduceColumns)), kReduceColumns * kReduceSlices, 0, a.s>>>(
+      partials, P, a.C, a.dw, a.db);
+  return cudaGetLastError();
+}
+
+template <int T, int RPB, int E, int VW>
+cudaError_t launch_backward(const Backward& a) {
+  int sms = 0;
+  cudaError_t err = multiprocessors(&sms);
+  if (err != cudaSuccess) return err;
+  const int64_t P = std::min(ceil_div(a.R, RPB), static_cast<int64_t>(kGradBlocksPerSM) * sms);
+  float* partials = nullptr;
+  err = partials_scratch(static_cast<size_t>(P * 2 * a.C) * sizeof(float), &partials);
+  if (err != cudaSuccess) return err;
+  layernorm_grad_rows<T, RPB, E, VW><<<static_cast<unsigned>(P), T * RPB, 0, a.s>>>(
+      a.dY, a.X, a.W, a.mean, a.rstd, a.dX, partials, a.R, static_cast<int>(a.C));
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  return reduce_params(a, partials, P);
+}
+
+cudaError_t backward_long(const Backward& a) {
+  const int64_t strips = std::min(a.R, kMaxStrips);
+  const int64_t strip_rows = ceil_div(a.R, strips);
+  float* partials = nullptr;
+  cudaError_t err = partials_scratch(static_cast<size_t>(strips * 2 * a.C) * sizeof(float), &partials);
+  if (err != cudaSuccess) return err;
+  layernorm_grad_long<<<grid_for(a.R), kLongThreads, 0, a.s>>>(a.dY, a.X, a.W, a.mean, a.rstd, a.dX, a.R, a.C);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.C, kStripColumns)), static_cast<unsigned>(strips));
+  layernorm_grad_columns<<<grid, kStripColumns, 0, a.s>>>(a.dY, a.X, a.mean, a.rstd, partials, a.R, a.C, strip_rows);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  return reduce_params(a, partials, strips);
+}
+
+template <int VW>
+cudaError_t backward_with(const Backward& a) {
+  if (a.C <= 256) return launch_backward<32, kWarpRows, 8, VW>(a);
+  if (a.C <= 512) return launch_backward<32, kWarpRows, 16, VW>(a);
+  if (a.C <= 768) return launch_backward<32, kWarpRows, 24, VW>(a);
+  if (a.C <= 1024) return launch_backward<32, kWarpRows, 32, VW>(a);
+  if (a.C <= 2048) return launch_backward<128, 1, 16, VW>(a);
+  if (a.C <= 4096) return launch_backward<256, 1, 16, VW>(a);
+  if (a.C <= 8192) return launch_backward<512, 1, 16, VW>(a);
+  return backward_long(a);
+}
+
+}  // namespace vkern_layernorm
+}  // namespace
+
+namespace vkern {
+
+// The ops' entries (kernels.cu lists them).
+cudaError_t run_layernorm(const Call& c, unsigned long long*, cudaStream_t s) {
+  using namespace op_layernorm;
+  using namespace vkern_layernorm;
+  const Forward a{c.ptr<const __half>(buf::x), c.ptr<const __half>(buf::w), c.ptr<const __half>(buf::b),
+                  c.ptr<__half>(buf::y),       c.ptr<float>(buf::mean),     c.ptr<float>(buf::rstd),
+                  c.params[param::R],          c.params[param::C],          static_cast<float>(c.real(param::eps)),
+                  s};
+  if (a.C % 8 == 0 && aligned16(a.X) && aligned16(a.W) && aligned16(a.B) && aligned16(a.Y)) return forward_with<8>(a);
+  return forward_with<1>(a);
+}
+
+cudaError_t run_layernorm_grad(const Call& c, unsigned long long*, cudaStream_t s) {
+  using namespace op_layernorm_grad;
+  using namespace vkern_layernorm;
+  const Backward a{c.ptr<const __half>(buf::dy), c.ptr<const __half>(buf::x),  c.ptr<const __half>(buf::w),
+                   c.ptr<const float>(buf::mean), c.ptr<const float>(buf::rstd), c.ptr<__half>(buf::dx),
+                   c.ptr<float>(buf::dw),         c.ptr<float>(buf::db),         c.params[param::R],
+                   c.params[param::C],            s};
+  if (a.C % 8 == 0 && aligned16(a.dY) && aligned16(a.X) && aligned16(a.W) && aligned16(a.dX)) return backward_with<8>(a);
+  return backward_with<1>(a);
+}
+
+}  // namespace vkern
