@@ -39,9 +39,14 @@ type Options struct {
 	// call, for callers that want no state shared between calls.
 	Isolated bool
 
-	// editSources lets this package's tests plant defects in the kernel
-	// sources before they are built (the mutants get their own cache keys).
-	editSources func(files map[string][]byte) error
+	// EditSources, for tests that plant defects, edits the kernel sources
+	// (by path, as kernels.Sources names them) before they are built; the
+	// edited build gets its own cache key.
+	EditSources func(files map[string][]byte) error
+	// QuickBuild compiles at -O1 instead of -O3: half the build time on
+	// the cpu backend and slower kernels, for tests that build many
+	// servers (one per planted defect) to check results, not speed.
+	QuickBuild bool
 }
 
 // Info describes an open device: what it is, and what built its server.
@@ -114,10 +119,21 @@ func build(ctx context.Context, opts Options) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vkern: %w", err)
 	}
-	if opts.editSources != nil {
-		if err := opts.editSources(files); err != nil {
+	if opts.EditSources != nil {
+		if err := opts.EditSources(files); err != nil {
 			return nil, err
 		}
+	}
+	if opts.QuickBuild {
+		quick := *compiler
+		quick.Flags = nil
+		for _, f := range compiler.Flags {
+			if f == "-O3" {
+				f = "-O1"
+			}
+			quick.Flags = append(quick.Flags, f)
+		}
+		compiler = &quick
 	}
 	dir := opts.CacheDir
 	if dir == "" {

@@ -203,7 +203,7 @@ func runPlanted(t *testing.T, backend string, defects []kerneltest.Mutation) {
 	for _, m := range defects {
 		t.Run(m.Name, func(t *testing.T) {
 			t.Parallel()
-			dev := openBackend(t, backend, Options{editSources: plant(m)})
+			dev := openBackend(t, backend, Options{EditSources: plant(m), QuickBuild: true})
 			m.Run(t, dev)
 		})
 	}

@@ -28,7 +28,7 @@ var Add = builtinOp(&Op{
 		{Name: "b", DType: F16, Rows: X("N"), Role: In},
 		{Name: "y", DType: F16, Rows: X("N"), Role: Out, MayAlias: "a"},
 	},
-	Flops: perElement(1), Shapes: elementShapes, ExactOnIntegers: true,
+	Independent: "N", Flops: perElement(1), Shapes: elementShapes, ExactOnIntegers: true,
 	NonClaims: []string{"add in place (y sharing a's buffer) is checked by the conformance suite, not by vkern verify, which gives every operand its own buffer"},
 })
 
@@ -39,7 +39,7 @@ var GELU = builtinOp(&Op{
 		{Name: "x", DType: F16, Rows: X("N"), Role: In},
 		{Name: "y", DType: F16, Rows: X("N"), Role: Out},
 	},
-	Flops: perElement(10), Shapes: elementShapes, Anchor: "gelu_tanh",
+	Independent: "N", Flops: perElement(10), Shapes: elementShapes, Anchor: "gelu_tanh",
 	NoExactRounding: "tanh is not exact, so no input gives gelu exact results to round; its rounding is checked by the bias statistic only",
 	NonClaims:       []string{"gelu is checked against tanh computed within 4 ulps in binary32 (glibc's and CUDA's tanhf claim 2); a kernel using an approximate tanh is outside its bound"},
 })
@@ -52,7 +52,7 @@ var GELUGrad = builtinOp(&Op{
 		{Name: "dy", DType: F16, Rows: X("N"), Role: In},
 		{Name: "dx", DType: F16, Rows: X("N"), Role: Out},
 	},
-	Flops: perElement(18), Shapes: elementShapes, Anchor: "gelu_tanh_backward",
+	Independent: "N", Flops: perElement(18), Shapes: elementShapes, Anchor: "gelu_tanh_backward",
 	NoExactRounding: "tanh is not exact, so no input gives gelu_grad exact results to round; its rounding is checked by the bias statistic only",
 	NonClaims:       []string{"gelu_grad is checked against tanh computed within 4 ulps in binary32 (glibc's and CUDA's tanhf claim 2); a kernel using an approximate tanh is outside its bound"},
 })

@@ -11,7 +11,7 @@ var Fill = builtinOp(&Op{
 	Operands: []Operand{
 		{Name: "y", DType: F32, Rows: X("N"), Role: Out},
 	},
-	ExactOnIntegers: true,
+	Independent: "N", ExactOnIntegers: true,
 	Shapes: Shapes{
 		Quick:   []string{"1", "4099", "65536:value=-2.5"},
 		Default: []string{"1", "7", "4099", "65536:value=-2.5", "1000003:value=0.1"},

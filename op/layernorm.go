@@ -16,7 +16,7 @@ var LayerNorm = builtinOp(&Op{
 		{Name: "mean", DType: F32, Rows: X("R"), Role: Out},
 		{Name: "rstd", DType: F32, Rows: X("R"), Role: Out},
 	},
-	Reduces: X("C"), Flops: func(s Shape) float64 { return 8 * float64(s.Dims[0]) * float64(s.Dims[1]) }, Anchor: "layernorm",
+	Reduces: X("C"), Independent: "R", Flops: func(s Shape) float64 { return 8 * float64(s.Dims[0]) * float64(s.Dims[1]) }, Anchor: "layernorm",
 	NoExactRounding: "1/√(var + eps) is not exact, so no input gives layernorm exact results to round; its rounding is checked by the bias statistic only",
 	Shapes: Shapes{
 		Quick:   []string{"1x1", "7x769", "64x768"},

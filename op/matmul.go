@@ -33,7 +33,7 @@ var Gemm = builtinOp(&Op{
 		{Name: "B", DType: F16, Rows: X("K"), Cols: X("N"), Role: In},
 		{Name: "C", DType: F32, Rows: X("M"), Cols: X("N"), Role: Out},
 	},
-	Reduces: X("K"), Flops: matmulFlops, Shapes: matmulShapes, ExactOnIntegers: true,
+	Reduces: X("K"), Independent: "M", Flops: matmulFlops, Shapes: matmulShapes, ExactOnIntegers: true,
 	Matmul: &MatmulSpec{L: "A", R: "B", Rows: "M", Cols: "N", Depth: "K"},
 })
 
@@ -45,7 +45,7 @@ var GemmGradA = builtinOp(&Op{
 		{Name: "B", DType: F16, Rows: X("K"), Cols: X("N"), Role: In},
 		{Name: "dA", DType: F16, Rows: X("M"), Cols: X("K"), Role: Out},
 	},
-	Reduces: X("N"), Flops: matmulFlops, Shapes: matmulShapes, ExactOnIntegers: true,
+	Reduces: X("N"), Independent: "M", Flops: matmulFlops, Shapes: matmulShapes, ExactOnIntegers: true,
 	Matmul: &MatmulSpec{L: "dC", R: "B", TransR: true, Rows: "M", Cols: "K", Depth: "N"},
 })
 

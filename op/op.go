@@ -269,6 +269,14 @@ type Op struct {
 	// Reduces is the length of the sums each output element is made of,
 	// for error bounds and reports; the zero Extent when none.
 	Reduces Extent
+	// Independent, when set, names a dimension along which the op is a
+	// batch of independent problems: every operand whose rows begin with
+	// it splits into that many equal consecutive slices, every output is
+	// such an operand, and output slice i depends only on slice i of the
+	// split inputs and on the whole of the others (layernorm's rows,
+	// attention's sequences; weights are the others). A check may then
+	// compute the reference of a few slices instead of all (verify.Check).
+	Independent string
 	// Flops is the conventional floating-point operation count at a shape
 	// (2·M·N·K for a product); nil for none worth counting.
 	Flops  func(s Shape) float64
@@ -426,6 +434,16 @@ func (o *Op) resolve() error {
 	for _, n := range o.Reduces.Of {
 		if _, ok := o.index[n]; !ok {
 			return fmt.Errorf("op: %s: Reduces names %q, which is not a dimension", o.Name, n)
+		}
+	}
+	if d := o.Independent; d != "" {
+		if i, ok := o.index[d]; !ok || i >= len(o.Dims) {
+			return fmt.Errorf("op: %s: Independent names %q, which is not a dimension", o.Name, d)
+		}
+		for _, p := range o.Operands {
+			if p.Writes() && (len(p.Rows.Of) == 0 || p.Rows.Of[0] != d) {
+				return fmt.Errorf("op: %s: Independent is %s, but output %s's rows (%s) do not begin with it", o.Name, d, p.Name, p.Rows)
+			}
 		}
 	}
 	if m := o.Matmul; m != nil {

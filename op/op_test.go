@@ -151,3 +151,23 @@ func TestCrossEntropyOperandsAndWireParams(t *testing.T) {
 		t.Errorf("CheckLengths error = %v, want %q", err, want)
 	}
 }
+
+func TestIndependentMustSplitEveryOutput(t *testing.T) {
+	mk := func(independent string, outRows Extent) *Op {
+		return &Op{ID: 9001, Name: "independent_probe", Dims: []Dim{{"R", ""}, {"C", ""}}, Independent: independent,
+			Operands: []Operand{
+				{Name: "x", DType: F16, Rows: X("R"), Cols: X("C"), Role: In},
+				{Name: "w", DType: F16, Rows: X("C"), Role: In},
+				{Name: "y", DType: F16, Rows: outRows, Cols: X("C"), Role: Out},
+			}}
+	}
+	if err := mk("R", X("R")).resolve(); err != nil {
+		t.Fatalf("rows split along R: %v", err)
+	}
+	if err := mk("C", X("R")).resolve(); err == nil || !strings.Contains(err.Error(), "do not begin with it") {
+		t.Errorf("an output whose rows do not begin with the dimension: %v", err)
+	}
+	if err := mk("Q", X("R")).resolve(); err == nil || !strings.Contains(err.Error(), "not a dimension") {
+		t.Errorf("an unknown dimension: %v", err)
+	}
+}

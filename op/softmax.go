@@ -17,7 +17,7 @@ var Softmax = builtinOp(&Op{
 		{Name: "X", DType: F16, Rows: X("R"), Cols: X("C"), Role: In},
 		{Name: "Y", DType: F16, Rows: X("R"), Cols: X("C"), Role: Out},
 	},
-	Reduces: X("C"), Shapes: softmaxShapes,
+	Reduces: X("C"), Independent: "R", Shapes: softmaxShapes,
 	NoExactRounding: "exp is not exact, so no input gives softmax exact results to round; its rounding is checked by the bias statistic only",
 	NonClaims: []string{
 		"softmax is never checked bit for bit: exp is not exact, so integer inputs are checked under the error bound like the others",
@@ -32,7 +32,7 @@ var SoftmaxGrad = builtinOp(&Op{
 		{Name: "Y", DType: F16, Rows: X("R"), Cols: X("C"), Role: In},
 		{Name: "dX", DType: F16, Rows: X("R"), Cols: X("C"), Role: Out},
 	},
-	Reduces: X("C"), Shapes: softmaxShapes, ExactOnIntegers: true,
+	Reduces: X("C"), Independent: "R", Shapes: softmaxShapes, ExactOnIntegers: true,
 	NonClaims: []string{
 		"softmax_grad is checked for any Y, not only for rows that are softmax outputs: nothing is claimed about how errors in Y itself propagate",
 	},

@@ -69,6 +69,11 @@ func picks(rng *rand.Rand, n, k int) []int {
 // element's bound), then Freivalds projections of the whole output under a
 // sound per-row tolerance (oracle.Project). out is the GEMM's one output.
 func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, out []byte, acc oracle.Accumulation) (Stats, error) {
+	return sampledCheck(ctx, c, modeOf(c), inputs, out, acc)
+}
+
+// sampledCheck is checkSampled under mode m.
+func sampledCheck(ctx context.Context, c Case, m Mode, inputs []oracle.Input, out []byte, acc oracle.Accumulation) (Stats, error) {
 	o, s := c.Op, c.Shape
 	p := o.Outputs()[0]
 	x, y := oracle.Factors(o, s, inputs)
@@ -76,7 +81,7 @@ func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, out []byte
 	rng := rand.New(rand.NewPCG(c.Seed, 0x5a3b1e))
 	ri, ci := picks(rng, rows, sampleRows), picks(rng, cols, sampleCols)
 	size := p.DType.Size()
-	mode := modeOf(c)
+	mode := m
 
 	refRows, err := oracle.MatMul(ctx, x.SelectRows(ri), y, acc)
 	if err != nil {
