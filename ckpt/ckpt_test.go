@@ -169,7 +169,7 @@ func (v rawView) DataLen() uint64          { return uint64(len(v.data)) }
 func TestHalfPrecisionFilesAreRead(t *testing.T) {
 	b, err := safetensors.Serialize(map[string]rawView{
 		"h": {safetensors.F16, []uint64{2}, []byte{0x00, 0x3c, 0x00, 0xc0}}, // 1, −2
-		"b": {safetensors.BF16, []uint64{1}, []byte{0x80, 0x3f}},             // 1
+		"b": {safetensors.BF16, []uint64{1}, []byte{0x80, 0x3f}},            // 1
 		"m": {safetensors.U8, []uint64{2}, []byte{1, 0}},
 	}, nil)
 	if err != nil {
