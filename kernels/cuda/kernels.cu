@@ -25,6 +25,8 @@ constexpr Entry kKernels[] = {
     {op_add::kId, "add", run_add},
     {op_gelu::kId, "gelu", run_gelu},
     {op_gelu_grad::kId, "gelu_grad", run_gelu_grad},
+    {op_global_norm::kId, "global_norm", run_global_norm},
+    {op_adamw::kId, "adamw", run_adamw},
 };
 // clang-format on
 
