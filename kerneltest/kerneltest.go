@@ -75,6 +75,7 @@ var extraShapes = map[string][]string{
 	"softmax": {"3x33000"}, "softmax_grad": {"3x33000"},
 	"cross_entropy": {"3x65536", "3x65537:ignore_index=-100"},
 	"add":           {"1000003"}, "gelu": {"1000003"}, "gelu_grad": {"1000003"},
+	"global_norm": {"1000003"}, "adamw": {"1000003"},
 }
 
 // extraChecks are what an op is held to beyond vkern verify's cases:
