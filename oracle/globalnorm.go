@@ -12,9 +12,9 @@ func init() {
 	mustRegister(op.GlobalNorm, Spec{Compute: globalNormCompute, Generate: globalNormGenerate})
 }
 
-// maxCount is where global_norm's count of non-finite elements saturates:
+// maxNonfiniteCount is where global_norm's count of non-finite elements saturates:
 // the largest i32.
-const maxCount = math.MaxInt32
+const maxNonfiniteCount = math.MaxInt32
 
 // globalNormCompute is the reference of global_norm: sumsq = Σ g² rounded
 // once to binary32, and nonfinite = #{i : g[i] is ±Inf or NaN}.
@@ -71,7 +71,7 @@ func globalNormCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic
 	}
 	return []*Reference{
 		{Value: []float64{value}, Bound: []float64{bound}},
-		{Value: []float64{float64(min(count, maxCount))}, Bound: []float64{0}},
+		{Value: []float64{float64(min(count, maxNonfiniteCount))}, Bound: []float64{0}},
 	}, nil
 }
 
@@ -87,7 +87,7 @@ func globalNormGenerate(g *Gen) []Input {
 	x := g.F32(0, Normal.Draw)
 	r := g.Rand()
 	for t := 0; t < max(1, len(x)/50); t++ {
-		x[r.IntN(len(x))] = subnormal32(r)
+		x[r.IntN(len(x))] = randomSubnormal32(r)
 		x[r.IntN(len(x))] = float32(math.Copysign(0, -1))
 	}
 	x[r.IntN(len(x))] = float32(math.Inf(1))
@@ -98,8 +98,8 @@ func globalNormGenerate(g *Gen) []Input {
 	return []Input{{F32: x}}
 }
 
-// subnormal32 is a random binary32 subnormal of either sign.
-func subnormal32(r *rand.Rand) float32 {
+// randomSubnormal32 is a random binary32 subnormal of either sign.
+func randomSubnormal32(r *rand.Rand) float32 {
 	bits := uint32(1+r.IntN(1<<23-1)) | uint32(r.IntN(2))<<31
 	return math.Float32frombits(bits)
 }
