@@ -193,6 +193,68 @@ var cudaDefects = []kerneltest.Mutation{
 		Old: "combined[col] = k == 0 ? sum_w[i] : combined[col] + sum_w[i];", New: "combined[col] = sum_w[i];",
 		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
 	},
+	{
+		Name: "global_norm counts only NaN as non-finite", File: "cuda/global_norm.cu",
+		Old: "count += (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u ? 1ull : 0ull;", New: "count += x != x ? 1ull : 0ull;",
+		Op: "global_norm", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "global_norm's finish skips the last tile", File: "cuda/global_norm.cu",
+		Old: "batch[b] = i < tiles ? parts[i] : Part{0.0, 0ull};", New: "batch[b] = i < tiles - 1 ? parts[i] : Part{0.0, 0ull};",
+		Op: "global_norm", Shapes: []string{"4099", "65536", "1000003"},
+	},
+	{
+		Name: "global_norm drops the last element of a partial tile", File: "cuda/global_norm.cu",
+		Old: "if (at < size) take(VK_LDG(tile + at), lane[c], count);", New: "if (at < size - 1) take(VK_LDG(tile + at), lane[c], count);",
+		Op: "global_norm", Shapes: []string{"7", "4099"},
+	},
+	{
+		Name: "global_norm's vector loads with a warp's stride for a block's", File: "cuda/global_norm.cu",
+		Old: "x[u] = VK_LDG(tile4 + u * kThreads);", New: "x[u] = VK_LDG(tile4 + u * 32);",
+		Op: "global_norm", Shapes: []string{"65536"},
+	},
+	{
+		Name: "adamw without the bias corrections", File: "cuda/adamw.cu",
+		Old: "s.step_size = static_cast<float>(lr / correction(beta1, t));\n  s.root2 = static_cast<float>(std::sqrt(correction(beta2, t)));",
+		New: "s.step_size = static_cast<float>(lr);\n  s.root2 = 1.0f;",
+		Op:  "adamw", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "adamw with L2 weight decay on the gradient (Adam) instead of decoupled decay", File: "cuda/adamw.cu",
+		Old: "const float g = grad * s.scale;\n  const float decayed = p * s.decay;",
+		New: "const float g = grad * s.scale + 0.01f * p;  // weight_decay = 0.01\n  const float decayed = p;",
+		Op:  "adamw", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "adamw with v where m belongs in the update", File: "cuda/adamw.cu",
+		Old: "p = decayed - s.step_size * (m / denom);", New: "p = decayed - s.step_size * (v / denom);",
+		Op: "adamw", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "adamw with eps inside the square root", File: "cuda/adamw.cu",
+		Old: "const float denom = sqrtf(v) / s.root2 + s.eps;", New: "const float denom = sqrtf(v / (s.root2 * s.root2) + s.eps);",
+		Op: "adamw", Shapes: []string{"4099", "65536:eps=1e-3,beta1=0.5,beta2=0.95,t=3"},
+	},
+	{
+		Name: "adamw with β2 for the first moment", File: "cuda/adamw.cu",
+		Old: "m = s.beta1 * m + s.keep1 * g;", New: "m = s.beta2 * m + s.keep2 * g;",
+		Op: "adamw", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "adamw's vector path writes param16 from the old param", File: "cuda/adamw.cu",
+		Old: "p16[i] = make_uint2(pack2(x, y), pack2(z, w));", New: "p16[i] = make_uint2(pack2(p[i].x, p[i].y), pack2(p[i].z, p[i].w));",
+		Op: "adamw", Shapes: []string{"65536"},
+	},
+	{
+		Name: "adamw without grad_scale", File: "cuda/adamw.cu",
+		Old: "const float g = grad * s.scale;", New: "const float g = grad;",
+		Op: "adamw", Shapes: []string{"4099:t=1000,weight_decay=0.1,lr=6e-4,grad_scale=3.0517578125e-05"},
+	},
+	{
+		Name: "adamw leaves the elements after the last whole vector unwritten", File: "cuda/adamw.cu",
+		Old: "if (done == n) return cudaSuccess;", New: "if (done == n || done > 0) return cudaSuccess;",
+		Op: "adamw", Shapes: []string{"4099"},
+	},
 	// The f16 output rounding, toward zero and half away from zero: in the
 	// Hopper GEMM epilogue (the staged path of interior tiles, and the
 	// element path of edge tiles) and in the row ops' store (pack, used by

@@ -144,6 +144,58 @@ var plantedDefects = []kerneltest.Mutation{
 		Old: "sum_w[j] += dy_values[j] * ((x_values[j] - mean[r]) * rstd[r]);", New: "sum_w[j] += dy_values[j] * x_values[j];",
 		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
 	},
+	{
+		Name: "global_norm sums in f32", File: "cpu/global_norm.cc",
+		Old: "double lanes[kLanes] = {};", New: "float lanes[kLanes] = {};",
+		Op: "global_norm", Shapes: []string{"4099", "65536", "1000003"},
+	},
+	{
+		Name: "global_norm counts only NaN as non-finite", File: "cpu/global_norm.cc",
+		Old: "return (bits & 0x7f800000u) == 0x7f800000u;", New: "return (bits & 0x7fffffffu) > 0x7f800000u;",
+		Op: "global_norm", Shapes: []string{"4099"},
+	},
+	{
+		Name: "global_norm drops the last element of a chunk's tail", File: "cpu/global_norm.cc",
+		Old: "for (size_t k = 0; i < n; ++i, ++k) {", New: "for (size_t k = 0; i + 1 < n; ++i, ++k) {",
+		Op: "global_norm", Shapes: []string{"7", "4099"},
+	},
+	{
+		Name: "adamw without the bias corrections", File: "cpu/adamw.cc",
+		Old: "s.step_size = static_cast<float>(lr / correction(beta1, t));\n  s.root2 = static_cast<float>(std::sqrt(correction(beta2, t)));",
+		New: "s.step_size = static_cast<float>(lr);\n  s.root2 = 1.0f;",
+		Op:  "adamw", Shapes: []string{"4099"},
+	},
+	{
+		Name: "adamw with L2 weight decay on the gradient (Adam) instead of decoupled decay", File: "cpu/adamw.cc",
+		Old: "const float g = grad * s.scale;\n  const float decayed = p * s.decay;",
+		New: "const float g = grad * s.scale + 0.01f * p;  // weight_decay = 0.01\n  const float decayed = p;",
+		Op:  "adamw", Shapes: []string{"4099"},
+	},
+	{
+		Name: "adamw with v where m belongs in the update", File: "cpu/adamw.cc",
+		Old: "p = decayed - s.step_size * (m / denom);", New: "p = decayed - s.step_size * (v / denom);",
+		Op: "adamw", Shapes: []string{"4099"},
+	},
+	{
+		Name: "adamw with eps inside the square root", File: "cpu/adamw.cc",
+		Old: "const float denom = std::sqrt(v) / s.root2 + s.eps;", New: "const float denom = std::sqrt(v / (s.root2 * s.root2) + s.eps);",
+		Op: "adamw", Shapes: []string{"4099", "65536:eps=1e-3,beta1=0.5,beta2=0.95,t=3"},
+	},
+	{
+		Name: "adamw with β2 for the first moment", File: "cpu/adamw.cc",
+		Old: "m = s.beta1 * m + s.keep1 * g;", New: "m = s.beta2 * m + s.keep2 * g;",
+		Op: "adamw", Shapes: []string{"4099"},
+	},
+	{
+		Name: "adamw writes param16 from the old param", File: "cpu/adamw.cc",
+		Old: "fresh[i] = step(s, p[e], grad[e], m[e], v[e]);", New: "fresh[i] = p[e];\n        step(s, p[e], grad[e], m[e], v[e]);",
+		Op: "adamw", Shapes: []string{"4099"},
+	},
+	{
+		Name: "adamw without grad_scale", File: "cpu/adamw.cc",
+		Old: "const float g = grad * s.scale;", New: "const float g = grad;",
+		Op: "adamw", Shapes: []string{"4099:t=1000,weight_decay=0.1,lr=6e-4,grad_scale=3.0517578125e-05"},
+	},
 	// The f16 output rounding: the scalar conversion (the GEMMs' outputs)
 	// and the eight-lane one (the row ops'), each rounded half away from
 	// zero, which differs from ties-to-even only on exact ties, and toward

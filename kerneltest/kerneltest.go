@@ -78,6 +78,7 @@ var extraShapes = map[string][]string{
 	"add":           {"1000003"}, "gelu": {"1000003"}, "gelu_grad": {"1000003"},
 	"layernorm":      {"3x4099", "2x20000", "3000x64"},
 	"layernorm_grad": {"3x4099", "2x9000", "3000x64"},
+	"global_norm":    {"1000003"}, "adamw": {"1000003"},
 }
 
 // extraChecks are what an op is held to beyond vkern verify's cases:

@@ -32,6 +32,8 @@
 //   too long to hold on chip (V > 65,536) 8 bytes per
 //   row per 32,768-element segment. cudaErrorMemoryAllocation when it cannot
 //   be had.
+// - global_norm: 16 bytes per 8,192-element tile of g, for the tiles' partial
+//   sums. cudaErrorMemoryAllocation when it cannot be had.
 // The first gemm call on a device of compute capability 9.0 also copies one
 // int from the device (which synchronises it) to learn whether the sm_90a
 // kernels (gemm_sm90.cu) are loaded; later calls only enqueue.
