@@ -65,7 +65,7 @@ var AdamW = builtinOp(&Op{
 		{Name: "v", DType: F32, Rows: X("N"), Role: InOut},
 		{Name: "param16", DType: F16, Rows: X("N"), Role: Out},
 	},
-	Flops: perElement(16), Shapes: adamWShapes, Anchor: "adamw",
+	Independent: "N", Flops: perElement(16), Shapes: adamWShapes, Anchor: "adamw",
 	NoExactRounding: "the square root and the quotients are not exact in general, so no input gives adamw exact results to round",
 	NonClaims: []string{
 		"adamw is checked for v ≥ 0, as the optimizer keeps it; nothing is claimed for a negative second moment",
