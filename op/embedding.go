@@ -38,7 +38,7 @@ var EmbeddingGrad = builtinOp(&Op{
 	},
 	Reduces: X("B", "T"), Flops: func(s Shape) float64 { return 2 * float64(s.Dims[0]) * float64(s.Dims[1]) * float64(s.Dims[2]) },
 	ExactOnIntegers: true, Anchor: "embedding_backward",
-	NoExactRounding: "its outputs are f32: whole-number sums below 2^24 need no rounding (the rounding cases still check its exact sums)",
+	NoExactRounding: "its outputs are f32: whole-number sums below 2^24 need no rounding (the integer cases check its sums bit for bit)",
 	Shapes: Shapes{
 		Quick:   []string{"1x1x1x1", "2x5x7x11", "4x64x64x256"},
 		Default: []string{"1x1x1x1", "2x5x7x11", "4x64x64x256", "3x17x769x1000", "8x512x64x3"},
