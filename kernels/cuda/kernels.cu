@@ -25,6 +25,8 @@ constexpr Entry kKernels[] = {
     {op_add::kId, "add", run_add},
     {op_gelu::kId, "gelu", run_gelu},
     {op_gelu_grad::kId, "gelu_grad", run_gelu_grad},
+    {op_embedding::kId, "embedding", run_embedding},
+    {op_embedding_grad::kId, "embedding_grad", run_embedding_grad},
 };
 // clang-format on
 
