@@ -289,6 +289,31 @@ var cudaDefects = []kerneltest.Mutation{
 		New: halfAwayLambda + "\n  return static_cast<uint32_t>(__half_as_ushort(away(lo))) |\n         static_cast<uint32_t>(__half_as_ushort(away(hi))) << 16;",
 		Op:  "softmax_grad", Shapes: []string{"64x1000", "7x4099"},
 	},
+	{
+		Name: "embedding's wpe row from p / B where p mod T belongs", File: "cuda/embedding.cu",
+		Old: "const int64_t t = p % T;", New: "const int64_t t = p / (N / T);",
+		Op: "embedding", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
+	{
+		Name: "embedding's vector path without wpe in its first two channels", File: "cuda/embedding.cu",
+		Old: "r.x = pack(a.value(0) + b.value(0), a.value(1) + b.value(1));", New: "r.x = pack(a.value(0), a.value(1));",
+		Op: "embedding", Shapes: []string{"4x64x64x256"},
+	},
+	{
+		Name: "embedding_grad's dwpe summed over rows t·B + b", File: "cuda/embedding.cu",
+		Old: "if (b0 + k < B) rows[k].load(dx + ((b0 + k) * T + t) * C + ch);", New: "if (b0 + k < B) rows[k].load(dx + (t * B + b0 + k) * C + ch);",
+		Op: "embedding_grad", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
+	{
+		Name: "embedding_grad drops the last segment of a run that crosses segments", File: "cuda/embedding.cu",
+		Old: "const int64_t last_segment = (a - 1) / kSegment;", New: "const int64_t last_segment = (a - 1) / kSegment - 1;",
+		Op: "embedding_grad", Shapes: []string{"4x64x64x256", "8x512x64x3"},
+	},
+	{
+		Name: "embedding_grad overwrites dwte where a run crosses segments", File: "cuda/embedding.cu",
+		Old: "load_f32<VW>(row, acc);", New: "for (int i = 0; i < VW; ++i) acc[i] = 0.0f;",
+		Op: "embedding_grad", Shapes: []string{"4x64x64x256", "8x512x64x3"},
+	},
 }
 
 // halfAwayLambda defines away(v): v rounded to f16 to nearest with ties away

@@ -224,6 +224,37 @@ var plantedDefects = []kerneltest.Mutation{
 		New: "const u32x8 normal = rebiased >> 13;",
 		Op:  "softmax", Shapes: []string{"64x1000"},
 	},
+	{
+		Name: "embedding's wpe row from p / B where p mod T belongs", File: "cpu/embedding.cc",
+		Old: "const size_t t = p % T;", New: "const size_t t = p / (N / T);",
+		Op: "embedding", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
+	{
+		Name: "embedding's token id off by one", File: "cpu/embedding.cc",
+		Old: "const uint16_t* token_row = wte + static_cast<size_t>(id) * C;", New: "const uint16_t* token_row = wte + static_cast<size_t>(id + 1) % V * C;",
+		Op: "embedding", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
+	{
+		Name: "embedding without wpe", File: "cpu/embedding.cc",
+		Old: "for (size_t i = 0; i < n; ++i) sum[i] += position[i];", New: "(void)position;",
+		Op: "embedding", Shapes: []string{"2x5x7x11"},
+	},
+	{
+		Name: "embedding_grad's dwpe summed over rows t·B + b", File: "cpu/embedding.cc",
+		Old: "accumulate(dwpe + t * C + first, dx + (b * T + t) * C + first, n);", New: "accumulate(dwpe + t * C + first, dx + (t * B + b) * C + first, n);",
+		Op: "embedding_grad", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
+	{
+		Name: "embedding_grad drops the last position from dwte", File: "cpu/embedding.cc",
+		Old: "for (size_t p = 0; p < N; ++p) {", New: "for (size_t p = 0; p + 1 < N; ++p) {",
+		Op: "embedding_grad", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
+	{
+		Name: "embedding_grad overwrites dwte instead of adding into it", File: "cpu/embedding.cc",
+		Old: "accumulate(dwte + static_cast<size_t>(id) * C + first, dx + p * C + first, n);",
+		New: "f16_to_f32_run(dx + p * C + first, dwte + static_cast<size_t>(id) * C + first, n);",
+		Op:  "embedding_grad", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
 }
 
 // plant returns a source edit that applies m, failing when its snippet does

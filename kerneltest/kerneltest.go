@@ -88,6 +88,8 @@ var extraShapes = map[string][]string{
 var extraChecks = map[string]func(t *testing.T, dev verify.Device){
 	"cross_entropy":  crossEntropyChecks,
 	"layernorm_grad": layerNormGradChecks,
+	"embedding":      embeddingChecks,
+	"embedding_grad": embeddingGradChecks,
 }
 
 // All checks every registered op on dev: Op at its quick and extra shapes,
@@ -238,6 +240,152 @@ func operandBytes(in oracle.Input) []byte {
 		b = binary.LittleEndian.AppendUint32(b, uint32(v))
 	}
 	return b
+}
+
+// embeddingChecks: token ids outside [0, V), which the server must refuse
+// with INVALID_ARGUMENT naming the first of them, and then serve on.
+func embeddingChecks(t *testing.T, dev verify.Device) {
+	refusedTokenChecks(t, dev, op.Embedding)
+}
+
+// embeddingGradChecks: the same bits from two runs on the same inputs, at
+// shapes with long runs of one token and with many tokens; and refused
+// token ids, as embedding's.
+func embeddingGradChecks(t *testing.T, dev verify.Device) {
+	o := op.EmbeddingGrad
+	ctx := context.Background()
+	t.Run("the same bits on every run", func(t *testing.T) {
+		for _, shape := range []string{"8x512x64x3", "4x1024x768x2000", "3x700x9x50"} {
+			s, err := o.ParseShape(shape)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inputs, err := oracle.Generate(o, s, oracle.Normal, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var first [][]byte
+			for run := 0; run < 2; run++ {
+				buffers := embeddingGradBuffers(inputs)
+				if _, err := dev.RunOp(ctx, o, s, buffers); err != nil {
+					t.Fatal(err)
+				}
+				if run == 0 {
+					first = buffers
+					continue
+				}
+				for k, name := range []string{"dwte", "dwpe"} {
+					if a, b := first[2+k], buffers[2+k]; !bytes.Equal(a, b) {
+						i := 0
+						for i+4 <= len(a) && bytes.Equal(a[i:i+4], b[i:i+4]) {
+							i += 4
+						}
+						t.Errorf("%s: %s differs between two runs on the same inputs, first at element %d (%#08x, then %#08x)",
+							shape, name, i/4, binary.LittleEndian.Uint32(a[i:]), binary.LittleEndian.Uint32(b[i:]))
+					}
+				}
+			}
+		}
+	})
+	refusedTokenChecks(t, dev, o)
+}
+
+// embeddingGradBuffers makes the buffers of one embedding_grad call from
+// its inputs (dx, tokens, and the initial dwte and dwpe, which it adds
+// into).
+func embeddingGradBuffers(inputs []oracle.Input) [][]byte {
+	dx := make([]byte, 2*len(inputs[0].F16))
+	for i, h := range inputs[0].F16 {
+		binary.LittleEndian.PutUint16(dx[2*i:], h)
+	}
+	buffers := [][]byte{dx, tokenBytes(inputs[1].I32)}
+	for _, in := range inputs[2:] {
+		b := make([]byte, 4*len(in.F32))
+		for i, v := range in.F32 {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		}
+		buffers = append(buffers, b)
+	}
+	return buffers
+}
+
+func tokenBytes(tokens []int32) []byte {
+	b := make([]byte, 4*len(tokens))
+	for i, id := range tokens {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(id))
+	}
+	return b
+}
+
+// refusedTokenChecks runs o (embedding or embedding_grad) on token ids
+// outside [0, V): the server must refuse each call with INVALID_ARGUMENT
+// naming the first bad position, its value and the valid range, and then
+// run the same call with the bad ids replaced.
+func refusedTokenChecks(t *testing.T, dev verify.Device, o *op.Op) {
+	ctx := context.Background()
+	t.Run("a token id outside the vocabulary", func(t *testing.T) {
+		for _, tt := range []struct {
+			shape string
+			bad   map[int]int32 // position: id, over ids drawn in range
+			want  string
+		}{
+			{"2x3x4x5", map[int]int32{2: 5}, "tokens[2] = 5 is outside its domain: a token id in [0, V) (B=2, T=3, C=4, V=5)"},
+			{"2x3x4x5", map[int]int32{4: -1, 5: 7}, "tokens[4] = -1 is outside its domain: a token id in [0, V) (B=2, T=3, C=4, V=5)"},
+			{"1x3x8x4", map[int]int32{2: 4}, "tokens[2] = 4 is outside its domain: a token id in [0, V)"},
+			{"3x1000x8x10", map[int]int32{2600: -2147483648, 2500: 10, 2999: 11}, "tokens[2500] = 10 is outside its domain: a token id in [0, V)"},
+		} {
+			s, err := o.ParseShape(tt.shape)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inputs, err := oracle.Generate(o, s, oracle.Integer, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tokens := 0
+			if o == op.EmbeddingGrad {
+				tokens = 1
+			}
+			valid := inputs[tokens].I32
+			inputs[tokens].I32 = append([]int32(nil), valid...)
+			for p, id := range tt.bad {
+				inputs[tokens].I32[p] = id
+			}
+			_, err = dev.RunOp(ctx, o, s, embeddingBuffers(o, s, inputs))
+			var se *kserver.ServerError
+			if !errors.As(err, &se) || se.StatusName != "INVALID_ARGUMENT" || !strings.Contains(err.Error(), tt.want) ||
+				!strings.Contains(err.Error(), "fix the tokens") {
+				t.Errorf("%s %s, bad ids %v: error %v, want INVALID_ARGUMENT containing %q and the fix", o.Name, tt.shape, tt.bad, err, tt.want)
+			} else {
+				t.Logf("%v", err)
+			}
+			// The server serves on: the same call with valid ids runs.
+			inputs[tokens].I32 = valid
+			if _, err := dev.RunOp(ctx, o, s, embeddingBuffers(o, s, inputs)); err != nil {
+				t.Errorf("%s %s: a valid call after the refused one failed: %v", o.Name, tt.shape, err)
+			}
+		}
+	})
+}
+
+// embeddingBuffers makes the buffers of one embedding or embedding_grad
+// call from its inputs, embedding's output x poisoned.
+func embeddingBuffers(o *op.Op, s op.Shape, inputs []oracle.Input) [][]byte {
+	if o == op.EmbeddingGrad {
+		return embeddingGradBuffers(inputs)
+	}
+	buffers := [][]byte{tokenBytes(inputs[0].I32)}
+	for _, in := range inputs[1:] {
+		b := make([]byte, 2*len(in.F16))
+		for i, h := range in.F16 {
+			binary.LittleEndian.PutUint16(b[2*i:], h)
+		}
+		buffers = append(buffers, b)
+	}
+	x, _ := o.Operand("x")
+	out := make([]byte, s.Bytes(x))
+	verify.Poison(op.F16, out)
+	return append(buffers, out)
 }
 
 // Mutation is a planted defect: in source File, the text Old (which must

@@ -27,6 +27,8 @@ constexpr Entry kKernels[] = {
     {op_gelu_grad::kId, "gelu_grad", run_gelu_grad},
     {op_layernorm::kId, "layernorm", run_layernorm},
     {op_layernorm_grad::kId, "layernorm_grad", run_layernorm_grad},
+    {op_embedding::kId, "embedding", run_embedding},
+    {op_embedding_grad::kId, "embedding_grad", run_embedding_grad},
     {op_global_norm::kId, "global_norm", run_global_norm},
     {op_adamw::kId, "adamw", run_adamw},
     {op_fill::kId, "fill", run_fill},
