@@ -20,8 +20,8 @@ func init() {
 }
 
 // BiasGradRowBlock is the number of rows whose column sums the bias_grad
-// kernels (kernels/cpu/bias_grad.cc, kernels/cuda/bias_grad.cu) form
-// before adding them to the running total; biasGradCompute's bound follows
+// kernels (kernels/cpu/bias_grad.cc, kernels/cuda/bias_grad.cu) form in
+// order before those sums are combined; biasGradCompute's bound follows
 // that structure, so a kernel that changes it must change this too.
 const BiasGradRowBlock = 64
 
@@ -29,47 +29,50 @@ const BiasGradRowBlock = 64
 // M×N matrix dy, db'ⱼ = dbⱼ + Σᵢ dyᵢⱼ.
 //
 // Bound. The kernels add in binary32, rounded to nearest (no fused or
-// truncating steps): each block of BiasGradRowBlock rows from row 0 from
-// zero in ascending row order, the block sums in ascending order, then
-// db'ⱼ = dbⱼ + total. The f16 values are exact in binary32, so only the n
-// additions err (M of them, less the first of each block, which adds to
-// zero, plus one per block after the first, plus the last), each by at most
-// u₂₄ = 2⁻²⁴ of its result, which is its exact partial sum σ plus the
-// error so far: with F = u₂₄·Σ|σ| over the additions,
+// truncating steps), in two levels: each block b of BiasGradRowBlock rows
+// from row 0 is summed from zero in ascending row order, to p̂_b; then the
+// block sums and dbⱼ are added in an order of the kernel's own. The f16
+// values are exact in binary32. In block b each addition errs by at most
+// u₂₄ = 2⁻²⁴ of its result, its exact partial sum σ plus the error so far,
+// so with F_b = u₂₄·Σ|σ| over the block's additions,
+// |p̂_b − p_b| ≤ e_b = F_b/(1 − 64·u₂₄) (a running error bound, as
+// Accumulation's RNBlocked, that follows these inputs' partial sums). The
+// nb + 1 terms of the second level, in any order, add γ₂₄(nb) times the sum
+// of their magnitudes (Higham, §4.2):
 //
-//	|db̂'ⱼ − db'ⱼ| ≤ F/(1 − n·u₂₄),
+//	|db̂'ⱼ − db'ⱼ| ≤ E + γ₂₄(nb)·(Σ_b|p_b| + E + |dbⱼ|),   E = Σ_b e_b.
 //
-// a running error bound that follows these inputs' partial sums (as
-// Accumulation's RNBlocked). Any order of the M additions also gives
-// γ₂₄(M)·Sⱼ, Sⱼ = |dbⱼ| + Σᵢ|dyᵢⱼ| (Higham, §4.2); the bound is the smaller.
-// The oracle's float64 partial sums are each within γ₆₄(M)·Sⱼ of exact:
-// F carries that for each of its n terms, and the value itself adds
-// γ₆₄(M+1)·Sⱼ. Typical is √(M+1)·u·Sⱼ, as MatMul's. IEEE specials follow
-// the sum: a NaN, or a +Inf and a −Inf, in a column (db included) make it
-// NaN, an infinity alone makes it that infinity; sums of f16 values and a
-// finite db cannot overflow binary32 for M < 2⁸⁸.
+// Any order of all M additions also gives γ₂₄(M)·Sⱼ,
+// Sⱼ = |dbⱼ| + Σᵢ|dyᵢⱼ|; the bound is the smaller. The oracle's float64
+// partial sums are each within γ₆₄(M)·Sⱼ of exact, which F and Σ|p_b|
+// carry, and the value itself adds γ₆₄(M+1)·Sⱼ. Typical is √(M+1)·u·Sⱼ, as
+// MatMul's. IEEE specials follow the sum: a NaN, or a +Inf and a −Inf, in a
+// column (db included) make it NaN, an infinity alone makes it that
+// infinity; sums of f16 values and a finite db cannot overflow binary32 for
+// M < 2⁸⁸.
 func biasGradCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) ([]*Reference, error) {
 	rows, cols := int(s.Dims[0]), int(s.Dims[1])
 	dy, db := in[0].F16, in[1].F32
 	ref := &Reference{Value: make([]float64, cols), Bound: make([]float64, cols), Typical: make([]float64, cols)}
-	// M − blocks in the blocks, blocks − 1 between them, one for db.
-	additions := float64(rows)
+	blocks := (rows + BiasGradRowBlock - 1) / BiasGradRowBlock
 	g64 := Gamma(int64(rows+1), U64)
-	anyOrder := Gamma(int64(rows), u24) * (1 + 2*g64)
+	anyOrder := Gamma(int64(rows), u24)
+	second := Gamma(int64(blocks), u24)
+	shrink := 1 - BiasGradRowBlock*u24
 	typicalFactor := math.Sqrt(float64(rows+1)) * U32
-	shrink := 1 - additions*u24
 	// Strips of columns, each summed over every row: a worker reads its
 	// strip of each row in order and keeps the strip's sums in cache.
 	const strip = 256
 	strips := (cols + strip - 1) / strip
 	err := parallelRows(ctx, strips, rows*strip, func(lo, hi int) {
-		var block, total, magnitude, f [strip]float64
-		for p := lo; p < hi; p++ {
-			j0, j1 := p*strip, min(cols, (p+1)*strip)
+		var block, total, magnitude, f, p [strip]float64
+		for q := lo; q < hi; q++ {
+			j0, j1 := q*strip, min(cols, (q+1)*strip)
 			w := j1 - j0
 			clear(total[:w])
 			clear(magnitude[:w])
 			clear(f[:w])
+			clear(p[:w])
 			for b0 := 0; b0 < rows; b0 += BiasGradRowBlock {
 				clear(block[:w])
 				for i := b0; i < min(rows, b0+BiasGradRowBlock); i++ {
@@ -85,21 +88,17 @@ func biasGradCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) 
 				}
 				for j := 0; j < w; j++ {
 					total[j] += block[j]
-					if b0 > 0 {
-						f[j] += math.Abs(total[j])
-					}
+					p[j] += math.Abs(block[j])
 				}
 			}
 			for j := 0; j < w; j++ {
 				old := float64(db[j0+j])
-				v := old + total[j]
-				sj := magnitude[j] + math.Abs(old)
-				fj := u24 * (f[j] + math.Abs(v) + 4*additions*g64*sj) * (1 + g64)
-				structural := math.Inf(1)
-				if shrink > 0 {
-					structural = fj / shrink
-				}
-				ref.Value[j0+j] = v
+				sj := (magnitude[j] + math.Abs(old)) * (1 + g64)
+				// Each of the M float64 partial sums in f, and each of the
+				// nb in p, is within γ₆₄(M)·S of exact (4× for slack).
+				e := u24 * (f[j]*(1+g64) + 4*float64(rows)*g64*sj) / shrink
+				structural := e + second*((p[j]+4*float64(blocks)*g64*sj)*(1+g64)+e+math.Abs(old))
+				ref.Value[j0+j] = old + total[j]
 				ref.Bound[j0+j] = min(structural, anyOrder*sj) + g64*(1+2*g64)*sj
 				ref.Typical[j0+j] = typicalFactor * sj
 			}

@@ -4,10 +4,11 @@
 // order, converting its strip of each row to binary32 in bulk (convert.cc),
 // and sums them in the structure the oracle's bound follows
 // (oracle.BiasGradRowBlock; the cuda kernel has the same): each block of
-// kRowBlock rows from row 0 summed from zero in ascending row order, the
-// block sums added to the total in ascending order, then
-// db[j] = db[j] + total[j]. Tasks share no element, so the result does not
-// depend on the number of threads.
+// kRowBlock rows from row 0 summed from zero in ascending row order; then
+// the block sums and db, here the block sums in ascending order and
+// db[j] = db[j] + total[j] last (the oracle allows any order at this
+// level). Tasks share no element, so the result does not depend on the
+// number of threads.
 //
 // Facts relied on: f16 values are exact in binary32; every addition is a
 // binary32 addition rounded to nearest (no fast-math, so the compiler keeps
