@@ -75,6 +75,11 @@ var extraShapes = map[string][]string{
 	"softmax": {"3x33000"}, "softmax_grad": {"3x33000"},
 	"cross_entropy": {"3x65536", "3x65537:ignore_index=-100"},
 	"add":           {"1000003"}, "gelu": {"1000003"}, "gelu_grad": {"1000003"},
+	// Several column tiles of the GPU kernels, edge tiles, an unaligned
+	// row; bias_grad's combine over many row blocks and strands.
+	"linear":        {"65x33x257", "130x1000x72"},
+	"linear_grad_w": {"65x33x257:accumulate=0", "72x1000x136"},
+	"bias_grad":     {"4100x40", "130x4098"},
 }
 
 // extraChecks are what an op is held to beyond vkern verify's cases:

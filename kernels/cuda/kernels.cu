@@ -25,6 +25,9 @@ constexpr Entry kKernels[] = {
     {op_add::kId, "add", run_add},
     {op_gelu::kId, "gelu", run_gelu},
     {op_gelu_grad::kId, "gelu_grad", run_gelu_grad},
+    {op_linear::kId, "linear", run_linear},
+    {op_linear_grad_w::kId, "linear_grad_w", run_linear_grad_w},
+    {op_bias_grad::kId, "bias_grad", run_bias_grad},
 };
 // clang-format on
 
