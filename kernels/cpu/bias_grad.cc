@@ -48,7 +48,8 @@ void bias_grad(ThreadPool& pool, const uint16_t* dy, float* db, size_t rows, siz
 // The op's entry (kernels.cc lists it).
 Result run_bias_grad(const Call& c, uint64_t*) {
   using namespace op_bias_grad;
-  column_sums::bias_grad(cpu_pool(), c.ptr<const uint16_t>(buf::dy), c.ptr<float>(buf::db), c.dim(param::M), c.dim(param::N));
+  column_sums::bias_grad(cpu_pool(), c.ptr<const uint16_t>(buf::dy), c.ptr<float>(buf::db), c.dim(param::M),
+                         c.dim(param::N));
   return Result::OK();
 }
 
