@@ -101,8 +101,8 @@ func MatMul(ctx context.Context, x, y Matrix, acc Accumulation) (*Reference, err
 //   - A backend that states a structure also states that its kernels add
 //     the terms after the dot product, each in one binary32 addition
 //     rounded to nearest (their epilogue): that adds
-//     u₂₄·|ê₍ₖ₋₁₎ + tₖ| ≤ u₂₄·(|eₖ| + B), and with |eₖ| ≤ |vₖ| + B and the
-//     float64 addition's own U64·|vₖ|,
+//     u₂₄·|ê₍ₖ₋₁₎ + tₖ| ≤ u₂₄·(|eₖ| + Bₖ₋₁), and with |eₖ| ≤ |vₖ| + Bₖ₋₁
+//     and the float64 addition's own U64·|vₖ|,
 //     Bₖ = Bₖ₋₁·(1 + 2u₂₄) + (u₂₄ + 2·U64)·|vₖ|,
 //     or the first bound where that is smaller.
 //
@@ -110,9 +110,9 @@ func MatMul(ctx context.Context, x, y Matrix, acc Accumulation) (*Reference, err
 // to √(L+n)·u·(S + Σ|tₖ|), the walk of a kernel that folds them.
 // Specials follow IEEE in float64 as in the kernels' binary32: a NaN term
 // makes the element NaN, an infinite one (or an infinite dot product) makes
-// it that infinity, and opposite infinities make it NaN. A binary32 sum
-// cannot overflow where float64 does not: the terms are f16 or f32 values,
-// and callers keep C₀ far below the binary32 range.
+// it that infinity, and opposite infinities make it NaN. The bias is f16
+// and the generators keep C₀ far below 2¹²⁸, so no binary32 result
+// overflows where the float64 one is finite.
 func MatMulWith(ctx context.Context, x, y Matrix, ep Epilogue, acc Accumulation) (*Reference, error) {
 	m, l, n := x.Rows, x.Cols, y.Cols
 	// Pack X row-major and Y into column panels of panelWidth, both as
