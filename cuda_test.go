@@ -314,6 +314,65 @@ var cudaDefects = []kerneltest.Mutation{
 		Old: "load_f32<VW>(row, acc);", New: "for (int i = 0; i < VW; ++i) acc[i] = 0.0f;",
 		Op: "embedding_grad", Shapes: []string{"4x64x64x256", "8x512x64x3"},
 	},
+	// linear's bias and linear_grad_w's accumulation (epilogue.cuh, applied
+	// in each GEMM kernel's registers), and bias_grad's two kernels. The
+	// shapes with a row length of 47 run the mma.sync kernels on a Hopper
+	// GPU, the others the wgmma ones.
+	{
+		Name: "linear's bias indexed by the row", File: "cuda/epilogue.cuh",
+		Old: "VK_LDG(reinterpret_cast<const unsigned short*>(bias) + col)",
+		New: "VK_LDG(reinterpret_cast<const unsigned short*>(bias) + row % cols)",
+		Op:  "linear", Shapes: []string{"64x48x80", "64x47x80"},
+	},
+	{
+		Name: "linear's bias added twice (mma.sync)", File: "cuda/gemm.cu",
+		Old: "if (r < rows && c < cols) acc[i][j][e] = epi.apply(acc[i][j][e], out, r, c, cols);",
+		New: "if (r < rows && c < cols) acc[i][j][e] = epi.apply(epi.apply(acc[i][j][e], out, r, c, cols), out, r, c, cols);",
+		Op:  "linear", Shapes: []string{"64x47x80"},
+	},
+	{
+		Name: "Hopper: the epilogue skipped on edge tiles", File: "cuda/gemm_sm90.cu",
+		Old: "if (r < rows && c < cols) acc[4 * j + e] = epi.apply(acc[4 * j + e], out, r, c, cols);",
+		New: "if (r < rows && c < cols && m0 + BM <= rows) acc[4 * j + e] = epi.apply(acc[4 * j + e], out, r, c, cols);",
+		Op:  "linear", Shapes: []string{"64x48x80"},
+	},
+	{
+		Name: "linear_grad_w overwrites dW when it should add", File: "cuda/epilogue.cuh",
+		Old: "      v = out[row * cols + col] + v;\n", New: "",
+		Op: "linear_grad_w", Shapes: []string{"64x48x80", "64x47x80"},
+	},
+	{
+		Name: "linear_grad_w adds into dW when it should overwrite", File: "cuda/gemm.cu",
+		Old: "c.params[param::accumulate] == 1,", New: "true,",
+		Op: "linear_grad_w", Shapes: []string{"64x48x80:accumulate=0"},
+	},
+	{
+		Name: "Hopper: dW's old values read with the fragment's row and column halves swapped", File: "cuda/gemm_sm90.cu",
+		Old: "const int64_t r = row + 8 * (e >> 1), c = col + 8 * j + (e & 1);",
+		New: "const int64_t r = row + 8 * (e & 1), c = col + 8 * j + (e & 1);",
+		Op:  "linear_grad_w", Shapes: []string{"64x48x80"},
+	},
+	{
+		Name: "bias_grad drops the last row of each block", File: "cuda/bias_grad.cu",
+		Old: "for (int r = 1; r < n; ++r) {", New: "for (int r = 1; r + 1 < n; ++r) {",
+		Op: "bias_grad", Shapes: []string{"1000x64"},
+	},
+	{
+		Name: "bias_grad walks along the row instead of down the column", File: "cuda/bias_grad.cu",
+		Old: "w = VK_LDG(p + r * stride);", New: "w = VK_LDG(p + r);",
+		Op: "bias_grad", Shapes: []string{"1000x64"},
+	},
+	{
+		Name: "bias_grad overwrites db when it should add", File: "cuda/bias_grad.cu",
+		Old: "db[j] = db[j] + total;", New: "db[j] = total;",
+		Op: "bias_grad", Shapes: []string{"1000x64"},
+	},
+	{
+		Name: "bias_grad loses the last strand's partial sums", File: "cuda/bias_grad.cu",
+		Old: "for (int k = 1; k < kStrands; ++k) total += strand_sums[k][tx];",
+		New: "for (int k = 1; k + 1 < kStrands; ++k) total += strand_sums[k][tx];",
+		Op:  "bias_grad", Shapes: []string{"4100x40"},
+	},
 }
 
 // halfAwayLambda defines away(v): v rounded to f16 to nearest with ties away

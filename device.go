@@ -450,7 +450,7 @@ func (d *Device) RunUntimed(ctx context.Context, o *op.Op, s op.Shape, buffers .
 type Call struct {
 	Op      *op.Op
 	Shape   op.Shape
-	Buffers []*Buffer // inputs, then the outputs
+	Buffers []*Buffer // inputs, then the outputs; nil for an operand empty at Shape
 	// Untimed asks the server not to time this call (its time is then 0);
 	// a batch whose calls are all untimed records no timing events at all.
 	Untimed bool
@@ -494,6 +494,9 @@ func (d *Device) runRequest(c Call) (kserver.RunRequest, error) {
 	}
 	handles := make([]kserver.Handle, len(c.Buffers))
 	for i, b := range c.Buffers {
+		if b == nil && s.Bytes(operands[i]) == 0 {
+			continue // an operand empty at this shape (a bias switched off) needs no buffer: the zero handle
+		}
 		if b == nil || b.d != d {
 			return kserver.RunRequest{}, fmt.Errorf("%s: buffer %s is nil or belongs to another device", o.Name, operands[i].Name)
 		}
@@ -514,9 +517,9 @@ func nanoseconds(ns uint64) time.Duration {
 }
 
 // RunOp allocates a buffer per slice, uploads them all, runs o, reads every
-// buffer back into its slice and frees the buffers. It is how package verify
-// drives a device: reading the inputs back shows whether a kernel wrote into
-// them.
+// buffer back into its slice and frees the buffers; an empty slice (an
+// operand switched off) gets no buffer. It is how package verify drives a
+// device: reading the inputs back shows whether a kernel wrote into them.
 func (d *Device) RunOp(ctx context.Context, o *op.Op, s op.Shape, data [][]byte) (time.Duration, error) {
 	buffers := make([]*Buffer, 0, len(data))
 	defer func() {
@@ -525,10 +528,16 @@ func (d *Device) RunOp(ctx context.Context, o *op.Op, s op.Shape, data [][]byte)
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), freeTimeout)
 		defer cancel()
 		for _, b := range buffers {
-			b.Free(fctx)
+			if b != nil {
+				b.Free(fctx)
+			}
 		}
 	}()
 	for _, bytes := range data {
+		if len(bytes) == 0 {
+			buffers = append(buffers, nil) // an empty operand: no buffer
+			continue
+		}
 		b, err := d.Alloc(ctx, int64(len(bytes)))
 		if err != nil {
 			return 0, err
@@ -543,6 +552,9 @@ func (d *Device) RunOp(ctx context.Context, o *op.Op, s op.Shape, data [][]byte)
 		return 0, err
 	}
 	for i, b := range buffers {
+		if b == nil {
+			continue
+		}
 		if err := b.Read(ctx, 0, data[i]); err != nil {
 			return 0, err
 		}

@@ -255,6 +255,57 @@ var plantedDefects = []kerneltest.Mutation{
 		New: "f16_to_f32_run(dx + p * C + first, dwte + static_cast<size_t>(id) * C + first, n);",
 		Op:  "embedding_grad", Shapes: []string{"2x5x7x11", "4x64x64x256"},
 	},
+	// linear's bias, linear_grad_w's accumulation and bias_grad's column
+	// sums.
+	{
+		Name: "linear's bias skipped when the depth is one block", File: "cpu/gemm.cc",
+		Old: "if (out.bias != nullptr) value += bias[j];\n        c16_row[j] = f32_to_f16(value);",
+		New: "if (out.bias != nullptr && !first_block) value += bias[j];\n        c16_row[j] = f32_to_f16(value);",
+		Op:  "linear", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "linear's bias added twice", File: "cpu/gemm.cc",
+		Old: "if (out.bias != nullptr) value += bias[j];\n        c16_row[j] = f32_to_f16(value);",
+		New: "if (out.bias != nullptr) value += bias[j] + bias[j];\n        c16_row[j] = f32_to_f16(value);",
+		Op:  "linear", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "linear's bias indexed by the row", File: "cpu/gemm.cc",
+		Old: "if (last_block && out.bias != nullptr) f16_to_f32_run(out.bias + col0, bias, nr);",
+		New: "if (last_block && out.bias != nullptr) f16_to_f32_run(out.bias + std::min(row0, out.cols - nr), bias, nr);",
+		Op:  "linear", Shapes: []string{"17x31x129", "64x48x80"},
+	},
+	{
+		Name: "linear_grad_w overwrites dW when it should add", File: "cpu/gemm.cc",
+		Old: "if (out.accumulate) value = c32_row[j] + value;", New: "",
+		Op: "linear_grad_w", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "linear_grad_w adds into dW when it should overwrite", File: "cpu/gemm.cc",
+		Old: "c.dim(param::accumulate) == 1);", New: "true);",
+		Op: "linear_grad_w", Shapes: []string{"17x31x129:accumulate=0"},
+	},
+	{
+		Name: "linear_grad_w with x where xᵀ belongs", File: "cpu/gemm.cc",
+		Old: "product(pool, scratch, Operand::transpose_of(x, K), Operand::row_major(dy, N), K, N, M, out);",
+		New: "product(pool, scratch, Operand::row_major(x, M), Operand::row_major(dy, N), K, N, M, out);",
+		Op:  "linear_grad_w", Shapes: []string{"33x33x33"},
+	},
+	{
+		Name: "bias_grad drops the last row", File: "cpu/bias_grad.cc",
+		Old: "for (size_t i = b0 + 1; i < b1; ++i) {", New: "for (size_t i = b0 + 1; i < std::min(b1, rows - 1); ++i) {",
+		Op: "bias_grad", Shapes: []string{"1000x64", "7x4099"},
+	},
+	{
+		Name: "bias_grad overwrites db when it should add", File: "cpu/bias_grad.cc",
+		Old: "db[j0 + j] = db[j0 + j] + total[j];", New: "db[j0 + j] = total[j];",
+		Op: "bias_grad", Shapes: []string{"1000x64"},
+	},
+	{
+		Name: "bias_grad loses the first block's sum", File: "cpu/bias_grad.cc",
+		Old: "total[j] = b0 == 0 ? block[j] : total[j] + block[j];", New: "total[j] = b0 == 0 ? 0.0f : total[j] + block[j];",
+		Op: "bias_grad", Shapes: []string{"1000x64"},
+	},
 }
 
 // plant returns a source edit that applies m, failing when its snippet does

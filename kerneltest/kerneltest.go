@@ -79,6 +79,11 @@ var extraShapes = map[string][]string{
 	"layernorm":      {"3x4099", "2x20000", "3000x64"},
 	"layernorm_grad": {"3x4099", "2x9000", "3000x64"},
 	"global_norm":    {"1000003"}, "adamw": {"1000003"},
+	// Several column tiles of the GPU kernels, edge tiles, an unaligned
+	// row; bias_grad's combine over many row blocks and strands.
+	"linear":        {"65x33x257", "130x1000x72"},
+	"linear_grad_w": {"65x33x257:accumulate=0", "72x1000x136"},
+	"bias_grad":     {"4100x40", "130x4098"},
 }
 
 // extraChecks are what an op is held to beyond vkern verify's cases:

@@ -211,7 +211,7 @@ func (m *isolated) runBatch(ctx context.Context, runs []RunRequest) ([]uint64, e
 func (m *isolated) runs(ctx context.Context, op Opcode, runs []RunRequest) ([]uint64, error) {
 	byID := map[uint64]*shadow{}
 	for i, r := range runs {
-		for _, h := range r.Buffers {
+		for _, h := range named(r.Buffers) {
 			b, err := m.find(op, h)
 			if err != nil {
 				if op == OpRunBatch {
@@ -250,7 +250,7 @@ func (m *isolated) runs(ctx context.Context, op Opcode, runs []RunRequest) ([]ui
 		for i, r := range runs {
 			mapped[i] = RunRequest{OpID: r.OpID, Params: r.Params, Buffers: make([]Handle, len(r.Buffers))}
 			for j, h := range r.Buffers {
-				mapped[i].Buffers[j] = inner[h.id]
+				mapped[i].Buffers[j] = inner[h.id] // an empty operand's zero Handle stays zero
 			}
 		}
 		var err error

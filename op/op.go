@@ -457,6 +457,19 @@ func (o *Op) resolve() error {
 				return fmt.Errorf("op: %s: the product's dimension %q is not a dimension", o.Name, n)
 			}
 		}
+		if m.Bias != "" {
+			if p := o.operand(m.Bias); p == nil || p.Role != In || p.DType != F16 {
+				return fmt.Errorf("op: %s: the product's bias %q is not an f16 input", o.Name, m.Bias)
+			}
+		}
+		if m.Accumulate != "" {
+			if i, ok := o.index[m.Accumulate]; !ok || i < len(o.Dims) || o.Params[i-len(o.Dims)].Kind != Int {
+				return fmt.Errorf("op: %s: the product's accumulate switch %q is not a whole-number parameter", o.Name, m.Accumulate)
+			}
+			if outs := o.Outputs(); len(outs) != 1 || outs[0].Role != InOut || outs[0].DType != F32 {
+				return fmt.Errorf("op: %s: a product that accumulates (%s) needs one output, f32, with the role InOut", o.Name, m.Accumulate)
+			}
+		}
 	}
 	return nil
 }

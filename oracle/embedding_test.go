@@ -70,7 +70,7 @@ func TestEmbeddingGradBoundHoldsForEveryOrder(t *testing.T) {
 				for _, p := range positions {
 					terms = append(terms, float32(f16.ToFloat64(dx[p*c+ch])))
 				}
-				for order, got := range []float32{ascending(terms), descending(terms), pieces(terms, 32), randomTree(terms, rng)} {
+				for order, got := range []float32{sumAscending(terms), sumDescending(terms), pieces(terms, 32), randomTree(terms, rng)} {
 					e := math.Abs(float64(got) - ref.Value[i])
 					if e > ref.Bound[i] || d == Integer && e != 0 {
 						t.Fatalf("%s %s: %s element %d, order %d: %v is %g from %v, over the bound %g", shape, d, name, i, order, got, e, ref.Value[i], ref.Bound[i])
@@ -99,7 +99,7 @@ func TestEmbeddingGradBoundHoldsForEveryOrder(t *testing.T) {
 	}
 }
 
-func ascending(terms []float32) float32 {
+func sumAscending(terms []float32) float32 {
 	s := terms[0]
 	for _, x := range terms[1:] {
 		s += x
@@ -107,7 +107,7 @@ func ascending(terms []float32) float32 {
 	return s
 }
 
-func descending(terms []float32) float32 {
+func sumDescending(terms []float32) float32 {
 	s := terms[0]
 	for k := len(terms) - 1; k > 0; k-- {
 		s += terms[k]

@@ -82,6 +82,38 @@ const (
 // the same in every summation order and in binary32 and float64 alike, since
 // sums of f16 products cannot overflow binary32 for L < 2⁸⁹.
 func MatMul(ctx context.Context, x, y Matrix, acc Accumulation) (*Reference, error) {
+	return MatMulWith(ctx, x, y, Epilogue{}, acc)
+}
+
+// MatMulWith is MatMul with an epilogue: the reference of C = X·Y + bias +
+// C₀ (see Epilogue) for a backend whose kernels sum each dot product as acc
+// describes. ep's view must match X's rows and Y's columns.
+//
+// Bound. Let B₀ be MatMul's bound on the dot product ĉ and t₁, …, tₙ the
+// epilogue's terms (the bias bⱼ, then the initial value c₀ᵢⱼ), with exact
+// partial results eₖ = c + t₁ + … + tₖ and oracle values vₖ.
+//
+//   - With no structure claimed (AnyOrder), a kernel may fold the terms
+//     into the sum (start the accumulator from the bias or from C₀), in any
+//     order and rounding: a sum of L + n terms, within γ(2(L+n))·(S + Σ|tₖ|)
+//     as in MatMul, plus the oracle's γ₆₄(L+n) of the same. An epilogue
+//     after the sum, in any rounding, is within that too.
+//   - A backend that states a structure also states that its kernels add
+//     the terms after the dot product, each in one binary32 addition
+//     rounded to nearest (their epilogue): that adds
+//     u₂₄·|ê₍ₖ₋₁₎ + tₖ| ≤ u₂₄·(|eₖ| + Bₖ₋₁), and with |eₖ| ≤ |vₖ| + Bₖ₋₁
+//     and the float64 addition's own U64·|vₖ|,
+//     Bₖ = Bₖ₋₁·(1 + 2u₂₄) + (u₂₄ + 2·U64)·|vₖ|,
+//     or the first bound where that is smaller.
+//
+// Typical adds u·|vₖ| for each term (one rounding each, not a random walk)
+// to √(L+n)·u·(S + Σ|tₖ|), the walk of a kernel that folds them.
+// Specials follow IEEE in float64 as in the kernels' binary32: a NaN term
+// makes the element NaN, an infinite one (or an infinite dot product) makes
+// it that infinity, and opposite infinities make it NaN. The bias is f16
+// and the generators keep C₀ far below 2¹²⁸, so no binary32 result
+// overflows where the float64 one is finite.
+func MatMulWith(ctx context.Context, x, y Matrix, ep Epilogue, acc Accumulation) (*Reference, error) {
 	m, l, n := x.Rows, x.Cols, y.Cols
 	// Pack X row-major and Y into column panels of panelWidth, both as
 	// float64 with their magnitudes alongside, so the inner loop reads
@@ -118,7 +150,8 @@ func MatMul(ctx context.Context, x, y Matrix, acc Accumulation) (*Reference, err
 	if acc.Kind != AnyOrder {
 		chunk = acc.chunk()
 	}
-	orderFree := Gamma(int64(l), U32) // the bound before it followed the structure
+	terms := ep.Terms()
+	orderFree := Gamma(int64(l+terms), U32) // the bound before it followed the structure
 	var mu sync.Mutex
 	var tightening tighteningSums
 	err := parallelRows(ctx, m, l*n, func(lo, hi int) {
@@ -154,10 +187,16 @@ func MatMul(ctx context.Context, x, y Matrix, acc Accumulation) (*Reference, err
 						if j >= n {
 							break
 						}
-						ref.Value[i*n+j] = c[t]
-						ref.Bound[i*n+j] = acc.boundOf(&track[t], int64(l), s[t]) + oracleError*s[t]
-						ref.Typical[i*n+j] = typicalFactor * s[t]
-						part.note(orderFree*s[t], ref.Bound[i*n+j])
+						v, magnitude := c[t], s[t]
+						bound := acc.boundOf(&track[t], int64(l), magnitude) + oracleError*magnitude
+						typical := typicalFactor * magnitude
+						if terms > 0 {
+							v, bound, typical, magnitude = ep.finish(i, j, v, bound, magnitude, l, acc.Kind != AnyOrder)
+						}
+						ref.Value[i*n+j] = v
+						ref.Bound[i*n+j] = bound
+						ref.Typical[i*n+j] = typical
+						part.note(orderFree*magnitude, bound)
 					}
 				}
 			}
@@ -240,25 +279,151 @@ func (m Matrix) bits(i, j int) uint16 {
 	return m.Data[i*m.Cols+j]
 }
 
-// Projection is X·(Y·v) for the Freivalds check of a product C = X·Y, with
-// the magnitudes that bound its rounding.
+// Epilogue is what a matmul-family op adds to each element of its product
+// after the dot product (op.MatmulSpec): an f16 bias, one per output
+// column, and the output's initial values C₀ when the op adds into its
+// output. The zero Epilogue adds nothing (gemm and its gradients). A view
+// (SelectRows, SelectCols) follows the product's sampled rows or columns.
+type Epilogue struct {
+	Bias []uint16  // f16 bits, one per column of the whole output; nil: none
+	Init []float32 // the whole output's initial values, row-major; nil: none
+	Cols int       // columns of the whole output: Init's row length
+
+	rows, cols []int // the whole output's rows and columns this view holds; nil: all
+}
+
+// EpilogueOf returns the epilogue of a matmul-family op at s, as a view of
+// its inputs: the bias operand when it is not empty, and the output's
+// initial values when the op's accumulate parameter is 1.
+func EpilogueOf(o *op.Op, s op.Shape, inputs []Input) Epilogue {
+	m := o.Matmul
+	ep := Epilogue{Cols: int(s.Int(m.Cols))}
+	if m.Bias != "" {
+		if b := inputs[inputIndex(o, m.Bias)].F16; len(b) > 0 {
+			ep.Bias = b
+		}
+	}
+	if m.Accumulate != "" && s.Int(m.Accumulate) == 1 {
+		ep.Init = inputs[inputIndex(o, o.Outputs()[0].Name)].F32
+	}
+	return ep
+}
+
+// Terms is the number of terms the epilogue adds to each element.
+func (e Epilogue) Terms() int {
+	n := 0
+	if e.Bias != nil {
+		n++
+	}
+	if e.Init != nil {
+		n++
+	}
+	return n
+}
+
+// SelectRows is the view of rows idx of e's view, as Matrix.SelectRows.
+func (e Epilogue) SelectRows(idx []int) Epilogue {
+	e.rows = compose(e.rows, idx)
+	return e
+}
+
+// SelectCols is the view of columns idx of e's view, as Matrix.SelectCols.
+func (e Epilogue) SelectCols(idx []int) Epilogue {
+	e.cols = compose(e.cols, idx)
+	return e
+}
+
+// compose maps idx, indices into a view, through the view's own indices
+// (nil: the identity).
+func compose(view, idx []int) []int {
+	out := make([]int, len(idx))
+	for k, i := range idx {
+		if view != nil {
+			i = view[i]
+		}
+		out[k] = i
+	}
+	return out
+}
+
+// place maps element (i, j) of the view to the whole output's row and column.
+func (e Epilogue) place(i, j int) (row, col int) {
+	if e.rows != nil {
+		i = e.rows[i]
+	}
+	if e.cols != nil {
+		j = e.cols[j]
+	}
+	return i, j
+}
+
+// term returns the k-th epilogue term of element (i, j) of the view: the
+// bias first, then the initial value.
+func (e Epilogue) term(k, i, j int) float64 {
+	row, col := e.place(i, j)
+	if k == 0 && e.Bias != nil {
+		return f16.ToFloat64(e.Bias[col])
+	}
+	return float64(e.Init[row*e.Cols+col])
+}
+
+// finish adds the epilogue's terms to element (i, j) of the view, whose dot
+// product of l terms is c with bound and magnitude s (as MatMul has them),
+// and returns the element's value, bound, typical error and magnitude
+// S + Σ|tₖ| (see MatMulWith). structured says the backend stated a
+// summation structure, and with it an epilogue rounded to nearest.
+func (e Epilogue) finish(i, j int, c, bound, s float64, l int, structured bool) (value, newBound, typical, magnitude float64) {
+	n := e.Terms()
+	value, magnitude = c, s
+	for k := 0; k < n; k++ {
+		t := e.term(k, i, j)
+		value += t
+		magnitude += math.Abs(t)
+		bound = bound*(1+2*u24) + (u24+2*U64)*math.Abs(value)
+		typical += U32 * math.Abs(value)
+	}
+	// A kernel that folds the terms into the sum walks over all L + n.
+	typical += math.Sqrt(float64(l+n)) * U32 * magnitude
+	g64 := Gamma(int64(l+n), U64)
+	folded := (Gamma(int64(2*(l+n)), U32) + g64) * (1 + 2*g64) * magnitude
+	if !structured {
+		return value, folded, typical, magnitude
+	}
+	return value, min(bound, folded), typical, magnitude
+}
+
+// Projection is X·(Y·v) (plus the epilogue's terms projected on v) for the
+// Freivalds check of a product C = X·Y, with the magnitudes that bound its
+// rounding.
 type Projection struct {
-	// Value[i] = Σⱼ cᵢⱼ·vⱼ, computed as X·(Y·v) in float64.
+	// Value[i] = Σⱼ cᵢⱼ·vⱼ, computed as X·(Y·v) + bias·v + C₀·v in float64.
 	Value []float64
-	// Magnitude[i] = Σⱼ Sᵢⱼ·|vⱼ| with Sᵢⱼ = Σₖ|xᵢₖ·yₖⱼ|, computed as
-	// |X|·(|Y|·|v|): the sum of the elements' MatMul magnitudes, weighted.
+	// Magnitude[i] = Σⱼ Sᵢⱼ·|vⱼ| with Sᵢⱼ = Σₖ|xᵢₖ·yₖⱼ| + Σ|tₖ|, computed as
+	// |X|·(|Y|·|v|) + |bias|·|v| + |C₀|·|v|: the sum of the elements'
+	// MatMulWith magnitudes, weighted.
 	Magnitude []float64
+	// Terms is the length of each element's sum: the depth L plus the
+	// epilogue's terms.
+	Terms int
 }
 
 // Project computes X·(Y·v) and |X|·(|Y|·|v|) in O(M·L + L·N) operations
 // instead of the product's O(M·N·L).
-//
-// Bound. A correct kernel's binary32 result ĉᵢⱼ is within γ(2L)·Sᵢⱼ of cᵢⱼ
-// in any summation structure (see MatMul, AnyOrder), so
-// |Σⱼ(ĉᵢⱼ − cᵢⱼ)·vⱼ| ≤ γ(2L)·Magnitude[i]. The float64
-// evaluation of both sides adds at most γ₆₄(L+N) times the same magnitudes;
-// callers add that too.
 func Project(ctx context.Context, x, y Matrix, v []float64) (*Projection, error) {
+	return ProjectWith(ctx, x, y, Epilogue{}, v)
+}
+
+// ProjectWith is Project for a product with an epilogue (ep's view must be
+// the whole output): the bias adds bias·v to every row and the initial
+// values C₀·v, in O(M·N) more operations.
+//
+// Bound. A correct kernel's binary32 result ĉᵢⱼ is within γ(2T)·Sᵢⱼ of cᵢⱼ
+// in any summation structure, T = Terms (see MatMulWith: the terms folded
+// into the sum, which the epilogue's bound never exceeds), so
+// |Σⱼ(ĉᵢⱼ − cᵢⱼ)·vⱼ| ≤ γ(2T)·Magnitude[i]. The float64 evaluation of both
+// sides adds at most γ₆₄(T+N) times the same magnitudes; callers add that
+// too.
+func ProjectWith(ctx context.Context, x, y Matrix, ep Epilogue, v []float64) (*Projection, error) {
 	l, n := y.Rows, y.Cols
 	yv, ya := make([]float64, l), make([]float64, l)
 	err := parallelRows(ctx, l, 2*n, func(lo, hi int) {
@@ -275,14 +440,36 @@ func Project(ctx context.Context, x, y Matrix, v []float64) (*Projection, error)
 	if err != nil {
 		return nil, err
 	}
-	p := &Projection{Value: make([]float64, x.Rows), Magnitude: make([]float64, x.Rows)}
-	err = parallelRows(ctx, x.Rows, 2*l, func(lo, hi int) {
+	var biasValue, biasMagnitude float64
+	if ep.Bias != nil {
+		for j := 0; j < n; j++ {
+			_, col := ep.place(0, j)
+			b := f16.ToFloat64(ep.Bias[col])
+			biasValue += b * v[j]
+			biasMagnitude += math.Abs(b) * math.Abs(v[j])
+		}
+	}
+	p := &Projection{Value: make([]float64, x.Rows), Magnitude: make([]float64, x.Rows), Terms: l + ep.Terms()}
+	err = parallelRows(ctx, x.Rows, 2*l+2*n, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			var s, a float64
 			for k := 0; k < l; k++ {
 				e := x.at(i, k)
 				s += e * yv[k]
 				a += math.Abs(e) * ya[k]
+			}
+			s += biasValue
+			a += biasMagnitude
+			if ep.Init != nil {
+				var is, ia float64
+				for j := 0; j < n; j++ {
+					row, col := ep.place(i, j)
+					c0 := float64(ep.Init[row*ep.Cols+col])
+					is += c0 * v[j]
+					ia += math.Abs(c0) * math.Abs(v[j])
+				}
+				s += is
+				a += ia
 			}
 			p.Value[i], p.Magnitude[i] = s, a
 		}
@@ -299,11 +486,12 @@ func init() {
 	}
 }
 
-// matmulCompute is the reference of every matmul-family op: MatMul of its
-// two factors.
+// matmulCompute is the reference of every matmul-family op: MatMulWith of
+// its two factors and its epilogue (none for gemm and its gradients).
 func matmulCompute(ctx context.Context, s op.Shape, in []Input, a Arithmetic) ([]*Reference, error) {
-	x, y := Factors(s.Op(), s, in)
-	ref, err := MatMul(ctx, x, y, a.Dot)
+	o := s.Op()
+	x, y := Factors(o, s, in)
+	ref, err := MatMulWith(ctx, x, y, EpilogueOf(o, s, in), a.Dot)
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +503,9 @@ func matmulCompute(ctx context.Context, s op.Shape, in []Input, a Arithmetic) ([
 // under Special, in the first factor's operand a NaN, a +Inf and a −Inf in
 // its first three rows and in the second's its last three columns,
 // subnormals everywhere at random, and a block of ±60000 in the middle rows
-// (or middle column) that pushes f16 outputs past 65520.
+// (or middle column) that pushes f16 outputs past 65520; a bias and an
+// output's initial values get a NaN, a +Inf, a −Inf and subnormals at
+// random places (specialEpilogue).
 func matmulGenerate(g *Gen) []Input {
 	if g.Dist == Rounding {
 		return roundingMatMul(g)
@@ -323,8 +513,13 @@ func matmulGenerate(g *Gen) []Input {
 	if g.Dist != Special {
 		return g.Default()
 	}
+	lhs, rhs := inputIndex(g.Op, g.Op.Matmul.L), inputIndex(g.Op, g.Op.Matmul.R)
 	inputs := make([]Input, len(g.Op.Inputs()))
 	for i := range inputs {
+		if i != lhs && i != rhs {
+			inputs[i] = specialEpilogue(g, i)
+			continue
+		}
 		in := g.F16(i, Normal.Draw)
 		inputs[i].F16 = in
 		rows, cols := g.Size(i)
@@ -336,7 +531,7 @@ func matmulGenerate(g *Gen) []Input {
 		for t := 0; t < max(1, len(in)/50); t++ {
 			in[g.Rand().IntN(len(in))] = g.Subnormal()
 		}
-		first := i == 0
+		first := i == lhs
 		for k, v := range []uint16{f16.NaN, f16.PosInf, f16.NegInf} {
 			if first {
 				set(k, g.Rand().IntN(cols), v)
@@ -357,6 +552,33 @@ func matmulGenerate(g *Gen) []Input {
 		}
 	}
 	return inputs
+}
+
+// specialEpilogue draws input i of a matmul-family op that is not a factor
+// (a bias, or the initial values of an output the op adds into) under
+// Special: normal values with a NaN, a +Inf, a −Inf and subnormals (one in
+// 50) at random places. Each reaches only its own column (a bias) or
+// element.
+func specialEpilogue(g *Gen, i int) Input {
+	if g.Op.Inputs()[i].DType == op.F16 {
+		in := g.F16(i, Normal.Draw)
+		if len(in) > 0 {
+			g.Scatter(in)
+		}
+		return Input{F16: in}
+	}
+	in := g.F32(i, Normal.Draw)
+	if len(in) == 0 {
+		return Input{F32: in}
+	}
+	for t := 0; t < max(1, len(in)/50); t++ {
+		sign := uint32(g.rng.IntN(2)) << 31
+		in[g.rng.IntN(len(in))] = math.Float32frombits(sign | uint32(1+g.rng.IntN(0x7fffff)))
+	}
+	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		in[g.rng.IntN(len(in))] = float32(v)
+	}
+	return Input{F32: in}
 }
 
 // exactSumLimit bounds every partial sum of a rounding case: below 2²⁴ every
@@ -386,23 +608,35 @@ func RoundingApplies(o *op.Op, s op.Shape) (bool, string) {
 // where f16 has an ulp of 2 to 32, and odd products make a quarter to a half
 // of them ties there. Every |xᵢₖ|, |yₖⱼ| ≤ 2048 is exact in f16, every
 // product in binary32, and L·Rᵢ·R < 2²⁴ keeps every partial sum, in any
-// order, below 2²⁴ and so exact.
+// order, below 2²⁴ and so exact. The epilogue's operands (a bias, an
+// output's initial values) hold whole numbers in [−2048, 2048], exact in
+// f16, and the limit on L·Rᵢ·R leaves room for them, so the results with
+// the epilogue stay exact too.
 func roundingMatMul(g *Gen) []Input {
 	o, s := g.Op, g.Shape
+	lhs, rhs := inputIndex(o, o.Matmul.L), inputIndex(o, o.Matmul.R)
 	inputs := make([]Input, len(o.Inputs()))
+	var room int64 = exactSumLimit - 1 // what the dot products may reach
 	for i, p := range o.Inputs() {
-		inputs[i] = Input{F16: make([]uint16, s.Elements(p))}
+		if p.DType == op.F32 {
+			inputs[i] = Input{F32: make([]float32, s.Elements(p))}
+		} else {
+			inputs[i] = Input{F16: make([]uint16, s.Elements(p))}
+		}
+		if i != lhs && i != rhs {
+			room -= epilogueLimit
+		}
 	}
 	x, y := Factors(o, s, inputs)
 	rows, l, cols := x.Rows, x.Cols, y.Cols
 	root := math.Sqrt(float64(l))
 	// The spread of Σₖ xₖyₖ with x, y uniform on [−Rx, Rx], [−R, R] is about
 	// √L·Rx·R/3; R puts the middle target 2^12.5 at Rx ≈ R.
-	r := clampInt(int64(math.Round(math.Sqrt(3*math.Exp2(12.5)/root))), 1, min(2048, (exactSumLimit-1)/int64(l)))
+	r := clampInt(int64(math.Round(math.Sqrt(3*math.Exp2(12.5)/root))), 1, min(2048, room/int64(l)))
 	scale := make([]int64, rows)
 	for i := range scale {
 		t := 11 + 3.5*math.Mod(float64(i+1)*0.6180339887498949, 1)
-		scale[i] = clampInt(int64(3*math.Exp2(t)/(root*float64(r))), 1, min(2048, (exactSumLimit-1)/(int64(l)*r)))
+		scale[i] = clampInt(int64(3*math.Exp2(t)/(root*float64(r))), 1, min(2048, room/(int64(l)*r)))
 	}
 	draw := func(rng *rand.Rand, limit int64) uint16 {
 		return f16.FromFloat64(float64(rng.Int64N(2*limit+1) - limit))
@@ -419,7 +653,28 @@ func roundingMatMul(g *Gen) []Input {
 			y.Set(e/cols, e%cols, draw(rng, r))
 		}
 	})
+	for i := range inputs {
+		if i == lhs || i == rhs {
+			continue
+		}
+		in := inputs[i]
+		ForChunks(in.Len(), func(c, lo, hi int) {
+			rng := rand.New(rand.NewPCG(g.operandSeed(i)+uint64(c), g.stream^0x726f756e66))
+			for e := lo; e < hi; e++ {
+				v := float64(rng.Int64N(2*epilogueLimit+1) - epilogueLimit)
+				if in.F32 != nil {
+					in.F32[e] = float32(v)
+				} else {
+					in.F16[e] = f16.FromFloat64(v)
+				}
+			}
+		})
+	}
 	return inputs
 }
+
+// epilogueLimit bounds the whole numbers of a rounding case's bias and
+// initial values: every one is exact in f16.
+const epilogueLimit = 2048
 
 func clampInt(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }

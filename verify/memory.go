@@ -12,14 +12,15 @@ import (
 )
 
 // Memory a case needs, estimated before anything is allocated. The host
-// holds the generated inputs, their wire copies, the outputs with their
-// guard regions, the reference (value, bound and typical error, 8 bytes
-// each per output element) and, for the GEMMs, the oracle's packed float64
-// copies of the factors (8 bytes per element of X, 16 per element of Y,
-// values and magnitudes). The device holds the buffers, and a GEMM may pad
-// its operands into scratch of up to their size again. Each figure is an
-// estimate erring high; the server's own allocation checks stay the last
-// word.
+// holds the generated inputs (an output's initial values among them),
+// their wire copies, the outputs with their guard regions, the reference
+// (value, bound and typical error, 8 bytes each per output element) and,
+// for the matmul family, the oracle's packed float64 copies of the factors
+// (8 bytes per element of X, 16 per element of Y, values and magnitudes);
+// its epilogue (a bias, the initial values) is read in place. The device
+// holds the buffers, and a product may pad its two factors into scratch of
+// up to their size again. Each figure is an estimate erring high; the
+// server's own allocation checks stay the last word.
 type need struct {
 	host, device int64
 	parts        string // what the host figure is made of, for messages
@@ -39,7 +40,8 @@ func needOf(c Case, sampled bool) need {
 	reference := 24 * outElements
 	var oracle float64
 	if m := o.Matmul; m != nil {
-		// The product X (rows × l) · Y (l × cols) is the op's one output.
+		// The product X (rows × l) · Y (l × cols), with its epilogue, is
+		// the op's one output.
 		// MatMul packs X as 8 bytes an element and Y as panels of four
 		// columns, 64 bytes a panel row (values and magnitudes).
 		rows, cols, l := float64(s.Int(m.Rows)), float64(s.Int(m.Cols)), float64(s.Int(m.Depth))
@@ -54,8 +56,11 @@ func needOf(c Case, sampled bool) need {
 		}
 	}
 	device := in + out
-	if o.Matmul != nil {
-		device += in // operands padded into scratch
+	if m := o.Matmul; m != nil {
+		for _, name := range []string{m.L, m.R} {
+			p, _ := o.Operand(name)
+			device += float64(s.Bytes(p)) // a factor padded into scratch
+		}
 	}
 	host := 2*in + out + reference + oracle
 	parts := fmt.Sprintf("inputs %s twice, outputs %s, reference %s", formatBytes(in), formatBytes(out), formatBytes(reference))

@@ -102,7 +102,8 @@ func TestRoundingStatisticSkipsWideIntervals(t *testing.T) {
 }
 
 // TestRoundingInputsAreExactAndNeedRounding checks the rounding
-// distribution's promise on every GEMM layout and on softmax_grad: whole
+// distribution's promise on every GEMM layout, linear (with its bias) and
+// softmax_grad: whole
 // numbers (sixteenths for Y) exact in f16, every partial sum below 2²⁴ in
 // any order, and results of which many need rounding, many of them ties,
 // over several binades.
@@ -113,6 +114,7 @@ func TestRoundingInputsAreExactAndNeedRounding(t *testing.T) {
 		{"gemm_grad_a", "1x1x1"}, {"gemm_grad_a", "17x31x129"}, {"gemm_grad_b", "4100x40x40"},
 		{"gemm_grad_a", "40x4100x40"}, {"gemm", "40x40x4100"}, {"gemm_grad_b", "30000x3x2"},
 		{"softmax_grad", "64x1000"}, {"softmax_grad", "1x1"},
+		{"linear", "17x31x129"}, {"linear", "40x40x4100"}, {"linear", "3x1000x5:bias=0"},
 	} {
 		o, _ := op.Lookup(tt.op)
 		s, err := o.ParseShape(tt.shape)

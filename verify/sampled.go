@@ -64,10 +64,12 @@ func picks(rng *rand.Rand, n, k int) []int {
 	return idx
 }
 
-// checkSampled checks a large GEMM output: sampled full rows and columns
-// exactly as Compare would (bit for bit on exact cases, else under each
-// element's bound), then Freivalds projections of the whole output under a
-// sound per-row tolerance (oracle.Project). out is the GEMM's one output.
+// checkSampled checks a large matmul-family output: sampled full rows and
+// columns exactly as Compare would (bit for bit on exact cases, else under
+// each element's bound), then Freivalds projections of the whole output
+// under a sound per-row tolerance (oracle.ProjectWith). The references and
+// projections include the op's epilogue (oracle.EpilogueOf: a bias, the
+// initial values of an output it adds into). out is the op's one output.
 func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, out []byte, acc oracle.Accumulation) (Stats, error) {
 	return sampledCheck(ctx, c, modeOf(c), inputs, out, acc)
 }
@@ -77,13 +79,14 @@ func sampledCheck(ctx context.Context, c Case, m Mode, inputs []oracle.Input, ou
 	o, s := c.Op, c.Shape
 	p := o.Outputs()[0]
 	x, y := oracle.Factors(o, s, inputs)
+	ep := oracle.EpilogueOf(o, s, inputs)
 	rows, cols := x.Rows, y.Cols
 	rng := rand.New(rand.NewPCG(c.Seed, 0x5a3b1e))
 	ri, ci := picks(rng, rows, sampleRows), picks(rng, cols, sampleCols)
 	size := p.DType.Size()
 	mode := m
 
-	refRows, err := oracle.MatMul(ctx, x.SelectRows(ri), y, acc)
+	refRows, err := oracle.MatMulWith(ctx, x.SelectRows(ri), y, ep.SelectRows(ri), acc)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -93,7 +96,7 @@ func sampledCheck(ctx context.Context, c Case, m Mode, inputs []oracle.Input, ou
 	}
 	t := compareElements(p, refRows, gathered, mode, func(i int) (int, int) { return ri[i/cols], i % cols })
 
-	refCols, err := oracle.MatMul(ctx, x, y.SelectCols(ci), acc)
+	refCols, err := oracle.MatMulWith(ctx, x, y.SelectCols(ci), ep.SelectCols(ci), acc)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -114,12 +117,12 @@ func sampledCheck(ctx context.Context, c Case, m Mode, inputs []oracle.Input, ou
 		for j := range v {
 			v[j] = float64(2*rng.IntN(2) - 1)
 		}
-		p, err := oracle.Project(ctx, x, y, v)
+		p, err := oracle.ProjectWith(ctx, x, y, ep, v)
 		if err != nil {
 			return Stats{}, err
 		}
 		for i := 0; i < rows; i++ {
-			if bad := checkProjection(o, out, i, cols, v, p, x.Cols); bad != "" {
+			if bad := checkProjection(o, out, i, cols, v, p); bad != "" {
 				st.Wrong++
 				if st.FirstWrong == "" {
 					st.FirstWrong = bad
@@ -145,10 +148,12 @@ func sampledCheck(ctx context.Context, c Case, m Mode, inputs []oracle.Input, ou
 // its reference is not finite (a NaN or Inf input reaches it; the sampled
 // rows and columns check those), or an f16 output overflowed to ±Inf.
 //
-// Tolerance: Σⱼ|ĉᵢⱼ − cᵢⱼ| ≤ γ(2L)·Magnitude[i] before rounding, whatever
-// the summation structure (oracle.MatMul, AnyOrder), f16 rounding adds Σⱼ (2⁻¹¹/(1 − 2⁻¹¹)·|oᵢⱼ| + 2⁻²⁵), and both float64
-// evaluations add γ₆₄(L+N) times the magnitudes involved.
-func checkProjection(o *op.Op, out []byte, i, cols int, v []float64, p *oracle.Projection, l int) string {
+// Tolerance: Σⱼ|ĉᵢⱼ − cᵢⱼ| ≤ γ(2T)·Magnitude[i] before rounding, whatever
+// the summation structure and wherever the epilogue's terms join the sum
+// (oracle.ProjectWith; T = p.Terms, the depth L plus those terms), f16
+// rounding adds Σⱼ (2⁻¹¹/(1 − 2⁻¹¹)·|oᵢⱼ| + 2⁻²⁵), and both float64
+// evaluations add γ₆₄(T+N) times the magnitudes involved.
+func checkProjection(o *op.Op, out []byte, i, cols int, v []float64, p *oracle.Projection) string {
 	want, magnitude := p.Value[i], p.Magnitude[i]
 	if !isFinite(want) || !isFinite(magnitude) {
 		return ""
@@ -162,15 +167,15 @@ func checkProjection(o *op.Op, out []byte, i, cols int, v []float64, p *oracle.P
 		case unwritten:
 			return fmt.Sprintf("%s[%d,%d] was never written (still holds the poison pattern), found by a Freivalds projection", output.Name, i, j)
 		case math.IsNaN(e) || (math.IsInf(e, 0) && dtype != op.F16):
-			return fmt.Sprintf("%s[%d,%d] = %g where every product of the row is finite, found by a Freivalds projection", output.Name, i, j, e)
+			return fmt.Sprintf("%s[%d,%d] = %g where every term of the row is finite, found by a Freivalds projection", output.Name, i, j, e)
 		case math.IsInf(e, 0):
 			return "" // an f16 overflow the sampled rows and columns judge
 		}
 		got += e * v[j]
 		outMagnitude += math.Abs(e)
 	}
-	g64 := oracle.Gamma(int64(l+cols), oracle.U64)
-	tolerance := (oracle.Gamma(2*int64(l), oracle.U32)+3*g64)*magnitude + g64*outMagnitude
+	g64 := oracle.Gamma(int64(p.Terms+cols), oracle.U64)
+	tolerance := (oracle.Gamma(2*int64(p.Terms), oracle.U32)+3*g64)*magnitude + g64*outMagnitude
 	if dtype == op.F16 {
 		tolerance += 0x1p-11/(1-0x1p-11)*outMagnitude + float64(cols)*0x1p-25
 	}

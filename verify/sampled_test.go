@@ -25,6 +25,9 @@ func sampledCases(t *testing.T, ops []*op.Op, specs ...string) []Case {
 
 var gemmOps = []*op.Op{op.Gemm, op.GemmGradA, op.GemmGradB}
 
+// epilogueOps are the matmul family's members with an epilogue.
+var epilogueOps = []*op.Op{op.Linear, op.LinearGradW}
+
 func TestSampledChecksPassCorrectKernels(t *testing.T) {
 	res := mustRun(t, goKernels{}, sampledCases(t, gemmOps, "40x50x60", "70x20x33"))
 	for _, r := range res.Cases {
@@ -38,10 +41,43 @@ func TestSampledChecksPassCorrectKernels(t *testing.T) {
 	t.Logf("example: %s", res.Cases[1].Stats.Sample)
 }
 
+// With a bias or an accumulated output, the sampled references and the
+// projections include the epilogue: a correct kernel passes with and
+// without it, and one that drops it is caught.
+func TestSampledChecksFollowTheEpilogue(t *testing.T) {
+	cases := sampledCases(t, epilogueOps, "40x50x60", "70x20x33", "40x50x60:bias=0", "70x20x33:accumulate=0")
+	res := mustRun(t, goKernels{}, cases)
+	for _, r := range res.Cases {
+		if r.Verdict != Passed {
+			t.Errorf("%s: %s: %s", r.Case, r.Verdict, r.Reason)
+		}
+		if r.Stats.Sample == nil || (r.Dist != oracle.Special && r.Stats.Sample.RowsProjected == 0) {
+			t.Fatalf("%s was not checked by sampling and projection: %+v", r.Case, r.Stats.Sample)
+		}
+	}
+	dropped := goKernels{mutate: func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+		cols := int(s.Dims[1])
+		for i := range out {
+			switch {
+			case o == op.Linear && s.Int("bias") == 1:
+				out[i] -= in[2][i%cols]
+			case o == op.LinearGradW && s.Int("accumulate") == 1:
+				out[i] -= in[2][i]
+			}
+		}
+	}}
+	res = mustRun(t, dropped, sampledCases(t, epilogueOps, "40x50x60"))
+	for _, r := range res.Cases {
+		if r.Dist != oracle.Special && r.Verdict != Incorrect {
+			t.Errorf("%s without its epilogue: %s, want incorrect", r.Case, r.Verdict)
+		}
+	}
+}
+
 func TestFreivaldsCatchesOneWrongElementOutsideTheSample(t *testing.T) {
 	// More rows and columns than the sample holds, and the damaged element
 	// chosen in every row: whichever rows are sampled, most damage is not.
-	cases := sampledCases(t, gemmOps, "64x64x64")
+	cases := sampledCases(t, append(gemmOps, epilogueOps...), "64x64x64")
 	dev := goKernels{mutate: func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
 		cols := int(s.Cols(o.Outputs()[0]))
 		out[(len(out)/cols/2)*cols+cols/2+1] += 0.5

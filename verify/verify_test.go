@@ -37,14 +37,29 @@ func (g goKernels) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]
 	if !slices.Contains(goOps, o) {
 		return 0, fmt.Errorf("goKernels has no %s", o.Name)
 	}
+	// The buffers of the inputs (an operand the op adds into among them)
+	// and of the outputs, in the order of o.Inputs() and o.Outputs().
+	var inBuf, outBuf []int
+	for k, p := range o.Operands {
+		if p.Reads() {
+			inBuf = append(inBuf, k)
+		}
+		if p.Writes() {
+			outBuf = append(outBuf, k)
+		}
+	}
 	in := make([][]float32, len(o.Inputs()))
 	for i, p := range o.Inputs() {
 		in[i] = make([]float32, s.Elements(p))
+		b := buffers[inBuf[i]]
 		for j := range in[i] {
-			if p.DType == op.I32 {
-				in[i][j] = float32(int32(binary.LittleEndian.Uint32(buffers[i][4*j:])))
-			} else {
-				in[i][j] = f16.ToFloat32(binary.LittleEndian.Uint16(buffers[i][2*j:]))
+			switch p.DType {
+			case op.I32:
+				in[i][j] = float32(int32(binary.LittleEndian.Uint32(b[4*j:])))
+			case op.F32:
+				in[i][j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:]))
+			default:
+				in[i][j] = f16.ToFloat32(binary.LittleEndian.Uint16(b[2*j:]))
 			}
 		}
 	}
@@ -63,7 +78,7 @@ func (g goKernels) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]
 	}
 	at := 0
 	for k, p := range o.Outputs() {
-		dst := buffers[len(o.Inputs())+k]
+		dst := buffers[outBuf[k]]
 		for i := 0; i < int(s.Elements(p)); i, at = i+1, at+1 {
 			if !write[at] {
 				continue
@@ -83,6 +98,36 @@ func (g goKernels) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]
 
 func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
 	switch o {
+	case op.Linear:
+		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
+		bias := s.Int("bias") == 1
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j++ {
+				var acc float32
+				for t := 0; t < k; t++ {
+					acc += in[0][i*k+t] * in[1][t*n+j]
+				}
+				if bias {
+					acc += in[2][j]
+				}
+				out[i*n+j] = acc
+			}
+		}
+	case op.LinearGradW:
+		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
+		accumulate := s.Int("accumulate") == 1
+		for i := 0; i < k; i++ {
+			for j := 0; j < n; j++ {
+				var acc float32
+				for t := 0; t < m; t++ {
+					acc += in[0][t*k+i] * in[1][t*n+j]
+				}
+				if accumulate {
+					acc = in[2][i*n+j] + acc
+				}
+				out[i*n+j] = acc
+			}
+		}
 	case op.Gemm, op.GemmGradA, op.GemmGradB:
 		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
 		// Every op as rows×cols outputs, each a sum of length l of x(i,t)·y(t,j).
@@ -193,9 +238,12 @@ func crossEntropyGo(s op.Shape, x, labels, out []float32, subtractMax, countIgno
 	}
 }
 
-// goOps are the ops goKernels implements: the six of the first release.
-// The others are shown by the C++ kernels' conformance suite (kerneltest).
-var goOps = []*op.Op{op.Gemm, op.GemmGradA, op.GemmGradB, op.Softmax, op.SoftmaxGrad, op.CrossEntropy}
+// goOps are the ops goKernels implements: the six of the first release, and
+// the matmul family's members with an epilogue (linear's bias,
+// linear_grad_w's accumulation), whose sampled checks verify must get
+// right. The others are shown by the C++ kernels' conformance suite
+// (kerneltest).
+var goOps = []*op.Op{op.Gemm, op.GemmGradA, op.GemmGradB, op.Softmax, op.SoftmaxGrad, op.CrossEntropy, op.Linear, op.LinearGradW}
 
 func quickPlan(t *testing.T) []Case {
 	t.Helper()

@@ -1,14 +1,18 @@
-// gemm, gemm_grad_a, gemm_grad_b on the CPU: f16 operands, f32 accumulation.
+// gemm, gemm_grad_a, gemm_grad_b, linear and linear_grad_w on the CPU: f16
+// operands, f32 accumulation.
 //
-// The three ops are one product, Out (rows × cols) = L (rows × depth) · R (depth × cols):
+// The five ops are one product, Out (rows × cols) = L (rows × depth) · R (depth × cols),
+// with an epilogue for the last two:
 //
-//   op            L     R     depth  Out
-//   gemm          A     B     K      C  f32 M×N
-//   gemm_grad_a   dC    Bᵀ    N      dA f16 M×K
-//   gemm_grad_b   Aᵀ    dC    M      dB f16 K×N
+//   op             L     R     depth  Out              epilogue
+//   gemm           A     B     K      C  f32 M×N
+//   gemm_grad_a    dC    Bᵀ    N      dA f16 M×K
+//   gemm_grad_b    Aᵀ    dC    M      dB f16 K×N
+//   linear         x     W     K      y  f16 M×N       + b[col]   (bias = 1)
+//   linear_grad_w  xᵀ    dy    M      dW f32 K×N       dW_old +   (accumulate = 1)
 //
 // A transposed operand is only a different read order while packing, so one
-// f32 micro-kernel serves all three.
+// f32 micro-kernel serves all five.
 //
 // Blocking (the GotoBLAS/BLIS scheme, sized for a 32 KiB L1 and >= 512 KiB L2):
 //
@@ -37,6 +41,11 @@
 //   (one row block × column block, at most 64 MiB) between depth blocks; Out
 //   is written once per element, on the last depth block, so an f16 output
 //   is rounded exactly once, and an element skipped keeps the host's poison.
+// - The epilogue runs there too, on the finished f32 dot product: the bias
+//   (converted from f16, exact) in one f32 addition, then the old value of
+//   an accumulated f32 output in another (old + sum), both rounded to
+//   nearest, before the one store. The oracle's epilogue bound
+//   (oracle.MatMulWith) assumes exactly these two additions.
 // - Every index that multiplies two dimensions is size_t (64-bit).
 #include <algorithm>
 #include <cstddef>
@@ -83,7 +92,9 @@ struct Operand {
 // Output is where finished elements go (exactly one of c32, c16 is set,
 // rows × cols) and where partial sums wait between depth blocks: element
 // (row, col) of the current row and column block at
-// sums[(row − sums_row0) · sums_cols + col − sums_col0].
+// sums[(row − sums_row0) · sums_cols + col − sums_col0]. The epilogue adds
+// bias[col] (f16, cols of them) when bias is set, and adds into c32 instead
+// of overwriting it when accumulate is set.
 struct Output {
   float* c32;
   uint16_t* c16;
@@ -93,6 +104,8 @@ struct Output {
   size_t sums_row0;
   size_t sums_col0;
   size_t sums_cols;
+  const uint16_t* bias = nullptr;
+  bool accumulate = false;  // c32 only
 };
 
 // VKERN_MULTIPLY_ADD(acc, a, b) sets acc = acc + a·b. The products are exact
@@ -187,9 +200,12 @@ void micro_kernel(size_t depth, const float* lhs, const float* rhs, float* tile)
 
 // finish_tile folds one depth block's tile (mr × nr valid elements at
 // row0, col0) into the running sums, and on the last depth block writes the
-// finished elements to the output: f32 as is, f16 rounded once.
+// finished elements to the output after the epilogue: f32 as is, f16
+// rounded once.
 void finish_tile(const Output& out, const float* tile, size_t row0, size_t col0, size_t mr, size_t nr, bool first_block,
                  bool last_block) {
+  float bias[kNR];
+  if (last_block && out.bias != nullptr) f16_to_f32_run(out.bias + col0, bias, nr);
   for (size_t i = 0; i < mr; ++i) {
     const size_t row = row0 + i;
     const float* part = tile + i * kNR;
@@ -202,13 +218,16 @@ void finish_tile(const Output& out, const float* tile, size_t row0, size_t col0,
     if (out.c32 != nullptr) {
       float* c32_row = out.c32 + row * out.cols + col0;
       for (size_t j = 0; j < nr; ++j) {
-        const float value = first_block ? part[j] : sums[j] + part[j];
+        float value = first_block ? part[j] : sums[j] + part[j];
+        if (out.bias != nullptr) value += bias[j];
+        if (out.accumulate) value = c32_row[j] + value;
         c32_row[j] = value;
       }
     } else {
       uint16_t* c16_row = out.c16 + row * out.cols + col0;
       for (size_t j = 0; j < nr; ++j) {
-        const float value = first_block ? part[j] : sums[j] + part[j];
+        float value = first_block ? part[j] : sums[j] + part[j];
+        if (out.bias != nullptr) value += bias[j];
         c16_row[j] = f32_to_f16(value);
       }
     }
@@ -303,6 +322,24 @@ void gemm_grad_b(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const ui
   product(pool, scratch, lhs, rhs, K, N, M, Output{nullptr, db, K, N, nullptr, 0, 0, 0});
 }
 
+// y = x · W + b: x M×K and W K×N as gemm's A and B, y f16; b (N) is
+// nullptr when the bias is off.
+void linear(ThreadPool& pool, Scratch& scratch, const uint16_t* x, const uint16_t* w, const uint16_t* b, uint16_t* y,
+            size_t M, size_t N, size_t K) {
+  Output out{nullptr, y, M, N, nullptr, 0, 0, 0};
+  out.bias = b;
+  product(pool, scratch, Operand::row_major(x, K), Operand::row_major(w, N), M, N, K, out);
+}
+
+// dW = xᵀ · dy, or dW += xᵀ · dy when accumulating: x is stored M×K, so xᵀ
+// (K×M) is its transposed view, as gemm_grad_b's Aᵀ.
+void linear_grad_w(ThreadPool& pool, Scratch& scratch, const uint16_t* x, const uint16_t* dy, float* dw, size_t M,
+                   size_t N, size_t K, bool accumulate) {
+  Output out{dw, nullptr, K, N, nullptr, 0, 0, 0};
+  out.accumulate = accumulate;
+  product(pool, scratch, Operand::transpose_of(x, K), Operand::row_major(dy, N), K, N, M, out);
+}
+
 // The ops' entries (kernels.cc lists them).
 Result run_gemm(const Call& c, uint64_t*) {
   using namespace op_gemm;
@@ -322,6 +359,22 @@ Result run_gemm_grad_b(const Call& c, uint64_t*) {
   using namespace op_gemm_grad_b;
   gemm_grad_b(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::A), c.ptr<const uint16_t>(buf::dC),
               c.ptr<uint16_t>(buf::dB), c.dim(param::M), c.dim(param::N), c.dim(param::K));
+  return Result::OK();
+}
+
+Result run_linear(const Call& c, uint64_t*) {
+  using namespace op_linear;
+  const uint16_t* b = c.dim(param::bias) == 1 ? c.ptr<const uint16_t>(buf::b) : nullptr;
+  linear(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::x), c.ptr<const uint16_t>(buf::W), b,
+         c.ptr<uint16_t>(buf::y), c.dim(param::M), c.dim(param::N), c.dim(param::K));
+  return Result::OK();
+}
+
+Result run_linear_grad_w(const Call& c, uint64_t*) {
+  using namespace op_linear_grad_w;
+  linear_grad_w(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::x), c.ptr<const uint16_t>(buf::dy),
+                c.ptr<float>(buf::dW), c.dim(param::M), c.dim(param::N), c.dim(param::K),
+                c.dim(param::accumulate) == 1);
   return Result::OK();
 }
 

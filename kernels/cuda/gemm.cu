@@ -1,13 +1,16 @@
-// gemm, gemm_grad_a, gemm_grad_b on the GPU: f16 operands, f32 accumulation
-// on tensor cores.
+// gemm, gemm_grad_a, gemm_grad_b, linear and linear_grad_w on the GPU: f16
+// operands, f32 accumulation on tensor cores.
 //
-// The three ops are one product, Out (rows × cols) = L (rows × depth) · R (depth × cols),
-// with each operand read in the layout it is stored in:
+// The five ops are one product, Out (rows × cols) = L (rows × depth) · R (depth × cols),
+// with each operand read in the layout it is stored in, and an epilogue
+// (epilogue.cuh) for the last two:
 //
-//   op            L                    R                    depth  Out
-//   gemm          A   (depth-contig)   B   (col-contig)     K      C  f32 M×N
-//   gemm_grad_a   dC  (depth-contig)   Bᵀ  (depth-contig)   N      dA f16 M×K
-//   gemm_grad_b   Aᵀ  (row-contig)     dC  (col-contig)     M      dB f16 K×N
+//   op             L                    R                    depth  Out             epilogue
+//   gemm           A   (depth-contig)   B   (col-contig)     K      C  f32 M×N
+//   gemm_grad_a    dC  (depth-contig)   Bᵀ  (depth-contig)   N      dA f16 M×K
+//   gemm_grad_b    Aᵀ  (row-contig)     dC  (col-contig)     M      dB f16 K×N
+//   linear         x   (depth-contig)   W   (col-contig)     K      y  f16 M×N      + b[col] (bias = 1)
+//   linear_grad_w  xᵀ  (row-contig)     dy  (col-contig)     M      dW f32 K×N      dW_old + (accumulate = 1)
 //
 // "depth-contig" means consecutive reduction terms are adjacent in memory.
 // Shared memory keeps each tile in its global layout; ldmatrix reads the
@@ -45,9 +48,11 @@
 // - A block whose tile lies inside the output, on a step inside the depth,
 //   copies without any bounds arithmetic (copy_async_full).
 // - Every element index is int64_t; tile indices are int64_t too.
-// - Each output element is written exactly once, from its f32 accumulator;
-//   an f16 output is rounded once (__float2half_rn: nearest-even, overflow to
-//   ±Inf).
+// - Each output element is written exactly once, from its f32 accumulator
+//   after the epilogue's additions in registers; an f16 output is rounded
+//   once (__float2half_rn: nearest-even, overflow to ±Inf). The epilogue is
+//   part of every kernel's own store phase: no pass over the output of its
+//   own.
 //
 // HIP: the tensor-core path is inline PTX and is compiled only under CUDA
 // (VKERN_PTX_MMA, compat.h). Under HIP, and on CUDA devices older than
@@ -74,6 +79,7 @@
 #include <cstdint>
 
 #include "cuda/compat.h"
+#include "cuda/epilogue.cuh"
 #include "cuda/ops.cuh"
 
 #if defined(VKERN_GEMM_TUNING)
@@ -83,6 +89,8 @@ int vk_gemm_tuning_sm90 = -1;  // -1 the normal choice, 0 never wgmma, else a ch
 
 namespace {
 namespace vkern_gemm {
+
+using vkern_epilogue::NoEpilogue;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -368,10 +376,10 @@ __device__ __forceinline__ void multiply_tiles(const __half* tl, const __half* t
 
 // product_mma: see the file comment. L(i, p) is L[i·ldl + p] when kLDepth,
 // else L[p·ldl + i]; R(p, j) is R[j·ldr + p] when kRDepth, else R[p·ldr + j].
-template <class Cfg, bool kLDepth, bool kRDepth, bool kAligned, typename Out>
+template <class Cfg, bool kLDepth, bool kRDepth, bool kAligned, typename Out, class Epi>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     product_mma(const __half* __restrict__ L, int64_t ldl, const __half* __restrict__ R, int64_t ldr,
-                Out* __restrict__ out, int64_t rows, int64_t cols, int64_t depth) {
+                Out* __restrict__ out, Epi epi, int64_t rows, int64_t cols, int64_t depth) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // the host never launches this below compute capability 8.0
 #else
@@ -487,6 +495,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // Accumulator layout: element e of acc[i][j] is at row lane/4 (+8 for
   // e >= 2) and column 2·(lane%4) (+1 for odd e) of the 16×8 block.
+  if constexpr (Epi::kAny) {
+#pragma unroll
+    for (int i = 0; i < kMmaM; ++i) {
+      const int64_t r0 = m0 + warp_m + i * 16 + (lane >> 2);
+#pragma unroll
+      for (int j = 0; j < kMmaN; ++j) {
+        const int64_t c0 = n0 + warp_n + j * 8 + (lane & 3) * 2;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t r = r0 + 8 * (e >> 1), c = c0 + (e & 1);
+          if (r < rows && c < cols) acc[i][j][e] = epi.apply(acc[i][j][e], out, r, c, cols);
+        }
+      }
+    }
+  }
   const bool pairs_aligned = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & (2 * sizeof(Out) - 1)) == 0;
 #pragma unroll
   for (int i = 0; i < kMmaM; ++i) {
@@ -502,11 +525,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #endif
 }
 
-template <class Cfg, bool kLDepth, bool kRDepth, bool kAligned, typename Out>
-cudaError_t launch_mma(int device, const __half* L, int64_t ldl, const __half* R, int64_t ldr, Out* out, int64_t rows,
-                       int64_t cols, int64_t depth, cudaStream_t s) {
+template <class Cfg, bool kLDepth, bool kRDepth, bool kAligned, typename Out, class Epi>
+cudaError_t launch_mma(int device, const __half* L, int64_t ldl, const __half* R, int64_t ldr, Out* out, const Epi& epi,
+                       int64_t rows, int64_t cols, int64_t depth, cudaStream_t s) {
   constexpr int kSmem = smem_bytes<Cfg, kLDepth, kRDepth>();
-  auto kernel = product_mma<Cfg, kLDepth, kRDepth, kAligned, Out>;
+  auto kernel = product_mma<Cfg, kLDepth, kRDepth, kAligned, Out, Epi>;
   // The dynamic shared-memory limit is raised once per device (devices < 64).
   static uint64_t raised;
   if (!(raised >> device & 1u)) {
@@ -517,7 +540,7 @@ cudaError_t launch_mma(int device, const __half* L, int64_t ldl, const __half* R
   }
   const int64_t tiles = ceil_div(rows, Cfg::BM) * ceil_div(cols, Cfg::BN);
   if (tiles > INT32_MAX) return cudaErrorInvalidValue;
-  kernel<<<static_cast<unsigned>(tiles), Cfg::kThreads, kSmem, s>>>(L, ldl, R, ldr, out, rows, cols, depth);
+  kernel<<<static_cast<unsigned>(tiles), Cfg::kThreads, kSmem, s>>>(L, ldl, R, ldr, out, epi, rows, cols, depth);
   return cudaGetLastError();
 }
 
@@ -535,10 +558,11 @@ int choose_config(int64_t rows, int64_t cols, int multiprocessors) {
 
 // launch_aligned runs configuration `config` on operands whose rows are
 // 16-byte aligned.
-template <bool kLDepth, bool kRDepth, typename Out>
+template <bool kLDepth, bool kRDepth, typename Out, class Epi>
 cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl, const __half* R, int64_t ldr, Out* out,
-                           int64_t rows, int64_t cols, int64_t depth, cudaStream_t s) {
-#define VKERN_LAUNCH(Cfg) launch_mma<Cfg, kLDepth, kRDepth, true>(device, L, ldl, R, ldr, out, rows, cols, depth, s)
+                           const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s) {
+#define VKERN_LAUNCH(Cfg) \
+  launch_mma<Cfg, kLDepth, kRDepth, true>(device, L, ldl, R, ldr, out, epi, rows, cols, depth, s)
   switch (config) {
     case 4: return VKERN_LAUNCH(ConfigLargeK64);
     case 2: return VKERN_LAUNCH(ConfigSmall);
@@ -630,13 +654,14 @@ int choose_sm90(int64_t rows, int64_t cols, int64_t depth, int multiprocessors) 
   return medium <= narrow ? 9 : 8;
 }
 
-template <bool kLDepth, bool kRDepth, typename Out>
+template <bool kLDepth, bool kRDepth, typename Out, class Epi>
 cudaError_t launch_sm90(int variant, int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R,
-                        int64_t ldr, Out* out, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
-                        bool* launched) {
+                        int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
+                        cudaStream_t s, bool* launched) {
   namespace h = vkern_gemm_sm90;
-#define VKERN_LAUNCH(Cfg) \
-  h::launch<h::Cfg, kLDepth, kRDepth, Out>(device, multiprocessors, L, ldl, R, ldr, out, rows, cols, depth, s, launched)
+#define VKERN_LAUNCH(Cfg)                                                                                    \
+  h::launch<h::Cfg, kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr, out, epi, rows, cols, depth, \
+                                                s, launched)
   switch (variant) {
     case 6: return VKERN_LAUNCH(WideS);
     case 8: return VKERN_LAUNCH(NarrowS);
@@ -654,9 +679,10 @@ cudaError_t launch_sm90(int variant, int device, int multiprocessors, const __ha
 #undef VKERN_LAUNCH
 }
 
-template <bool kLDepth, bool kRDepth, typename Out>
+template <bool kLDepth, bool kRDepth, typename Out, class Epi>
 cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __half* L, int64_t ldl, const __half* R,
-                                 int64_t ldr, Out* out, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s) {
+                                 int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
+                                 cudaStream_t s) {
   const int multiprocessors = info.multiprocessors;
   int config = choose_config(rows, cols, multiprocessors);
   int sm90 = vkern_gemm_sm90::available(device, info.cc_major, info.cc_minor)
@@ -672,12 +698,11 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
   auto run_aligned = [&](const __half* l, int64_t ld_l, const __half* r, int64_t ld_r) {
     if (sm90 != 0) {
       bool launched = false;
-      const cudaError_t err =
-          launch_sm90<kLDepth, kRDepth, Out>(sm90, device, multiprocessors, l, ld_l, r, ld_r, out, rows, cols, depth,
-                                             s, &launched);
+      const cudaError_t err = launch_sm90<kLDepth, kRDepth, Out, Epi>(sm90, device, multiprocessors, l, ld_l, r, ld_r,
+                                                                       out, epi, rows, cols, depth, s, &launched);
       if (err != cudaSuccess || launched) return err;
     }
-    return launch_aligned<kLDepth, kRDepth, Out>(config, device, l, ld_l, r, ld_r, out, rows, cols, depth, s);
+    return launch_aligned<kLDepth, kRDepth, Out, Epi>(config, device, l, ld_l, r, ld_r, out, epi, rows, cols, depth, s);
   };
   const bool l_aligned = ldl % 8 == 0 && aligned16(L);
   const bool r_aligned = ldr % 8 == 0 && aligned16(R);
@@ -710,9 +735,11 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
     }
   }
   if (config == 2) {
-    return launch_mma<ConfigUnalignedSmall, kLDepth, kRDepth, false>(device, L, ldl, R, ldr, out, rows, cols, depth, s);
+    return launch_mma<ConfigUnalignedSmall, kLDepth, kRDepth, false>(device, L, ldl, R, ldr, out, epi, rows, cols,
+                                                                     depth, s);
   }
-  return launch_mma<ConfigUnalignedMedium, kLDepth, kRDepth, false>(device, L, ldl, R, ldr, out, rows, cols, depth, s);
+  return launch_mma<ConfigUnalignedMedium, kLDepth, kRDepth, false>(device, L, ldl, R, ldr, out, epi, rows, cols,
+                                                                    depth, s);
 }
 
 #endif  // VKERN_PTX_MMA
@@ -724,10 +751,10 @@ constexpr int kSimtTile = 64;    // outputs per tile side
 constexpr int kSimtDepth = 16;   // reduction terms per shared-memory step
 constexpr int kSimtThreads = 256;  // 16 × 16 threads, 4 × 4 outputs each
 
-template <bool kLDepth, bool kRDepth, typename Out>
+template <bool kLDepth, bool kRDepth, typename Out, class Epi>
 __global__ void __launch_bounds__(kSimtThreads)
     product_simt(const __half* __restrict__ L, int64_t ldl, const __half* __restrict__ R, int64_t ldr,
-                 Out* __restrict__ out, int64_t rows, int64_t cols, int64_t depth) {
+                 Out* __restrict__ out, Epi epi, int64_t rows, int64_t cols, int64_t depth) {
   __shared__ float sL[kSimtDepth][kSimtTile + 1];
   __shared__ float sR[kSimtDepth][kSimtTile + 1];
   const int64_t tiles_n = (cols + kSimtTile - 1) / kSimtTile;
@@ -765,6 +792,16 @@ __global__ void __launch_bounds__(kSimtThreads)
     }
     __syncthreads();
   }
+  if constexpr (Epi::kAny) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t r = m0 + ty * 4 + i, c = n0 + tx * 4 + j;
+        if (r < rows && c < cols) acc[i][j] = epi.apply(acc[i][j], out, r, c, cols);
+      }
+    }
+  }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t row = m0 + ty * 4 + i;
@@ -777,30 +814,32 @@ __global__ void __launch_bounds__(kSimtThreads)
   }
 }
 
-template <bool kLDepth, bool kRDepth, typename Out>
-cudaError_t product_portable(const __half* L, int64_t ldl, const __half* R, int64_t ldr, Out* out, int64_t rows,
-                             int64_t cols, int64_t depth, cudaStream_t s) {
+template <bool kLDepth, bool kRDepth, typename Out, class Epi>
+cudaError_t product_portable(const __half* L, int64_t ldl, const __half* R, int64_t ldr, Out* out, const Epi& epi,
+                             int64_t rows, int64_t cols, int64_t depth, cudaStream_t s) {
   const int64_t tiles = ceil_div(rows, kSimtTile) * ceil_div(cols, kSimtTile);
   if (tiles > INT32_MAX) return cudaErrorInvalidValue;
-  product_simt<kLDepth, kRDepth, Out>
-      <<<static_cast<unsigned>(tiles), kSimtThreads, 0, s>>>(L, ldl, R, ldr, out, rows, cols, depth);
+  product_simt<kLDepth, kRDepth, Out, Epi>
+      <<<static_cast<unsigned>(tiles), kSimtThreads, 0, s>>>(L, ldl, R, ldr, out, epi, rows, cols, depth);
   return cudaGetLastError();
 }
 
-// product: Out = L · R, dispatched to the tensor-core or the portable path.
-template <bool kLDepth, bool kRDepth, typename Out>
+// product: Out = L · R, finished by epi (none unless given), dispatched to
+// the tensor-core or the portable path.
+template <bool kLDepth, bool kRDepth, typename Out, class Epi = NoEpilogue>
 cudaError_t product(const __half* L, int64_t ldl, const __half* R, int64_t ldr, Out* out, int64_t rows, int64_t cols,
-                    int64_t depth, cudaStream_t s) {
+                    int64_t depth, cudaStream_t s, Epi epi = Epi{}) {
 #if defined(VKERN_PTX_MMA)
   DeviceInfo info;
   int device = 0;
   const cudaError_t err = device_info(&info, &device);
   if (err != cudaSuccess) return err;
   if (info.cc_major >= 8 && !kForcePortable) {
-    return product_tensor_cores<kLDepth, kRDepth, Out>(info, device, L, ldl, R, ldr, out, rows, cols, depth, s);
+    return product_tensor_cores<kLDepth, kRDepth, Out, Epi>(info, device, L, ldl, R, ldr, out, epi, rows, cols, depth,
+                                                            s);
   }
 #endif
-  return product_portable<kLDepth, kRDepth, Out>(L, ldl, R, ldr, out, rows, cols, depth, s);
+  return product_portable<kLDepth, kRDepth, Out, Epi>(L, ldl, R, ldr, out, epi, rows, cols, depth, s);
 }
 
 }  // namespace vkern_gemm
@@ -839,6 +878,29 @@ cudaError_t vk_gemm_grad_b(const __half* A, const __half* dC, __half* dB, int64_
   return vkern_gemm::product<false, false>(A, K, dC, N, dB, K, N, M, s);
 }
 
+// y = x · W (+ b): as vk_gemm, with an f16 output and the bias (N halves)
+// added in the epilogue when b is not null.
+cudaError_t vk_linear(const __half* x, const __half* W, const __half* b, __half* y, int64_t M, int64_t N, int64_t K,
+                      cudaStream_t s) {
+  // L = x (M×K, depth-contiguous), R = W (K×N, column-contiguous).
+  if (b != nullptr) {
+    return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s, vkern_epilogue::Epilogue<true, false>{b});
+  }
+  return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s);
+}
+
+// dW = xᵀ · dy, or dW += xᵀ · dy when accumulate: as vk_gemm_grad_b, with
+// an f32 output that the epilogue adds into.
+cudaError_t vk_linear_grad_w(const __half* x, const __half* dy, float* dW, int64_t M, int64_t N, int64_t K,
+                             bool accumulate, cudaStream_t s) {
+  // L = xᵀ: L(k, m) = x[m·K + k], row-contiguous; R = dy (M×N, column-contiguous).
+  if (accumulate) {
+    return vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s,
+                                             vkern_epilogue::Epilogue<false, true>{nullptr});
+  }
+  return vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s);
+}
+
 namespace vkern {
 
 // The ops' entries (kernels.cu lists them).
@@ -858,6 +920,20 @@ cudaError_t run_gemm_grad_b(const Call& c, unsigned long long*, cudaStream_t s) 
   using namespace op_gemm_grad_b;
   return vk_gemm_grad_b(c.ptr<const __half>(buf::A), c.ptr<const __half>(buf::dC), c.ptr<__half>(buf::dB),
                         c.params[param::M], c.params[param::N], c.params[param::K], s);
+}
+
+cudaError_t run_linear(const Call& c, unsigned long long*, cudaStream_t s) {
+  using namespace op_linear;
+  const __half* b = c.params[param::bias] == 1 ? c.ptr<const __half>(buf::b) : nullptr;
+  return vk_linear(c.ptr<const __half>(buf::x), c.ptr<const __half>(buf::W), b, c.ptr<__half>(buf::y),
+                   c.params[param::M], c.params[param::N], c.params[param::K], s);
+}
+
+cudaError_t run_linear_grad_w(const Call& c, unsigned long long*, cudaStream_t s) {
+  using namespace op_linear_grad_w;
+  return vk_linear_grad_w(c.ptr<const __half>(buf::x), c.ptr<const __half>(buf::dy), c.ptr<float>(buf::dW),
+                          c.params[param::M], c.params[param::N], c.params[param::K], c.params[param::accumulate] == 1,
+                          s);
 }
 
 }  // namespace vkern

@@ -1,7 +1,7 @@
-// gemm, gemm_grad_a, gemm_grad_b on Hopper (compute capability 9.0, built
-// for sm_90a): the product Out = L · R of gemm.cu (see its table of the three
-// ops and their operand layouts) with the bulk tensor copy engine (TMA) and
-// warpgroup MMA (wgmma).
+// gemm, gemm_grad_a, gemm_grad_b, linear and linear_grad_w on Hopper (compute
+// capability 9.0, built for sm_90a): the product Out = L · R of gemm.cu (see
+// its table of the five ops, their operand layouts and epilogues) with the
+// bulk tensor copy engine (TMA) and warpgroup MMA (wgmma).
 //
 // Launch shape: a persistent 1-D grid of at most one block per multiprocessor
 // (clusters of kCluster blocks along the rows), 384 threads = 3 warpgroups.
@@ -46,9 +46,11 @@
 // - The tensor-map coordinates are int32: the dispatcher sends no matrix with
 //   a dimension above INT32_MAX - 256. Every element index is int64_t.
 // - Each output element is written exactly once, from its f32 accumulator
-//   (through the warp's own buffer in the staged epilogue, with __syncwarp
-//   between its writes and reads); an f16 output is rounded once
-//   (nearest-even).
+//   after the epilogue's additions (epilogue.cuh: the bias, the old value of
+//   an output added into), which happen in the consumer's registers before
+//   any store path (through the warp's own buffer in the staged epilogue,
+//   with __syncwarp between its writes and reads); an f16 output is rounded
+//   once (nearest-even).
 // - A stage is refilled only after every consumer that reads it (in both
 //   blocks of a cluster) has waited for its wgmma reads (wgmma.wait_group)
 //   and arrived on its empty barrier.
@@ -73,6 +75,7 @@
 #include <cstdint>
 
 #include "cuda/compat.h"
+#include "cuda/epilogue.cuh"
 
 #if defined(VKERN_PTX_MMA)
 
@@ -350,11 +353,11 @@ __device__ __forceinline__ void unit_origin(int64_t u, int64_t units_m, int64_t 
 
 // product_wgmma: see the file comment. L(i, p) is L[i·ldl + p] when kLDepth,
 // else L[p·ldl + i]; R(p, j) is R[j·ldr + p] when kRDepth, else R[p·ldr + j];
-// the tensor maps hold those ld's.
-template <class Cfg, bool kLDepth, bool kRDepth, typename Out>
+// the tensor maps hold those ld's. epi finishes each element (epilogue.cuh).
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     product_wgmma(const __grid_constant__ CUtensorMap map_l, const __grid_constant__ CUtensorMap map_r,
-                  Out* __restrict__ out, int64_t rows, int64_t cols, int64_t depth, int group_rows) {
+                  Out* __restrict__ out, Epi epi, int64_t rows, int64_t cols, int64_t depth, int group_rows) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages, kCluster = Cfg::kCluster;
   constexpr int kConsumers = 2;
@@ -505,6 +508,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int64_t row = m0 + 64 * consumer + 16 * warp + lane / 4;
       const int64_t col = n0 + 2 * (lane % 4);
       if (m0 >= rows) continue;  // the second tile of a cluster past the last row
+      if constexpr (Epi::kAny) {
+        // The epilogue's additions, in the accumulators, before any store:
+        // acc[4j + e] is element (row + 8·(e/2), col + 8j + e%2).
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t r = row + 8 * (e >> 1), c = col + 8 * j + (e & 1);
+            if (r < rows && c < cols) acc[4 * j + e] = epi.apply(acc[4 * j + e], out, r, c, cols);
+          }
+        }
+      }
       const bool interior = m0 + BM <= rows && n0 + BN <= cols;
       if (Cfg::kStagedEpilogue && interior && rows_aligned16) {
         // Through this warp's 16 × 128-byte buffer, one chunk of 128 bytes
@@ -677,9 +692,10 @@ bool tma_aligned(const __half* p, int64_t ld) { return ld % 8 == 0 && (reinterpr
 
 // launch runs variant Cfg. *launched is false (and nothing is enqueued)
 // when a tensor map cannot be made; the caller then takes another path.
-template <class Cfg, bool kLDepth, bool kRDepth, typename Out>
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi>
 cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
-                   Out* out, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s, bool* launched) {
+                   Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
+                   bool* launched) {
   *launched = false;
   constexpr int64_t kMaxDim = INT32_MAX - 256;  // int32 box coordinates, a box past the edge included
   if (rows > kMaxDim || cols > kMaxDim || depth > kMaxDim) return cudaSuccess;
@@ -690,7 +706,7 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
                  kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
   if (!maps) return cudaSuccess;
 
-  auto kernel = product_wgmma<Cfg, kLDepth, kRDepth, Out>;
+  auto kernel = product_wgmma<Cfg, kLDepth, kRDepth, Out, Epi>;
   constexpr int kMaxDevices = 64;
   static int max_clusters[kMaxDevices];  // per device: 0 unknown
   if (device < 0 || device >= kMaxDevices) return cudaSuccess;
@@ -735,7 +751,7 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
 #if defined(VKERN_GEMM_TUNING)
   if (vk_gemm_tuning_sm90_group > 0) group_rows = vk_gemm_tuning_sm90_group;
 #endif
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, map_l, map_r, out, rows, cols, depth, group_rows);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, map_l, map_r, out, epi, rows, cols, depth, group_rows);
   if (err != cudaSuccess) return err;
   *launched = true;
   return cudaSuccess;

@@ -8,7 +8,7 @@
 // arithmetic that multiplies two dimensions is 64-bit.
 //
 // Semantics match the cpu backend (kernels/cpu/gemm.cc, softmax.cc,
-// cross_entropy.cc):
+// cross_entropy.cc, bias_grad.cc):
 // products and sums in f32, f16 outputs rounded once to nearest-even, IEEE
 // special values propagated as by the plain formula.
 //
@@ -22,11 +22,12 @@
 //   capability 9 only past what a 16-block cluster holds (C > 524,288, or
 //   262,144 with 2-byte accesses): 8 bytes per row per 32,768-element
 //   segment. cudaErrorMemoryAllocation when it cannot be had.
-// - the gemms: only for products of at least 2³⁰ multiply-adds with an
-//   operand whose row length is not a multiple of 8 (or whose base is not
-//   16-byte aligned): a copy of each such operand with rows padded to a
-//   multiple of 8, at most 1 GiB in all. When that cannot be had, the kernel
-//   reads the operand in place instead (slower, no error).
+// - the gemms, linear and linear_grad_w: only for products of at least 2³⁰
+//   multiply-adds with an operand whose row length is not a multiple of 8
+//   (or whose base is not 16-byte aligned): a copy of each such operand with
+//   rows padded to a multiple of 8, at most 1 GiB in all. When that cannot
+//   be had, the kernel reads the operand in place instead (slower, no
+//   error).
 // - vk_cross_entropy: one 8-byte word on first use (the count of rows kept,
 //   set on the stream before each call with an ignore_index), and for rows
 //   too long to hold on chip (V > 65,536) 8 bytes per
@@ -34,6 +35,9 @@
 //   be had.
 // - global_norm: 16 bytes per 8,192-element tile of g, for the tiles' partial
 //   sums. cudaErrorMemoryAllocation when it cannot be had.
+// - bias_grad: 4 bytes per output column per block of 64 rows (the
+//   partial column sums), when M > 64. cudaErrorMemoryAllocation when it
+//   cannot be had.
 // The first gemm call on a device of compute capability 9.0 also copies one
 // int from the device (which synchronises it) to learn whether the sm_90a
 // kernels (gemm_sm90.cu) are loaded; later calls only enqueue.
@@ -57,8 +61,19 @@ cudaError_t vk_gemm_grad_a(const __half* dC, const __half* B, __half* dA, int64_
 cudaError_t vk_gemm_grad_b(const __half* A, const __half* dC, __half* dB, int64_t M, int64_t N, int64_t K,
                            cudaStream_t s);
 
-// How the three gemms sum each dot product on a device of this compute
-// capability major, for HELLO's dot_accumulation (PROTOCOL.md, "HELLO").
+// y (f16, M×N) = x (M×K) · W (K×N) + b, the bias b (N) added to every row
+// in the epilogue; b null: no bias.
+cudaError_t vk_linear(const __half* x, const __half* W, const __half* b, __half* y, int64_t M, int64_t N, int64_t K,
+                      cudaStream_t s);
+
+// dW (f32, K×N) = xᵀ · dy, or dW += xᵀ · dy when accumulate, where x is
+// stored M×K and dy M×N.
+cudaError_t vk_linear_grad_w(const __half* x, const __half* dy, float* dW, int64_t M, int64_t N, int64_t K,
+                             bool accumulate, cudaStream_t s);
+
+// How the gemms (and linear, linear_grad_w) sum each dot product on a
+// device of this compute capability major, for HELLO's dot_accumulation
+// (PROTOCOL.md, "HELLO").
 const char* vk_gemm_dot_accumulation(int cc_major);
 
 // Y[r] = exp(X[r] − max X[r]) / Σ exp(X[r] − max X[r]), for each of R rows of C.

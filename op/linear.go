@@ -1,0 +1,65 @@
+package op
+
+// Linear is GPT-2's Conv1D forward: y f16 M×N = x f16 M×K · W f16 K×N + b,
+// the bias b (f16, N) added when bias is 1. With bias 0 it is the plain
+// f16-output product A·B (the lm_head's backward, dlnf = dlogits · wte).
+var Linear = builtinOp(&Op{
+	ID: 14, Name: "linear", Math: "y = x·W + b, f32 accumulation, one rounding to f16", Dims: []Dim{
+		{"M", "rows of x and y: tokens"}, {"N", "columns of W and y: output features"}, {"K", "the reduction: input features"}},
+	Params: []Param{{Name: "bias", Kind: Int, Min: 0, Max: 1, Default: 1, Meaning: "1: add b to every row; 0: no bias (b is empty)"}},
+	Operands: []Operand{
+		{Name: "x", DType: F16, Rows: X("M"), Cols: X("K"), Role: In},
+		{Name: "W", DType: F16, Rows: X("K"), Cols: X("N"), Role: In},
+		{Name: "b", DType: F16, Rows: X("bias"), Cols: X("N"), Role: In},
+		{Name: "y", DType: F16, Rows: X("M"), Cols: X("N"), Role: Out},
+	},
+	Reduces: X("K"), Independent: "M", Flops: matmulFlops, ExactOnIntegers: true, Anchor: "linear",
+	Matmul: &MatmulSpec{L: "x", R: "W", Rows: "M", Cols: "N", Depth: "K", Bias: "b"},
+	Shapes: Shapes{
+		Quick:   []string{"1x1x1", "17x31x129", "3x1000x5:bias=0", "64x48x80", "24x24x4100"},
+		Default: []string{"1x1x1", "17x31x129", "17x31x129:bias=0", "3x1000x5", "128x96x200", "40x40x4100", "40x4100x40:bias=0", "4100x40x40"},
+		// GPT-2 124M at B·T = 16·1024: c_attn, attn c_proj, mlp c_fc,
+		// mlp c_proj, and the lm_head's backward dlnf = dlogits·wte.
+		Bench: []string{"16384x2304x768", "16384x768x768", "16384x3072x768", "16384x768x3072", "16384x768x50257:bias=0"},
+	},
+})
+
+// LinearGradW is the weight gradient of linear: dW f32 K×N += xᵀ·dy (or =,
+// with accumulate 0), x f16 M×K, dy f16 M×N.
+var LinearGradW = builtinOp(&Op{
+	ID: 15, Name: "linear_grad_w", Math: "dW (+)= xᵀ·dy, f32 accumulation and output", Dims: []Dim{
+		{"M", "the reduction: rows of x and dy (tokens)"}, {"N", "columns of dy and dW"}, {"K", "columns of x, rows of dW"}},
+	Params: []Param{{Name: "accumulate", Kind: Int, Min: 0, Max: 1, Default: 1, Meaning: "1: add into dW (β = 1); 0: overwrite it"}},
+	Operands: []Operand{
+		{Name: "x", DType: F16, Rows: X("M"), Cols: X("K"), Role: In},
+		{Name: "dy", DType: F16, Rows: X("M"), Cols: X("N"), Role: In},
+		{Name: "dW", DType: F32, Rows: X("K"), Cols: X("N"), Role: InOut},
+	},
+	Reduces: X("M"), Flops: matmulFlops, ExactOnIntegers: true, Anchor: "linear_grad_w",
+	Matmul:          &MatmulSpec{L: "x", TransL: true, R: "dy", Rows: "K", Cols: "N", Depth: "M", Accumulate: "accumulate"},
+	NoExactRounding: "its output is f32: whole-number results below 2^24 need no rounding (the rounding cases still check its exact sums)",
+	Shapes: Shapes{
+		Quick:   []string{"1x1x1", "17x31x129", "3x1000x5:accumulate=0", "64x48x80", "4100x24x24"},
+		Default: []string{"1x1x1", "17x31x129", "17x31x129:accumulate=0", "3x1000x5", "128x96x200", "4100x40x40", "40x4100x40", "40x40x4100:accumulate=0"},
+		// GPT-2 124M at B·T = 16·1024: the four Conv1D weights' gradients,
+		// and the lm_head's dwte += dlogitsᵀ·lnf (K = V).
+		Bench: []string{"16384x2304x768", "16384x768x768", "16384x3072x768", "16384x768x3072", "16384x768x50257"},
+	},
+})
+
+// BiasGrad is the bias gradient of linear: db f32 N += the column sums of
+// dy f16 M×N.
+var BiasGrad = builtinOp(&Op{
+	ID: 16, Name: "bias_grad", Math: "db += Σ_rows dy, f32", Dims: []Dim{{"M", "rows of dy: tokens"}, {"N", "columns: features"}},
+	Operands: []Operand{
+		{Name: "dy", DType: F16, Rows: X("M"), Cols: X("N"), Role: In},
+		{Name: "db", DType: F32, Rows: X("N"), Role: InOut},
+	},
+	Reduces: X("M"), Flops: func(s Shape) float64 { return float64(s.Dims[0]) * float64(s.Dims[1]) }, ExactOnIntegers: true,
+	NoExactRounding: "its output is f32: whole-number results below 2^24 need no rounding (the rounding cases still check its exact sums)",
+	Shapes: Shapes{
+		Quick:   []string{"1x1", "7x4099", "1000x64"},
+		Default: []string{"1x1", "7x4099", "1000x64", "4100x40", "64x100000"},
+		Bench:   []string{"16384x768", "16384x2304", "16384x3072"},
+	},
+})
