@@ -75,6 +75,9 @@ var extraShapes = map[string][]string{
 	"softmax": {"3x33000"}, "softmax_grad": {"3x33000"},
 	"cross_entropy": {"3x65536", "3x65537:ignore_index=-100"},
 	"add":           {"1000003"}, "gelu": {"1000003"}, "gelu_grad": {"1000003"},
+	// T past the GPU's 64-row tiles, a head of 12 (not a multiple of 8: 2-byte
+	// loads), and one of 160 (past the tensor-core kernels' 128: exact rows).
+	"attention": {"1x129x64x1", "2x70x36x3", "1x40x160x1"}, "attention_grad": {"1x129x64x1", "2x70x36x3", "1x40x160x1"},
 }
 
 // extraChecks are what an op is held to beyond vkern verify's cases:
