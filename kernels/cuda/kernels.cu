@@ -25,6 +25,8 @@ constexpr Entry kKernels[] = {
     {op_add::kId, "add", run_add},
     {op_gelu::kId, "gelu", run_gelu},
     {op_gelu_grad::kId, "gelu_grad", run_gelu_grad},
+    {op_attention::kId, "attention", run_attention},
+    {op_attention_grad::kId, "attention_grad", run_attention_grad},
 };
 // clang-format on
 
