@@ -176,8 +176,8 @@ var cudaDefects = []kerneltest.Mutation{
 	},
 	{
 		Name: "attention's P rounded to f16 once (the low half dropped)", File: "cuda/attention.cu",
-		Old: "out[n][e] += ldexpf(sum_hi[e] + sum_lo[e] * (1.0f / 2048.0f), shift[e / 2]);",
-		New: "out[n][e] += ldexpf(sum_hi[e], shift[e / 2]);",
+		Old: "out[n][e] += scaled<kShift>(sum_hi[e] + sum_lo[e] * (1.0f / 2048.0f), shift[e / 2]);",
+		New: "out[n][e] += scaled<kShift>(sum_hi[e], shift[e / 2]);",
 		Op:  "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
 	},
 	{
@@ -200,8 +200,8 @@ var cudaDefects = []kerneltest.Mutation{
 	},
 	{
 		Name: "attention_grad's dk never scaled back from the split (tensor cores)", File: "cuda/attention.cu",
-		Old: "product_split<DP>(hi, lo, qs, lane, shift, dk);",
-		New: "product_split<DP>(hi, lo, qs, lane, no_shift, dk);",
+		Old: "product_split<DP, true>(hi, lo, qs, lane, shift, dk);",
+		New: "product_split<DP, false>(hi, lo, qs, lane, shift, dk);",
 		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
 	},
 	{

@@ -307,10 +307,18 @@ __device__ __forceinline__ void split(float x0, float x1, uint32_t& hi, uint32_t
   lo = halves(__float2half_rn((x0 - __half2float(h0)) * 2048.0f), __float2half_rn((x1 - __half2float(h1)) * 2048.0f));
 }
 
+// scaled is x·2^shift when kShift (ldexpf: exact, whatever the range), x
+// otherwise.
+template <bool kShift>
+__device__ __forceinline__ float scaled(float x, int shift) {
+  return kShift ? ldexpf(x, shift) : x;
+}
+
 // split_tile turns a warp's 16 × 64 accumulator tile x (8 n-tiles of 8
-// columns), each row r of the thread (g, g + 8) scaled by 2^−shift[r], into
-// the A fragments of the four 16-column k-steps: n-tiles 2k and 2k + 1 make
-// k-step k.
+// columns), each row r of the thread (g, g + 8) scaled by 2^−shift[r] when
+// kShift, into the A fragments of the four 16-column k-steps: n-tiles 2k and
+// 2k + 1 make k-step k.
+template <bool kShift>
 __device__ __forceinline__ void split_tile(const float (&x)[8][4], const int (&shift)[2], uint32_t (&hi)[4][4],
                                            uint32_t (&lo)[4][4]) {
 #pragma unroll
@@ -318,8 +326,9 @@ __device__ __forceinline__ void split_tile(const float (&x)[8][4], const int (&s
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float(&n)[4] = x[2 * k + half];
-      split(ldexpf(n[0], -shift[0]), ldexpf(n[1], -shift[0]), hi[k][2 * half], lo[k][2 * half]);
-      split(ldexpf(n[2], -shift[1]), ldexpf(n[3], -shift[1]), hi[k][2 * half + 1], lo[k][2 * half + 1]);
+      split(scaled<kShift>(n[0], -shift[0]), scaled<kShift>(n[1], -shift[0]), hi[k][2 * half], lo[k][2 * half]);
+      split(scaled<kShift>(n[2], -shift[1]), scaled<kShift>(n[3], -shift[1]), hi[k][2 * half + 1],
+            lo[k][2 * half + 1]);
     }
   }
 }
@@ -408,9 +417,9 @@ __device__ __forceinline__ void scores(const uint32_t (&a)[DP / 16][4], const __
 }
 
 // product_split: for each n-tile of DP columns, out[n] += (hi·B + lo·B·2⁻¹¹)
-// · 2^shift[row], where B is the tile (64 rows of the k dimension × DP),
-// read transposed by ldmatrix; a shift of 0 leaves the sum unscaled.
-template <int DP>
+// · 2^shift[row] (unscaled unless kShift), where B is the tile (64 rows of
+// the k dimension × DP), read transposed by ldmatrix.
+template <int DP, bool kShift>
 __device__ __forceinline__ void product_split(const uint32_t (&hi)[4][4], const uint32_t (&lo)[4][4],
                                               const __half* tile, int lane, const int (&shift)[2],
                                               float (&out)[DP / 8][4]) {
@@ -429,7 +438,7 @@ __device__ __forceinline__ void product_split(const uint32_t (&hi)[4][4], const 
       mma_16816(sum_lo, lo[2 * kp + 1], b[2], b[3]);
     }
 #pragma unroll
-    for (int e = 0; e < 4; ++e) out[n][e] += ldexpf(sum_hi[e] + sum_lo[e] * (1.0f / 2048.0f), shift[e / 2]);
+    for (int e = 0; e < 4; ++e) out[n][e] += scaled<kShift>(sum_hi[e] + sum_lo[e] * (1.0f / 2048.0f), shift[e / 2]);
   }
 }
 
@@ -501,8 +510,8 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       uint32_t phi[4][4], plo[4][4];
-      split_tile(s, no_shift, phi, plo);
-      product_split<DP>(phi, plo, vs, lane, no_shift, o);
+      split_tile<false>(s, no_shift, phi, plo);
+      product_split<DP, false>(phi, plo, vs, lane, no_shift, o);
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -582,12 +591,12 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       uint32_t hi[4][4], lo[4][4];
-      split_tile(p, no_shift, hi, lo);
-      product_split<DP>(hi, lo, gs, lane, no_shift, dv);
+      split_tile<false>(p, no_shift, hi, lo);
+      product_split<DP, false>(hi, lo, gs, lane, no_shift, dv);
       int shift[2];
       row_shift(dp, shift);
-      split_tile(dp, shift, hi, lo);
-      product_split<DP>(hi, lo, qs, lane, shift, dk);
+      split_tile<true>(dp, shift, hi, lo);
+      product_split<DP, true>(hi, lo, qs, lane, shift, dk);
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -665,8 +674,8 @@ __global__ void __launch_bounds__(kThreads)
       int shift[2];
       row_shift(dp, shift);
       uint32_t hi[4][4], lo[4][4];
-      split_tile(dp, shift, hi, lo);
-      product_split<DP>(hi, lo, ks, lane, shift, dq);
+      split_tile<true>(dp, shift, hi, lo);
+      product_split<DP, true>(hi, lo, ks, lane, shift, dq);
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
