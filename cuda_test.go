@@ -259,6 +259,68 @@ var cudaDefects = []kerneltest.Mutation{
 	// Hopper GEMM epilogue (the staged path of interior tiles, and the
 	// element path of edge tiles) and in the row ops' store (pack, used by
 	// every softmax and softmax_grad path).
+	// attention: the quick shapes run the tensor-core kernels on the
+	// finite distributions and the exact row kernels on special.
+	{
+		Name: "attention without the causal mask (tensor cores)", File: "cuda/attention.cu",
+		Old: "s[n][e] = diagonal && key > row[e / 2] ? vkern_rows::neg_inf() : s[n][e] * scale2;",
+		New: "s[n][e] = s[n][e] * scale2;",
+		Op:  "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+	},
+	{
+		Name: "attention's lse without the row max (tensor cores)", File: "cuda/attention.cu",
+		Old: "if (t == 0) lse[bh * a.T + row[r]] = (m[r] + log2f(l[r])) * kLn2;",
+		New: "if (t == 0) lse[bh * a.T + row[r]] = log2f(l[r]) * kLn2;",
+		Op:  "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention's scores scaled by 1/D where 1/√D belongs", File: "cuda/attention.cu",
+		Old: "const float scale2 = static_cast<float>(kLog2eDouble / std::sqrt(static_cast<double>(a.D)));",
+		New: "const float scale2 = static_cast<float>(kLog2eDouble / static_cast<double>(a.D));",
+		Op:  "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention's P rounded to f16 once (the low half dropped)", File: "cuda/attention.cu",
+		Old: "out[n][e] += scaled<kShift>(sum_hi[e] + sum_lo[e] * (1.0f / 2048.0f), shift[e / 2]);",
+		New: "out[n][e] += scaled<kShift>(sum_hi[e], shift[e / 2]);",
+		Op:  "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+	},
+	{
+		Name: "attention's exact rows see the keys after them", File: "cuda/attention.cu",
+		Old: "for (int64_t j = 0; j <= i; ++j) {\n        const float p = exp2f(head_dot(q, k + j * width, a.D, lane) * scale2 - m);",
+		New: "for (int64_t j = 0; j < a.T; ++j) {\n        const float p = exp2f(head_dot(q, k + j * width, a.D, lane) * scale2 - m);",
+		Op:  "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's dk without the scale (tensor cores)", File: "cuda/attention.cu",
+		Old: "out[a.C + c] = __float2half_rn(dk[n][2 * r + e] * scale);",
+		New: "out[a.C + c] = __float2half_rn(dk[n][2 * r + e]);",
+		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's D from head 0's y", File: "cuda/attention.cu",
+		Old: "const __half* v = y + row * a.C + h * a.D;",
+		New: "const __half* v = y + row * a.C;",
+		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's dk never scaled back from the split (tensor cores)", File: "cuda/attention.cu",
+		Old: "product_split<DP, true>(hi, lo, qs, lane, shift, dk);",
+		New: "product_split<DP, false>(hi, lo, qs, lane, shift, dk);",
+		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's dq without the causal mask (tensor cores)", File: "cuda/attention.cu",
+		Old: "p[n][e] = diagonal && j > row[e / 2] ? 0.0f : exp2f(p[n][e] * scale2 - lse2[e / 2]);",
+		New: "p[n][e] = exp2f(p[n][e] * scale2 - lse2[e / 2]);",
+		Op:  "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+	},
+	{
+		Name: "attention_grad's exact dv from dS where P belongs", File: "cuda/attention.cu",
+		Old: "dv[e] += p * __half2float(gi[c]);",
+		New: "dv[e] += ds * __half2float(gi[c]);",
+		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
 	{
 		Name: "Hopper: staged f16 epilogue rounds toward zero", File: "cuda/gemm_sm90.cu",
 		Old: "__floats2half2_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);",

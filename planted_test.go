@@ -196,6 +196,52 @@ var plantedDefects = []kerneltest.Mutation{
 		Old: "const float g = grad * s.scale;", New: "const float g = grad;",
 		Op: "adamw", Shapes: []string{"4099:t=1000,weight_decay=0.1,lr=6e-4,grad_scale=3.0517578125e-05"},
 	},
+	{
+		Name: "attention's causal mask per block of rows, not per row", File: "cpu/attention.cc",
+		Old: "const size_t n = i + 1;", New: "const size_t n = r1;",
+		Op: "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+	},
+	{
+		Name: "attention's scores scaled by 1/D where 1/√D belongs", File: "cpu/attention.cc",
+		Old: "return 1.0f / std::sqrt(static_cast<float>(D));", New: "return 1.0f / static_cast<float>(D);",
+		Op: "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention's lse without the row max", File: "cpu/attention.cc",
+		Old: "lse[(b * a.H + h) * a.T + i] = row_max + std::log(sum);", New: "lse[(b * a.H + h) * a.T + i] = std::log(sum);",
+		Op: "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention with k and v swapped", File: "cpu/attention.cc",
+		Old: "a.load(qkv, 3 * a.C, 1, b, h, r1, k);\n    a.load(qkv, 3 * a.C, 2, b, h, r1, v);",
+		New: "a.load(qkv, 3 * a.C, 2, b, h, r1, k);\n    a.load(qkv, 3 * a.C, 1, b, h, r1, v);",
+		Op:  "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention reads head 0's columns for every head", File: "cpu/attention.cc",
+		Old: "return m + (b * T + t) * width + part * C + h * D;", New: "return m + (b * T + t) * width + part * C;",
+		Op: "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's dk without the scale", File: "cpu/attention.cc",
+		Old: "for (size_t e = 0; e < size; ++e) dk[e] *= scale;", New: "",
+		Op: "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's D over half the head's columns", File: "cpu/attention.cc",
+		Old: "const float d = dot_of(gi, yv + i * D, D);", New: "const float d = dot_of(gi, yv + i * D, D - D / 2);",
+		Op: "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad without the causal mask", File: "cpu/attention.cc",
+		Old: "const size_t keys = i + 1;", New: "const size_t keys = T;",
+		Op: "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's dv from dS where P belongs", File: "cpu/attention.cc",
+		Old: "dvj[c] += p[j] * gi[c];", New: "dvj[c] += ds[j] * gi[c];",
+		Op: "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
 	// The f16 output rounding: the scalar conversion (the GEMMs' outputs)
 	// and the eight-lane one (the row ops'), each rounded half away from
 	// zero, which differs from ties-to-even only on exact ties, and toward

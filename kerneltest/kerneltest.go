@@ -84,6 +84,9 @@ var extraShapes = map[string][]string{
 	"linear":        {"65x33x257", "130x1000x72"},
 	"linear_grad_w": {"65x33x257:accumulate=0", "72x1000x136"},
 	"bias_grad":     {"4100x40", "130x4098"},
+	// T past the GPU's 64-row tiles, a head of 12 (not a multiple of 8: 2-byte
+	// loads), and one of 160 (past the tensor-core kernels' 128: exact rows).
+	"attention": {"1x129x64x1", "2x70x36x3", "1x40x160x1"}, "attention_grad": {"1x129x64x1", "2x70x36x3", "1x40x160x1"},
 }
 
 // extraChecks are what an op is held to beyond vkern verify's cases:

@@ -32,6 +32,8 @@ constexpr Entry kKernels[] = {
     {op_linear::kId, "linear", run_linear},
     {op_linear_grad_w::kId, "linear_grad_w", run_linear_grad_w},
     {op_bias_grad::kId, "bias_grad", run_bias_grad},
+    {op_attention::kId, "attention", run_attention},
+    {op_attention_grad::kId, "attention_grad", run_attention_grad},
     {op_global_norm::kId, "global_norm", run_global_norm},
     {op_adamw::kId, "adamw", run_adamw},
     {op_fill::kId, "fill", run_fill},

@@ -1,0 +1,191 @@
+// attention and attention_grad on the CPU: causal multi-head attention from
+// the fused projection qkv f16 (B·T)×3C, f32 inside.
+//
+// Head h of sequence b reads columns h·D.. of q (0..C), k (C..2C) and v
+// (2C..3C), D = C/H, α = 1/√D (1.0f / sqrtf(D)). Per query row i, keys
+// j ≤ i:
+//
+//   attention       s_j = α·(q_i·k_j)          dot products in softmax.cc's fixed order
+//                   m   = max_j s_j             (NaN skipped, as softmax.cc)
+//                   e_j = expf(s_j − m),  S = Σ_j e_j
+//                   y_i = f16(Σ_j e_j·v_j / S)  the sum over j in ascending order, one division
+//                   lse = m + logf(S)           f32, at (b·H + h)·T + i
+//
+//   attention_grad  P_ij  = expf(α·(q_i·k_j) − lse_i)
+//                   D_i   = dy_i·y_i
+//                   dS_ij = P_ij·(dy_i·v_j − D_i)
+//                   dv_j  = Σ_i≥j P_ij·dy_i,  dq_i = α·Σ_j≤i dS_ij·k_j,  dk_j = α·Σ_i≥j dS_ij·q_i
+//
+// Tasks. attention: the pool runs blocks of 32 query rows of one (b, h),
+// the blocks of the last rows (the most keys) first; a block converts the
+// keys and values it needs (rows 0..its last) to f32 in its worker's part of
+// a scratch vector allocated before the fan-out. attention_grad: one task
+// per (b, h), which converts the head's q, k, v, dy and y once and keeps
+// dk and dv for all its keys; rows run in ascending order, so every sum has
+// a fixed order and results do not depend on the thread count.
+//
+// IEEE facts relied on (no fast-math): a NaN score makes S and the row NaN; a
+// +Inf score makes m = +Inf and Inf − Inf = NaN; a row of only −Inf scores
+// has m = −Inf and −Inf − (−Inf) = NaN; a −Inf score gives e_j = 0 and
+// 0·v_j, which is NaN where v_j is infinite, as the formula reads. Keys
+// j > i are never read for row i. Every binary32 operation rounds once; GCC
+// may fuse a multiply and an add, which the oracle's bounds allow.
+//
+// The row helpers (max_of, sum_of, dot_of) are softmax.cc's; main.cc
+// includes that file before the op files.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/f16.h"
+
+namespace vkern {
+namespace {
+
+constexpr size_t kQueryBlock = 32;  // query rows per attention task
+
+// AttentionHeads locates the heads of one call: B sequences of T tokens, H
+// heads of D channels in rows of C (y, dy) or 3C (qkv) values.
+struct AttentionHeads {
+  size_t B, T, C, H, D;
+
+  // row returns the start of head h of token t of sequence b in a matrix
+  // of width values a row, part 0 (q, y, dy), 1 (k) or 2 (v).
+  template <class T16>
+  T16* row(T16* m, size_t width, size_t part, size_t b, size_t t, size_t h) const {
+    return m + (b * T + t) * width + part * C + h * D;
+  }
+
+  // load converts rows [0, rows) of a head to f32, D values a row.
+  void load(const uint16_t* m, size_t width, size_t part, size_t b, size_t h, size_t rows, float* dst) const {
+    for (size_t t = 0; t < rows; ++t) f16_to_f32_run(row(m, width, part, b, t, h), dst + t * D, D);
+  }
+};
+
+// score_scale is α = 1/√D in binary32 (sqrtf and the division each round
+// once).
+float score_scale(size_t D) { return 1.0f / std::sqrt(static_cast<float>(D)); }
+
+AttentionHeads heads_of(const Call& c, int b, int t, int ch, int h) {
+  const size_t C = c.dim(ch), H = c.dim(h);
+  return AttentionHeads{c.dim(b), c.dim(t), C, H, C / H};
+}
+
+// attention_rows computes query rows [r0, r1) of head h of sequence b; k
+// and v hold the head's keys and values 0..r1 − 1 in f32, scores room for
+// r1 floats and q, acc room for D.
+void attention_rows(const AttentionHeads& a, const uint16_t* qkv, uint16_t* y, float* lse, size_t b, size_t h,
+                    size_t r0, size_t r1, const float* k, const float* v, float* scores, float* q, float* acc) {
+  const size_t D = a.D;
+  const float scale = score_scale(D);
+  for (size_t i = r0; i < r1; ++i) {
+    const size_t n = i + 1;
+    f16_to_f32_run(a.row(qkv, 3 * a.C, 0, b, i, h), q, D);
+    for (size_t j = 0; j < n; ++j) scores[j] = dot_of(q, k + j * D, D) * scale;
+    const float row_max = max_of(scores, n);
+    for (size_t j = 0; j < n; ++j) scores[j] = std::exp(scores[j] - row_max);
+    const float sum = sum_of(scores, n);
+    std::fill(acc, acc + D, 0.0f);
+    for (size_t j = 0; j < n; ++j) {
+      const float e = scores[j];
+      const float* vj = v + j * D;
+      for (size_t c = 0; c < D; ++c) acc[c] += e * vj[c];
+    }
+    for (size_t c = 0; c < D; ++c) acc[c] = acc[c] / sum;
+    f32_to_f16_run(acc, a.row(y, a.C, 0, b, i, h), D);
+    lse[(b * a.H + h) * a.T + i] = row_max + std::log(sum);
+  }
+}
+
+// attention_grad_head computes dq, dk and dv of head h of sequence b. w
+// holds 7·T·D + 2·T + D floats of the worker's scratch.
+void attention_grad_head(const AttentionHeads& a, const uint16_t* dy, const uint16_t* qkv, const uint16_t* y,
+                         const float* lse, uint16_t* dqkv, size_t b, size_t h, float* w) {
+  const size_t T = a.T, D = a.D, size = T * D;
+  float *q = w, *k = q + size, *v = k + size, *g = v + size, *yv = g + size;
+  float *dk = yv + size, *dv = dk + size, *p = dv + size, *ds = p + T, *dq = ds + T;
+  a.load(qkv, 3 * a.C, 0, b, h, T, q);
+  a.load(qkv, 3 * a.C, 1, b, h, T, k);
+  a.load(qkv, 3 * a.C, 2, b, h, T, v);
+  a.load(dy, a.C, 0, b, h, T, g);
+  a.load(y, a.C, 0, b, h, T, yv);
+  std::fill(dk, dk + 2 * size, 0.0f);  // dk and dv
+  const float scale = score_scale(D);
+  const float* head_lse = lse + (b * a.H + h) * T;
+  for (size_t i = 0; i < T; ++i) {
+    const float* qi = q + i * D;
+    const float* gi = g + i * D;
+    const float d = dot_of(gi, yv + i * D, D);
+    const size_t keys = i + 1;
+    for (size_t j = 0; j < keys; ++j) {
+      p[j] = std::exp(dot_of(qi, k + j * D, D) * scale - head_lse[i]);
+      ds[j] = p[j] * (dot_of(gi, v + j * D, D) - d);
+    }
+    std::fill(dq, dq + D, 0.0f);
+    for (size_t j = 0; j < keys; ++j) {
+      const float* kj = k + j * D;
+      float* dkj = dk + j * D;
+      float* dvj = dv + j * D;
+      for (size_t c = 0; c < D; ++c) {
+        dq[c] += ds[j] * kj[c];
+        dkj[c] += ds[j] * qi[c];
+        dvj[c] += p[j] * gi[c];
+      }
+    }
+    for (size_t c = 0; c < D; ++c) dq[c] *= scale;
+    f32_to_f16_run(dq, a.row(dqkv, 3 * a.C, 0, b, i, h), D);
+  }
+  for (size_t e = 0; e < size; ++e) dk[e] *= scale;
+  for (size_t t = 0; t < T; ++t) {
+    f32_to_f16_run(dk + t * D, a.row(dqkv, 3 * a.C, 1, b, t, h), D);
+    f32_to_f16_run(dv + t * D, a.row(dqkv, 3 * a.C, 2, b, t, h), D);
+  }
+}
+
+}  // namespace
+
+// The ops' entries (kernels.cc lists them). The scratch vectors are
+// allocated here, before the fan-out, so that running out of memory
+// surfaces on this thread (device.cc answers it as OUT_OF_MEMORY).
+Result run_attention(const Call& c, uint64_t*) {
+  using namespace op_attention;
+  const AttentionHeads a = heads_of(c, param::B, param::T, param::C, param::H);
+  const uint16_t* qkv = c.ptr<const uint16_t>(buf::qkv);
+  uint16_t* y = c.ptr<uint16_t>(buf::y);
+  float* lse = c.ptr<float>(buf::lse);
+  ThreadPool& pool = cpu_pool();
+  const size_t per_worker = 2 * a.T * a.D + a.T + 2 * a.D;
+  std::vector<float> scratch(pool.size() * per_worker);
+  const size_t units = a.B * a.H, blocks = (a.T + kQueryBlock - 1) / kQueryBlock;
+  pool.parallel_for(units * blocks, [&](size_t task, unsigned worker) {
+    const size_t unit = task % units, block = blocks - 1 - task / units;
+    const size_t b = unit / a.H, h = unit % a.H;
+    const size_t r0 = block * kQueryBlock, r1 = std::min(a.T, r0 + kQueryBlock);
+    float* k = scratch.data() + worker * per_worker;
+    float* v = k + a.T * a.D;
+    float* scores = v + a.T * a.D;
+    float* q = scores + a.T;
+    a.load(qkv, 3 * a.C, 1, b, h, r1, k);
+    a.load(qkv, 3 * a.C, 2, b, h, r1, v);
+    attention_rows(a, qkv, y, lse, b, h, r0, r1, k, v, scores, q, q + a.D);
+  });
+  return Result::OK();
+}
+
+Result run_attention_grad(const Call& c, uint64_t*) {
+  using namespace op_attention_grad;
+  const AttentionHeads a = heads_of(c, param::B, param::T, param::C, param::H);
+  ThreadPool& pool = cpu_pool();
+  const size_t per_worker = 7 * a.T * a.D + 2 * a.T + a.D;
+  std::vector<float> scratch(pool.size() * per_worker);
+  pool.parallel_for(a.B * a.H, [&](size_t unit, unsigned worker) {
+    attention_grad_head(a, c.ptr<const uint16_t>(buf::dy), c.ptr<const uint16_t>(buf::qkv),
+                        c.ptr<const uint16_t>(buf::y), c.ptr<const float>(buf::lse), c.ptr<uint16_t>(buf::dqkv),
+                        unit / a.H, unit % a.H, scratch.data() + worker * per_worker);
+  });
+  return Result::OK();
+}
+
+}  // namespace vkern
