@@ -1,0 +1,288 @@
+package gpt
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/vkern/vkern/ckpt"
+)
+
+// RunFormat names train_state.json's layout.
+const RunFormat = "vkern-train 1"
+
+// Run is train_state.json: how a run was set up and where it stands.
+// Resuming takes the settings from here.
+type Run struct {
+	Format string `json:"format"`
+	Model  string `json:"model"`
+	Batch  int    `json:"batch"`
+	Accum  int    `json:"accum"`
+	Seed   uint64 `json:"seed"`
+	Hyper  Hyper  `json:"hyper"`
+	State  State  `json:"state"`
+	// Data describes the corpus (data.Corpus.Source), to tell a resumed
+	// run on other data.
+	Data string `json:"data"`
+}
+
+// hfConfig is the part of a transformers GPT2Config this package writes
+// and reads.
+type hfConfig struct {
+	Architectures       []string `json:"architectures"`
+	ModelType           string   `json:"model_type"`
+	VocabSize           int      `json:"vocab_size"`
+	NPositions          int      `json:"n_positions"`
+	NCtx                int      `json:"n_ctx"`
+	NEmbd               int      `json:"n_embd"`
+	NLayer              int      `json:"n_layer"`
+	NHead               int      `json:"n_head"`
+	NInner              *int     `json:"n_inner"`
+	ActivationFunction  string   `json:"activation_function"`
+	ResidPdrop          float64  `json:"resid_pdrop"`
+	EmbdPdrop           float64  `json:"embd_pdrop"`
+	AttnPdrop           float64  `json:"attn_pdrop"`
+	LayerNormEpsilon    float64  `json:"layer_norm_epsilon"`
+	InitializerRange    float64  `json:"initializer_range"`
+	TieWordEmbeddings   *bool    `json:"tie_word_embeddings,omitempty"`
+	ScaleAttnWeights    *bool    `json:"scale_attn_weights,omitempty"`
+	ScaleByInverseLayer bool     `json:"scale_attn_by_inverse_layer_idx"`
+	ReorderAndUpcast    bool     `json:"reorder_and_upcast_attn"`
+	BosTokenID          int      `json:"bos_token_id"`
+	EosTokenID          int      `json:"eos_token_id"`
+	TorchDtype          string   `json:"torch_dtype"`
+	VkernModel          string   `json:"vkern_model,omitempty"`
+}
+
+func (c Config) hf() hfConfig {
+	yes := true
+	return hfConfig{
+		Architectures: []string{"GPT2LMHeadModel"}, ModelType: "gpt2",
+		VocabSize: c.V, NPositions: c.T, NCtx: c.T, NEmbd: c.C, NLayer: c.Layers, NHead: c.Heads,
+		ActivationFunction: "gelu_new", LayerNormEpsilon: 1e-5, InitializerRange: 0.02,
+		TieWordEmbeddings: &yes, ScaleAttnWeights: &yes,
+		BosTokenID: c.V - 1, EosTokenID: c.V - 1, TorchDtype: "float32", VkernModel: c.Name,
+	}
+}
+
+// configFromHF reads a GPT2Config, refusing what this GPT does not
+// compute.
+func configFromHF(raw json.RawMessage) (Config, error) {
+	h := hfConfig{LayerNormEpsilon: 1e-5, ActivationFunction: "gelu_new"}
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return Config{}, fmt.Errorf("gpt: %s: %w", ckpt.ConfigFile, err)
+	}
+	bad := func(what string, got any, want string) error {
+		return fmt.Errorf("gpt: %s has %s %v; vkern's GPT-2 computes %s only", ckpt.ConfigFile, what, got, want)
+	}
+	switch {
+	case h.ModelType != "gpt2":
+		return Config{}, bad("model_type", h.ModelType, "gpt2")
+	case h.ActivationFunction != "gelu_new" && h.ActivationFunction != "gelu_pytorch_tanh":
+		return Config{}, bad("activation_function", h.ActivationFunction, "the tanh GELU (gelu_new)")
+	case h.LayerNormEpsilon != 1e-5:
+		return Config{}, bad("layer_norm_epsilon", h.LayerNormEpsilon, "1e-5")
+	case h.NInner != nil && *h.NInner != 4*h.NEmbd:
+		return Config{}, bad("n_inner", *h.NInner, "4·n_embd")
+	case h.TieWordEmbeddings != nil && !*h.TieWordEmbeddings:
+		return Config{}, bad("tie_word_embeddings", false, "a head tied to wte")
+	case h.ScaleAttnWeights != nil && !*h.ScaleAttnWeights:
+		return Config{}, bad("scale_attn_weights", false, "scores scaled by 1/√head_size")
+	case h.ScaleByInverseLayer || h.ReorderAndUpcast:
+		return Config{}, bad("scale_attn_by_inverse_layer_idx or reorder_and_upcast_attn", true, "GPT-2's attention")
+	}
+	c := Config{Name: h.VkernModel, Layers: h.NLayer, Heads: h.NHead, C: h.NEmbd, T: h.NPositions, V: h.VocabSize}
+	if c.Name == "" {
+		c.Name = "custom"
+		for _, k := range configs {
+			if k.Layers == c.Layers && k.Heads == c.Heads && k.C == c.C && k.T == c.T && k.V == c.V {
+				c.Name = k.Name
+			}
+		}
+	}
+	return c, c.Validate()
+}
+
+// Save writes the model's parameters, optimizer state and run to the
+// checkpoint folder dir (package ckpt: atomic; loadable by transformers).
+func (m *Model) Save(ctx context.Context, dir string, run Run) error {
+	master, mom1, mom2, err := m.Params(ctx)
+	if err != nil {
+		return err
+	}
+	run.Format, run.Model = RunFormat, m.Config.Name
+	cfg, err := json.MarshalIndent(m.Config.hf(), "", "  ")
+	if err != nil {
+		return err
+	}
+	state, err := json.MarshalIndent(run, "", "  ")
+	if err != nil {
+		return err
+	}
+	c := &ckpt.Checkpoint{Config: cfg, State: state}
+	for _, t := range m.lay.tensors {
+		span := func(a []float32) []float32 { return a[t.offset : t.offset+t.elements()] }
+		c.Model = append(c.Model, ckpt.Tensor{Name: t.name, Shape: t.shape(), Data: span(master)})
+		c.Optimizer = append(c.Optimizer,
+			ckpt.Tensor{Name: t.name + ".exp_avg", Shape: t.shape(), Data: span(mom1)},
+			ckpt.Tensor{Name: t.name + ".exp_avg_sq", Shape: t.shape(), Data: span(mom2)})
+	}
+	return ckpt.Save(ctx, dir, c)
+}
+
+// Loaded is a checkpoint read and checked against its configuration.
+type Loaded struct {
+	Config Config
+	// Run is nil for a model saved by transformers (no train_state.json).
+	Run *Run
+	// Master, M and V are in the arena layout of Config; M and V are
+	// zero when the folder has no optimizer state.
+	Master, M, V []float32
+}
+
+// Load reads the checkpoint in dir: a folder vkern saved, or a GPT-2
+// saved by transformers (its names with or without the "transformer."
+// prefix; a causal-mask buffer and an lm_head equal to wte are skipped).
+// Every tensor must be present, of its shape and finite; the error names
+// the file, the tensor and what was expected.
+func Load(dir string) (*Loaded, error) {
+	c, err := ckpt.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := configFromHF(c.Config)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, dir)
+	}
+	lay := newLayout(cfg)
+	l := &Loaded{Config: cfg, Master: make([]float32, lay.total), M: make([]float32, lay.total), V: make([]float32, lay.total)}
+	modelFile := dir + "/" + ckpt.ModelFile
+	used := map[string]bool{}
+	if err := place(lay, c.Model, "", l.Master, modelFile, true, used); err != nil {
+		return nil, err
+	}
+	if err := unknown(c.Model, used, modelFile, true); err != nil {
+		return nil, err
+	}
+	if c.State != nil {
+		var run Run
+		if err := json.Unmarshal(c.State, &run); err != nil {
+			return nil, fmt.Errorf("%w: %s/%s: %v", ckpt.ErrCorrupt, dir, ckpt.StateFile, err)
+		}
+		if run.Format != RunFormat {
+			return nil, fmt.Errorf("gpt: %s/%s has format %q; this vkern reads %q", dir, ckpt.StateFile, run.Format, RunFormat)
+		}
+		if c.Optimizer == nil {
+			return nil, fmt.Errorf("gpt: %s has %s but no %s: the run cannot be resumed without its optimizer state", dir, ckpt.StateFile, ckpt.OptimizerFile)
+		}
+		l.Run = &run
+	}
+	if c.Optimizer != nil {
+		opt := dir + "/" + ckpt.OptimizerFile
+		used := map[string]bool{}
+		if err := place(lay, c.Optimizer, ".exp_avg", l.M, opt, false, used); err != nil {
+			return nil, err
+		}
+		if err := place(lay, c.Optimizer, ".exp_avg_sq", l.V, opt, false, used); err != nil {
+			return nil, err
+		}
+		if err := unknown(c.Optimizer, used, opt, false); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// place copies each of lay's tensors (name + suffix) from ts into dst,
+// marking the ones it took in used; hf allows transformers' names.
+func place(lay *layout, ts []ckpt.Tensor, suffix string, dst []float32, file string, hf bool, used map[string]bool) error {
+	for _, t := range lay.tensors {
+		name := t.name + suffix
+		got := ckpt.Find(ts, name)
+		if got == nil && hf {
+			got = ckpt.Find(ts, trimPrefix(name))
+		}
+		if got == nil {
+			return fmt.Errorf("gpt: %s has no tensor %s, which the model of its config needs (shape %s)", file, name, ckpt.ShapeString(t.shape()))
+		}
+		used[got.Name] = true
+		if got.Data == nil {
+			return fmt.Errorf("gpt: %s: tensor %s is %s; parameters are read from F32, F16 or BF16", file, got.Name, got.DType)
+		}
+		if !sameShape(got.Shape, t.shape()) {
+			return fmt.Errorf("gpt: %s: tensor %s has shape %s, want %s for the model of its config", file, got.Name, ckpt.ShapeString(got.Shape), ckpt.ShapeString(t.shape()))
+		}
+		for i, x := range got.Data {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("gpt: %s: tensor %s holds %v at element %d; a checkpoint's values must be finite", file, got.Name, x, i)
+			}
+		}
+		copy(dst[t.offset:], got.Data)
+	}
+	return nil
+}
+
+// unknown refuses a tensor of ts that place did not take; hf skips
+// transformers' extras.
+func unknown(ts []ckpt.Tensor, used map[string]bool, file string, hf bool) error {
+	for _, t := range ts {
+		if used[t.Name] {
+			continue
+		}
+		if hf && skippable(t, ts) {
+			continue
+		}
+		return fmt.Errorf("gpt: %s holds tensor %s, which the model of its config does not have", file, t.Name)
+	}
+	return nil
+}
+
+func trimPrefix(name string) string {
+	const p = "transformer."
+	if len(name) > len(p) && name[:len(p)] == p {
+		return name[len(p):]
+	}
+	return name
+}
+
+// skippable: transformers' causal-mask buffers, and an lm_head.weight
+// equal to wte (the tied head saved anyway).
+func skippable(t ckpt.Tensor, ts []ckpt.Tensor) bool {
+	n := t.Name
+	if hasSuffix(n, ".attn.bias") || hasSuffix(n, ".attn.masked_bias") {
+		return true
+	}
+	if n == "lm_head.weight" {
+		wte := ckpt.Find(ts, "transformer.wte.weight")
+		if wte == nil {
+			wte = ckpt.Find(ts, "wte.weight")
+		}
+		if wte == nil || len(wte.Data) != len(t.Data) {
+			return false
+		}
+		for i := range t.Data {
+			if t.Data[i] != wte.Data[i] {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func hasSuffix(s, suffix string) bool {
+	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
+}
+
+func sameShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

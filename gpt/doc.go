@@ -1,0 +1,53 @@
+// Package gpt trains GPT-2-family models on a vkern device: the model of
+// ../shared/TRAINING.md (token and position embeddings, pre-LayerNorm
+// blocks of causal attention and a tanh-GELU MLP, a final LayerNorm and a
+// head tied to the token embedding; no dropout) in the configurations
+// Nano, Char and GPT2.
+//
+// # Where things live
+//
+// A Model's parameters, gradients, AdamW moments and activations are
+// device buffers: five parameter arenas (f32 masters, f16 working copy, f32
+// gradients, two f32 moments) laid out alike, each tensor at an offset
+// aligned so that its views start on vkern.ViewAlign, with the decayed
+// matrices first so that each AdamW group is one range; and one
+// allocation of activations cut into views. The host sends each batch's
+// tokens and reads back the per-row losses, the squared gradient norm and
+// the count of non-finite gradients, nothing else.
+//
+// # A step
+//
+// A step is two programs (program.go), each a list of op calls sent as one
+// vkern RunBatch: first, clearing the gradient accumulators, then for each
+// of the K micro-batches the forward, cross_entropy (its gradient scaled
+// by the loss scale over K) and the backward, then global_norm over all
+// gradients; second, when every gradient is finite, AdamW on each group
+// with the gradient multiplied by the clipping factor over the loss scale.
+//
+// The arithmetic is PyTorch's fp16 autocast with GradScaler, so that the
+// parity script (bench/parity.py) compares like with like: f16 weights and
+// activations in the kernels, f32 accumulation, f32 master weights and
+// moments, the loss in f32; dynamic loss scaling from 2¹⁶ (halved and the
+// step skipped on any non-finite gradient, doubled after 2000 clean
+// steps); global-norm clipping of the unscaled gradient as
+// torch.nn.utils.clip_grad_norm_; torch.optim.AdamW; nanoGPT's warm-up and
+// cosine schedule. One difference is deliberate and measured by the parity
+// runs: the residual stream is f16 here, where autocast keeps it in f32.
+//
+// Every kernel is deterministic, so a run is a function of its seed: the
+// initialisation (each tensor from its own PCG stream), the batches (package
+// data) and the order of every sum. A checkpoint (Save, Load) holds the
+// masters, the moments and the State, so a resumed run continues bit for
+// bit.
+//
+// # Checking a step
+//
+// Beyond each op's own verification (package verify):
+//   - Reference is a float64 GPT composed from the ops' oracles; the test
+//     suite compares a whole step's loss and gradients with it under a
+//     tolerance derived from the ops' bounds, and checks the gradients
+//     against central differences of the loss.
+//   - Trainer.StepVerified runs a real step one call at a time and checks
+//     every call against the oracle of its actual inputs (live.go), as
+//     `vkern train --verify-every N` does.
+package gpt

@@ -1,0 +1,151 @@
+package gpt
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/vkern/vkern/f16"
+)
+
+// Window is one evaluation window: T inputs and the T targets that follow
+// them.
+type Window struct{ Inputs, Targets []int32 }
+
+// Eval returns the mean loss over windows, B at a time on micro-batch slot
+// 0. A last batch of fewer than B windows is padded with sequences of
+// token 0 whose targets are the ignore_index −1, so they count for
+// nothing. Each window must hold T inputs and T targets.
+func (m *Model) Eval(ctx context.Context, windows []Window) (float64, error) {
+	T := m.Config.T
+	if len(windows) == 0 {
+		return math.NaN(), fmt.Errorf("gpt: no windows to evaluate")
+	}
+	ignore := int32(-1)
+	var sum float64
+	var n int
+	for at := 0; at < len(windows); at += m.B {
+		in, tg := make([]int32, m.B*T), make([]int32, m.B*T)
+		counted := make([]bool, m.B*T)
+		for i := 0; i < m.B; i++ {
+			if at+i >= len(windows) {
+				for j := 0; j < T; j++ {
+					tg[i*T+j] = ignore
+				}
+				continue
+			}
+			w := windows[at+i]
+			if len(w.Inputs) != T || len(w.Targets) != T {
+				return math.NaN(), fmt.Errorf("gpt: window %d has %d inputs and %d targets, want T = %d", at+i, len(w.Inputs), len(w.Targets), T)
+			}
+			copy(in[i*T:], w.Inputs)
+			copy(tg[i*T:], w.Targets)
+			for j := 0; j < T; j++ {
+				counted[i*T+j] = true
+			}
+		}
+		if err := m.tokens[0].WriteI32(ctx, in); err != nil {
+			return math.NaN(), err
+		}
+		if err := m.targets[0].WriteI32(ctx, tg); err != nil {
+			return math.NaN(), err
+		}
+		var p program
+		m.forward(&p, 0, m.B, T)
+		m.crossEntropy(&p, 0, m.B*T, 1, &ignore)
+		if p.err != nil {
+			return math.NaN(), p.err
+		}
+		if _, err := m.dev.RunBatch(ctx, p.calls); err != nil {
+			return math.NaN(), fmt.Errorf("gpt: evaluating windows %d…: %w", at, err)
+		}
+		mean, err := m.readLoss(ctx, 1, counted)
+		if err != nil {
+			return math.NaN(), err
+		}
+		rows := min(m.B, len(windows)-at) * T
+		sum += mean * float64(rows)
+		n += rows
+	}
+	return sum / float64(n), nil
+}
+
+// Sample continues prompt by n tokens, each drawn from the softmax of the
+// last position's logits divided by temperature (0: the most likely token)
+// with PCG(seed, 0). The context is the last T tokens. It returns the new
+// tokens only.
+func (m *Model) Sample(ctx context.Context, prompt []int32, n int, temperature float64, seed uint64) ([]int32, error) {
+	c := m.Config
+	if len(prompt) == 0 {
+		return nil, fmt.Errorf("gpt: sampling needs a prompt of at least one token")
+	}
+	if !(temperature >= 0) || math.IsInf(temperature, 0) {
+		return nil, fmt.Errorf("gpt: temperature %g must be finite and ≥ 0", temperature)
+	}
+	for i, t := range prompt {
+		if t < 0 || int(t) >= c.V {
+			return nil, fmt.Errorf("gpt: prompt token %d is %d, outside the vocabulary [0, %d)", i, t, c.V)
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 0))
+	seq := append([]int32(nil), prompt...)
+	row := make([]uint16, c.V)
+	raw := make([]byte, 2*c.V)
+	probs := make([]float64, c.V)
+	for len(seq) < len(prompt)+n {
+		ctxTokens := seq[max(0, len(seq)-c.T):]
+		t := len(ctxTokens)
+		if err := m.tokens[0].WriteI32(ctx, ctxTokens); err != nil {
+			return nil, err
+		}
+		var p program
+		m.forward(&p, 0, 1, t)
+		if p.err != nil {
+			return nil, p.err
+		}
+		if _, err := m.dev.RunBatch(ctx, p.calls); err != nil {
+			return nil, fmt.Errorf("gpt: sampling: %w", err)
+		}
+		if err := m.top.logits.Read(ctx, int64(t-1)*int64(c.V)*2, raw); err != nil {
+			return nil, err
+		}
+		for i := range row {
+			row[i] = uint16(raw[2*i]) | uint16(raw[2*i+1])<<8
+		}
+		seq = append(seq, draw(row, probs, temperature, rng))
+	}
+	return seq[len(prompt):], nil
+}
+
+// draw picks a token from f16 logits: the first largest at temperature 0,
+// else from softmax(logits/temperature) in float64.
+func draw(logits []uint16, probs []float64, temperature float64, rng *rand.Rand) int32 {
+	best := 0
+	for i, x := range logits {
+		if f16.ToFloat64(x) > f16.ToFloat64(logits[best]) {
+			best = i
+		}
+	}
+	if temperature == 0 {
+		return int32(best)
+	}
+	top := f16.ToFloat64(logits[best])
+	var sum float64
+	for i, x := range logits {
+		v := f16.ToFloat64(x)
+		if math.IsNaN(v) {
+			v = math.Inf(-1)
+		}
+		probs[i] = math.Exp((v - top) / temperature)
+		sum += probs[i]
+	}
+	u := rng.Float64() * sum
+	for i, p := range probs {
+		if u < p {
+			return int32(i)
+		}
+		u -= p
+	}
+	return int32(best)
+}

@@ -1,0 +1,160 @@
+package gpt
+
+import (
+	"fmt"
+
+	"github.com/vkern/vkern"
+	"github.com/vkern/vkern/op"
+)
+
+// A program is the list of op calls one round trip sends (vkern.RunBatch):
+// a training step's forward, backward and gradient norm; its update; an
+// evaluation's or a sample's forward. The calls name views of the model's
+// buffers, so a program is data: the level-3 check (live.go) runs the same
+// list one call at a time and compares each with its reference.
+type program struct {
+	calls []vkern.Call
+	err   error // the first shape that failed its op's contract
+}
+
+func (p *program) add(o *op.Op, dims []int64, set []op.Setting, bufs ...*vkern.Buffer) {
+	if p.err != nil {
+		return
+	}
+	s, err := o.Shape(dims, set...)
+	if err != nil {
+		p.err = fmt.Errorf("gpt: building the program: %w", err)
+		return
+	}
+	p.calls = append(p.calls, vkern.Call{Op: o, Shape: s, Buffers: bufs, Untimed: true})
+}
+
+func dims(d ...int) []int64 {
+	out := make([]int64, len(d))
+	for i, x := range d {
+		out[i] = int64(x)
+	}
+	return out
+}
+
+var noBias = []op.Setting{{Name: "bias", Value: 0}}
+
+// forward adds the forward of b sequences of t tokens (b ≤ B, t ≤ T) from
+// micro-batch slot k's tokens to the logits: embedding, the blocks
+// (pre-LayerNorm attention and MLP, each added into the residual stream),
+// ln_f, and the head tied to wte (logits = ln_f(x)·wteᵀ, gemm_grad_a's
+// dC·Bᵀ with B = wte).
+func (m *Model) forward(p *program, k, b, t int) {
+	c, w, top := m.Config, m.w16, &m.top
+	M, C := b*t, c.C
+	p.add(op.Embedding, dims(b, t, C, c.V), nil, m.tokens[k], w[m.lay.wte], w[m.lay.wpe], m.layers[0].x)
+	for l := range m.layers {
+		a, bl := &m.layers[l], m.lay.blocks[l]
+		next := top.x
+		if l+1 < len(m.layers) {
+			next = m.layers[l+1].x
+		}
+		p.add(op.LayerNorm, dims(M, C), nil, a.x, w[bl.ln1w], w[bl.ln1b], a.h1, a.mean1, a.rstd1)
+		p.add(op.Linear, dims(M, 3*C, C), nil, a.h1, w[bl.attnW], w[bl.attnB], a.qkv)
+		p.add(op.Attention, dims(b, t, C, c.Heads), nil, a.qkv, a.att, a.lse)
+		p.add(op.Linear, dims(M, C, C), nil, a.att, w[bl.projW], w[bl.projB], top.proj)
+		p.add(op.Add, dims(M*C), nil, a.x, top.proj, a.xmid)
+		p.add(op.LayerNorm, dims(M, C), nil, a.xmid, w[bl.ln2w], w[bl.ln2b], a.h2, a.mean2, a.rstd2)
+		p.add(op.Linear, dims(M, 4*C, C), nil, a.h2, w[bl.fcW], w[bl.fcB], a.fc)
+		p.add(op.GELU, dims(4*M*C), nil, a.fc, a.gelu)
+		p.add(op.Linear, dims(M, C, 4*C), nil, a.gelu, w[bl.mlpW], w[bl.mlpB], top.proj)
+		p.add(op.Add, dims(M*C), nil, a.xmid, top.proj, next)
+	}
+	p.add(op.LayerNorm, dims(M, C), nil, top.x, w[m.lay.lnfW], w[m.lay.lnfB], top.hf, top.mean, top.rstd)
+	p.add(op.GemmGradA, dims(M, C, c.V), nil, top.hf, w[m.lay.wte], top.logits)
+}
+
+// crossEntropy adds cross_entropy over the M = b·t rows of the logits against slot
+// k's targets: each row's loss into loss[k], and the gradient, scaled by
+// gradScale/(rows counted), into dlogits. ignore (when set) marks rows to
+// skip.
+func (m *Model) crossEntropy(p *program, k, rows int, gradScale float64, ignore *int32) {
+	set := []op.Setting{{Name: "grad_scale", Value: gradScale}}
+	if ignore != nil {
+		set = append(set, op.Setting{Name: op.IgnoreIndex, Value: float64(*ignore)})
+	}
+	p.add(op.CrossEntropy, dims(rows, m.Config.V), set, m.top.logits, m.targets[k], m.loss[k], m.top.dlogits)
+}
+
+// backward adds the backward of the full micro-batch k from dlogits, every
+// parameter's gradient added into its f32 accumulator. The residual
+// stream's gradient runs in back.dres; each block's two branches add into
+// it in place.
+func (m *Model) backward(p *program, k int) {
+	c, w, g, top, bk := m.Config, m.w16, m.g32, &m.top, &m.back
+	b, t := m.B, c.T
+	M, C := b*t, c.C
+	// The head: dhf = dlogits·wte (linear without a bias), dwte +=
+	// dlogitsᵀ·hf; then ln_f.
+	p.add(op.Linear, dims(M, C, c.V), noBias, top.dlogits, w[m.lay.wte], nil, bk.dh)
+	p.add(op.LinearGradW, dims(M, C, c.V), nil, top.dlogits, top.hf, g[m.lay.wte])
+	p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, top.x, w[m.lay.lnfW], top.mean, top.rstd, bk.dres, g[m.lay.lnfW], g[m.lay.lnfB])
+	for l := len(m.layers) - 1; l >= 0; l-- {
+		a, bl := &m.layers[l], m.lay.blocks[l]
+		// MLP: c_proj (K = 4C, N = C), GELU, c_fc (K = C, N = 4C), ln_2.
+		p.add(op.GemmGradA, dims(M, C, 4*C), nil, bk.dres, w[bl.mlpW], bk.dgelu)
+		p.add(op.LinearGradW, dims(M, C, 4*C), nil, a.gelu, bk.dres, g[bl.mlpW])
+		p.add(op.BiasGrad, dims(M, C), nil, bk.dres, g[bl.mlpB])
+		p.add(op.GELUGrad, dims(4*M*C), nil, a.fc, bk.dgelu, bk.dfc)
+		p.add(op.GemmGradA, dims(M, 4*C, C), nil, bk.dfc, w[bl.fcW], bk.dh)
+		p.add(op.LinearGradW, dims(M, 4*C, C), nil, a.h2, bk.dfc, g[bl.fcW])
+		p.add(op.BiasGrad, dims(M, 4*C), nil, bk.dfc, g[bl.fcB])
+		p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, a.xmid, w[bl.ln2w], a.mean2, a.rstd2, bk.dtmp, g[bl.ln2w], g[bl.ln2b])
+		p.add(op.Add, dims(M*C), nil, bk.dres, bk.dtmp, bk.dres)
+		// Attention: c_proj (K = N = C), attention, c_attn (K = C,
+		// N = 3C), ln_1.
+		p.add(op.GemmGradA, dims(M, C, C), nil, bk.dres, w[bl.projW], bk.datt)
+		p.add(op.LinearGradW, dims(M, C, C), nil, a.att, bk.dres, g[bl.projW])
+		p.add(op.BiasGrad, dims(M, C), nil, bk.dres, g[bl.projB])
+		p.add(op.AttentionGrad, dims(b, t, C, c.Heads), nil, bk.datt, a.qkv, a.att, a.lse, bk.dqkv)
+		p.add(op.GemmGradA, dims(M, 3*C, C), nil, bk.dqkv, w[bl.attnW], bk.dh)
+		p.add(op.LinearGradW, dims(M, 3*C, C), nil, a.h1, bk.dqkv, g[bl.attnW])
+		p.add(op.BiasGrad, dims(M, 3*C), nil, bk.dqkv, g[bl.attnB])
+		p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, a.x, w[bl.ln1w], a.mean1, a.rstd1, bk.dtmp, g[bl.ln1w], g[bl.ln1b])
+		p.add(op.Add, dims(M*C), nil, bk.dres, bk.dtmp, bk.dres)
+	}
+	p.add(op.EmbeddingGrad, dims(b, t, C, c.V), nil, bk.dres, m.tokens[k], g[m.lay.wte], g[m.lay.wpe])
+}
+
+// gradients is a training step's first program: clear the gradient
+// accumulators, the forward, loss and backward of every micro-batch (the
+// gradient scaled by lossScale/K, so the K sum to the mean's), and the
+// squared norm and non-finite count of the summed gradients.
+func (m *Model) gradients(lossScale float64) program {
+	var p program
+	p.add(op.Fill, dims(int(m.lay.total)), nil, m.grad)
+	for k := 0; k < m.K; k++ {
+		m.forward(&p, k, m.B, m.Config.T)
+		m.crossEntropy(&p, k, m.B*m.Config.T, lossScale/float64(m.K), nil)
+		m.backward(&p, k)
+	}
+	p.add(op.GlobalNorm, dims(int(m.lay.total)), nil, m.grad, m.sumsq, m.bad)
+	return p
+}
+
+// update is a step's second program: AdamW on each group, the gradient
+// multiplied by gradScale (the clipping factor over the loss scale).
+func (m *Model) update(h Hyper, lr float64, t int64, gradScale float64) program {
+	var p program
+	for _, g := range m.groups {
+		if g.n == 0 {
+			continue
+		}
+		wd := 0.0
+		if g.decay {
+			wd = h.WeightDecay
+		}
+		set := []op.Setting{
+			{Name: "lr", Value: lr}, {Name: "beta1", Value: h.Beta1}, {Name: "beta2", Value: h.Beta2},
+			{Name: "eps", Value: h.Eps}, {Name: "weight_decay", Value: wd}, {Name: "t", Value: float64(t)},
+			{Name: "grad_scale", Value: gradScale},
+		}
+		p.add(op.AdamW, dims(int(g.n)), set, g.master, g.grad, g.m, g.v, g.w)
+	}
+	return p
+}

@@ -1,0 +1,212 @@
+package gpt
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/vkern/vkern/f16"
+	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/oracle"
+)
+
+// The float64 reference GPT (TRAINING.md, level 2): the model's loss and
+// gradients composed from the ops' oracles, each op computed in float64
+// and its outputs stored in the op's output types (f16, f32), as the
+// device stores them. It is written apart from the device program and
+// shares with it only the op contracts.
+//
+// Perturbed runs estimate the tolerance: in one, every stored output is
+// not the reference value rounded to nearest but the value moved by its
+// op's bound, up or down at random, then rounded, a trajectory the per-op
+// verifier would accept. How far such runs land from the nearest-rounded
+// one is how far a correct device may land.
+
+// refRun is one execution of the reference.
+type refRun struct {
+	ctx   context.Context
+	arith oracle.Arithmetic
+	rng   *rand.Rand // nil: round to nearest
+	err   error
+}
+
+// run computes o on ins and returns its outputs stored in their types.
+func (r *refRun) run(o *op.Op, d []int64, set []op.Setting, ins ...oracle.Input) []oracle.Input {
+	outs := o.Outputs()
+	if r.err != nil {
+		return make([]oracle.Input, len(outs))
+	}
+	s, err := o.Shape(d, set...)
+	if err == nil {
+		var refs []*oracle.Reference
+		if refs, err = oracle.Compute(r.ctx, o, s, ins, r.arith); err == nil {
+			res := make([]oracle.Input, len(outs))
+			for i, p := range outs {
+				res[i] = r.store(p.DType, refs[i])
+			}
+			return res
+		}
+	}
+	r.err = fmt.Errorf("gpt: reference %s: %w", o.Name, err)
+	return make([]oracle.Input, len(outs))
+}
+
+// store rounds a reference's values to dtype: to nearest, or, perturbed,
+// after moving each by its bound in a random direction.
+func (r *refRun) store(dtype op.DType, ref *oracle.Reference) oracle.Input {
+	v := func(i int) float64 {
+		x := ref.Value[i]
+		if r.rng != nil && !math.IsInf(ref.Bound[i], 0) {
+			if r.rng.IntN(2) == 0 {
+				x += ref.Bound[i]
+			} else {
+				x -= ref.Bound[i]
+			}
+		}
+		return x
+	}
+	n := len(ref.Value)
+	switch dtype {
+	case op.F16:
+		out := make([]uint16, n)
+		for i := range out {
+			out[i] = f16.FromFloat64(v(i))
+		}
+		return oracle.Input{F16: out}
+	case op.F32:
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = float32(v(i))
+		}
+		return oracle.Input{F32: out}
+	default:
+		out := make([]int32, n)
+		for i := range out {
+			out[i] = int32(ref.Value[i])
+		}
+		return oracle.Input{I32: out}
+	}
+}
+
+// ReferenceResult is the reference's loss and gradients of one micro-batch.
+type ReferenceResult struct {
+	Loss float64
+	// Grads is every parameter's gradient, scaled by the loss scale, in
+	// the arena layout (padding 0).
+	Grads []float32
+}
+
+// Reference computes the loss and the gradients of the micro-batch
+// (inputs, targets: B·T tokens each) for the parameters master (in the
+// arena layout) with the gradient scaled by lossScale, as Model's
+// gradients program does for one micro-batch. perturb 0 rounds every
+// stored output to nearest; another value perturbs them, drawn from
+// PCG(perturb, 0).
+func Reference(ctx context.Context, cfg Config, b int, master []float32, inputs, targets []int32, lossScale float64, arith oracle.Arithmetic, perturb uint64) (*ReferenceResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	lay := newLayout(cfg)
+	T, C, V, H := cfg.T, cfg.C, cfg.V, cfg.Heads
+	M := b * T
+	if len(master) != int(lay.total) || len(inputs) != M || len(targets) != M {
+		return nil, fmt.Errorf("gpt: reference given %d parameters and %d, %d tokens; want %d and B·T = %d", len(master), len(inputs), len(targets), lay.total, M)
+	}
+	r := &refRun{ctx: ctx, arith: arith}
+	if perturb != 0 {
+		r.rng = rand.New(rand.NewPCG(perturb, 0))
+	}
+	// The f16 working copy: each master rounded to nearest, as on the
+	// device (not perturbed: the host writes it).
+	w := func(i int) oracle.Input {
+		t := lay.tensors[i]
+		out := make([]uint16, t.elements())
+		for j := range out {
+			out[j] = f16.FromFloat64(float64(master[t.offset+int64(j)]))
+		}
+		return oracle.Input{F16: out}
+	}
+	grads := make([]oracle.Input, len(lay.tensors))
+	for i, t := range lay.tensors {
+		grads[i] = oracle.Input{F32: make([]float32, t.elements())}
+	}
+	tokens, labels := oracle.Input{I32: inputs}, oracle.Input{I32: targets}
+
+	// Forward.
+	type saved struct{ x, h1, mean1, rstd1, qkv, att, lse, xmid, h2, mean2, rstd2, fc, gelu oracle.Input }
+	acts := make([]saved, cfg.Layers)
+	x := r.run(op.Embedding, dims(b, T, C, V), nil, tokens, w(lay.wte), w(lay.wpe))[0]
+	for l := range acts {
+		bl, a := lay.blocks[l], &acts[l]
+		a.x = x
+		o := r.run(op.LayerNorm, dims(M, C), nil, a.x, w(bl.ln1w), w(bl.ln1b))
+		a.h1, a.mean1, a.rstd1 = o[0], o[1], o[2]
+		a.qkv = r.run(op.Linear, dims(M, 3*C, C), nil, a.h1, w(bl.attnW), w(bl.attnB))[0]
+		o = r.run(op.Attention, dims(b, T, C, H), nil, a.qkv)
+		a.att, a.lse = o[0], o[1]
+		proj := r.run(op.Linear, dims(M, C, C), nil, a.att, w(bl.projW), w(bl.projB))[0]
+		a.xmid = r.run(op.Add, dims(M*C), nil, a.x, proj)[0]
+		o = r.run(op.LayerNorm, dims(M, C), nil, a.xmid, w(bl.ln2w), w(bl.ln2b))
+		a.h2, a.mean2, a.rstd2 = o[0], o[1], o[2]
+		a.fc = r.run(op.Linear, dims(M, 4*C, C), nil, a.h2, w(bl.fcW), w(bl.fcB))[0]
+		a.gelu = r.run(op.GELU, dims(4*M*C), nil, a.fc)[0]
+		mlp := r.run(op.Linear, dims(M, C, 4*C), nil, a.gelu, w(bl.mlpW), w(bl.mlpB))[0]
+		x = r.run(op.Add, dims(M*C), nil, a.xmid, mlp)[0]
+	}
+	o := r.run(op.LayerNorm, dims(M, C), nil, x, w(lay.lnfW), w(lay.lnfB))
+	hf, meanf, rstdf := o[0], o[1], o[2]
+	logits := r.run(op.GemmGradA, dims(M, C, V), nil, hf, w(lay.wte))[0]
+	o = r.run(op.CrossEntropy, dims(M, V), []op.Setting{{Name: "grad_scale", Value: lossScale}}, logits, labels)
+	rows, dlogits := o[0], o[1]
+
+	// Backward: every gradient added into its accumulator.
+	acc := func(i int, in oracle.Input) { grads[i] = in }
+	dh := r.run(op.Linear, dims(M, C, V), noBias, dlogits, w(lay.wte), oracle.Input{F16: []uint16{}})[0]
+	acc(lay.wte, r.run(op.LinearGradW, dims(M, C, V), nil, dlogits, hf, grads[lay.wte])[0])
+	o = r.run(op.LayerNormGrad, dims(M, C), nil, dh, x, w(lay.lnfW), meanf, rstdf, grads[lay.lnfW], grads[lay.lnfB])
+	dres := o[0]
+	acc(lay.lnfW, o[1])
+	acc(lay.lnfB, o[2])
+	for l := cfg.Layers - 1; l >= 0; l-- {
+		bl, a := lay.blocks[l], &acts[l]
+		dgelu := r.run(op.GemmGradA, dims(M, C, 4*C), nil, dres, w(bl.mlpW))[0]
+		acc(bl.mlpW, r.run(op.LinearGradW, dims(M, C, 4*C), nil, a.gelu, dres, grads[bl.mlpW])[0])
+		acc(bl.mlpB, r.run(op.BiasGrad, dims(M, C), nil, dres, grads[bl.mlpB])[0])
+		dfc := r.run(op.GELUGrad, dims(4*M*C), nil, a.fc, dgelu)[0]
+		dh = r.run(op.GemmGradA, dims(M, 4*C, C), nil, dfc, w(bl.fcW))[0]
+		acc(bl.fcW, r.run(op.LinearGradW, dims(M, 4*C, C), nil, a.h2, dfc, grads[bl.fcW])[0])
+		acc(bl.fcB, r.run(op.BiasGrad, dims(M, 4*C), nil, dfc, grads[bl.fcB])[0])
+		o = r.run(op.LayerNormGrad, dims(M, C), nil, dh, a.xmid, w(bl.ln2w), a.mean2, a.rstd2, grads[bl.ln2w], grads[bl.ln2b])
+		acc(bl.ln2w, o[1])
+		acc(bl.ln2b, o[2])
+		dres = r.run(op.Add, dims(M*C), nil, dres, o[0])[0]
+		datt := r.run(op.GemmGradA, dims(M, C, C), nil, dres, w(bl.projW))[0]
+		acc(bl.projW, r.run(op.LinearGradW, dims(M, C, C), nil, a.att, dres, grads[bl.projW])[0])
+		acc(bl.projB, r.run(op.BiasGrad, dims(M, C), nil, dres, grads[bl.projB])[0])
+		dqkv := r.run(op.AttentionGrad, dims(b, T, C, H), nil, datt, a.qkv, a.att, a.lse)[0]
+		dh = r.run(op.GemmGradA, dims(M, 3*C, C), nil, dqkv, w(bl.attnW))[0]
+		acc(bl.attnW, r.run(op.LinearGradW, dims(M, 3*C, C), nil, a.h1, dqkv, grads[bl.attnW])[0])
+		acc(bl.attnB, r.run(op.BiasGrad, dims(M, 3*C), nil, dqkv, grads[bl.attnB])[0])
+		o = r.run(op.LayerNormGrad, dims(M, C), nil, dh, a.x, w(bl.ln1w), a.mean1, a.rstd1, grads[bl.ln1w], grads[bl.ln1b])
+		acc(bl.ln1w, o[1])
+		acc(bl.ln1b, o[2])
+		dres = r.run(op.Add, dims(M*C), nil, dres, o[0])[0]
+	}
+	o = r.run(op.EmbeddingGrad, dims(b, T, C, V), nil, dres, tokens, grads[lay.wte], grads[lay.wpe])
+	acc(lay.wte, o[0])
+	acc(lay.wpe, o[1])
+	if r.err != nil {
+		return nil, r.err
+	}
+
+	res := &ReferenceResult{Grads: make([]float32, lay.total)}
+	for _, x := range rows.F32 {
+		res.Loss += float64(x)
+	}
+	res.Loss /= float64(M)
+	for i, t := range lay.tensors {
+		copy(res.Grads[t.offset:], grads[i].F32)
+	}
+	return res, nil
+}

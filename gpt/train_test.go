@@ -1,0 +1,216 @@
+package gpt
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vkern/vkern"
+	"github.com/vkern/vkern/ckpt"
+)
+
+// newTrainer is a nano run on the package's own sources.
+func newTrainer(t *testing.T, dev *vkern.Device, b, k int, steps int64) *Trainer {
+	t.Helper()
+	h := DefaultHyper(steps)
+	h.LR, h.MinLR, h.Warmup = 2e-3, 2e-4, 5
+	return &Trainer{Model: newModel(t, dev, Nano, b, k, 1), Hyper: h, State: NewState(), Seed: 5, Corpus: goCorpus(t)}
+}
+
+func TestResumedRunsContinueBitForBit(t *testing.T) {
+	ctx := context.Background()
+	dev := openCPU(t, vkern.Options{})
+	const steps = 40
+	straight := newTrainer(t, dev, 2, 2, steps)
+	var want []float64
+	for i := 0; i < steps; i++ {
+		r, err := straight.Step(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, r.Loss)
+	}
+
+	first := newTrainer(t, dev, 2, 2, steps)
+	var got []float64
+	for i := 0; i < steps/2; i++ {
+		r, err := first.Step(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.Loss)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	run := Run{Batch: 2, Accum: 2, Seed: first.Seed, Hyper: first.Hyper, State: first.State, Data: first.Corpus.Source}
+	if err := first.Model.Save(ctx, dir, run); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Run == nil || l.Run.State != first.State || l.Run.Hyper != first.Hyper {
+		t.Fatalf("the checkpoint's run is %+v, want %+v", l.Run, run)
+	}
+	m, err := New(ctx, dev, l.Config, l.Run.Batch, l.Run.Accum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	if err := m.SetParams(ctx, l.Master, l.M, l.V); err != nil {
+		t.Fatal(err)
+	}
+	second := &Trainer{Model: m, Hyper: l.Run.Hyper, State: l.Run.State, Seed: l.Run.Seed, Corpus: first.Corpus}
+	for i := steps / 2; i < steps; i++ {
+		r, err := second.Step(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.Loss)
+	}
+	for i := range want {
+		if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+			t.Fatalf("step %d: loss %v resumed, %v straight; they must be the same bits", i, got[i], want[i])
+		}
+	}
+	if want[steps-1] >= want[0] {
+		t.Errorf("the loss went from %.4f to %.4f in %d steps; it should fall", want[0], want[steps-1], steps)
+	}
+}
+
+func TestCheckpointsLoadAndRefuseDamage(t *testing.T) {
+	ctx := context.Background()
+	dev := openCPU(t, vkern.Options{})
+	m := newModel(t, dev, Nano, 1, 1, 3)
+	dir := filepath.Join(t.TempDir(), "ck")
+	run := Run{Batch: 1, Accum: 1, Seed: 3, Hyper: DefaultHyper(10), State: NewState()}
+	if err := m.Save(ctx, dir, run); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	master, _, _, err := m.Params(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range master {
+		if l.Master[i] != master[i] {
+			t.Fatalf("parameter %d read back as %v, saved %v", i, l.Master[i], master[i])
+		}
+	}
+	if l.Config != Nano {
+		t.Fatalf("config read back as %+v", l.Config)
+	}
+
+	// A tensor of the wrong shape, a missing one and a NaN are each
+	// refused, naming the file and the tensor.
+	c, err := ckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, want string
+		edit       func(c *ckpt.Checkpoint)
+	}{
+		{"shape", "has shape [64, 64], want [64, 192]", func(c *ckpt.Checkpoint) {
+			w := ckpt.Find(c.Model, "transformer.h.1.attn.c_attn.weight")
+			w.Shape, w.Data = []int64{64, 64}, w.Data[:64*64]
+		}},
+		{"missing", "has no tensor transformer.ln_f.bias", func(c *ckpt.Checkpoint) {
+			var kept []ckpt.Tensor
+			for _, x := range c.Model {
+				if x.Name != "transformer.ln_f.bias" {
+					kept = append(kept, x)
+				}
+			}
+			c.Model = kept
+		}},
+		{"nan", "holds NaN at element 5", func(c *ckpt.Checkpoint) {
+			ckpt.Find(c.Model, "transformer.wpe.weight").Data[5] = float32(math.NaN())
+		}},
+		{"config", "tensor transformer.wte.weight has shape [256, 64], want [256, 96]", func(c *ckpt.Checkpoint) {
+			c.Config = []byte(strings.Replace(string(c.Config), `"n_embd": 64`, `"n_embd": 96`, 1))
+		}},
+	} {
+		bad := filepath.Join(t.TempDir(), tc.name)
+		cc := *c
+		cc.Model = append([]ckpt.Tensor(nil), c.Model...)
+		for i := range cc.Model {
+			cc.Model[i].Data = append([]float32(nil), c.Model[i].Data...)
+		}
+		tc.edit(&cc)
+		if err := ckpt.Save(ctx, bad, &cc); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(bad)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+	// A truncated file names itself.
+	model := filepath.Join(dir, ckpt.ModelFile)
+	b, _ := os.ReadFile(model)
+	os.WriteFile(model, b[:len(b)/2], 0o644)
+	if _, err := Load(dir); !errors.Is(err, ckpt.ErrCorrupt) || !strings.Contains(err.Error(), model) {
+		t.Errorf("a truncated model file: %v", err)
+	}
+}
+
+func TestLiveVerificationChecksEveryCall(t *testing.T) {
+	ctx := context.Background()
+	dev := openCPU(t, vkern.Options{})
+	tr := newTrainer(t, dev, 2, 1, 4)
+	res, rep, err := tr.StepVerified(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tr.Model.gradients(1)
+	want := len(p.calls) + 2 // and the two AdamW groups
+	if rep.Calls != want || rep.Checked == 0 || rep.Checked != rep.Elements || rep.Worst > 1 {
+		t.Fatalf("checked %d calls (want %d), %d of %d elements, worst %.3g: %s", rep.Calls, want, rep.Checked, rep.Elements, rep.Worst, rep.Summary())
+	}
+	// The checked step computed what an unchecked one computes.
+	plain := newTrainer(t, dev, 2, 1, 4)
+	r2, err := plain.Step(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Float64bits(r2.Loss) != math.Float64bits(res.Loss) || r2.GradNorm != res.GradNorm {
+		t.Fatalf("a checked step gave loss %v and norm %v, an unchecked one %v and %v", res.Loss, res.GradNorm, r2.Loss, r2.GradNorm)
+	}
+}
+
+func TestTrainingLowersTheValidationLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains nano for 150 steps")
+	}
+	ctx := context.Background()
+	dev := openCPU(t, vkern.Options{})
+	tr := newTrainer(t, dev, 8, 1, 150)
+	before, err := tr.ValLoss(ctx, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tr.State.Step < 150 {
+		if _, err := tr.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := tr.ValLoss(ctx, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("validation loss %.4f before, %.4f after 150 steps", before, after)
+	if math.Abs(before-math.Log(256)) > 0.1 {
+		t.Errorf("an untrained model's loss is %.4f, want about ln 256 = %.4f", before, math.Log(256))
+	}
+	if after > 3.2 {
+		t.Errorf("after 150 steps the validation loss is %.4f; want below 3.2", after)
+	}
+}
