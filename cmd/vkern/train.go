@@ -1,0 +1,587 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vkern/vkern"
+	"github.com/vkern/vkern/data"
+	"github.com/vkern/vkern/gpt"
+)
+
+const trainHelp = `Usage: vkern train [flags]
+
+Trains a GPT-2-family model end to end on vkern's kernels: every step is one
+batch of op calls to the kernel server (forward, backward, gradient norm),
+then the AdamW update; f32 master weights, f16 activations, dynamic loss
+scaling as PyTorch's GradScaler, clipping at norm 1, warm-up then cosine decay.
+
+  --model M         nano | char | gpt2 (default nano)
+  --data PATH       text files or folders (bytes are tokens), or one .bin of
+                    uint16 tokens (llm.c's layout); repeatable. Default: the Go
+                    distribution's own sources
+  --steps N         the run's total steps (default: the model's, below); with
+                    --resume, the step to continue to; 0 writes the initial
+                    checkpoint and stops
+  --batch B         sequences per micro-batch (default: the model's)
+  --accum K         micro-batches per step (gradient accumulation, default 1)
+  --lr X            peak learning rate (default: the model's)
+  --lr-steps N      the cosine schedule's length (default --steps); keep it
+                    when a run is trained in pieces
+  --warmup N        warm-up steps (default min(100, steps/10))
+  --seed N          initialisation and batches (default 1)
+  --out DIR         checkpoint folder (default runs/MODEL-DATE-TIME; with
+                    --resume, the resumed folder)
+  --resume DIR      continue the run saved in DIR, bit for bit
+  --save-every N    also save every N steps (default: only at the end)
+  --eval-every N    validation loss every N steps (default: 10 times a run)
+  --eval-windows N  validation windows per evaluation, spread evenly over the
+                    validation part (default: the model's)
+  --verify-every N  re-check every call of every N-th step against the float64
+                    oracles (sampled for large tensors); stop on a wrong one
+  --sample N        bytes of text to generate at the end (default 400)
+  --temperature X   sampling temperature (default 0.8)
+  --json FILE       the configuration and one record per step
+  --batches FILE    write every step's windows of T+1 tokens (uint16) to FILE,
+                    for replaying the run elsewhere (bench/parity.py)
+  --backend B       cpu | cuda | hip | auto (default cpu)
+
+The model defaults:
+%s
+A checkpoint is a folder that transformers.GPT2LMHeadModel.from_pretrained
+loads, plus optimizer.safetensors and train_state.json for --resume. The loss
+curve goes to DIR/loss.svg.
+
+Exit status: 0 done · 1 the run failed (the error says which step and call)
+             2 usage error · 130 interrupted (a checkpoint was saved first)
+`
+
+// modelDefaults are the CLI's defaults per model: enough steps to learn
+// something on its data, at a batch its usual device holds.
+var modelDefaults = map[string]struct {
+	steps       int64
+	batch       int
+	lr          float64
+	evalWindows int
+}{
+	"nano": {steps: 2000, batch: 16, lr: 2e-3, evalWindows: 256},
+	"char": {steps: 2000, batch: 32, lr: 1e-3, evalWindows: 128},
+	"gpt2": {steps: 1000, batch: 16, lr: 6e-4, evalWindows: 32},
+}
+
+func trainHelpText() string {
+	var b strings.Builder
+	for _, name := range []string{"nano", "char", "gpt2"} {
+		c, _ := gpt.ConfigNamed(name)
+		d := modelDefaults[name]
+		fmt.Fprintf(&b, "  %-5s %s; --steps %d --batch %d --lr %g --eval-windows %d\n", name, c, d.steps, d.batch, d.lr, d.evalWindows)
+	}
+	return fmt.Sprintf(trainHelp, b.String())
+}
+
+// trainFlags are the parsed flags, with which ones were given.
+type trainFlags struct {
+	model, out, resume, backend, jsonPath string
+	batchesPath                           string
+	data                                  listFlag
+	steps, lrSteps, warmup                int64
+	batch, accum, evalWindows, sample     int
+	saveEvery, evalEvery, verifyEvery     int64
+	lr, temperature                       float64
+	seed                                  uint64
+	set                                   map[string]bool
+}
+
+func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var f trainFlags
+	fs.StringVar(&f.model, "model", "nano", "")
+	fs.Var(&f.data, "data", "")
+	fs.Int64Var(&f.steps, "steps", 0, "")
+	fs.IntVar(&f.batch, "batch", 0, "")
+	fs.IntVar(&f.accum, "accum", 1, "")
+	fs.Float64Var(&f.lr, "lr", 0, "")
+	fs.Int64Var(&f.lrSteps, "lr-steps", 0, "")
+	fs.Int64Var(&f.warmup, "warmup", -1, "")
+	fs.Uint64Var(&f.seed, "seed", 1, "")
+	fs.StringVar(&f.out, "out", "", "")
+	fs.StringVar(&f.resume, "resume", "", "")
+	fs.Int64Var(&f.saveEvery, "save-every", 0, "")
+	fs.Int64Var(&f.evalEvery, "eval-every", 0, "")
+	fs.IntVar(&f.evalWindows, "eval-windows", 0, "")
+	fs.Int64Var(&f.verifyEvery, "verify-every", 0, "")
+	fs.IntVar(&f.sample, "sample", 400, "")
+	fs.Float64Var(&f.temperature, "temperature", 0.8, "")
+	fs.StringVar(&f.jsonPath, "json", "", "")
+	fs.StringVar(&f.batchesPath, "batches", "", "")
+	fs.StringVar(&f.backend, "backend", "cpu", "")
+	if code, done := parseFlags(fs, args, trainHelpText(), stdout, stderr); done {
+		return code
+	}
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	fail := func(code int, err error) int {
+		fmt.Fprintf(stderr, "vkern train: %v\n", err)
+		return code
+	}
+
+	setup, err := planRun(&f)
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	for _, p := range []string{f.jsonPath, f.batchesPath} {
+		if err := checkOutputPath(p); err != nil {
+			return fail(exitUsage, err)
+		}
+	}
+	if err := checkCache(); err != nil {
+		return fail(exitUsage, err)
+	}
+
+	progress := newProgress(stderr)
+	progress.status("reading the corpus")
+	corpus, err := data.Load(ctx, f.data)
+	progress.clear()
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	if err := corpus.Check(setup.cfg.T, setup.cfg.V); err != nil {
+		return fail(exitUsage, err)
+	}
+	if setup.loaded != nil && setup.loaded.Run != nil && setup.loaded.Run.Data != corpus.Source {
+		fmt.Fprintf(stderr, "vkern train: note: the saved run trained on %s; this one reads %s, so its batches differ from an uninterrupted run's\n",
+			setup.loaded.Run.Data, corpus.Source)
+	}
+
+	progress.status("building and starting the %s kernel server", f.backend)
+	dev, err := vkern.Open(ctx, vkern.Options{Backend: f.backend})
+	progress.clear()
+	if err != nil {
+		return fail(exitFailure, err)
+	}
+	defer dev.Close()
+	info, err := dev.Info(ctx)
+	if err != nil {
+		return fail(exitFailure, err)
+	}
+	model, err := gpt.New(ctx, dev, setup.cfg, setup.batch, setup.accum)
+	if errors.Is(err, gpt.ErrTooLarge) {
+		return fail(exitUsage, err)
+	}
+	if err != nil {
+		return fail(exitFailure, err)
+	}
+	defer model.Close(context.WithoutCancel(ctx))
+	tr := &gpt.Trainer{Model: model, Hyper: setup.hyper, State: gpt.NewState(), Seed: setup.seed, Corpus: corpus}
+	if setup.loaded != nil {
+		err = model.SetParams(ctx, setup.loaded.Master, setup.loaded.M, setup.loaded.V)
+		if setup.loaded.Run != nil {
+			tr.State = setup.loaded.Run.State
+		}
+	} else {
+		err = model.Init(ctx, setup.seed)
+	}
+	if err != nil {
+		return fail(exitFailure, err)
+	}
+
+	fmt.Fprintf(stdout, "vkern train: %s on %s (%s)\n", setup.cfg, info.Backend, info.Device["device"])
+	fmt.Fprintf(stdout, "  data: %s (%d training, %d validation tokens)\n", corpus.Source, len(corpus.Train), len(corpus.Val))
+	fmt.Fprintf(stdout, "  batch %d × %d tokens × accum %d; lr %g (warm-up %d, cosine to %g at step %d); seed %d\n",
+		setup.batch, setup.cfg.T, setup.accum, setup.hyper.LR, setup.hyper.Warmup, setup.hyper.MinLR, setup.hyper.Steps, setup.seed)
+	if tr.State.Step > 0 {
+		fmt.Fprintf(stdout, "  resuming %s at step %d (loss scale %g)\n", f.resume, tr.State.Step, tr.State.LossScale)
+	}
+	fmt.Fprintf(stdout, "  checkpoint: %s\n", setup.out)
+
+	rec := &trainRecord{Model: setup.cfg.Name, Config: setup.cfg, Batch: setup.batch, Accum: setup.accum, Seed: setup.seed,
+		Hyper: setup.hyper, Backend: info.Backend, Device: info.Device["device"], Data: corpus.Source,
+		Command: "vkern train " + strings.Join(args, " "), StartStep: tr.State.Step}
+	run := func() gpt.Run {
+		return gpt.Run{Batch: setup.batch, Accum: setup.accum, Seed: setup.seed, Hyper: setup.hyper, State: tr.State, Data: corpus.Source}
+	}
+	code := trainLoop(ctx, &f, setup, tr, rec, run, progress, stdout, stderr)
+	if f.jsonPath != "" {
+		if err := writeAtomic(f.jsonPath, rec.write); err != nil {
+			fmt.Fprintf(stderr, "vkern train: %v\n", err)
+			if code == exitOK {
+				code = exitFailure
+			}
+		}
+	}
+	return code
+}
+
+// runSetup is what the flags and a resumed checkpoint decide.
+type runSetup struct {
+	cfg          gpt.Config
+	hyper        gpt.Hyper
+	batch, accum int
+	seed         uint64
+	steps        int64 // the step to stop at
+	evalWindows  int
+	out          string
+	loaded       *gpt.Loaded
+}
+
+// planRun checks the flags and settles the run: a new one from the flags
+// and the model's defaults, or a resumed one from its checkpoint, where a
+// flag that contradicts the saved run is an error.
+func planRun(f *trainFlags) (*runSetup, error) {
+	if err := checkBackend(f.backend); err != nil {
+		return nil, err
+	}
+	for _, c := range []struct {
+		name string
+		v    int64
+	}{{"--steps", f.steps}, {"--save-every", f.saveEvery}, {"--eval-every", f.evalEvery}, {"--verify-every", f.verifyEvery},
+		{"--sample", int64(f.sample)}, {"--eval-windows", int64(f.evalWindows)}, {"--lr-steps", f.lrSteps}} {
+		if c.v < 0 {
+			return nil, fmt.Errorf("%s %d: want 0 or more", c.name, c.v)
+		}
+	}
+	if f.set["batch"] && f.batch < 1 || f.accum < 1 {
+		return nil, fmt.Errorf("--batch %d and --accum %d must be at least 1", f.batch, f.accum)
+	}
+	if !(f.temperature >= 0) || math.IsInf(f.temperature, 0) {
+		return nil, fmt.Errorf("--temperature %g: want a finite value ≥ 0", f.temperature)
+	}
+	s := &runSetup{seed: f.seed, accum: f.accum}
+	if f.resume != "" {
+		l, err := gpt.Load(f.resume)
+		if err != nil {
+			return nil, err
+		}
+		if l.Run == nil {
+			return nil, fmt.Errorf("--resume %s: the folder holds a model but no train_state.json (not a vkern run); nothing to resume", f.resume)
+		}
+		r := l.Run
+		for _, c := range []struct {
+			flag      string
+			given     bool
+			got, want any
+		}{
+			{"model", f.set["model"], f.model, l.Config.Name}, {"batch", f.set["batch"], f.batch, r.Batch},
+			{"accum", f.set["accum"], f.accum, r.Accum}, {"seed", f.set["seed"], f.seed, r.Seed},
+			{"lr", f.set["lr"], f.lr, r.Hyper.LR}, {"warmup", f.set["warmup"], f.warmup, r.Hyper.Warmup},
+		} {
+			if c.given && fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+				return nil, fmt.Errorf("--%s %v differs from the resumed run's %v; a resumed run keeps its settings (start a new run with --out to change them)", c.flag, c.got, c.want)
+			}
+		}
+		s.cfg, s.loaded, s.batch, s.accum, s.seed, s.hyper = l.Config, l, r.Batch, r.Accum, r.Seed, r.Hyper
+		s.steps = f.steps
+		if !f.set["steps"] {
+			s.steps = r.Hyper.Steps
+		}
+		if s.steps < r.State.Step {
+			return nil, fmt.Errorf("--steps %d: the run in %s is at step %d already; --steps is the run's total", s.steps, f.resume, r.State.Step)
+		}
+		if f.set["lr-steps"] {
+			s.hyper.Steps = max(f.lrSteps, 1)
+		}
+		s.out = f.resume
+		if f.out != "" {
+			s.out = f.out
+		}
+	} else {
+		cfg, err := gpt.ConfigNamed(f.model)
+		if err != nil {
+			return nil, err
+		}
+		d := modelDefaults[cfg.Name]
+		s.cfg, s.batch, s.steps = cfg, d.batch, d.steps
+		if f.set["batch"] {
+			s.batch = f.batch
+		}
+		if f.set["steps"] {
+			s.steps = f.steps
+		}
+		lrSteps := max(s.steps, 1)
+		if f.set["lr-steps"] {
+			lrSteps = max(f.lrSteps, 1)
+		}
+		s.hyper = gpt.DefaultHyper(lrSteps)
+		s.hyper.LR, s.hyper.MinLR = d.lr, d.lr/10
+		if f.set["lr"] {
+			s.hyper.LR, s.hyper.MinLR = f.lr, f.lr/10
+		}
+		if f.warmup >= 0 {
+			s.hyper.Warmup = f.warmup
+		}
+		s.out = f.out
+		if s.out == "" {
+			s.out = filepath.Join("runs", cfg.Name+"-"+time.Now().Format("20060102-150405"))
+		}
+		if _, err := os.Stat(filepath.Join(s.out, "train_state.json")); err == nil {
+			return nil, fmt.Errorf("--out %s holds a run already; continue it with --resume %s, or name another --out", s.out, s.out)
+		}
+	}
+	if err := s.hyper.Validate(); err != nil {
+		return nil, err
+	}
+	s.evalWindows = modelDefaults[s.cfg.Name].evalWindows
+	if s.evalWindows == 0 {
+		s.evalWindows = 64
+	}
+	if f.evalWindows > 0 {
+		s.evalWindows = f.evalWindows
+	}
+	return s, nil
+}
+
+// trainLoop runs the steps, evaluations and saves, and finishes the run.
+func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer, rec *trainRecord, run func() gpt.Run,
+	progress *progress, stdout, stderr io.Writer) int {
+	// Device calls run under a context the interrupt does not cancel: a
+	// step in flight finishes, and the run stops between steps, saved.
+	work := context.WithoutCancel(ctx)
+	save := func() error {
+		progress.status("saving the checkpoint to %s", s.out)
+		defer progress.clear()
+		return tr.Model.Save(work, s.out, run())
+	}
+	evalEvery := f.evalEvery
+	if evalEvery == 0 {
+		evalEvery = max(1, (s.steps-tr.State.Step)/10)
+	}
+	lineEvery := max(1, (s.steps-tr.State.Step)/20)
+	var batches *os.File
+	if f.batchesPath != "" {
+		var err error
+		if batches, err = os.Create(f.batchesPath); err != nil {
+			fmt.Fprintf(stderr, "vkern train: %v\n", err)
+			return exitFailure
+		}
+		defer batches.Close()
+	}
+	first := tr.State.Step
+	started := time.Now()
+	tokensPerStep := float64(s.batch * s.accum * s.cfg.T)
+	var lastVal float64 = math.NaN()
+	for tr.State.Step < s.steps {
+		if ctx.Err() != nil {
+			progress.clear()
+			if err := save(); err != nil {
+				fmt.Fprintf(stderr, "vkern train: interrupted at step %d, and saving failed: %v\n", tr.State.Step, err)
+				return exitFailure
+			}
+			fmt.Fprintf(stderr, "vkern train: interrupted at step %d; saved to %s; continue with --resume %s\n", tr.State.Step, s.out, s.out)
+			return 130
+		}
+		step := tr.State.Step
+		if batches != nil {
+			if err := writeWindows(batches, tr, step); err != nil {
+				fmt.Fprintf(stderr, "vkern train: %v\n", err)
+				return exitFailure
+			}
+		}
+		var res gpt.StepResult
+		var err error
+		if f.verifyEvery > 0 && step%f.verifyEvery == 0 {
+			var rep *gpt.LiveReport
+			res, rep, err = tr.StepVerified(work)
+			if rep != nil {
+				rec.Verified = append(rec.Verified, rep.Summary())
+				fmt.Fprintf(stdout, "  step %d verified: %s\n", step, rep.Summary())
+			}
+		} else {
+			res, err = tr.Step(work)
+		}
+		if err != nil {
+			progress.clear()
+			fmt.Fprintf(stderr, "vkern train: %v\n", err)
+			return exitFailure
+		}
+		sr := stepRecord{Step: step, Loss: res.Loss, LossScale: res.LossScale, Skipped: res.Skipped, GradNorm: res.GradNorm,
+			LR: res.LR, Ms: float64(res.Time.Microseconds()) / 1000}
+		done := tr.State.Step
+		if done%evalEvery == 0 || done == s.steps {
+			progress.status("step %d: evaluating", done)
+			v, err := tr.ValLoss(work, s.evalWindows)
+			if err != nil {
+				progress.clear()
+				fmt.Fprintf(stderr, "vkern train: evaluating after step %d: %v\n", step, err)
+				return exitFailure
+			}
+			lastVal = v
+			sr.ValLoss = &v
+		}
+		rec.Steps = append(rec.Steps, sr)
+		elapsed := time.Since(started)
+		perStep := elapsed / time.Duration(done-first)
+		eta := perStep * time.Duration(s.steps-done)
+		line := fmt.Sprintf("step %d/%d  loss %.4f  val %s  %.0f tok/s  %.1f ms/step  scale %g  ETA %s",
+			done, s.steps, res.Loss, fmtLoss(lastVal), tokensPerStep/perStep.Seconds(), float64(perStep.Microseconds())/1000,
+			res.LossScale, eta.Round(time.Second))
+		if res.Skipped {
+			line += "  (skipped: a gradient was not finite)"
+		}
+		if progress.terminal {
+			progress.status("%s", line)
+		} else if done%lineEvery == 0 || sr.ValLoss != nil || done == s.steps {
+			fmt.Fprintln(stdout, line)
+		}
+		if f.saveEvery > 0 && done%f.saveEvery == 0 && done < s.steps {
+			if err := save(); err != nil {
+				fmt.Fprintf(stderr, "vkern train: saving after step %d: %v\n", step, err)
+				return exitFailure
+			}
+		}
+	}
+	progress.clear()
+	if tr.State.Step > first {
+		elapsed := time.Since(started)
+		n := tr.State.Step - first
+		rec.TokensPerSecond = tokensPerStep * float64(n) / elapsed.Seconds()
+		rec.MsPerStep = float64(elapsed.Microseconds()) / 1000 / float64(n)
+		fmt.Fprintf(stdout, "vkern train: %d steps in %s: %.0f tokens/s, %.1f ms/step; final loss %.4f, validation loss %s\n",
+			n, elapsed.Round(time.Millisecond), rec.TokensPerSecond, rec.MsPerStep, rec.Steps[len(rec.Steps)-1].Loss, fmtLoss(lastVal))
+	}
+	if err := save(); err != nil {
+		fmt.Fprintf(stderr, "vkern train: saving the checkpoint: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(stdout, "  checkpoint saved to %s (transformers.GPT2LMHeadModel.from_pretrained loads it)\n", s.out)
+	if len(rec.Steps) > 0 {
+		svg := filepath.Join(s.out, "loss.svg")
+		if err := writeAtomic(svg, func(w io.Writer) error { return writeLossSVG(w, s.cfg.Name, rec.Steps) }); err != nil {
+			fmt.Fprintf(stderr, "vkern train: %v\n", err)
+			return exitFailure
+		}
+		fmt.Fprintf(stdout, "  loss curve: %s\n", svg)
+	}
+	if f.sample > 0 {
+		text, err := sampleText(work, tr.Model, tr.Corpus, nil, f.sample, f.temperature, s.seed)
+		if err != nil {
+			fmt.Fprintf(stderr, "vkern train: sampling: %v\n", err)
+			return exitFailure
+		}
+		fmt.Fprintf(stdout, "  sample (temperature %g):\n%s\n", f.temperature, text)
+	}
+	return exitOK
+}
+
+// writeWindows appends step's K·B windows of T + 1 tokens as uint16.
+func writeWindows(w io.Writer, tr *gpt.Trainer, step int64) error {
+	inputs, targets := tr.Batch(step)
+	T := tr.Model.Config.T
+	var buf []byte
+	for k := range inputs {
+		for r := 0; r < len(inputs[k])/T; r++ {
+			for j := 0; j < T; j++ {
+				buf = binary.LittleEndian.AppendUint16(buf, uint16(inputs[k][r*T+j]))
+			}
+			buf = binary.LittleEndian.AppendUint16(buf, uint16(targets[k][r*T+T-1]))
+		}
+	}
+	_, err := w.Write(buf)
+	return err
+}
+
+func fmtLoss(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.4f", v)
+}
+
+// sampleText generates n tokens after prompt (nil: the first 32 tokens of
+// the validation part) and writes them as text: bytes when the vocabulary
+// is bytes, else token ids.
+func sampleText(ctx context.Context, m *gpt.Model, c *data.Corpus, prompt []int32, n int, temperature float64, seed uint64) (string, error) {
+	if prompt == nil {
+		for _, t := range c.Val[:min(32, len(c.Val))] {
+			prompt = append(prompt, int32(t))
+		}
+	}
+	out, err := m.Sample(ctx, prompt, n, temperature, seed)
+	if err != nil {
+		return "", err
+	}
+	return tokensText(append(prompt, out...), c == nil || c.Vocab <= 256), nil
+}
+
+func tokensText(ts []int32, bytes bool) string {
+	var b strings.Builder
+	for i, t := range ts {
+		if bytes && t < 256 {
+			b.WriteByte(byte(t))
+			continue
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprint(&b, t)
+	}
+	return b.String()
+}
+
+// trainRecord is --json's document.
+type trainRecord struct {
+	Command         string       `json:"command"`
+	Model           string       `json:"model"`
+	Config          gpt.Config   `json:"config"`
+	Batch           int          `json:"batch"`
+	Accum           int          `json:"accum"`
+	Seed            uint64       `json:"seed"`
+	Hyper           gpt.Hyper    `json:"hyper"`
+	Backend         string       `json:"backend"`
+	Device          string       `json:"device"`
+	Data            string       `json:"data"`
+	StartStep       int64        `json:"start_step"`
+	TokensPerSecond float64      `json:"tokens_per_second,omitempty"`
+	MsPerStep       float64      `json:"ms_per_step,omitempty"`
+	Verified        []string     `json:"verified,omitempty"`
+	Steps           []stepRecord `json:"steps"`
+}
+
+type stepRecord struct {
+	Step      int64    `json:"step"`
+	Loss      float64  `json:"loss"`
+	ValLoss   *float64 `json:"val_loss"`
+	LossScale float64  `json:"loss_scale"`
+	Skipped   bool     `json:"skipped"`
+	GradNorm  float64  `json:"grad_norm"`
+	LR        float64  `json:"lr"`
+	Ms        float64  `json:"ms"`
+}
+
+// MarshalJSON writes a non-finite loss or norm (a skipped step's norm is
+// +Inf or NaN) as null, which JSON can carry.
+func (r stepRecord) MarshalJSON() ([]byte, error) {
+	type plain stepRecord
+	finite := func(v float64) *float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return &v
+	}
+	var val *float64
+	if r.ValLoss != nil {
+		val = finite(*r.ValLoss)
+	}
+	return json.Marshal(struct {
+		plain
+		Loss     *float64 `json:"loss"`
+		ValLoss  *float64 `json:"val_loss"`
+		GradNorm *float64 `json:"grad_norm"`
+	}{plain(r), finite(r.Loss), val, finite(r.GradNorm)})
+}
+
+func (r *trainRecord) write(w io.Writer) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(r)
+}

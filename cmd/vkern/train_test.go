@@ -1,0 +1,125 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestTrainUsageErrorsNameTheValue(t *testing.T) {
+	dir := t.TempDir()
+	notes := filepath.Join(dir, "notes")
+	os.MkdirAll(notes, 0o755)
+	os.WriteFile(filepath.Join(notes, "train_state.json"), []byte("{}"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train", "--model", "gpt5"}, `no model "gpt5"; choose one of char, gpt2, nano`},
+		{[]string{"train", "--batch", "0"}, "--batch 0"},
+		{[]string{"train", "--accum", "0"}, "--accum 0"},
+		{[]string{"train", "--steps", "-3"}, "--steps -3"},
+		{[]string{"train", "--lr", "-1"}, "--lr = -1 is outside AdamW's range"},
+		{[]string{"train", "--temperature", "-1"}, "--temperature -1"},
+		{[]string{"train", "--backend", "tpu"}, `--backend "tpu"`},
+		{[]string{"train", "--out", notes}, "holds a run already; continue it with --resume"},
+		{[]string{"train", "--resume", filepath.Join(dir, "none")}, "no checkpoint at"},
+		{[]string{"train", "--json", "/nonexistent-dir/r.json"}, "/nonexistent-dir"},
+		{[]string{"train", "--data", filepath.Join(dir, "missing.txt")}, "missing.txt"},
+		{[]string{"eval"}, "--resume DIR names the checkpoint"},
+		{[]string{"sample", "--resume", dir, "--prompt", ""}, "--prompt is empty"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, _, stderr := runCLI(t, tc.args...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr, exitUsage, tc.want)
+			}
+		})
+	}
+}
+
+// TestTrainResumeEvalSample runs the commands end to end on the cpu
+// backend: 12 steps straight, or 6 and 6 more resumed, give the same
+// losses bit for bit; the checkpoint evaluates and samples.
+func TestTrainResumeEvalSample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains nano")
+	}
+	dir := t.TempDir()
+	corpus := filepath.Join(dir, "corpus.txt")
+	src, _ := filepath.Glob("*.go")
+	var text []byte
+	for _, f := range src {
+		b, _ := os.ReadFile(f)
+		text = append(text, b...)
+	}
+	os.WriteFile(corpus, text, 0o644)
+	common := []string{"--data", corpus, "--batch", "4", "--lr-steps", "12", "--sample", "20", "--eval-windows", "8"}
+	losses := func(path string) []float64 {
+		var rec struct {
+			Steps []struct {
+				Step int64   `json:"step"`
+				Loss float64 `json:"loss"`
+			} `json:"steps"`
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatal(err)
+		}
+		var out []float64
+		for _, s := range rec.Steps {
+			out = append(out, s.Loss)
+		}
+		return out
+	}
+	straight := filepath.Join(dir, "straight")
+	code, stdout, stderr := runCLI(t, append([]string{"train", "--steps", "12", "--out", straight, "--json", straight + ".json"}, common...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s\n%s", code, stdout, stderr)
+	}
+	for _, f := range []string{"config.json", "model.safetensors", "optimizer.safetensors", "train_state.json", "loss.svg"} {
+		if _, err := os.Stat(filepath.Join(straight, f)); err != nil {
+			t.Errorf("the run folder lacks %s: %v", f, err)
+		}
+	}
+	pieces := filepath.Join(dir, "pieces")
+	if code, stdout, stderr := runCLI(t, append([]string{"train", "--steps", "6", "--out", pieces, "--json", pieces + "1.json"}, common...)...); code != exitOK {
+		t.Fatalf("first piece: exit %d: %s\n%s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := runCLI(t, "train", "--resume", pieces, "--steps", "12", "--json", pieces+"2.json", "--data", corpus, "--sample", "0"); code != exitOK {
+		t.Fatalf("resumed: exit %d: %s\n%s", code, stdout, stderr)
+	}
+	want, got := losses(straight+".json"), append(losses(pieces+"1.json"), losses(pieces+"2.json")...)
+	if len(got) != 12 || len(want) != 12 {
+		t.Fatalf("%d and %d steps recorded, want 12", len(want), len(got))
+	}
+	for i := range want {
+		if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+			t.Fatalf("step %d: %v resumed, %v straight", i, got[i], want[i])
+		}
+	}
+	// A flag that contradicts the saved run is refused.
+	if code, _, stderr := runCLI(t, "train", "--resume", pieces, "--batch", "8", "--data", corpus); code != exitUsage || !strings.Contains(stderr, "--batch 8 differs from the resumed run's 4") {
+		t.Errorf("resuming with another batch: exit %d, %s", code, stderr)
+	}
+
+	code, stdout, stderr = runCLI(t, "eval", "--resume", straight, "--data", corpus, "--windows", "4")
+	if code != exitOK {
+		t.Fatalf("eval: exit %d: %s", code, stderr)
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(stdout), 64)
+	if err != nil || !(v > 0 && v < 6) {
+		t.Errorf("eval printed %q (%v), want a loss", stdout, err)
+	}
+	code, stdout, stderr = runCLI(t, "sample", "--resume", straight, "--prompt", "package ", "--n", "30", "--temperature", "0")
+	if code != exitOK || !strings.HasPrefix(stdout, "package ") || len(stdout) < len("package ")+30 {
+		t.Errorf("sample: exit %d, %q, %s", code, stdout, stderr)
+	}
+}
