@@ -20,27 +20,34 @@ import (
 )
 
 // testCache is one cache folder for the whole test binary, so the real cpu
-// server is compiled once however many tests open it.
+// server is compiled once however many tests open it: $VKERN_CACHE when set
+// (CI sets a fresh one, which package gpt's tests share, planted defects
+// and all), else a temporary folder removed at the end.
 var (
 	testCacheOnce sync.Once
 	testCacheDir  string
+	ownCacheDir   bool
 )
 
 func cacheDir(t *testing.T) string {
 	t.Helper()
 	testCacheOnce.Do(func() {
+		if dir := os.Getenv("VKERN_CACHE"); dir != "" {
+			testCacheDir = dir
+			return
+		}
 		dir, err := os.MkdirTemp("", "vkern-test-cache-")
 		if err != nil {
 			t.Fatal(err)
 		}
-		testCacheDir = dir
+		testCacheDir, ownCacheDir = dir, true
 	})
 	return testCacheDir
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if testCacheDir != "" {
+	if ownCacheDir {
 		os.RemoveAll(testCacheDir)
 	}
 	os.Exit(code)

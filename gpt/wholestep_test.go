@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/vkern/vkern"
+	"github.com/vkern/vkern/f16"
+	"github.com/vkern/vkern/kerneltest"
 )
 
 // The whole-step check (TRAINING.md, level 2): the loss and every
@@ -50,35 +53,83 @@ func l2(a, b []float32) float64 {
 	return math.Sqrt(s)
 }
 
-// wholeStep runs nano's gradients program for one batch of b sequences on
-// dev and compares it with the reference.
-func wholeStep(t *testing.T, dev *vkern.Device, b int) stepCheck {
+// wholeStep takes one real training step of nano on dev (two micro-batches
+// of b sequences, accumulated) and compares its loss, every gradient, the
+// gradient norm and every parameter after the update with the
+// reference's. The parameters are GPT-2's initialisation with the biases
+// and LayerNorm parameters moved off their initial 0 and 1, so that a
+// defect that only touches them shows; the gradient accumulators hold
+// garbage before the step, as they do after one, so that clearing them
+// matters.
+func wholeStep(t *testing.T, dev *vkern.Device, b int) (stepCheck, error) {
 	t.Helper()
 	ctx := context.Background()
-	m := newModel(t, dev, Nano, b, 1, 7)
-	c := goCorpus(t)
-	inputs, targets := c.Batch(3, 0, b, Nano.T)
-	const scale = 1024
-	loss, grads := gradients(t, m, inputs, targets, scale)
-	master, _, _, err := m.Params(ctx)
+	const k = 2
+	m, err := New(ctx, dev, Nano, b, k)
 	if err != nil {
-		t.Fatal(err)
+		return stepCheck{}, err
+	}
+	defer m.Close(ctx)
+	before := m.lay.initial(7)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, tn := range m.lay.tensors {
+		if tn.std == 0 {
+			for i := tn.offset; i < tn.offset+tn.elements(); i++ {
+				before[i] += float32(0.1 * rng.NormFloat64())
+			}
+		}
+	}
+	m1, m2 := make([]float32, len(before)), make([]float32, len(before))
+	if err := m.SetParams(ctx, before, m1, m2); err != nil {
+		return stepCheck{}, err
+	}
+	garbage := make([]float32, m.lay.total)
+	for i := range garbage {
+		garbage[i] = float32(rng.NormFloat64())
+	}
+	if err := m.grad.WriteF32(ctx, garbage); err != nil {
+		return stepCheck{}, err
+	}
+	var inputs, targets [][]int32
+	c := goCorpus(t)
+	for j := 0; j < k; j++ {
+		in, tg := c.Batch(3, int64(j), b, Nano.T)
+		inputs, targets = append(inputs, in), append(targets, tg)
+	}
+	h := DefaultHyper(10)
+	st := NewState()
+	stepped := st
+	res, err := m.Step(ctx, h, &stepped, inputs, targets)
+	if err != nil {
+		return stepCheck{}, err
+	}
+	grads := make([]float32, m.lay.total)
+	if err := m.grad.ReadF32(ctx, grads); err != nil {
+		return stepCheck{}, err
+	}
+	after, _, _, err := m.Params(ctx)
+	if err != nil {
+		return stepCheck{}, err
+	}
+	work := make([]uint16, m.lay.total)
+	if err := m.work.ReadF16(ctx, work); err != nil {
+		return stepCheck{}, err
 	}
 	arith, err := dev.Arithmetic(ctx)
 	if err != nil {
-		t.Fatal(err)
+		return stepCheck{}, err
 	}
-	ref, err := Reference(ctx, Nano, b, master, inputs, targets, scale, arith, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var runs []*ReferenceResult
-	for j := 1; j <= perturbedRuns; j++ {
-		r, err := Reference(ctx, Nano, b, master, inputs, targets, scale, arith, uint64(j))
+	reference := func(perturb uint64) *ReferenceResult {
+		r, err := Reference(ctx, Nano, b, before, m1, m2, inputs, targets, h, st, arith, perturb)
 		if err != nil {
 			t.Fatal(err)
 		}
-		runs = append(runs, r)
+		return r
+	}
+	ref := reference(0)
+	var runs []*ReferenceResult
+	for j := 1; j <= perturbedRuns; j++ {
+		runs = append(runs, reference(uint64(j)))
 	}
 	var out stepCheck
 	judge := func(name string, err, spread, norm float64) {
@@ -95,27 +146,58 @@ func wholeStep(t *testing.T, dev *vkern.Device, b int) stepCheck {
 			out.worst, out.worstName = r, name
 		}
 	}
-	var spread float64
-	for _, r := range runs {
-		spread = math.Max(spread, math.Abs(r.Loss-ref.Loss))
-	}
-	judge("the loss", math.Abs(loss-ref.Loss), spread, math.Abs(ref.Loss))
-	for _, tn := range m.lay.tensors {
-		span := func(a []float32) []float32 { return a[tn.offset : tn.offset+tn.elements()] }
+	scalar := func(name string, got float64, want func(*ReferenceResult) float64) {
 		var spread float64
 		for _, r := range runs {
-			spread = math.Max(spread, l2(span(r.Grads), span(ref.Grads)))
+			spread = math.Max(spread, math.Abs(want(r)-want(ref)))
 		}
-		judge(tn.name, l2(span(grads), span(ref.Grads)), spread, l2(span(ref.Grads), nil))
+		judge(name, math.Abs(got-want(ref)), spread, math.Abs(want(ref)))
 	}
-	return out
+	scalar("the loss", res.Loss, func(r *ReferenceResult) float64 { return r.Loss })
+	scalar("the gradient norm", res.GradNorm, func(r *ReferenceResult) float64 { return r.GradNorm })
+	if res.Skipped || ref.Skipped {
+		out.failures = append(out.failures, fmt.Sprintf("the step was skipped: device %v, reference %v", res.Skipped, ref.Skipped))
+	}
+	tensors := func(what string, got []float32, want func(*ReferenceResult) []float32) {
+		for _, tn := range m.lay.tensors {
+			span := func(a []float32) []float32 { return a[tn.offset : tn.offset+tn.elements()] }
+			var spread float64
+			for _, r := range runs {
+				spread = math.Max(spread, l2(span(want(r)), span(want(ref))))
+			}
+			judge(what+" "+tn.name, l2(span(got), span(want(ref))), spread, l2(span(want(ref)), nil))
+		}
+	}
+	tensors("gradient of", grads, func(r *ReferenceResult) []float32 { return r.Grads })
+	// The update is judged by how far each tensor moved: its norm is
+	// the change's, not the parameters'.
+	moved := func(p []float32) []float32 {
+		d := make([]float32, len(p))
+		for i := range p {
+			d[i] = p[i] - before[i]
+		}
+		return d
+	}
+	tensors("update of", moved(after), func(r *ReferenceResult) []float32 { return moved(r.Master) })
+	// The kernels' working copy is each new master rounded to nearest,
+	// exactly.
+	for i, p := range after {
+		if want := f16.FromFloat64(float64(p)); work[i] != want {
+			out.failures = append(out.failures, fmt.Sprintf("the f16 working copy's element %d is %#04x after the update, want %#04x (the master %v rounded)", i, work[i], want, p))
+			break
+		}
+	}
+	return out, nil
 }
 
-func TestStepGradientsMatchTheFloat64Model(t *testing.T) {
+func TestAStepMatchesTheFloat64Model(t *testing.T) {
 	dev := openCPU(t, vkern.Options{})
-	got := wholeStep(t, dev, 4)
-	t.Logf("nano, B = 4, on the cpu backend: %s", got)
-	if len(got.failures) > 0 {
+	got, err := wholeStep(t, dev, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("nano, 2 micro-batches of B = 2, on the cpu backend: %s", got)
+	if len(got.failures) > 0 || got.worstName == "" {
 		t.Fatalf("the step's results are outside the derived tolerance: %s", got)
 	}
 }
@@ -171,4 +253,80 @@ func TestGradientsAreTheLossDerivative(t *testing.T) {
 			t.Errorf("%s: moving along its gradient changed the loss by %.5f, where the gradient predicts %.5f", name, measured, change)
 		}
 	}
+}
+
+// levelOneOnly are the planted defects a step cannot show, and why; the
+// per-op verifier catches each of them.
+var levelOneOnly = map[string]string{
+	"global_norm sums in f32":                                         "over a nano step's 220 K gradients an f32 sum errs by less than the norm's own rounding spread",
+	"global_norm counts only NaN as non-finite":                       "a step with finite gradients has no infinity to count",
+	"global_norm drops the last element of a chunk's tail":            "the gradient arena's last element is alignment padding, always 0",
+	"fill leaves the last element unwritten":                          "the gradient arena's last element is alignment padding, which no op reads",
+	"linear_grad_w adds into dW when it should overwrite":             "the step program always adds into dW (accumulate = 1)",
+	"ignore_index not honoured in cross_entropy":                      "a training step ignores no row",
+	"ignored rows counted in cross_entropy's n":                       "a training step ignores no row",
+	"add leaves the last element of a short run unwritten":            "a step's adds are whole multiples of the kernel's 1024-element runs",
+	"gelu with erf where the tanh approximation belongs":              "erf's and tanh's GELU differ by under 10⁻³, within what f16 storage moves a step",
+	"f16 outputs rounded half away from zero (scalar conversion)":     "it differs from ties-to-even only on exact ties, which a step's activations rarely hit",
+	"f16 outputs rounded half away from zero (eight-lane conversion)": "it differs from ties-to-even only on exact ties, which a step's activations rarely hit",
+}
+
+// TestPlantedDefectsFailTheWholeStep: with any of kerneltest.CPUDefects
+// planted in a kernel the step uses (but those levelOneOnly lists), the
+// whole-step comparison fails, or the step itself does. The per-op
+// verifier catches every planted defect; this shows that the level-2 check
+// catches these on its own.
+func TestPlantedDefectsFailTheWholeStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds one server per planted defect")
+	}
+	used := map[string]bool{}
+	for _, c := range newModelProgramOps() {
+		used[c] = true
+	}
+	seen := map[string]bool{}
+	for _, m := range kerneltest.CPUDefects {
+		if !used[m.Op] || levelOneOnly[m.Name] != "" {
+			continue
+		}
+		seen[m.Op] = true
+		t.Run(m.Op+": "+m.Name, func(t *testing.T) {
+			t.Parallel()
+			dev := openCPU(t, vkern.Options{EditSources: m.Plant(), QuickBuild: true})
+			got, err := wholeStep(t, dev, 2)
+			switch {
+			case err != nil:
+				t.Logf("the step failed: %v", err)
+			case len(got.failures) == 0:
+				t.Errorf("the whole-step comparison passed with the defect planted: %s", got)
+			default:
+				t.Logf("%d outside the tolerance, first %s", len(got.failures), got.failures[0])
+			}
+		})
+	}
+	for op := range used {
+		if !seen[op] {
+			t.Errorf("no planted cpu defect for %s, which a step uses", op)
+		}
+	}
+}
+
+// newModelProgramOps names the ops a training step calls.
+func newModelProgramOps() []string {
+	m := &Model{Config: Nano, B: 1, K: 1, lay: newLayout(Nano)}
+	var s slab
+	var dummy *vkern.Buffer
+	m.planActs(&s, func(**vkern.Buffer) **vkern.Buffer { return &dummy })
+	m.w16 = make([]*vkern.Buffer, len(m.lay.tensors))
+	m.g32 = m.w16
+	m.loss = make([]*vkern.Buffer, 1)
+	m.groups[0] = group{decay: true, n: m.lay.decayEnd}
+	m.groups[1] = group{n: m.lay.total - m.lay.decayEnd}
+	var names []string
+	for _, p := range []program{m.gradients(1), m.update(DefaultHyper(1), 1e-3, 1, 1)} {
+		for _, c := range p.calls {
+			names = append(names, c.Op.Name)
+		}
+	}
+	return names
 }

@@ -1,0 +1,810 @@
+package kerneltest
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// The planted defects: real mistakes planted in the real kernel sources
+// (Mutation, Plant). The root package's tests build a server with each and
+// check that the verifier reports its op incorrect; package gpt's tests
+// check that a whole training step's comparison with the float64 model
+// fails too.
+
+// CPUDefects are real defects planted in the real C++ kernels by editing
+// their sources; each mutant server is built and verified, and must be
+// reported incorrect. If the verifier is weakened so that one passes, this
+// test fails. If a kernel is rewritten so that a snippet is gone, this test
+// fails too, and the snippet must be updated to the new code.
+var CPUDefects = []Mutation{
+	{
+		Name: "one output element left unwritten", File: "cpu/gemm.cc",
+		Old: "c32_row[j] = value;", New: "if (row != 0 || col0 + j != 0) c32_row[j] = value;",
+		Op: "gemm", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "f32 output rounded through f16", File: "cpu/gemm.cc",
+		Old: "c32_row[j] = value;", New: "c32_row[j] = f16_to_f32(f32_to_f16(value));",
+		Op: "gemm", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "last k term dropped", File: "cpu/gemm.cc",
+		Old: "for (size_t k = 0; k < depth; ++k) {", New: "for (size_t k = 0; k + 1 < depth; ++k) {",
+		Op: "gemm_grad_b", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "off-by-one row", File: "cpu/gemm.cc",
+		Old: "const size_t row = row0 + i;", New: "const size_t row = row0 + i + 1 < out.rows ? row0 + i + 1 : row0 + i;",
+		Op: "gemm_grad_a", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "max subtraction missing in softmax", File: "cpu/softmax.cc",
+		Old: "std::exp(values[j] - row_max)", New: "std::exp(values[j])",
+		Op: "softmax", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "B used where Bᵀ belongs", File: "cpu/gemm.cc",
+		Old: "const Operand rhs = Operand::transpose_of(b, N);", New: "const Operand rhs = Operand::row_major(b, K);",
+		Op: "gemm_grad_a", Shapes: []string{"33x33x33"},
+	},
+	{
+		Name: "A used where Aᵀ belongs", File: "cpu/gemm.cc",
+		Old: "const Operand lhs = Operand::transpose_of(a, K);", New: "const Operand lhs = Operand::row_major(a, M);",
+		Op: "gemm_grad_b", Shapes: []string{"33x33x33"},
+	},
+	{
+		Name: "mean scale missing in cross_entropy", File: "cpu/cross_entropy.cc",
+		Old: "const float scale = n > 0 ? static_cast<float>(grad_scale / static_cast<double>(n)) : 0.0f;", New: "const float scale = 1.0f;",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "off-by-one label in cross_entropy", File: "cpu/cross_entropy.cc",
+		Old: "const size_t label = static_cast<size_t>(labels[r]);", New: "const size_t label = (static_cast<size_t>(labels[r]) + 1) % V;",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "ignore_index not honoured in cross_entropy", File: "cpu/cross_entropy.cc",
+		Old: "if (labels[r] == ignore_index) {", New: "if (false) {",
+		Op: "cross_entropy", Shapes: []string{"12x300:ignore_index=0"},
+	},
+	{
+		Name: "ignored rows counted in cross_entropy's n", File: "cpu/cross_entropy.cc",
+		Old: "if (label == ignore_index) continue;", New: "if (label == ignore_index) { ++n; continue; }",
+		Op: "cross_entropy", Shapes: []string{"64x1000:ignore_index=-100"},
+	},
+	{
+		Name: "max subtraction missing in cross_entropy", File: "cpu/cross_entropy.cc",
+		Old: "std::exp(values[j] - row_max)", New: "std::exp(values[j])",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "one-hot added instead of subtracted in cross_entropy", File: "cpu/cross_entropy.cc",
+		Old: "values[label] -= scale;", New: "values[label] += scale;",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "add subtracts b", File: "cpu/elementwise.cc",
+		Old: "for (size_t i = 0; i < n; ++i) va[i] += vb[i];", New: "for (size_t i = 0; i < n; ++i) va[i] -= vb[i];",
+		Op: "add", Shapes: []string{"4099"},
+	},
+	{
+		Name: "add leaves the last element of a short run unwritten", File: "cpu/elementwise.cc",
+		Old: "f32_to_f16_run(va, y + first, n);", New: "f32_to_f16_run(va, y + first, n - (n < kRun ? 1 : 0));",
+		Op: "add", Shapes: []string{"4099"},
+	},
+	{
+		Name: "gelu with x² where x³ belongs", File: "cpu/elementwise.cc",
+		Old: "const float t = kGeluC * (x + kGeluK * x * x * x);", New: "const float t = kGeluC * (x + kGeluK * x * x);",
+		Op: "gelu", Shapes: []string{"4099"},
+	},
+	{
+		Name: "gelu with erf where the tanh approximation belongs", File: "cpu/elementwise.cc",
+		Old: "return 0.5f * x * (1.0f + std::tanh(t));", New: "return 0.5f * x * (1.0f + std::erf(x * 0.70710678f));",
+		Op: "gelu", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "gelu_grad with 1 − T where 1 − T² belongs", File: "cpu/elementwise.cc",
+		Old: "const float sech2 = 1.0f - T * T;", New: "const float sech2 = 1.0f - T;",
+		Op: "gelu_grad", Shapes: []string{"4099"},
+	},
+	{
+		Name: "fill leaves the last element unwritten", File: "cpu/fill.cc",
+		Old: "std::fill(y + chunk * kChunk, y + std::min(n, (chunk + 1) * kChunk), v);", New: "std::fill(y + chunk * kChunk, y + std::min(n - 1, (chunk + 1) * kChunk), v);",
+		Op: "fill", Shapes: []string{"4099"},
+	},
+	{
+		Name: "fill writes only its first chunk", File: "cpu/fill.cc",
+		Old: "cpu_pool().parallel_for((n + kChunk - 1) / kChunk, [&](size_t chunk, unsigned) {",
+		New: "cpu_pool().parallel_for(1, [&](size_t chunk, unsigned) {",
+		Op:  "fill", Shapes: []string{"1000003:value=0.1"},
+	},
+	{
+		Name: "gelu_grad without the ½ of its first term", File: "cpu/elementwise.cc",
+		Old: "return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);", New: "return dy * ((1.0f + T) + 0.5f * x * sech2 * inner);",
+		Op: "gelu_grad", Shapes: []string{"4099"},
+	},
+	{
+		Name: "layernorm's variance as E[x²], the mean not subtracted", File: "cpu/layernorm.cc",
+		Old: "const float variance = dot_of(values, values, cols) / n;", New: "const float variance = dot_of(values, values, cols) / n + m * m;",
+		Op: "layernorm", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm's eps outside the square root", File: "cpu/layernorm.cc",
+		Old: "const float s = 1.0f / std::sqrt(variance + eps);", New: "const float s = 1.0f / (std::sqrt(variance) + eps);",
+		Op: "layernorm", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm with w and b swapped", File: "cpu/layernorm.cc",
+		Old: "values[j] = values[j] * s * w[j] + b[j];", New: "values[j] = values[j] * s * b[j] + w[j];",
+		Op: "layernorm", Shapes: []string{"7x769"},
+	},
+	{
+		Name: "layernorm_grad's dx without the x̂·mean(g⊙x̂) term", File: "cpu/layernorm.cc",
+		Old: "g[j] = (g[j] - g_mean - xhat[j] * gx_mean) * rstd;", New: "g[j] = (g[j] - g_mean) * rstd;",
+		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm_grad's db overwritten instead of added into", File: "cpu/layernorm.cc",
+		Old: "std::copy(db + first, db + first + n, sum_b);", New: "std::fill(sum_b, sum_b + n, 0.0f);",
+		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm_grad's dw from dy·x where dy·x̂ belongs", File: "cpu/layernorm.cc",
+		Old: "sum_w[j] += dy_values[j] * ((x_values[j] - mean[r]) * rstd[r]);", New: "sum_w[j] += dy_values[j] * x_values[j];",
+		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "global_norm sums in f32", File: "cpu/global_norm.cc",
+		Old: "double lanes[kLanes] = {};", New: "float lanes[kLanes] = {};",
+		Op: "global_norm", Shapes: []string{"4099", "65536", "1000003"},
+	},
+	{
+		Name: "global_norm counts only NaN as non-finite", File: "cpu/global_norm.cc",
+		Old: "return (bits & 0x7f800000u) == 0x7f800000u;", New: "return (bits & 0x7fffffffu) > 0x7f800000u;",
+		Op: "global_norm", Shapes: []string{"4099"},
+	},
+	{
+		Name: "global_norm drops the last element of a chunk's tail", File: "cpu/global_norm.cc",
+		Old: "for (size_t k = 0; i < n; ++i, ++k) {", New: "for (size_t k = 0; i + 1 < n; ++i, ++k) {",
+		Op: "global_norm", Shapes: []string{"7", "4099"},
+	},
+	{
+		Name: "global_norm keeps only the last chunk's sum", File: "cpu/global_norm.cc",
+		Old: "sum += p.sumsq;", New: "sum = p.sumsq;",
+		Op: "global_norm", Shapes: []string{"1000003"},
+	},
+	{
+		Name: "adamw without the bias corrections", File: "cpu/adamw.cc",
+		Old: "s.step_size = static_cast<float>(lr / correction(beta1, t));\n  s.root2 = static_cast<float>(std::sqrt(correction(beta2, t)));",
+		New: "s.step_size = static_cast<float>(lr);\n  s.root2 = 1.0f;",
+		Op:  "adamw", Shapes: []string{"4099"},
+	},
+	{
+		Name: "adamw with L2 weight decay on the gradient (Adam) instead of decoupled decay", File: "cpu/adamw.cc",
+		Old: "const float g = grad * s.scale;\n  const float decayed = p * s.decay;",
+		New: "const float g = grad * s.scale + 0.01f * p;  // weight_decay = 0.01\n  const float decayed = p;",
+		Op:  "adamw", Shapes: []string{"4099"},
+	},
+	{
+		Name: "adamw with v where m belongs in the update", File: "cpu/adamw.cc",
+		Old: "p = decayed - s.step_size * (m / denom);", New: "p = decayed - s.step_size * (v / denom);",
+		Op: "adamw", Shapes: []string{"4099"},
+	},
+	{
+		Name: "adamw with eps inside the square root", File: "cpu/adamw.cc",
+		Old: "const float denom = std::sqrt(v) / s.root2 + s.eps;", New: "const float denom = std::sqrt(v / (s.root2 * s.root2) + s.eps);",
+		Op: "adamw", Shapes: []string{"4099", "65536:eps=1e-3,beta1=0.5,beta2=0.95,t=3"},
+	},
+	{
+		Name: "adamw with β2 for the first moment", File: "cpu/adamw.cc",
+		Old: "m = s.beta1 * m + s.keep1 * g;", New: "m = s.beta2 * m + s.keep2 * g;",
+		Op: "adamw", Shapes: []string{"4099"},
+	},
+	{
+		Name: "adamw writes param16 from the old param", File: "cpu/adamw.cc",
+		Old: "fresh[i] = step(s, p[e], grad[e], m[e], v[e]);", New: "fresh[i] = p[e];\n        step(s, p[e], grad[e], m[e], v[e]);",
+		Op: "adamw", Shapes: []string{"4099"},
+	},
+	{
+		Name: "adamw without grad_scale", File: "cpu/adamw.cc",
+		Old: "const float g = grad * s.scale;", New: "const float g = grad;",
+		Op: "adamw", Shapes: []string{"4099:t=1000,weight_decay=0.1,lr=6e-4,grad_scale=3.0517578125e-05"},
+	},
+	{
+		Name: "attention's causal mask per block of rows, not per row", File: "cpu/attention.cc",
+		Old: "const size_t n = i + 1;", New: "const size_t n = r1;",
+		Op: "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+	},
+	{
+		Name: "attention's scores scaled by 1/D where 1/√D belongs", File: "cpu/attention.cc",
+		Old: "return 1.0f / std::sqrt(static_cast<float>(D));", New: "return 1.0f / static_cast<float>(D);",
+		Op: "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention's lse without the row max", File: "cpu/attention.cc",
+		Old: "lse[(b * a.H + h) * a.T + i] = row_max + std::log(sum);", New: "lse[(b * a.H + h) * a.T + i] = std::log(sum);",
+		Op: "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention with k and v swapped", File: "cpu/attention.cc",
+		Old: "a.load(qkv, 3 * a.C, 1, b, h, r1, k);\n    a.load(qkv, 3 * a.C, 2, b, h, r1, v);",
+		New: "a.load(qkv, 3 * a.C, 2, b, h, r1, k);\n    a.load(qkv, 3 * a.C, 1, b, h, r1, v);",
+		Op:  "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention reads head 0's columns for every head", File: "cpu/attention.cc",
+		Old: "return m + (b * T + t) * width + part * C + h * D;", New: "return m + (b * T + t) * width + part * C;",
+		Op: "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's dk without the scale", File: "cpu/attention.cc",
+		Old: "for (size_t e = 0; e < size; ++e) dk[e] *= scale;", New: "",
+		Op: "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's D over half the head's columns", File: "cpu/attention.cc",
+		Old: "const float d = dot_of(gi, yv + i * D, D);", New: "const float d = dot_of(gi, yv + i * D, D - D / 2);",
+		Op: "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad without the causal mask", File: "cpu/attention.cc",
+		Old: "const size_t keys = i + 1;", New: "const size_t keys = T;",
+		Op: "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's dv from dS where P belongs", File: "cpu/attention.cc",
+		Old: "dvj[c] += p[j] * gi[c];", New: "dvj[c] += ds[j] * gi[c];",
+		Op: "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	// The f16 output rounding: the scalar conversion (the GEMMs' outputs)
+	// and the eight-lane one (the row ops'), each rounded half away from
+	// zero, which differs from ties-to-even only on exact ties, and toward
+	// zero.
+	{
+		Name: "f16 outputs rounded half away from zero (scalar conversion)", File: "core/f16.h",
+		Old: "const uint32_t normal = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;",
+		New: "const uint32_t normal = (rebiased + 0x1000u) >> 13;",
+		Op:  "gemm_grad_a", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "f16 outputs rounded toward zero (scalar conversion)", File: "core/f16.h",
+		Old: "const uint32_t normal = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;",
+		New: "const uint32_t normal = rebiased >> 13;",
+		Op:  "gemm_grad_b", Shapes: []string{"4100x40x40"},
+	},
+	{
+		Name: "f16 outputs rounded half away from zero (eight-lane conversion)", File: "cpu/convert.cc",
+		Old: "const u32x8 normal = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;",
+		New: "const u32x8 normal = (rebiased + 0x1000u) >> 13;",
+		Op:  "softmax_grad", Shapes: []string{"64x1000"},
+	},
+	{
+		Name: "f16 outputs rounded toward zero (eight-lane conversion)", File: "cpu/convert.cc",
+		Old: "const u32x8 normal = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;",
+		New: "const u32x8 normal = rebiased >> 13;",
+		Op:  "softmax", Shapes: []string{"64x1000"},
+	},
+	{
+		Name: "embedding's wpe row from p / B where p mod T belongs", File: "cpu/embedding.cc",
+		Old: "const size_t t = p % T;", New: "const size_t t = p / (N / T);",
+		Op: "embedding", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
+	{
+		Name: "embedding's token id off by one", File: "cpu/embedding.cc",
+		Old: "const uint16_t* token_row = wte + static_cast<size_t>(id) * C;", New: "const uint16_t* token_row = wte + static_cast<size_t>(id + 1) % V * C;",
+		Op: "embedding", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
+	{
+		Name: "embedding without wpe", File: "cpu/embedding.cc",
+		Old: "for (size_t i = 0; i < n; ++i) sum[i] += position[i];", New: "(void)position;",
+		Op: "embedding", Shapes: []string{"2x5x7x11"},
+	},
+	{
+		Name: "embedding_grad's dwpe summed over rows t·B + b", File: "cpu/embedding.cc",
+		Old: "accumulate(dwpe + t * C + first, dx + (b * T + t) * C + first, n);", New: "accumulate(dwpe + t * C + first, dx + (t * B + b) * C + first, n);",
+		Op: "embedding_grad", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
+	{
+		Name: "embedding_grad drops the last position from dwte", File: "cpu/embedding.cc",
+		Old: "for (size_t p = 0; p < N; ++p) {", New: "for (size_t p = 0; p + 1 < N; ++p) {",
+		Op: "embedding_grad", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
+	{
+		Name: "embedding_grad overwrites dwte instead of adding into it", File: "cpu/embedding.cc",
+		Old: "accumulate(dwte + static_cast<size_t>(id) * C + first, dx + p * C + first, n);",
+		New: "f16_to_f32_run(dx + p * C + first, dwte + static_cast<size_t>(id) * C + first, n);",
+		Op:  "embedding_grad", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
+	// linear's bias, linear_grad_w's accumulation and bias_grad's column
+	// sums.
+	{
+		Name: "linear's bias skipped when the depth is one block", File: "cpu/gemm.cc",
+		Old: "if (out.bias != nullptr) value += bias[j];\n        c16_row[j] = f32_to_f16(value);",
+		New: "if (out.bias != nullptr && !first_block) value += bias[j];\n        c16_row[j] = f32_to_f16(value);",
+		Op:  "linear", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "linear's bias added twice", File: "cpu/gemm.cc",
+		Old: "if (out.bias != nullptr) value += bias[j];\n        c16_row[j] = f32_to_f16(value);",
+		New: "if (out.bias != nullptr) value += bias[j] + bias[j];\n        c16_row[j] = f32_to_f16(value);",
+		Op:  "linear", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "linear's bias indexed by the row", File: "cpu/gemm.cc",
+		Old: "if (last_block && out.bias != nullptr) f16_to_f32_run(out.bias + col0, bias, nr);",
+		New: "if (last_block && out.bias != nullptr) f16_to_f32_run(out.bias + std::min(row0, out.cols - nr), bias, nr);",
+		Op:  "linear", Shapes: []string{"17x31x129", "64x48x80"},
+	},
+	{
+		Name: "linear_grad_w overwrites dW when it should add", File: "cpu/gemm.cc",
+		Old: "if (out.accumulate) value = c32_row[j] + value;", New: "",
+		Op: "linear_grad_w", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "linear_grad_w adds into dW when it should overwrite", File: "cpu/gemm.cc",
+		Old: "c.dim(param::accumulate) == 1);", New: "true);",
+		Op: "linear_grad_w", Shapes: []string{"17x31x129:accumulate=0"},
+	},
+	{
+		Name: "linear_grad_w with x where xᵀ belongs", File: "cpu/gemm.cc",
+		Old: "product(pool, scratch, Operand::transpose_of(x, K), Operand::row_major(dy, N), K, N, M, out);",
+		New: "product(pool, scratch, Operand::row_major(x, M), Operand::row_major(dy, N), K, N, M, out);",
+		Op:  "linear_grad_w", Shapes: []string{"33x33x33"},
+	},
+	{
+		Name: "bias_grad drops the last row", File: "cpu/bias_grad.cc",
+		Old: "for (size_t i = b0 + 1; i < b1; ++i) {", New: "for (size_t i = b0 + 1; i < std::min(b1, rows - 1); ++i) {",
+		Op: "bias_grad", Shapes: []string{"1000x64", "7x4099"},
+	},
+	{
+		Name: "bias_grad overwrites db when it should add", File: "cpu/bias_grad.cc",
+		Old: "db[j0 + j] = db[j0 + j] + total[j];", New: "db[j0 + j] = total[j];",
+		Op: "bias_grad", Shapes: []string{"1000x64"},
+	},
+	{
+		Name: "bias_grad loses the first block's sum", File: "cpu/bias_grad.cc",
+		Old: "total[j] = b0 == 0 ? block[j] : total[j] + block[j];", New: "total[j] = b0 == 0 ? 0.0f : total[j] + block[j];",
+		Op: "bias_grad", Shapes: []string{"1000x64"},
+	},
+}
+
+// CUDADefects plant the cpu suite's kinds of defect in the CUDA kernels.
+// On a Hopper GPU every GEMM whose operands are 16-byte aligned runs the
+// TMA + wgmma kernels of gemm_sm90.cu, so the defects in gemm.cu's mma.sync
+// kernels run at shapes with a row length that is not a multiple of 8 (81,
+// 47), and the Hopper kernels get defects of their own at aligned shapes.
+var CUDADefects = []Mutation{
+	{
+		Name: "output elements left unwritten", File: "cuda/gemm.cu",
+		Old: "if (row < rows) store_pair(out, row, col, cols, pairs_aligned, acc[i][j][0], acc[i][j][1]);",
+		New: "if (row < rows && (row | col) != 0) store_pair(out, row, col, cols, pairs_aligned, acc[i][j][0], acc[i][j][1]);",
+		Op:  "gemm", Shapes: []string{"64x48x81"},
+	},
+	{
+		Name: "f32 output rounded through f16", File: "cuda/gemm.cu",
+		Old: "*reinterpret_cast<float2*>(p) = make_float2(v0, v1);",
+		New: "*reinterpret_cast<float2*>(p) = make_float2(__half2float(__float2half_rn(v0)), __half2float(__float2half_rn(v1)));",
+		Op:  "gemm", Shapes: []string{"64x48x81"},
+	},
+	{
+		Name: "last k term dropped", File: "cuda/gemm.cu",
+		Old: "return vkern_gemm::product<true, false>(A, K, B, N, C, M, N, K, s);",
+		New: "return vkern_gemm::product<true, false>(A, K, B, N, C, M, N, K > 1 ? K - 1 : K, s);",
+		Op:  "gemm", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "off-by-one row", File: "cuda/gemm.cu",
+		Old: "const int64_t row = m0 + warp_m + i * 16 + (lane >> 2);",
+		New: "const int64_t row = m0 + warp_m + i * 16 + (lane >> 2) + (m0 + warp_m + i * 16 + (lane >> 2) + 9 < rows ? 1 : 0);",
+		Op:  "gemm_grad_a", Shapes: []string{"64x47x80"},
+	},
+	{
+		Name: "Hopper: each depth step's first 16-deep slice dropped", File: "cuda/gemm_sm90.cu",
+		Old: "desc_r0 + stage_off + (kk * kRStep >> 4), k > 0 || kk > 0);",
+		New: "desc_r0 + stage_off + (kk * kRStep >> 4), k > 0 || kk > 1);",
+		Op:  "gemm", Shapes: []string{"64x48x80"},
+	},
+	{
+		Name: "Hopper: the last row of an edge tile never stored", File: "cuda/gemm_sm90.cu",
+		Old: "if (r >= rows) continue;", New: "if (r >= rows - 1) continue;",
+		Op: "gemm_grad_b", Shapes: []string{"64x48x80"},
+	},
+	{
+		Name: "Hopper: R's transpose bit flipped", File: "cuda/gemm_sm90.cu",
+		Old: "wgmma<BN, kLDepth ? 0 : 1, kRDepth ? 0 : 1>(", New: "wgmma<BN, kLDepth ? 0 : 1, kRDepth ? 1 : 0>(",
+		Op: "gemm_grad_a", Shapes: []string{"64x64x64"},
+	},
+	{
+		Name: "Hopper: staged f32 epilogue reads with the wrong swizzle", File: "cuda/gemm_sm90.cu",
+		Old: "const int swz = sizeof(Out) == 2 ? (r & 7) : ((r & 3) << 1);",
+		New: "const int swz = sizeof(Out) == 2 ? (r & 7) : ((r & 1) << 1);",
+		Op:  "gemm", Shapes: []string{"256x256x64"},
+	},
+	{
+		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",
+		Old: "m = row_max<T>(m, red);", New: "m = 0.0f * row_max<T>(m, red);",
+		Op: "softmax", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "B used where Bᵀ belongs", File: "cuda/gemm.cu",
+		Old: "return vkern_gemm::product<true, true>(dC, N, B, N, dA, M, K, N, s);",
+		New: "return vkern_gemm::product<true, false>(dC, N, B, N, dA, M, K, N, s);",
+		Op:  "gemm_grad_a", Shapes: []string{"64x64x64"},
+	},
+	{
+		Name: "A used where Aᵀ belongs", File: "cuda/gemm.cu",
+		Old: "return vkern_gemm::product<false, false>(A, K, dC, N, dB, K, N, M, s);",
+		New: "return vkern_gemm::product<true, false>(A, K, dC, N, dB, K, N, M, s);",
+		Op:  "gemm_grad_b", Shapes: []string{"64x64x64"},
+	},
+	{
+		Name: "mean scale missing in cross_entropy", File: "cuda/cross_entropy.cu",
+		Old: "return static_cast<float>(grad_scale / n);", New: "return 1.0f;",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "off-by-one label in cross_entropy's gradient", File: "cuda/cross_entropy.cu",
+		Old: "const int mine = RowSlice<T, E, VW>::slot(label, t);", New: "const int mine = RowSlice<T, E, VW>::slot(label + 1, t);",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "ignore_index not honoured in cross_entropy", File: "cuda/cross_entropy.cu",
+		Old: "if (label == ignore) return kIgnored;", New: "if (false) return kIgnored;",
+		Op: "cross_entropy", Shapes: []string{"12x300:ignore_index=0"},
+	},
+	{
+		Name: "ignored rows counted in cross_entropy's n", File: "cuda/cross_entropy.cu",
+		Old: "counted += VK_LDG(labels + r) != ignore ? 1u : 0u;", New: "counted += 1u;",
+		Op: "cross_entropy", Shapes: []string{"64x1000:ignore_index=-100"},
+	},
+	{
+		Name: "max subtraction missing in cross_entropy", File: "cuda/cross_entropy.cu",
+		Old: "m = row_max<T>(m, red);", New: "m = 0.0f * row_max<T>(m, red);",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "one-hot added instead of subtracted in cross_entropy", File: "cuda/cross_entropy.cu",
+		Old: "return e * q - (idx == mine ? c : 0.0f);", New: "return e * q + (idx == mine ? c : 0.0f);",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "add subtracts b", File: "cuda/elementwise.cu",
+		Old: "__device__ float operator()(float a, float b) const { return a + b; }",
+		New: "__device__ float operator()(float a, float b) const { return a - b; }",
+		Op:  "add", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "add's vector path skips the last 16 bytes", File: "cuda/elementwise.cu",
+		Old: "for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n8; i += int64_t{gridDim.x} * kThreads) {",
+		New: "for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n8 - 1; i += int64_t{gridDim.x} * kThreads) {",
+		Op:  "add", Shapes: []string{"65536"},
+	},
+	{
+		Name: "gelu with x² where x³ belongs", File: "cuda/elementwise.cu",
+		Old: "const float t = kGeluC * (x + kGeluK * x * x * x);", New: "const float t = kGeluC * (x + kGeluK * x * x);",
+		Op: "gelu", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "gelu with erf where the tanh approximation belongs", File: "cuda/elementwise.cu",
+		Old: "return 0.5f * x * (1.0f + tanhf(t));", New: "return 0.5f * x * (1.0f + erff(x * 0.70710678f));",
+		Op: "gelu", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "gelu_grad with 1 − T where 1 − T² belongs", File: "cuda/elementwise.cu",
+		Old: "const float sech2 = 1.0f - T * T;", New: "const float sech2 = 1.0f - T;",
+		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "fill of zero clears half the bytes", File: "cuda/fill.cu",
+		Old: "return cudaMemsetAsync(y, 0, sizeof(float) * n, s);", New: "return cudaMemsetAsync(y, 0, sizeof(float) * n / 2, s);",
+		Op: "fill", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "fill of a value rounds it to f16", File: "cuda/fill.cu",
+		Old: "y[i] = v;", New: "y[i] = __half2float(__float2half_rn(v));",
+		Op: "fill", Shapes: []string{"1000003:value=0.1"},
+	},
+	{
+		Name: "gelu_grad without the ½ of its first term", File: "cuda/elementwise.cu",
+		Old: "return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);", New: "return dy * ((1.0f + T) + 0.5f * x * sech2 * inner);",
+		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "layernorm's variance as E[x²], the mean not subtracted", File: "cuda/layernorm.cu",
+		Old: "squares += column_of<T, VW>(i, t) < C ? d * d : 0.0f;",
+		New: "squares += column_of<T, VW>(i, t) < C ? element(x.w, i) * element(x.w, i) : 0.0f;",
+		Op:  "layernorm", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm's eps outside the square root", File: "cuda/layernorm.cu",
+		Old: "const float s = rsqrtf(row_sum<T>(squares, red) / n + eps);",
+		New: "const float s = 1.0f / (sqrtf(row_sum<T>(squares, red) / n) + eps);",
+		Op:  "layernorm", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm's bias read from the weight", File: "cuda/layernorm.cu",
+		Old: "b.load(B, C, t, 0u);", New: "b.load(W, C, t, 0u);",
+		Op: "layernorm", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm_grad's dx without the x̂·mean(g⊙x̂) term", File: "cuda/layernorm.cu",
+		Old: "return (element(w.w, i) * element(dy.w, i) - a - xh * c) * s;",
+		New: "return (element(w.w, i) * element(dy.w, i) - a) * s;",
+		Op:  "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm_grad's db overwritten instead of added into", File: "cuda/layernorm.cu",
+		Old: "float w = dw[j], b = db[j];", New: "float w = dw[j], b = 0.0f;",
+		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm_grad's dw from the last warp of each block only", File: "cuda/layernorm.cu",
+		Old: "combined[col] = k == 0 ? sum_w[i] : combined[col] + sum_w[i];", New: "combined[col] = sum_w[i];",
+		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "global_norm counts only NaN as non-finite", File: "cuda/global_norm.cu",
+		Old: "count += (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u ? 1ull : 0ull;", New: "count += x != x ? 1ull : 0ull;",
+		Op: "global_norm", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "global_norm's finish skips the last tile", File: "cuda/global_norm.cu",
+		Old: "batch[b] = i < tiles ? parts[i] : Part{0.0, 0ull};", New: "batch[b] = i < tiles - 1 ? parts[i] : Part{0.0, 0ull};",
+		Op: "global_norm", Shapes: []string{"4099", "65536", "1000003"},
+	},
+	{
+		Name: "global_norm drops the last element of a partial tile", File: "cuda/global_norm.cu",
+		Old: "if (at < size) take(VK_LDG(tile + at), lane[c], count);", New: "if (at < size - 1) take(VK_LDG(tile + at), lane[c], count);",
+		Op: "global_norm", Shapes: []string{"7", "4099"},
+	},
+	{
+		Name: "global_norm's vector loads with a warp's stride for a block's", File: "cuda/global_norm.cu",
+		Old: "x[u] = VK_LDG(tile4 + u * kThreads);", New: "x[u] = VK_LDG(tile4 + u * 32);",
+		Op: "global_norm", Shapes: []string{"65536"},
+	},
+	{
+		Name: "adamw without the bias corrections", File: "cuda/adamw.cu",
+		Old: "s.step_size = static_cast<float>(lr / correction(beta1, t));\n  s.root2 = static_cast<float>(std::sqrt(correction(beta2, t)));",
+		New: "s.step_size = static_cast<float>(lr);\n  s.root2 = 1.0f;",
+		Op:  "adamw", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "adamw with L2 weight decay on the gradient (Adam) instead of decoupled decay", File: "cuda/adamw.cu",
+		Old: "const float g = grad * s.scale;\n  const float decayed = p * s.decay;",
+		New: "const float g = grad * s.scale + 0.01f * p;  // weight_decay = 0.01\n  const float decayed = p;",
+		Op:  "adamw", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "adamw with v where m belongs in the update", File: "cuda/adamw.cu",
+		Old: "p = decayed - s.step_size * (m / denom);", New: "p = decayed - s.step_size * (v / denom);",
+		Op: "adamw", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "adamw with eps inside the square root", File: "cuda/adamw.cu",
+		Old: "const float denom = sqrtf(v) / s.root2 + s.eps;", New: "const float denom = sqrtf(v / (s.root2 * s.root2) + s.eps);",
+		Op: "adamw", Shapes: []string{"4099", "65536:eps=1e-3,beta1=0.5,beta2=0.95,t=3"},
+	},
+	{
+		Name: "adamw with β2 for the first moment", File: "cuda/adamw.cu",
+		Old: "m = s.beta1 * m + s.keep1 * g;", New: "m = s.beta2 * m + s.keep2 * g;",
+		Op: "adamw", Shapes: []string{"4099", "65536"},
+	},
+	{
+		Name: "adamw's vector path writes param16 from the old param", File: "cuda/adamw.cu",
+		Old: "p16[i] = make_uint2(pack2(x, y), pack2(z, w));", New: "p16[i] = make_uint2(pack2(p[i].x, p[i].y), pack2(p[i].z, p[i].w));",
+		Op: "adamw", Shapes: []string{"65536"},
+	},
+	{
+		Name: "adamw without grad_scale", File: "cuda/adamw.cu",
+		Old: "const float g = grad * s.scale;", New: "const float g = grad;",
+		Op: "adamw", Shapes: []string{"4099:t=1000,weight_decay=0.1,lr=6e-4,grad_scale=3.0517578125e-05"},
+	},
+	{
+		Name: "adamw leaves the elements after the last whole vector unwritten", File: "cuda/adamw.cu",
+		Old: "if (done == n) return cudaSuccess;", New: "if (done == n || done > 0) return cudaSuccess;",
+		Op: "adamw", Shapes: []string{"4099"},
+	},
+	// The f16 output rounding, toward zero and half away from zero: in the
+	// Hopper GEMM epilogue (the staged path of interior tiles, and the
+	// element path of edge tiles) and in the row ops' store (pack, used by
+	// every softmax and softmax_grad path).
+	// attention: the quick shapes run the tensor-core kernels on the
+	// finite distributions and the exact row kernels on special.
+	{
+		Name: "attention without the causal mask (tensor cores)", File: "cuda/attention.cu",
+		Old: "s[n][e] = diagonal && key > row[e / 2] ? vkern_rows::neg_inf() : s[n][e] * scale2;",
+		New: "s[n][e] = s[n][e] * scale2;",
+		Op:  "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+	},
+	{
+		Name: "attention's lse without the row max (tensor cores)", File: "cuda/attention.cu",
+		Old: "if (t == 0) lse[bh * a.T + row[r]] = (m[r] + log2f(l[r])) * kLn2;",
+		New: "if (t == 0) lse[bh * a.T + row[r]] = log2f(l[r]) * kLn2;",
+		Op:  "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention's scores scaled by 1/D where 1/√D belongs", File: "cuda/attention.cu",
+		Old: "const float scale2 = static_cast<float>(kLog2eDouble / std::sqrt(static_cast<double>(a.D)));",
+		New: "const float scale2 = static_cast<float>(kLog2eDouble / static_cast<double>(a.D));",
+		Op:  "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention's P rounded to f16 once (the low half dropped)", File: "cuda/attention.cu",
+		Old: "out[n][e] += scaled<kShift>(sum_hi[e] + sum_lo[e] * (1.0f / 2048.0f), shift[e / 2]);",
+		New: "out[n][e] += scaled<kShift>(sum_hi[e], shift[e / 2]);",
+		Op:  "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+	},
+	{
+		Name: "attention's exact rows see the keys after them", File: "cuda/attention.cu",
+		Old: "for (int64_t j = 0; j <= i; ++j) {\n        const float p = exp2f(head_dot(q, k + j * width, a.D, lane) * scale2 - m);",
+		New: "for (int64_t j = 0; j < a.T; ++j) {\n        const float p = exp2f(head_dot(q, k + j * width, a.D, lane) * scale2 - m);",
+		Op:  "attention", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's dk without the scale (tensor cores)", File: "cuda/attention.cu",
+		Old: "out[a.C + c] = __float2half_rn(dk[n][2 * r + e] * scale);",
+		New: "out[a.C + c] = __float2half_rn(dk[n][2 * r + e]);",
+		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's D from head 0's y", File: "cuda/attention.cu",
+		Old: "const __half* v = y + row * a.C + h * a.D;",
+		New: "const __half* v = y + row * a.C;",
+		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's dk never scaled back from the split (tensor cores)", File: "cuda/attention.cu",
+		Old: "product_split<DP, true>(hi, lo, qs, lane, shift, dk);",
+		New: "product_split<DP, false>(hi, lo, qs, lane, shift, dk);",
+		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "attention_grad's dq without the causal mask (tensor cores)", File: "cuda/attention.cu",
+		Old: "p[n][e] = diagonal && j > row[e / 2] ? 0.0f : exp2f(p[n][e] * scale2 - lse2[e / 2]);",
+		New: "p[n][e] = exp2f(p[n][e] * scale2 - lse2[e / 2]);",
+		Op:  "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+	},
+	{
+		Name: "attention_grad's exact dv from dS where P belongs", File: "cuda/attention.cu",
+		Old: "dv[e] += p * __half2float(gi[c]);",
+		New: "dv[e] += ds * __half2float(gi[c]);",
+		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
+	},
+	{
+		Name: "Hopper: staged f16 epilogue rounds toward zero", File: "cuda/gemm_sm90.cu",
+		Old: "__floats2half2_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);",
+		New: "__halves2half2(__float2half_rz(acc[4 * j + 2 * h]), __float2half_rz(acc[4 * j + 2 * h + 1]));",
+		Op:  "gemm_grad_a", Shapes: []string{"256x256x256", "256x4096x256"},
+	},
+	{
+		Name: "Hopper: staged f16 epilogue rounds half away from zero", File: "cuda/gemm_sm90.cu",
+		Old: "__floats2half2_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);",
+		New: "[](float a, float b) { " + halfAwayLambda + " return __halves2half2(away(a), away(b)); }(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);",
+		Op:  "gemm_grad_a", Shapes: []string{"256x256x256", "256x4096x256"},
+	},
+	{
+		Name: "Hopper: edge-tile f16 stores round toward zero", File: "cuda/gemm_sm90.cu",
+		Old: "__device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }",
+		New: "__device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rz(v); }",
+		Op:  "gemm_grad_b", Shapes: []string{"64x48x80", "4096x48x80"},
+	},
+	{
+		Name: "f16 row stores round toward zero", File: "cuda/rows.cuh",
+		Old: "return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |\n         static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16;",
+		New: "return static_cast<uint32_t>(__half_as_ushort(__float2half_rz(lo))) |\n         static_cast<uint32_t>(__half_as_ushort(__float2half_rz(hi))) << 16;",
+		Op:  "softmax", Shapes: []string{"64x1000", "7x4099"},
+	},
+	{
+		Name: "f16 row stores round half away from zero", File: "cuda/rows.cuh",
+		Old: "return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |\n         static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16;",
+		New: halfAwayLambda + "\n  return static_cast<uint32_t>(__half_as_ushort(away(lo))) |\n         static_cast<uint32_t>(__half_as_ushort(away(hi))) << 16;",
+		Op:  "softmax_grad", Shapes: []string{"64x1000", "7x4099"},
+	},
+	{
+		Name: "embedding's wpe row from p / B where p mod T belongs", File: "cuda/embedding.cu",
+		Old: "const int64_t t = p % T;", New: "const int64_t t = p / (N / T);",
+		Op: "embedding", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
+	{
+		Name: "embedding's vector path without wpe in its first two channels", File: "cuda/embedding.cu",
+		Old: "r.x = pack(a.value(0) + b.value(0), a.value(1) + b.value(1));", New: "r.x = pack(a.value(0), a.value(1));",
+		Op: "embedding", Shapes: []string{"4x64x64x256"},
+	},
+	{
+		Name: "embedding_grad's dwpe summed over rows t·B + b", File: "cuda/embedding.cu",
+		Old: "if (b0 + k < B) rows[k].load(dx + ((b0 + k) * T + t) * C + ch);", New: "if (b0 + k < B) rows[k].load(dx + (t * B + b0 + k) * C + ch);",
+		Op: "embedding_grad", Shapes: []string{"2x5x7x11", "4x64x64x256"},
+	},
+	{
+		Name: "embedding_grad drops the last segment of a run that crosses segments", File: "cuda/embedding.cu",
+		Old: "const int64_t last_segment = (a - 1) / kSegment;", New: "const int64_t last_segment = (a - 1) / kSegment - 1;",
+		Op: "embedding_grad", Shapes: []string{"4x64x64x256", "8x512x64x3"},
+	},
+	{
+		Name: "embedding_grad overwrites dwte where a run crosses segments", File: "cuda/embedding.cu",
+		Old: "load_f32<VW>(row, acc);", New: "for (int i = 0; i < VW; ++i) acc[i] = 0.0f;",
+		Op: "embedding_grad", Shapes: []string{"4x64x64x256", "8x512x64x3"},
+	},
+	// linear's bias and linear_grad_w's accumulation (epilogue.cuh, applied
+	// in each GEMM kernel's registers), and bias_grad's two kernels. The
+	// shapes with a row length of 47 run the mma.sync kernels on a Hopper
+	// GPU, the others the wgmma ones.
+	{
+		Name: "linear's bias indexed by the row", File: "cuda/epilogue.cuh",
+		Old: "VK_LDG(reinterpret_cast<const unsigned short*>(bias) + col)",
+		New: "VK_LDG(reinterpret_cast<const unsigned short*>(bias) + row % cols)",
+		Op:  "linear", Shapes: []string{"64x48x80", "64x47x80"},
+	},
+	{
+		Name: "linear's bias added twice (mma.sync)", File: "cuda/gemm.cu",
+		Old: "if (r < rows && c < cols) acc[i][j][e] = epi.apply(acc[i][j][e], out, r, c, cols);",
+		New: "if (r < rows && c < cols) acc[i][j][e] = epi.apply(epi.apply(acc[i][j][e], out, r, c, cols), out, r, c, cols);",
+		Op:  "linear", Shapes: []string{"64x47x80"},
+	},
+	{
+		Name: "Hopper: the epilogue skipped on edge tiles", File: "cuda/gemm_sm90.cu",
+		Old: "if (r < rows && c < cols) acc[4 * j + e] = epi.apply(acc[4 * j + e], out, r, c, cols);",
+		New: "if (r < rows && c < cols && m0 + BM <= rows) acc[4 * j + e] = epi.apply(acc[4 * j + e], out, r, c, cols);",
+		Op:  "linear", Shapes: []string{"64x48x80"},
+	},
+	{
+		Name: "linear_grad_w overwrites dW when it should add", File: "cuda/epilogue.cuh",
+		Old: "      v = out[row * cols + col] + v;\n", New: "",
+		Op: "linear_grad_w", Shapes: []string{"64x48x80", "64x47x80"},
+	},
+	{
+		Name: "linear_grad_w adds into dW when it should overwrite", File: "cuda/gemm.cu",
+		Old: "c.params[param::accumulate] == 1,", New: "true,",
+		Op: "linear_grad_w", Shapes: []string{"64x48x80:accumulate=0"},
+	},
+	{
+		Name: "Hopper: dW's old values read with the fragment's row and column halves swapped", File: "cuda/gemm_sm90.cu",
+		Old: "const int64_t r = row + 8 * (e >> 1), c = col + 8 * j + (e & 1);",
+		New: "const int64_t r = row + 8 * (e & 1), c = col + 8 * j + (e & 1);",
+		Op:  "linear_grad_w", Shapes: []string{"64x48x80"},
+	},
+	{
+		Name: "bias_grad drops the last row of each block", File: "cuda/bias_grad.cu",
+		Old: "for (int r = 1; r < n; ++r) {", New: "for (int r = 1; r + 1 < n; ++r) {",
+		Op: "bias_grad", Shapes: []string{"1000x64"},
+	},
+	{
+		Name: "bias_grad walks along the row instead of down the column", File: "cuda/bias_grad.cu",
+		Old: "w = VK_LDG(p + r * stride);", New: "w = VK_LDG(p + r);",
+		Op: "bias_grad", Shapes: []string{"1000x64"},
+	},
+	{
+		Name: "bias_grad overwrites db when it should add", File: "cuda/bias_grad.cu",
+		Old: "db[j] = db[j] + total;", New: "db[j] = total;",
+		Op: "bias_grad", Shapes: []string{"1000x64"},
+	},
+	{
+		Name: "bias_grad loses the last strand's partial sums", File: "cuda/bias_grad.cu",
+		Old: "for (int k = 1; k < kStrands; ++k) total += strand_sums[k][tx];",
+		New: "for (int k = 1; k + 1 < kStrands; ++k) total += strand_sums[k][tx];",
+		Op:  "bias_grad", Shapes: []string{"4100x40"},
+	},
+}
+
+// halfAwayLambda defines away(v): v rounded to f16 to nearest with ties away
+// from zero, which CUDA has no intrinsic for: the value toward zero, or the
+// next one away when v is at least halfway to it.
+const halfAwayLambda = "auto away = [](float v) { const __half t = __float2half_rz(v); " +
+	"const __half u = __ushort_as_half(static_cast<unsigned short>(__half_as_ushort(t) + 1)); " +
+	"return fabsf(v) - fabsf(__half2float(t)) >= fabsf(__half2float(u)) - fabsf(v) ? u : t; };"
+
+// Plant returns the source edit that applies m (for vkern.Options'
+// EditSources), failing when its snippet does not occur exactly once.
+func (m Mutation) Plant() func(files map[string][]byte) error {
+	return func(files map[string][]byte) error {
+		src, ok := files[m.File]
+		if !ok {
+			return fmt.Errorf("planted defect %q: no source file %s", m.Name, m.File)
+		}
+		if n := bytes.Count(src, []byte(m.Old)); n != 1 {
+			return fmt.Errorf("planted defect %q: %q occurs %d times in %s, want once; update the snippet to the current kernel", m.Name, m.Old, n, m.File)
+		}
+		files[m.File] = bytes.Replace(src, []byte(m.Old), []byte(m.New), 1)
+		return nil
+	}
+}
