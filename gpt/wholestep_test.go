@@ -6,10 +6,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/kerneltest"
+	"github.com/vkern/vkern/toolchain"
 )
 
 // The whole-step check (TRAINING.md, level 2): the loss and every
@@ -53,7 +55,7 @@ func l2(a, b []float32) float64 {
 	return math.Sqrt(s)
 }
 
-// wholeStep takes one real training step of nano on dev (two micro-batches
+// wholeStep takes one real training step of cfg on dev (two micro-batches
 // of b sequences, accumulated) and compares its loss, every gradient, the
 // gradient norm and every parameter after the update with the
 // reference's. The parameters are GPT-2's initialisation with the biases
@@ -61,11 +63,11 @@ func l2(a, b []float32) float64 {
 // defect that only touches them shows; the gradient accumulators hold
 // garbage before the step, as they do after one, so that clearing them
 // matters.
-func wholeStep(t *testing.T, dev *vkern.Device, b int) (stepCheck, error) {
+func wholeStep(t *testing.T, dev *vkern.Device, cfg Config, b int) (stepCheck, error) {
 	t.Helper()
 	ctx := context.Background()
 	const k = 2
-	m, err := New(ctx, dev, Nano, b, k)
+	m, err := New(ctx, dev, cfg, b, k)
 	if err != nil {
 		return stepCheck{}, err
 	}
@@ -93,7 +95,7 @@ func wholeStep(t *testing.T, dev *vkern.Device, b int) (stepCheck, error) {
 	var inputs, targets [][]int32
 	c := goCorpus(t)
 	for j := 0; j < k; j++ {
-		in, tg := c.Batch(3, int64(j), b, Nano.T)
+		in, tg := c.Batch(3, int64(j), b, cfg.T)
 		inputs, targets = append(inputs, in), append(targets, tg)
 	}
 	h := DefaultHyper(10)
@@ -120,7 +122,7 @@ func wholeStep(t *testing.T, dev *vkern.Device, b int) (stepCheck, error) {
 		return stepCheck{}, err
 	}
 	reference := func(perturb uint64) *ReferenceResult {
-		r, err := Reference(ctx, Nano, b, before, m1, m2, inputs, targets, h, st, arith, perturb)
+		r, err := Reference(ctx, cfg, b, before, m1, m2, inputs, targets, h, st, arith, perturb)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +194,7 @@ func wholeStep(t *testing.T, dev *vkern.Device, b int) (stepCheck, error) {
 
 func TestAStepMatchesTheFloat64Model(t *testing.T) {
 	dev := openCPU(t, vkern.Options{})
-	got, err := wholeStep(t, dev, 2)
+	got, err := wholeStep(t, dev, Nano, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +295,7 @@ func TestPlantedDefectsFailTheWholeStep(t *testing.T) {
 		t.Run(m.Op+": "+m.Name, func(t *testing.T) {
 			t.Parallel()
 			dev := openCPU(t, vkern.Options{EditSources: m.Plant(), QuickBuild: true})
-			got, err := wholeStep(t, dev, 2)
+			got, err := wholeStep(t, dev, Nano, 2)
 			switch {
 			case err != nil:
 				t.Logf("the step failed: %v", err)
@@ -329,4 +331,28 @@ func newModelProgramOps() []string {
 		}
 	}
 	return names
+}
+
+// TestAStepOnCUDAMatchesTheFloat64Model is the whole-step check of char on
+// the cuda backend (TRAINING.md: char on a GPU); it skips where there is
+// no CUDA device.
+func TestAStepOnCUDAMatchesTheFloat64Model(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if _, err := toolchain.Detect(ctx, "cuda"); err != nil {
+		t.Skipf("no CUDA device: %v", err)
+	}
+	dev, err := vkern.Open(ctx, vkern.Options{Backend: "cuda", CacheDir: testCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	got, err := wholeStep(t, dev, Char, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("char, 2 micro-batches of B = 2, on the cuda backend: %s", got)
+	if len(got.failures) > 0 || got.worstName == "" {
+		t.Fatalf("the step's results are outside the derived tolerance: %s", got)
+	}
 }
