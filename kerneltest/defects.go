@@ -94,17 +94,17 @@ var CPUDefects = []Mutation{
 	},
 	{
 		Name: "gelu with x² where x³ belongs", File: "cpu/elementwise.cc",
-		Old: "const float t = kGeluC * (x + kGeluK * x * x * x);", New: "const float t = kGeluC * (x + kGeluK * x * x);",
+		Old: "t[i] = kGeluC * (v[i] + kGeluK * v[i] * v[i] * v[i]);", New: "t[i] = kGeluC * (v[i] + kGeluK * v[i] * v[i]);",
 		Op: "gelu", Shapes: []string{"4099"},
 	},
 	{
 		Name: "gelu with erf where the tanh approximation belongs", File: "cpu/elementwise.cc",
-		Old: "return 0.5f * x * (1.0f + std::tanh(t));", New: "return 0.5f * x * (1.0f + std::erf(x * 0.70710678f));",
+		Old: "v[i] = 0.5f * v[i] * (1.0f + t[i]);", New: "v[i] = 0.5f * v[i] * (1.0f + std::erf(v[i] * 0.70710678f));",
 		Op: "gelu", Shapes: []string{"4099", "65536"},
 	},
 	{
 		Name: "gelu_grad with 1 − T where 1 − T² belongs", File: "cpu/elementwise.cc",
-		Old: "const float sech2 = 1.0f - T * T;", New: "const float sech2 = 1.0f - T;",
+		Old: "const float sech2 = 1.0f - T[i] * T[i];", New: "const float sech2 = 1.0f - T[i];",
 		Op: "gelu_grad", Shapes: []string{"4099"},
 	},
 	{
@@ -120,7 +120,7 @@ var CPUDefects = []Mutation{
 	},
 	{
 		Name: "gelu_grad without the ½ of its first term", File: "cpu/elementwise.cc",
-		Old: "return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);", New: "return dy * ((1.0f + T) + 0.5f * x * sech2 * inner);",
+		Old: "x[i] = dy[i] * (0.5f * (1.0f + T[i]) + 0.5f * x[i] * sech2 * inner);", New: "x[i] = dy[i] * ((1.0f + T[i]) + 0.5f * x[i] * sech2 * inner);",
 		Op: "gelu_grad", Shapes: []string{"4099"},
 	},
 	{
@@ -481,7 +481,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "gelu with x² where x³ belongs", File: "cuda/elementwise.cu",
-		Old: "const float t = kGeluC * (x + kGeluK * x * x * x);", New: "const float t = kGeluC * (x + kGeluK * x * x);",
+		Old: "t[i] = kGeluC * (v[i] + kGeluK * v[i] * v[i] * v[i]);", New: "t[i] = kGeluC * (v[i] + kGeluK * v[i] * v[i]);",
 		Op: "gelu", Shapes: []string{"4099", "65536"},
 	},
 	{
@@ -491,7 +491,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "gelu_grad with 1 − T where 1 − T² belongs", File: "cuda/elementwise.cu",
-		Old: "const float sech2 = 1.0f - T * T;", New: "const float sech2 = 1.0f - T;",
+		Old: "const float sech2 = 1.0f - T[i] * T[i];", New: "const float sech2 = 1.0f - T[i];",
 		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
 	},
 	{
@@ -506,7 +506,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "gelu_grad without the ½ of its first term", File: "cuda/elementwise.cu",
-		Old: "return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);", New: "return dy * ((1.0f + T) + 0.5f * x * sech2 * inner);",
+		Old: "x[i] = dy[i] * (0.5f * (1.0f + T[i]) + 0.5f * x[i] * sech2 * inner);", New: "x[i] = dy[i] * ((1.0f + T[i]) + 0.5f * x[i] * sech2 * inner);",
 		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
 	},
 	{

@@ -98,6 +98,8 @@ var extraChecks = map[string]func(t *testing.T, dev verify.Device){
 	"layernorm_grad": layerNormGradChecks,
 	"embedding":      embeddingChecks,
 	"embedding_grad": embeddingGradChecks,
+	"gelu":           func(t *testing.T, dev verify.Device) { everyHalfChecks(t, dev, op.GELU) },
+	"gelu_grad":      func(t *testing.T, dev verify.Device) { everyHalfChecks(t, dev, op.GELUGrad) },
 }
 
 // All checks every registered op on dev: Op at its quick and extra shapes,
@@ -230,6 +232,73 @@ func layerNormGradChecks(t *testing.T, dev verify.Device) {
 	for i, p := range o.Operands {
 		if p.Writes() && !bytes.Equal(first[i], second[i]) {
 			t.Errorf("layernorm_grad %s: %s differs between two runs on the same inputs; its sums must not depend on the order work finishes in", s, p.Name)
+		}
+	}
+}
+
+// everyHalfChecks runs an elementwise op on every f16 value of x at once
+// (NaNs and infinities included), with dy = 1 where the op has a dy (so
+// dx is the derivative itself) and then with dy drawn from a normal
+// distribution, and checks each result under its bound: the kernels'
+// transcendentals are approximations of their own, and this is every
+// argument they can meet.
+func everyHalfChecks(t *testing.T, dev verify.Device, o *op.Op) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := o.ParseShape("65536")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arith := Options(t, dev).Arithmetic
+	random, err := oracle.Generate(o, s, oracle.Normal, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dy := range []string{"1", "normal"} {
+		inputs := make([]oracle.Input, len(o.Inputs()))
+		for i, p := range o.Inputs() {
+			v := make([]uint16, 65536)
+			for j := range v {
+				switch {
+				case p.Name == "x" && uint16(j)|0x0200 == 0xffff:
+					// The two NaNs whose quieted bits are the poison
+					// pattern would read as never written: another NaN.
+					v[j] = 0xfe00
+				case p.Name == "x":
+					v[j] = uint16(j)
+				case dy == "1":
+					v[j] = 0x3c00
+				default:
+					v[j] = random[i].F16[j]
+				}
+			}
+			inputs[i] = oracle.Input{F16: v}
+		}
+		var buffers, outs [][]byte
+		for _, p := range o.Operands {
+			if p.Role == op.Out {
+				b := make([]byte, s.Elements(p)*int64(p.DType.Size()))
+				verify.Poison(p.DType, b)
+				buffers = append(buffers, b)
+				outs = append(outs, b)
+				continue
+			}
+			buffers = append(buffers, operandBytes(inputs[len(buffers)-len(outs)]))
+		}
+		if _, err := dev.RunOp(ctx, o, s, buffers); err != nil {
+			t.Fatal(err)
+		}
+		got, err := verify.Check(ctx, o, s, inputs, outs, arith, verify.CheckOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := got.Stats
+		if st.Checked != st.Elements || st.Wrong > 0 || st.Unwritten > 0 {
+			t.Errorf("%s on every f16 x (dy %s): %d of %d checked, %d wrong, %d unwritten; worst %.3g of the bound; %s",
+				o.Name, dy, st.Checked, st.Elements, st.Wrong, st.Unwritten, st.MaxErrorOverBound, st.FirstWrong)
+		}
+		if o.Name == "gelu" {
+			break // no dy
 		}
 	}
 }

@@ -7,11 +7,11 @@
 //
 //   attention       s_j = α·(q_i·k_j)          dot products in softmax.cc's fixed order
 //                   m   = max_j s_j             (NaN skipped, as softmax.cc)
-//                   e_j = expf(s_j − m),  S = Σ_j e_j
+//                   e_j = exp(s_j − m),  S = Σ_j e_j
 //                   y_i = f16(Σ_j e_j·v_j / S)  the sum over j in ascending order, one division
 //                   lse = m + logf(S)           f32, at (b·H + h)·T + i
 //
-//   attention_grad  P_ij  = expf(α·(q_i·k_j) − lse_i)
+//   attention_grad  P_ij  = exp(α·(q_i·k_j) − lse_i)
 //                   D_i   = dy_i·y_i
 //                   dS_ij = P_ij·(dy_i·v_j − D_i)
 //                   dv_j  = Σ_i≥j P_ij·dy_i,  dq_i = α·Σ_j≤i dS_ij·k_j,  dk_j = α·Σ_i≥j dS_ij·q_i
@@ -31,8 +31,10 @@
 // j > i are never read for row i. Every binary32 operation rounds once; GCC
 // may fuse a multiply and an add, which the oracle's bounds allow.
 //
-// The row helpers (max_of, sum_of, dot_of) are softmax.cc's; main.cc
-// includes that file before the op files.
+// exp is vmath.cc's exp_run (within 2⁻²³ relatively, where the oracle
+// allows 2 ulps); log is logf, once a row. The row helpers (max_of, sum_of,
+// dot_of) are softmax.cc's; main.cc includes both files before the op
+// files.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -85,7 +87,8 @@ void attention_rows(const AttentionHeads& a, const uint16_t* qkv, uint16_t* y, f
     f16_to_f32_run(a.row(qkv, 3 * a.C, 0, b, i, h), q, D);
     for (size_t j = 0; j < n; ++j) scores[j] = dot_of(q, k + j * D, D) * scale;
     const float row_max = max_of(scores, n);
-    for (size_t j = 0; j < n; ++j) scores[j] = std::exp(scores[j] - row_max);
+    for (size_t j = 0; j < n; ++j) scores[j] -= row_max;
+    exp_run(scores, n);
     const float sum = sum_of(scores, n);
     std::fill(acc, acc + D, 0.0f);
     for (size_t j = 0; j < n; ++j) {
@@ -119,10 +122,9 @@ void attention_grad_head(const AttentionHeads& a, const uint16_t* dy, const uint
     const float* gi = g + i * D;
     const float d = dot_of(gi, yv + i * D, D);
     const size_t keys = i + 1;
-    for (size_t j = 0; j < keys; ++j) {
-      p[j] = std::exp(dot_of(qi, k + j * D, D) * scale - head_lse[i]);
-      ds[j] = p[j] * (dot_of(gi, v + j * D, D) - d);
-    }
+    for (size_t j = 0; j < keys; ++j) p[j] = dot_of(qi, k + j * D, D) * scale - head_lse[i];
+    exp_run(p, keys);
+    for (size_t j = 0; j < keys; ++j) ds[j] = p[j] * (dot_of(gi, v + j * D, D) - d);
     std::fill(dq, dq + D, 0.0f);
     for (size_t j = 0; j < keys; ++j) {
       const float* kj = k + j * D;

@@ -14,6 +14,7 @@
 #include "core/server.cc"
 #include "cpu/device.cc"
 #include "cpu/convert.cc"
+#include "cpu/vmath.cc"
 #include "cpu/gemm.cc"
 #include "cpu/softmax.cc"
 #include "cpu/cross_entropy.cc"

@@ -1,0 +1,72 @@
+package kernels
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestVectorMathAccuracy holds cpu/vmath.cc to the accuracy its comment
+// states, which the oracles' bounds are built on: exp_run within 2⁻²³ of
+// e^x relatively (an ulp where e^x is subnormal), tanh_run within 1.5·2⁻²³,
+// and every special value right. It checks every 13th binary32 bit pattern
+// (all exponents, 330 million arguments); VKERN_EXHAUSTIVE=1 checks all
+// 2³² (about a minute on two cores).
+func TestVectorMathAccuracy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles and runs a C++ program")
+	}
+	cxx, err := exec.LookPath("g++")
+	if err != nil {
+		if cxx, err = exec.LookPath("clang++"); err != nil {
+			t.Skip("no C++ compiler (g++ or clang++) on PATH")
+		}
+	}
+	files, _, err := Sources("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "cpu"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpu", "vmath.cc"), files["cpu/vmath.cc"], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "vmath_check")
+	build := exec.Command(cxx, "-std=c++17", "-O3", "-march=native", "-pthread", "-Wall", "-Wextra", "-Werror",
+		"-I"+dir, "-o", bin, filepath.Join("testdata", "vmath_check.cc"))
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", build, err, out)
+	}
+	stride := "13"
+	if os.Getenv("VKERN_EXHAUSTIVE") == "1" {
+		stride = "1"
+	}
+	out, err := exec.Command(bin, stride).Output()
+	if err != nil {
+		t.Fatalf("vmath_check %s: %v", stride, err)
+	}
+	var got struct {
+		Exp    float64 `json:"exp"`
+		ExpAt  float64 `json:"exp_at"`
+		Tanh   float64 `json:"tanh"`
+		TanhAt float64 `json:"tanh_at"`
+		Bad    int64   `json:"bad"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("vmath_check printed %q: %v", out, err)
+	}
+	t.Logf("stride %s: exp within %.4f·2⁻²³ (worst at %g), tanh within %.4f·2⁻²³ (worst at %g)", stride, got.Exp, got.ExpAt, got.Tanh, got.TanhAt)
+	if got.Exp > 1 {
+		t.Errorf("exp_run errs by %.4f·2⁻²³ at x = %g; vmath.cc states at most 1", got.Exp, got.ExpAt)
+	}
+	if got.Tanh > 1.5 {
+		t.Errorf("tanh_run errs by %.4f·2⁻²³ at x = %g; vmath.cc states at most 1.5", got.Tanh, got.TanhAt)
+	}
+	if got.Bad != 0 {
+		t.Errorf("%d arguments got a wrong special value (NaN, +Inf, 0)", got.Bad)
+	}
+}
