@@ -227,8 +227,8 @@ var CPUDefects = []Mutation{
 	},
 	{
 		Name: "attention with k and v swapped", File: "cpu/attention.cc",
-		Old: "a.load(qkv, 3 * a.C, 1, b, h, r1, k);\n    a.load(qkv, 3 * a.C, 2, b, h, r1, v);",
-		New: "a.load(qkv, 3 * a.C, 2, b, h, r1, k);\n    a.load(qkv, 3 * a.C, 1, b, h, r1, v);",
+		Old: "a.load_transposed(qkv, 3 * a.C, 1, b, h, r1, q, kt);\n    a.load(qkv, 3 * a.C, 2, b, h, r1, v);",
+		New: "a.load_transposed(qkv, 3 * a.C, 2, b, h, r1, q, kt);\n    a.load(qkv, 3 * a.C, 1, b, h, r1, v);",
 		Op:  "attention", Shapes: []string{"2x17x24x3"},
 	},
 	{

@@ -5,7 +5,7 @@
 // (2C..3C), D = C/H, α = 1/√D (1.0f / sqrtf(D)). Per query row i, keys
 // j ≤ i:
 //
-//   attention       s_j = α·(q_i·k_j)          dot products in softmax.cc's fixed order
+//   attention       s_j = α·(q_i·k_j)          each dot product summed in ascending channel order
 //                   m   = max_j s_j             (NaN skipped, as softmax.cc)
 //                   e_j = exp(s_j − m),  S = Σ_j e_j
 //                   y_i = f16(Σ_j e_j·v_j / S)  the sum over j in ascending order, one division
@@ -64,7 +64,29 @@ struct AttentionHeads {
   void load(const uint16_t* m, size_t width, size_t part, size_t b, size_t h, size_t rows, float* dst) const {
     for (size_t t = 0; t < rows; ++t) f16_to_f32_run(row(m, width, part, b, t, h), dst + t * D, D);
   }
+
+  // load_transposed converts rows [0, rows) of a head to f32 transposed:
+  // channel c of row t at dst[c·rows + t]. run has room for D floats.
+  void load_transposed(const uint16_t* m, size_t width, size_t part, size_t b, size_t h, size_t rows, float* run,
+                       float* dst) const {
+    for (size_t t = 0; t < rows; ++t) {
+      f16_to_f32_run(row(m, width, part, b, t, h), run, D);
+      for (size_t c = 0; c < D; ++c) dst[c * rows + t] = run[c];
+    }
+  }
 };
+
+// scores_of sets out[j] = Σ_c x[c]·mt[c·ld + j] for j < n, the sum in
+// ascending c: a row times a transposed matrix, eight columns j at a time
+// with no horizontal sums.
+void scores_of(const float* x, const float* mt, size_t ld, size_t D, size_t n, float* out) {
+  std::fill(out, out + n, 0.0f);
+  for (size_t c = 0; c < D; ++c) {
+    const float xc = x[c];
+    const float* row = mt + c * ld;
+    for (size_t j = 0; j < n; ++j) out[j] += xc * row[j];
+  }
+}
 
 // score_scale is α = 1/√D in binary32 (sqrtf and the division each round
 // once).
@@ -75,17 +97,19 @@ AttentionHeads heads_of(const Call& c, int b, int t, int ch, int h) {
   return AttentionHeads{c.dim(b), c.dim(t), C, H, C / H};
 }
 
-// attention_rows computes query rows [r0, r1) of head h of sequence b; k
-// and v hold the head's keys and values 0..r1 − 1 in f32, scores room for
-// r1 floats and q, acc room for D.
+// attention_rows computes query rows [r0, r1) of head h of sequence b; kt
+// holds the head's keys 0..r1 − 1 transposed (kt[c·r1 + j] = k_j[c]) and v
+// its values (v[j·D + c]), in f32; scores has room for r1 floats and q, acc
+// for D.
 void attention_rows(const AttentionHeads& a, const uint16_t* qkv, uint16_t* y, float* lse, size_t b, size_t h,
-                    size_t r0, size_t r1, const float* k, const float* v, float* scores, float* q, float* acc) {
+                    size_t r0, size_t r1, const float* kt, const float* v, float* scores, float* q, float* acc) {
   const size_t D = a.D;
   const float scale = score_scale(D);
   for (size_t i = r0; i < r1; ++i) {
     const size_t n = i + 1;
     f16_to_f32_run(a.row(qkv, 3 * a.C, 0, b, i, h), q, D);
-    for (size_t j = 0; j < n; ++j) scores[j] = dot_of(q, k + j * D, D) * scale;
+    scores_of(q, kt, r1, D, n, scores);
+    for (size_t j = 0; j < n; ++j) scores[j] *= scale;
     const float row_max = max_of(scores, n);
     for (size_t j = 0; j < n; ++j) scores[j] -= row_max;
     exp_run(scores, n);
@@ -103,15 +127,22 @@ void attention_rows(const AttentionHeads& a, const uint16_t* qkv, uint16_t* y, f
 }
 
 // attention_grad_head computes dq, dk and dv of head h of sequence b. w
-// holds 7·T·D + 2·T + D floats of the worker's scratch.
+// holds 9·T·D + 3·T + D floats of the worker's scratch.
 void attention_grad_head(const AttentionHeads& a, const uint16_t* dy, const uint16_t* qkv, const uint16_t* y,
                          const float* lse, uint16_t* dqkv, size_t b, size_t h, float* w) {
   const size_t T = a.T, D = a.D, size = T * D;
   float *q = w, *k = q + size, *v = k + size, *g = v + size, *yv = g + size;
-  float *dk = yv + size, *dv = dk + size, *p = dv + size, *ds = p + T, *dq = ds + T;
+  float *dk = yv + size, *dv = dk + size, *kt = dv + size, *vt = kt + size;
+  float *p = vt + size, *ds = p + T, *gv = ds + T, *dq = gv + T;
   a.load(qkv, 3 * a.C, 0, b, h, T, q);
   a.load(qkv, 3 * a.C, 1, b, h, T, k);
   a.load(qkv, 3 * a.C, 2, b, h, T, v);
+  for (size_t t = 0; t < T; ++t) {
+    for (size_t c = 0; c < D; ++c) {
+      kt[c * T + t] = k[t * D + c];
+      vt[c * T + t] = v[t * D + c];
+    }
+  }
   a.load(dy, a.C, 0, b, h, T, g);
   a.load(y, a.C, 0, b, h, T, yv);
   std::fill(dk, dk + 2 * size, 0.0f);  // dk and dv
@@ -122,9 +153,11 @@ void attention_grad_head(const AttentionHeads& a, const uint16_t* dy, const uint
     const float* gi = g + i * D;
     const float d = dot_of(gi, yv + i * D, D);
     const size_t keys = i + 1;
-    for (size_t j = 0; j < keys; ++j) p[j] = dot_of(qi, k + j * D, D) * scale - head_lse[i];
+    scores_of(qi, kt, T, D, keys, p);
+    for (size_t j = 0; j < keys; ++j) p[j] = p[j] * scale - head_lse[i];
     exp_run(p, keys);
-    for (size_t j = 0; j < keys; ++j) ds[j] = p[j] * (dot_of(gi, v + j * D, D) - d);
+    scores_of(gi, vt, T, D, keys, gv);
+    for (size_t j = 0; j < keys; ++j) ds[j] = p[j] * (gv[j] - d);
     std::fill(dq, dq + D, 0.0f);
     for (size_t j = 0; j < keys; ++j) {
       const float* kj = k + j * D;
@@ -165,13 +198,13 @@ Result run_attention(const Call& c, uint64_t*) {
     const size_t unit = task % units, block = blocks - 1 - task / units;
     const size_t b = unit / a.H, h = unit % a.H;
     const size_t r0 = block * kQueryBlock, r1 = std::min(a.T, r0 + kQueryBlock);
-    float* k = scratch.data() + worker * per_worker;
-    float* v = k + a.T * a.D;
+    float* kt = scratch.data() + worker * per_worker;
+    float* v = kt + a.T * a.D;
     float* scores = v + a.T * a.D;
     float* q = scores + a.T;
-    a.load(qkv, 3 * a.C, 1, b, h, r1, k);
+    a.load_transposed(qkv, 3 * a.C, 1, b, h, r1, q, kt);
     a.load(qkv, 3 * a.C, 2, b, h, r1, v);
-    attention_rows(a, qkv, y, lse, b, h, r0, r1, k, v, scores, q, q + a.D);
+    attention_rows(a, qkv, y, lse, b, h, r0, r1, kt, v, scores, q, q + a.D);
   });
   return Result::OK();
 }
@@ -180,7 +213,7 @@ Result run_attention_grad(const Call& c, uint64_t*) {
   using namespace op_attention_grad;
   const AttentionHeads a = heads_of(c, param::B, param::T, param::C, param::H);
   ThreadPool& pool = cpu_pool();
-  const size_t per_worker = 7 * a.T * a.D + 2 * a.T + a.D;
+  const size_t per_worker = 9 * a.T * a.D + 3 * a.T + a.D;
   std::vector<float> scratch(pool.size() * per_worker);
   pool.parallel_for(a.B * a.H, [&](size_t unit, unsigned worker) {
     attention_grad_head(a, c.ptr<const uint16_t>(buf::dy), c.ptr<const uint16_t>(buf::qkv),
