@@ -8,13 +8,16 @@
 //   attention       s_j = α·(q_i·k_j)          each dot product summed in ascending channel order
 //                   m   = max_j s_j             (NaN skipped, as softmax.cc)
 //                   e_j = exp(s_j − m),  S = Σ_j e_j
-//                   y_i = f16(Σ_j e_j·v_j / S)  the sum over j in ascending order, one division
+//                   y_i = f16(Σ_j e_j·v_j / S)  four partial sums over j (weighted_sum), one division
 //                   lse = m + logf(S)           f32, at (b·H + h)·T + i
 //
 //   attention_grad  P_ij  = exp(α·(q_i·k_j) − lse_i)
 //                   D_i   = dy_i·y_i
 //                   dS_ij = P_ij·(dy_i·v_j − D_i)
 //                   dv_j  = Σ_i≥j P_ij·dy_i,  dq_i = α·Σ_j≤i dS_ij·k_j,  dk_j = α·Σ_i≥j dS_ij·q_i
+//
+// The q·k and dy·v products of a row are a row times the transposed keys
+// or values (scores_of), eight keys at a time; every sum has a fixed order.
 //
 // Tasks. attention: the pool runs blocks of 32 query rows of one (b, h),
 // the blocks of the last rows (the most keys) first; a block converts the
@@ -28,7 +31,9 @@
 // +Inf score makes m = +Inf and Inf − Inf = NaN; a row of only −Inf scores
 // has m = −Inf and −Inf − (−Inf) = NaN; a −Inf score gives e_j = 0 and
 // 0·v_j, which is NaN where v_j is infinite, as the formula reads. Keys
-// j > i are never read for row i. Every binary32 operation rounds once; GCC
+// j > i take no part in row i (scores are computed eight keys at a time, so
+// up to seven past the mask are, and then ignored, never summed or used as a
+// maximum). Every binary32 operation rounds once; GCC
 // may fuse a multiply and an add, which the oracle's bounds allow.
 //
 // exp is vmath.cc's exp_run (within 2⁻²³ relatively, where the oracle
@@ -39,6 +44,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/f16.h"
@@ -47,6 +53,11 @@ namespace vkern {
 namespace {
 
 constexpr size_t kQueryBlock = 32;  // query rows per attention task
+
+// padded rounds a count of keys up to whole vectors of eight: the rows of a
+// transposed matrix are this long, so that scores_of runs without a scalar
+// tail.
+size_t padded(size_t n) { return (n + 7) / 8 * 8; }
 
 // AttentionHeads locates the heads of one call: B sequences of T tokens, H
 // heads of D channels in rows of C (y, dy) or 3C (qkv) values.
@@ -66,26 +77,82 @@ struct AttentionHeads {
   }
 
   // load_transposed converts rows [0, rows) of a head to f32 transposed:
-  // channel c of row t at dst[c·rows + t]. run has room for D floats.
+  // channel c of row t at dst[c·ld + t], ld = padded(rows), the columns
+  // past rows zero. run has room for D floats.
   void load_transposed(const uint16_t* m, size_t width, size_t part, size_t b, size_t h, size_t rows, float* run,
                        float* dst) const {
+    const size_t ld = padded(rows);
     for (size_t t = 0; t < rows; ++t) {
       f16_to_f32_run(row(m, width, part, b, t, h), run, D);
-      for (size_t c = 0; c < D; ++c) dst[c * rows + t] = run[c];
+      for (size_t c = 0; c < D; ++c) dst[c * ld + t] = run[c];
     }
+    for (size_t c = 0; c < D; ++c) std::fill(dst + c * ld + rows, dst + (c + 1) * ld, 0.0f);
   }
 };
 
-// scores_of sets out[j] = Σ_c x[c]·mt[c·ld + j] for j < n, the sum in
-// ascending c: a row times a transposed matrix, eight columns j at a time
-// with no horizontal sums.
+typedef float f32x8_att __attribute__((vector_size(32)));
+
+// scores_of sets out[j] = Σ_c x[c]·mt[c·ld + j] for j < padded(n) (ld, a
+// multiple of eight, at least that), each sum in ascending c: a row times
+// a transposed matrix, eight columns j at a time, four vectors of columns
+// in flight (independent chains of multiply-adds), with no horizontal sums.
+// The caller reads only j < n; the rest is padding or keys past the mask.
 void scores_of(const float* x, const float* mt, size_t ld, size_t D, size_t n, float* out) {
-  std::fill(out, out + n, 0.0f);
-  for (size_t c = 0; c < D; ++c) {
-    const float xc = x[c];
-    const float* row = mt + c * ld;
-    for (size_t j = 0; j < n; ++j) out[j] += xc * row[j];
+  const size_t vectors = padded(n) / 8;
+  size_t q = 0;
+  for (; q + 4 <= vectors; q += 4) {
+    f32x8_att a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (size_t c = 0; c < D; ++c) {
+      const float* row = mt + c * ld + 8 * q;
+      f32x8_att m0, m1, m2, m3;
+      std::memcpy(&m0, row, sizeof m0);
+      std::memcpy(&m1, row + 8, sizeof m1);
+      std::memcpy(&m2, row + 16, sizeof m2);
+      std::memcpy(&m3, row + 24, sizeof m3);
+      a0 += x[c] * m0;
+      a1 += x[c] * m1;
+      a2 += x[c] * m2;
+      a3 += x[c] * m3;
+    }
+    std::memcpy(out + 8 * q, &a0, sizeof a0);
+    std::memcpy(out + 8 * q + 8, &a1, sizeof a1);
+    std::memcpy(out + 8 * q + 16, &a2, sizeof a2);
+    std::memcpy(out + 8 * q + 24, &a3, sizeof a3);
   }
+  for (; q < vectors; ++q) {
+    f32x8_att acc = {};
+    for (size_t c = 0; c < D; ++c) {
+      f32x8_att m;
+      std::memcpy(&m, mt + c * ld + 8 * q, sizeof m);
+      acc += x[c] * m;
+    }
+    std::memcpy(out + 8 * q, &acc, sizeof acc);
+  }
+}
+
+// weighted_sum sets out[c] = Σ_j w[j]·m[j·D + c] over j < n, c < D: four
+// partial sums (j mod 4) in part (room for 4·D floats), added at the end
+// as (s₀ + s₁) + (s₂ + s₃), so that four chains of multiply-adds run at
+// once. A fixed order: the result does not depend on the thread count.
+void weighted_sum(const float* w, const float* m, size_t n, size_t D, float* part, float* out) {
+  std::fill(part, part + 4 * D, 0.0f);
+  float *s0 = part, *s1 = part + D, *s2 = part + 2 * D, *s3 = part + 3 * D;
+  size_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float* m0 = m + j * D;
+    const float w0 = w[j], w1 = w[j + 1], w2 = w[j + 2], w3 = w[j + 3];
+    for (size_t c = 0; c < D; ++c) {
+      s0[c] += w0 * m0[c];
+      s1[c] += w1 * m0[D + c];
+      s2[c] += w2 * m0[2 * D + c];
+      s3[c] += w3 * m0[3 * D + c];
+    }
+  }
+  for (size_t k = 0; j < n; ++j, ++k) {
+    float* sk = part + k * D;
+    for (size_t c = 0; c < D; ++c) sk[c] += w[j] * m[j * D + c];
+  }
+  for (size_t c = 0; c < D; ++c) out[c] = (s0[c] + s1[c]) + (s2[c] + s3[c]);
 }
 
 // score_scale is α = 1/√D in binary32 (sqrtf and the division each round
@@ -98,28 +165,24 @@ AttentionHeads heads_of(const Call& c, int b, int t, int ch, int h) {
 }
 
 // attention_rows computes query rows [r0, r1) of head h of sequence b; kt
-// holds the head's keys 0..r1 − 1 transposed (kt[c·r1 + j] = k_j[c]) and v
-// its values (v[j·D + c]), in f32; scores has room for r1 floats and q, acc
-// for D.
+// holds the head's keys 0..r1 − 1 transposed (kt[c·padded(r1) + j] =
+// k_j[c]) and v its values (v[j·D + c]), in f32; scores has room for
+// padded(r1) floats, q and acc for D, part for 4·D.
 void attention_rows(const AttentionHeads& a, const uint16_t* qkv, uint16_t* y, float* lse, size_t b, size_t h,
-                    size_t r0, size_t r1, const float* kt, const float* v, float* scores, float* q, float* acc) {
+                    size_t r0, size_t r1, const float* kt, const float* v, float* scores, float* q, float* acc,
+                    float* part) {
   const size_t D = a.D;
   const float scale = score_scale(D);
   for (size_t i = r0; i < r1; ++i) {
     const size_t n = i + 1;
     f16_to_f32_run(a.row(qkv, 3 * a.C, 0, b, i, h), q, D);
-    scores_of(q, kt, r1, D, n, scores);
+    scores_of(q, kt, padded(r1), D, n, scores);
     for (size_t j = 0; j < n; ++j) scores[j] *= scale;
     const float row_max = max_of(scores, n);
     for (size_t j = 0; j < n; ++j) scores[j] -= row_max;
     exp_run(scores, n);
     const float sum = sum_of(scores, n);
-    std::fill(acc, acc + D, 0.0f);
-    for (size_t j = 0; j < n; ++j) {
-      const float e = scores[j];
-      const float* vj = v + j * D;
-      for (size_t c = 0; c < D; ++c) acc[c] += e * vj[c];
-    }
+    weighted_sum(scores, v, n, D, part, acc);
     for (size_t c = 0; c < D; ++c) acc[c] = acc[c] / sum;
     f32_to_f16_run(acc, a.row(y, a.C, 0, b, i, h), D);
     lse[(b * a.H + h) * a.T + i] = row_max + std::log(sum);
@@ -127,22 +190,21 @@ void attention_rows(const AttentionHeads& a, const uint16_t* qkv, uint16_t* y, f
 }
 
 // attention_grad_head computes dq, dk and dv of head h of sequence b. w
-// holds 9·T·D + 3·T + D floats of the worker's scratch.
+// holds grad_scratch(T, D) floats of the worker's scratch.
+size_t grad_scratch(size_t T, size_t D) { return 7 * T * D + 2 * padded(T) * D + 3 * padded(T) + 5 * D; }
+
 void attention_grad_head(const AttentionHeads& a, const uint16_t* dy, const uint16_t* qkv, const uint16_t* y,
                          const float* lse, uint16_t* dqkv, size_t b, size_t h, float* w) {
   const size_t T = a.T, D = a.D, size = T * D;
   float *q = w, *k = q + size, *v = k + size, *g = v + size, *yv = g + size;
-  float *dk = yv + size, *dv = dk + size, *kt = dv + size, *vt = kt + size;
-  float *p = vt + size, *ds = p + T, *gv = ds + T, *dq = gv + T;
+  const size_t ld = padded(T);
+  float *dk = yv + size, *dv = dk + size, *kt = dv + size, *vt = kt + ld * D;
+  float *p = vt + ld * D, *ds = p + ld, *gv = ds + ld, *dq = gv + ld, *part = dq + D;
   a.load(qkv, 3 * a.C, 0, b, h, T, q);
   a.load(qkv, 3 * a.C, 1, b, h, T, k);
   a.load(qkv, 3 * a.C, 2, b, h, T, v);
-  for (size_t t = 0; t < T; ++t) {
-    for (size_t c = 0; c < D; ++c) {
-      kt[c * T + t] = k[t * D + c];
-      vt[c * T + t] = v[t * D + c];
-    }
-  }
+  a.load_transposed(qkv, 3 * a.C, 1, b, h, T, dq, kt);
+  a.load_transposed(qkv, 3 * a.C, 2, b, h, T, dq, vt);
   a.load(dy, a.C, 0, b, h, T, g);
   a.load(y, a.C, 0, b, h, T, yv);
   std::fill(dk, dk + 2 * size, 0.0f);  // dk and dv
@@ -153,18 +215,16 @@ void attention_grad_head(const AttentionHeads& a, const uint16_t* dy, const uint
     const float* gi = g + i * D;
     const float d = dot_of(gi, yv + i * D, D);
     const size_t keys = i + 1;
-    scores_of(qi, kt, T, D, keys, p);
+    scores_of(qi, kt, ld, D, keys, p);
     for (size_t j = 0; j < keys; ++j) p[j] = p[j] * scale - head_lse[i];
     exp_run(p, keys);
-    scores_of(gi, vt, T, D, keys, gv);
+    scores_of(gi, vt, ld, D, keys, gv);
     for (size_t j = 0; j < keys; ++j) ds[j] = p[j] * (gv[j] - d);
-    std::fill(dq, dq + D, 0.0f);
+    weighted_sum(ds, k, keys, D, part, dq);
     for (size_t j = 0; j < keys; ++j) {
-      const float* kj = k + j * D;
       float* dkj = dk + j * D;
       float* dvj = dv + j * D;
       for (size_t c = 0; c < D; ++c) {
-        dq[c] += ds[j] * kj[c];
         dkj[c] += ds[j] * qi[c];
         dvj[c] += p[j] * gi[c];
       }
@@ -191,7 +251,7 @@ Result run_attention(const Call& c, uint64_t*) {
   uint16_t* y = c.ptr<uint16_t>(buf::y);
   float* lse = c.ptr<float>(buf::lse);
   ThreadPool& pool = cpu_pool();
-  const size_t per_worker = 2 * a.T * a.D + a.T + 2 * a.D;
+  const size_t per_worker = 2 * padded(a.T) * a.D + padded(a.T) + 6 * a.D;
   std::vector<float> scratch(pool.size() * per_worker);
   const size_t units = a.B * a.H, blocks = (a.T + kQueryBlock - 1) / kQueryBlock;
   pool.parallel_for(units * blocks, [&](size_t task, unsigned worker) {
@@ -199,12 +259,12 @@ Result run_attention(const Call& c, uint64_t*) {
     const size_t b = unit / a.H, h = unit % a.H;
     const size_t r0 = block * kQueryBlock, r1 = std::min(a.T, r0 + kQueryBlock);
     float* kt = scratch.data() + worker * per_worker;
-    float* v = kt + a.T * a.D;
+    float* v = kt + padded(a.T) * a.D;
     float* scores = v + a.T * a.D;
-    float* q = scores + a.T;
+    float* q = scores + padded(a.T);
     a.load_transposed(qkv, 3 * a.C, 1, b, h, r1, q, kt);
     a.load(qkv, 3 * a.C, 2, b, h, r1, v);
-    attention_rows(a, qkv, y, lse, b, h, r0, r1, kt, v, scores, q, q + a.D);
+    attention_rows(a, qkv, y, lse, b, h, r0, r1, kt, v, scores, q, q + a.D, q + 2 * a.D);
   });
   return Result::OK();
 }
@@ -213,7 +273,7 @@ Result run_attention_grad(const Call& c, uint64_t*) {
   using namespace op_attention_grad;
   const AttentionHeads a = heads_of(c, param::B, param::T, param::C, param::H);
   ThreadPool& pool = cpu_pool();
-  const size_t per_worker = 9 * a.T * a.D + 3 * a.T + a.D;
+  const size_t per_worker = grad_scratch(a.T, a.D);
   std::vector<float> scratch(pool.size() * per_worker);
   pool.parallel_for(a.B * a.H, [&](size_t unit, unsigned worker) {
     attention_grad_head(a, c.ptr<const uint16_t>(buf::dy), c.ptr<const uint16_t>(buf::qkv),
