@@ -20,8 +20,9 @@
 //   for each block of kColBlock output columns:
 //     for each block of kDepthBlock reduction terms:
 //       pack R[depth block, column block] to f32 panels kNR wide     (parallel over panels)
+//       and L[row block, depth block] to f32 panels kMR tall, a strip
+//       of kRowStrip rows a task                                     (in the same fan-out)
 //       parallel over tasks, each a strip of kRowStrip rows × one column strip:
-//         pack L[strip rows, depth block] to f32 panels kMR tall      (the worker's own scratch)
 //         for each kNR panel of the column strip (stays in L1):
 //           for each kMR panel of the row strip (stays in L2):
 //             micro-kernel: a kMR × kNR tile over the depth block, in registers
@@ -242,8 +243,10 @@ void product(ThreadPool& pool, Scratch& scratch, const Operand& l, const Operand
   const size_t col_block = std::min(kColBlock, cols);
   const size_t row_block = std::min(kRowBlock, rows);
   float* packed_r = scratch.floats(Scratch::kGemmPackedR, depth_block * ceil_div(col_block, kNR) * kNR);
-  const size_t lhs_floats = depth_block * ceil_div(std::min(kRowStrip, rows), kMR) * kMR;
-  float* packed_l = scratch.floats(Scratch::kGemmPackedL, threads * lhs_floats);
+  // Every row strip of the row block, packed once per depth block and
+  // shared by the tasks of all its column strips.
+  const size_t strip_floats = depth_block * ceil_div(std::min(kRowStrip, rows), kMR) * kMR;
+  float* packed_l = scratch.floats(Scratch::kGemmPackedL, ceil_div(row_block, kRowStrip) * strip_floats);
   out.sums = depth > kDepthBlock ? scratch.floats(Scratch::kGemmSums, row_block * col_block) : nullptr;
 
   for (size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
@@ -263,17 +266,23 @@ void product(ThreadPool& pool, Scratch& scratch, const Operand& l, const Operand
         const size_t kc = std::min(kDepthBlock, depth - d0);
         const bool first_block = d0 == 0;
         const bool last_block = d0 + kc == depth;
-        pool.parallel_for(panels, [&](size_t q, unsigned) {
-          const size_t j0 = q * kNR;
-          pack_rhs_panel(r, d0, kc, c0 + j0, std::min(kNR, nc - j0), packed_r + q * kc * kNR);
+        // Pack the R panels and the L strips, each once, in one fan-out.
+        pool.parallel_for(panels + row_strips, [&](size_t task, unsigned) {
+          if (task < row_strips) {
+            const size_t strip_row0 = r0 + task * kRowStrip;
+            pack_lhs(l, strip_row0, std::min(kRowStrip, r0 + mb - strip_row0), d0, kc, packed_l + task * strip_floats);
+            return;
+          }
+          const size_t j0 = (task - row_strips) * kNR;
+          pack_rhs_panel(r, d0, kc, c0 + j0, std::min(kNR, nc - j0), packed_r + (task - row_strips) * kc * kNR);
         });
-        pool.parallel_for(row_strips * col_strips, [&](size_t task, unsigned worker) {
-          const size_t strip_row0 = r0 + (task / col_strips) * kRowStrip;
+        pool.parallel_for(row_strips * col_strips, [&](size_t task, unsigned) {
+          const size_t strip = task / col_strips;
+          const size_t strip_row0 = r0 + strip * kRowStrip;
           const size_t strip_rows = std::min(kRowStrip, r0 + mb - strip_row0);
           const size_t panel_begin = (task % col_strips) * panels_per_strip;
           const size_t panel_end = std::min(panels, panel_begin + panels_per_strip);
-          float* lhs = packed_l + worker * lhs_floats;
-          pack_lhs(l, strip_row0, strip_rows, d0, kc, lhs);
+          const float* lhs = packed_l + strip * strip_floats;
           alignas(64) float tile[kMR * kNR];
           for (size_t q = panel_begin; q < panel_end; ++q) {
             const size_t col0 = c0 + q * kNR;
