@@ -47,7 +47,7 @@ leaves that call out. Alternates are for reading, never matched:
     layernorm_backward_f16_grads  the backward alone
   embedding           F.embedding(tokens, wte) + F.embedding(arange(T), wpe)
                       (nanoGPT's forward), i32 token ids
-  embedding_backward  aten.embedding_dense_backward (f16, deterministic) added
+  embedding_backward  aten.embedding_dense_backward (f16, sort-based) added
                       into f32 dwte; dx summed over the batch into f32 dwpe
     embedding_backward_index_add  dwte.index_add_(0, tokens, dx.float())
                       (atomics: not deterministic)
@@ -260,7 +260,7 @@ def embedding_backward(shape, dims, p):
         dwte.add_(torch.ops.aten.embedding_dense_backward(dx, tokens, v, -1, False))
         dwpe.add_(dx.view(b, t, c).sum(0, dtype=f32))
     emit("embedding_backward", shape,
-         "aten.embedding_dense_backward (f16, deterministic) added into f32 dwte; dx.sum over B into f32 dwpe", bench(dense), nbytes)
+         "aten.embedding_dense_backward (f16, sort-based) added into f32 dwte; dx.sum over B into f32 dwpe", bench(dense), nbytes)
     long_tokens = tokens.long()
     def index_add():
         dwte.index_add_(0, long_tokens, dx.float())
