@@ -100,11 +100,11 @@ func TestCeilingsComeFromTheAnchors(t *testing.T) {
 func TestCrossEntropyIsAnchoredToTorchsFusedForwardAndBackward(t *testing.T) {
 	ce, _ := op.Lookup("cross_entropy")
 	softmax, _ := op.Lookup("softmax")
-	if got := anchorOp(ce); got != "cross_entropy_fwd_bwd" {
-		t.Errorf("anchorOp(cross_entropy) = %q, want anchors.py's cross_entropy_fwd_bwd", got)
+	if got := AnchorName(ce); got != "cross_entropy_fwd_bwd" {
+		t.Errorf("AnchorName(cross_entropy) = %q, want anchors.py's cross_entropy_fwd_bwd", got)
 	}
-	if got := anchorOp(softmax); got != "softmax" {
-		t.Errorf("anchorOp(softmax) = %q", got)
+	if got := AnchorName(softmax); got != "softmax" {
+		t.Errorf("AnchorName(softmax) = %q", got)
 	}
 	s, _ := ce.ParseShape("4x9")
 	in, err := oracle.Generate(ce, s, oracle.Normal, 1) // as timeCase draws them

@@ -71,7 +71,7 @@ func OpsSuite(ctx context.Context, opt OpsOptions, progress io.Writer) ([]Result
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", c.Op.Name, c.Shape, err)
 		}
-		if a, ok := Find(opt.Anchors, anchorOp(c.Op), c.Shape.String()); ok {
+		if a, ok := Find(opt.Anchors, AnchorName(c.Op), c.Shape.String()); ok {
 			r.Relate(a.Impl, a.MedianMs*1e6)
 		}
 		var floor float64
@@ -89,9 +89,10 @@ func OpsSuite(ctx context.Context, opt OpsOptions, progress io.Writer) ([]Result
 	return results, nil
 }
 
-// anchorOp is the op name under which anchors.py reports o's anchor: the
-// contract's Anchor, else the op's own name.
-func anchorOp(o *op.Op) string {
+// AnchorName is the op name under which the anchor scripts (anchors.py,
+// bench/op_anchors.py) report o's PyTorch equivalent: the contract's
+// Anchor, else the op's own name.
+func AnchorName(o *op.Op) string {
 	if o.Anchor != "" {
 		return o.Anchor
 	}

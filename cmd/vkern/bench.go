@@ -32,6 +32,9 @@ than the anchor). Benchmarks only report; they never fail on a time.
   --op NAME      ops suite: the ops (repeatable; default all)
   --shape S      ops suite: the shapes (repeatable)
   --runs N       ops suite: timed runs per case (default 50)
+  --list         ops suite: print each case as OP ANCHOR SHAPE, one a line (ANCHOR: the
+                 name the anchor scripts report its PyTorch equivalent under), and
+                 measure nothing
   --quick        server suite: the small calls only (3000 of each), 1 MiB transfers,
                  the baselines at a token size: a sample of the round trips in seconds
   --json FILE    write the results as JSON
@@ -49,11 +52,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	svgPath := fs.String("svg", "", "")
 	runs := fs.Int("runs", 50, "")
 	quick := fs.Bool("quick", false, "")
+	list := fs.Bool("list", false, "")
 	var ops, shapes listFlag
 	fs.Var(&ops, "op", "")
 	fs.Var(&shapes, "shape", "")
 	if code, done := parseFlags(fs, args, benchHelp, stdout, stderr); done {
 		return code
+	}
+	if *list {
+		return listOpCases(*suite, ops, shapes, stdout, stderr)
 	}
 	if err := checkBackend(*backend); err != nil {
 		fmt.Fprintf(stderr, "vkern bench: %v\n", err)
@@ -170,6 +177,25 @@ func opCases(ops, shapes []string) ([]bench.OpCase, error) {
 		return nil, fmt.Errorf("no chosen op fits the chosen shapes (each op's syntax: vkern verify --help)")
 	}
 	return cases, nil
+}
+
+// listOpCases prints the ops suite's cases, one a line: the op, the name
+// its anchor is reported under, and the shape as the suite writes it, so
+// that a script can time the anchors of exactly the cases vkern will time.
+func listOpCases(suite string, ops, shapes []string, stdout, stderr io.Writer) int {
+	if suite != "ops" {
+		fmt.Fprintf(stderr, "vkern bench: --list is for --suite ops, not %q\n", suite)
+		return exitUsage
+	}
+	cases, err := opCases(ops, shapes)
+	if err != nil {
+		fmt.Fprintf(stderr, "vkern bench: %v\n", err)
+		return exitUsage
+	}
+	for _, c := range cases {
+		fmt.Fprintf(stdout, "%s %s %s\n", c.Op.Name, bench.AnchorName(c.Op), c.Shape)
+	}
+	return exitOK
 }
 
 func printResults(w io.Writer, results []bench.Result) {

@@ -49,6 +49,8 @@ func TestUsageErrorsExitTwoWithALineThatNamesTheValue(t *testing.T) {
 		{[]string{"bench", "--suite", "nope"}, `unknown --suite "nope"`},
 		{[]string{"bench", "--n", "0"}, "--n 0"},
 		{[]string{"bench", "--suite", "ops", "--quick"}, `--quick is for --suite server, not "ops"`},
+		{[]string{"bench", "--list"}, `--list is for --suite ops, not "core"`},
+		{[]string{"bench", "--suite", "ops", "--list", "--op", "attention", "--shape", "4x4"}, `--shape "4x4" fits none of the chosen ops`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -63,6 +65,32 @@ func TestUsageErrorsExitTwoWithALineThatNamesTheValue(t *testing.T) {
 				t.Errorf("the error takes %d lines, want one: %q", n+1, stderr)
 			}
 		})
+	}
+}
+
+// The listed cases are the ones the ops suite times, each with the name its
+// anchor is reported under, the shape written exactly as the suite writes
+// it (the key anchors are matched by), and nothing built or measured.
+func TestBenchListPrintsEachCaseWithItsAnchorName(t *testing.T) {
+	t.Setenv("VKERN_CACHE", "/nonexistent/cache") // listing needs no cache
+	code, stdout, stderr := runCLI(t, "bench", "--suite", "ops", "--op", "attention_grad,linear,fill", "--list")
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	want := []string{
+		"attention_grad attention_backward 16x1024x768x12",
+		"linear linear 16384x2304x768",
+		"linear linear 16384x768x50257:bias=0",
+		"fill fill 124475904",
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 7 {
+		t.Errorf("%d cases listed, want 7 (1 attention_grad, 5 linear, 1 fill):\n%s", len(lines), stdout)
+	}
+	for _, w := range want {
+		if !strings.Contains("\n"+stdout, "\n"+w+"\n") {
+			t.Errorf("no line %q in:\n%s", w, stdout)
+		}
 	}
 }
 
