@@ -253,7 +253,7 @@ var CPUDefects = []Mutation{
 	},
 	{
 		Name: "attention_grad's dv from dS where P belongs", File: "cpu/attention.cc",
-		Old: "dvj[c] += p[j] * gi[c];", New: "dvj[c] += ds[j] * gi[c];",
+		Old: "add_scaled(dv + j * D, p[j], gi, D);", New: "add_scaled(dv + j * D, ds[j], gi, D);",
 		Op: "attention_grad", Shapes: []string{"2x17x24x3"},
 	},
 	// The f16 output rounding: the scalar conversion (the GEMMs' outputs)
