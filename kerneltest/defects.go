@@ -319,14 +319,14 @@ var CPUDefects = []Mutation{
 	// sums.
 	{
 		Name: "linear's bias skipped when the depth is one block", File: "cpu/gemm.cc",
-		Old: "if (out.bias != nullptr) value += bias[j];\n        c16_row[j] = f32_to_f16(value);",
-		New: "if (out.bias != nullptr && !first_block) value += bias[j];\n        c16_row[j] = f32_to_f16(value);",
+		Old: "if (out.bias != nullptr) value += bias[j];\n        values[j] = value;",
+		New: "if (out.bias != nullptr && !first_block) value += bias[j];\n        values[j] = value;",
 		Op:  "linear", Shapes: []string{"17x31x129"},
 	},
 	{
 		Name: "linear's bias added twice", File: "cpu/gemm.cc",
-		Old: "if (out.bias != nullptr) value += bias[j];\n        c16_row[j] = f32_to_f16(value);",
-		New: "if (out.bias != nullptr) value += bias[j] + bias[j];\n        c16_row[j] = f32_to_f16(value);",
+		Old: "if (out.bias != nullptr) value += bias[j];\n        values[j] = value;",
+		New: "if (out.bias != nullptr) value += bias[j] + bias[j];\n        values[j] = value;",
 		Op:  "linear", Shapes: []string{"17x31x129"},
 	},
 	{

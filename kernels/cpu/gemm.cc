@@ -225,12 +225,13 @@ void finish_tile(const Output& out, const float* tile, size_t row0, size_t col0,
         c32_row[j] = value;
       }
     } else {
-      uint16_t* c16_row = out.c16 + row * out.cols + col0;
+      float values[kNR];
       for (size_t j = 0; j < nr; ++j) {
         float value = first_block ? part[j] : sums[j] + part[j];
         if (out.bias != nullptr) value += bias[j];
-        c16_row[j] = f32_to_f16(value);
+        values[j] = value;
       }
+      f32_to_f16_run(values, out.c16 + row * out.cols + col0, nr);
     }
   }
 }
