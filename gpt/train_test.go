@@ -11,6 +11,7 @@ import (
 
 	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/ckpt"
+	"github.com/vkern/vkern/kerneltest"
 )
 
 // newTrainer is a nano run on the package's own sources.
@@ -213,4 +214,38 @@ func TestTrainingLowersTheValidationLoss(t *testing.T) {
 	if after > 3.2 {
 		t.Errorf("after 150 steps the validation loss is %.4f; want below 3.2", after)
 	}
+}
+
+// TestLiveVerificationStopsAtAWrongCall: with a defect planted in the gelu
+// kernel, a checked step fails with an error that names the step, the op
+// and the wrong element, where an unchecked step would have trained on.
+func TestLiveVerificationStopsAtAWrongCall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a server with a planted defect")
+	}
+	var defect kerneltest.Mutation
+	for _, m := range kerneltest.CPUDefects {
+		if m.Name == "gelu with x² where x³ belongs" {
+			defect = m
+		}
+	}
+	if defect.Name == "" {
+		t.Fatal("the planted gelu defect is gone from kerneltest.CPUDefects; pick another")
+	}
+	ctx := context.Background()
+	dev := openCPU(t, vkern.Options{EditSources: defect.Plant(), QuickBuild: true})
+	tr := newTrainer(t, dev, 2, 1, 4)
+	if _, err := tr.Step(ctx); err != nil {
+		t.Fatalf("an unchecked step on the planted server: %v", err)
+	}
+	_, _, err := tr.StepVerified(ctx)
+	if err == nil {
+		t.Fatal("a checked step passed with the gelu defect planted")
+	}
+	for _, want := range []string{"step 1", "gelu ", "y["} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not name %q: %v", want, err)
+		}
+	}
+	t.Log(err)
 }

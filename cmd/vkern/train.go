@@ -74,7 +74,7 @@ var modelDefaults = map[string]struct {
 	lr          float64
 	evalWindows int
 }{
-	"nano": {steps: 2000, batch: 16, lr: 2e-3, evalWindows: 256},
+	"nano": {steps: 4000, batch: 16, lr: 1e-2, evalWindows: 256},
 	"char": {steps: 2000, batch: 32, lr: 1e-3, evalWindows: 128},
 	"gpt2": {steps: 1000, batch: 16, lr: 6e-4, evalWindows: 32},
 }
