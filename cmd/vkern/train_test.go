@@ -93,8 +93,14 @@ func TestTrainResumeEvalSample(t *testing.T) {
 	if code, stdout, stderr := runCLI(t, append([]string{"train", "--steps", "6", "--out", pieces, "--json", pieces + "1.json"}, common...)...); code != exitOK {
 		t.Fatalf("first piece: exit %d: %s\n%s", code, stdout, stderr)
 	}
-	if code, stdout, stderr := runCLI(t, "train", "--resume", pieces, "--steps", "12", "--json", pieces+"2.json", "--data", corpus, "--sample", "0"); code != exitOK {
+	// The second piece re-checks step 10 against the oracles on the way:
+	// a checked step computes what an unchecked one does, bit for bit.
+	code, stdout, stderr = runCLI(t, "train", "--resume", pieces, "--steps", "12", "--json", pieces+"2.json", "--data", corpus, "--sample", "0", "--verify-every", "5")
+	if code != exitOK {
 		t.Fatalf("resumed: exit %d: %s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "step 10 verified: ") || strings.Contains(stdout, "step 5 verified") {
+		t.Errorf("--verify-every 5 from step 6 to 12 should check step 10 alone; the output:\n%s", stdout)
 	}
 	want, got := losses(straight+".json"), append(losses(pieces+"1.json"), losses(pieces+"2.json")...)
 	if len(got) != 12 || len(want) != 12 {
