@@ -481,7 +481,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "gelu with x² where x³ belongs", File: "cuda/elementwise.cu",
-		Old: "t[i] = kGeluC * (v[i] + kGeluK * v[i] * v[i] * v[i]);", New: "t[i] = kGeluC * (v[i] + kGeluK * v[i] * v[i]);",
+		Old: "const float t = kGeluC * (x + kGeluK * x * x * x);", New: "const float t = kGeluC * (x + kGeluK * x * x);",
 		Op: "gelu", Shapes: []string{"4099", "65536"},
 	},
 	{
@@ -491,7 +491,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "gelu_grad with 1 − T where 1 − T² belongs", File: "cuda/elementwise.cu",
-		Old: "const float sech2 = 1.0f - T[i] * T[i];", New: "const float sech2 = 1.0f - T[i];",
+		Old: "const float sech2 = 1.0f - T * T;", New: "const float sech2 = 1.0f - T;",
 		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
 	},
 	{
@@ -506,7 +506,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "gelu_grad without the ½ of its first term", File: "cuda/elementwise.cu",
-		Old: "x[i] = dy[i] * (0.5f * (1.0f + T[i]) + 0.5f * x[i] * sech2 * inner);", New: "x[i] = dy[i] * ((1.0f + T[i]) + 0.5f * x[i] * sech2 * inner);",
+		Old: "return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);", New: "return dy * ((1.0f + T) + 0.5f * x * sech2 * inner);",
 		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
 	},
 	{
