@@ -64,6 +64,7 @@ package op
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"sort"
 	"strconv"
@@ -188,8 +189,13 @@ type Extent struct {
 	Of   []string // dimension or Int parameter names
 }
 
-// X is the product of the named dimensions or Int parameters.
-func X(names ...string) Extent { return Extent{Of: names} }
+// X is the product of the named dimensions or Int parameters; X() is 1,
+// the extent of a single element.
+func X(names ...string) Extent { return Extent{Coef: 1, Of: names} }
+
+// unset says whether e is the zero Extent, which an operand's Rows must
+// not be: an operand always states its shape, X() for a single element.
+func (e Extent) unset() bool { return e.Coef == 0 && len(e.Of) == 0 }
 
 // Times multiplies e by k.
 func (e Extent) Times(k int64) Extent { return Extent{Coef: e.coef() * k, Of: e.Of} }
@@ -310,20 +316,86 @@ var (
 	byID   = map[ID]*Op{}
 )
 
-// Register adds o to the registry after checking that its contract is
-// complete and consistent; the error says what is wrong. The built-in ops
-// register themselves; programs add their own ops the same way.
+// Wire ids. The built-in ops have ids below FirstUserID; an op a program
+// declares (package userop) has one from FirstUserID up, by default
+// UserID(name), which depends on nothing but the name, so that a
+// program's ids, and with them its server's sources and cache key, do not
+// depend on the order in which its ops were declared.
+const FirstUserID ID = 1 << 16
+
+// UserID is the wire id of a declared op called name whose contract leaves
+// ID 0: FirstUserID plus the name's 32-bit FNV-1a hash, reduced into
+// [FirstUserID, 2³²). Two names that meet at one id are refused when the
+// second is registered, with both names in the error.
+func UserID(name string) ID {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	span := uint64(math.MaxUint32) - uint64(FirstUserID) + 1
+	return FirstUserID + ID(uint64(h.Sum32())%span)
+}
+
+// The kernel server's limits on one op (kernels/core/ops.h): its
+// dimensions and parameters together, its operands, the names in one
+// extent, and its divisibility rules.
+const (
+	MaxParams      = 16
+	MaxOperands    = 16
+	MaxExtentTerms = 4
+	MaxDivides     = 2
+)
+
+// Register adds o, an op a program declares, to the registry after
+// checking that its contract is complete and consistent (Check); the
+// error says what is wrong. An ID of 0 becomes UserID(o.Name); an ID
+// given must be FirstUserID or more. Package userop declares an op's
+// contract, reference and kernels together, and is the usual way in.
 func Register(o *Op) error {
-	if err := o.resolve(); err != nil {
+	if o == nil {
+		return errors.New("op: Register(nil); pass the op's contract")
+	}
+	if o.ID == 0 {
+		o.ID = UserID(o.Name)
+	}
+	return register(o, false)
+}
+
+// Check checks o as Register would, without registering it: the contract
+// on its own, and its name and id against the ops registered already. It
+// resolves o's names as Register does; an ID of 0 is checked as the
+// UserID(o.Name) Register would give it, and left 0.
+func Check(o *Op) error {
+	if o == nil {
+		return errors.New("op: Check(nil); pass the op's contract")
+	}
+	probe := o.ID
+	if probe == 0 {
+		probe = UserID(o.Name)
+	}
+	if err := o.check(probe, false); err != nil {
+		return err
+	}
+	mu.RLock()
+	defer mu.RUnlock()
+	return conflicts(o, probe)
+}
+
+// builtinOp registers a built-in op at package initialisation; a contract
+// that does not resolve is a programming error in this package.
+func builtinOp(o *Op) *Op {
+	if err := register(o, true); err != nil {
+		panic(err)
+	}
+	return o
+}
+
+func register(o *Op, builtin bool) error {
+	if err := o.check(o.ID, builtin); err != nil {
 		return err
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if _, dup := byName[o.Name]; dup {
-		return fmt.Errorf("op: %s is registered already; choose another name", o.Name)
-	}
-	if other, dup := byID[o.ID]; dup {
-		return fmt.Errorf("op: %s wants id %d, which %s has; choose another id", o.Name, o.ID, other.Name)
+	if err := conflicts(o, o.ID); err != nil {
+		return err
 	}
 	all = append(all, o)
 	sort.Slice(all, func(i, j int) bool { return all[i].ID < all[j].ID })
@@ -332,13 +404,41 @@ func Register(o *Op) error {
 	return nil
 }
 
-// builtinOp registers a built-in op at package initialisation; a contract
-// that does not resolve is a programming error in this package.
-func builtinOp(o *Op) *Op {
-	if err := Register(o); err != nil {
-		panic(err)
+// check is resolve plus the id's range: id is the one o will have.
+func (o *Op) check(id ID, builtin bool) error {
+	switch {
+	case id == 0:
+		return fmt.Errorf("op: %s has no id; give it a number unused by other ops", o.Name)
+	case builtin && id >= FirstUserID:
+		return fmt.Errorf("op: built-in op %s has id %d; built-in ids lie below %d", o.Name, id, FirstUserID)
+	case !builtin && id < FirstUserID:
+		return fmt.Errorf("op: %s asks for id %d, in the built-in ops' range 1–%d; leave ID 0 for one derived from the name, or choose one from %d up",
+			o.Name, id, FirstUserID-1, FirstUserID)
 	}
-	return o
+	return o.resolve()
+}
+
+// conflicts names the registered op that has o's name, or the id o would
+// have; the caller holds mu.
+func conflicts(o *Op, id ID) error {
+	if other, dup := byName[o.Name]; dup {
+		if other == o {
+			return fmt.Errorf("op: %s is registered already", o.Name)
+		}
+		if other.ID < FirstUserID {
+			return fmt.Errorf("op: %s is the name of a built-in op; choose another name", o.Name)
+		}
+		return fmt.Errorf("op: %s is declared twice, by two different contracts; give one of them another name", o.Name)
+	}
+	if other, dup := byID[id]; dup {
+		how := "which it asks for"
+		if o.ID == 0 || o.ID == UserID(o.Name) {
+			how = "derived from its name"
+		}
+		return fmt.Errorf("op: %s's wire id %d (%s) is %s's already; rename one of them or give one an explicit ID from %d up",
+			o.Name, id, how, other.Name, FirstUserID)
+	}
+	return nil
 }
 
 // resolve checks the contract and indexes its names.
@@ -350,9 +450,6 @@ func (o *Op) resolve() error {
 		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
 			return fmt.Errorf("op: name %q: use lower-case letters, digits and _", o.Name)
 		}
-	}
-	if o.ID == 0 {
-		return fmt.Errorf("op: %s has no id; give it a number unused by other ops", o.Name)
 	}
 	if len(o.Dims) == 0 {
 		return fmt.Errorf("op: %s has no dimensions; every op's shape has at least one", o.Name)
@@ -378,6 +475,9 @@ func (o *Op) resolve() error {
 			if p.Kind == Int && (p.Min != math.Trunc(p.Min) || p.Max != math.Trunc(p.Max) || p.Default != math.Trunc(p.Default)) {
 				return fmt.Errorf("op: %s: whole-number parameter %s has a range or default that is not whole", o.Name, p.Name)
 			}
+			if p.Kind == Int && (p.Min < -maxIntParam || p.Max > maxIntParam) {
+				return fmt.Errorf("op: %s: whole-number parameter %s has the range [%v, %v]; its bounds must be finite and within ±2^53", o.Name, p.Name, p.Min, p.Max)
+			}
 		case Index:
 		default:
 			return fmt.Errorf("op: %s: parameter %s has no kind (Int, Index or Float)", o.Name, p.Name)
@@ -386,13 +486,38 @@ func (o *Op) resolve() error {
 	if len(o.Operands) == 0 {
 		return fmt.Errorf("op: %s has no operands", o.Name)
 	}
+	if n := len(o.Dims) + len(o.Params); n > MaxParams {
+		return fmt.Errorf("op: %s has %d dimensions and parameters; the kernel server takes at most %d", o.Name, n, MaxParams)
+	}
+	if len(o.Operands) > MaxOperands {
+		return fmt.Errorf("op: %s has %d operands; the kernel server takes at most %d", o.Name, len(o.Operands), MaxOperands)
+	}
+	if len(o.Divides) > MaxDivides {
+		return fmt.Errorf("op: %s has %d divisibility rules; the kernel server takes at most %d", o.Name, len(o.Divides), MaxDivides)
+	}
 	seen := map[string]bool{}
 	writes := false
+	domain := ""
 	for _, p := range o.Operands {
 		if p.Name == "" || seen[p.Name] {
 			return fmt.Errorf("op: %s: operand %q is unnamed or named twice", o.Name, p.Name)
 		}
+		if err := identifier(p.Name); err != nil {
+			return fmt.Errorf("op: %s: operand %q: %v (the kernels name it op_%s::buf::%s)", o.Name, p.Name, err, o.Name, p.Name)
+		}
 		seen[p.Name] = true
+		if p.Rows.unset() {
+			return fmt.Errorf("op: %s: operand %s has no shape; set its Rows (and Cols, for a matrix) to products of dimensions, as Rows: op.X(\"R\"), Cols: op.X(\"C\"), or Rows: op.X() for a single element", o.Name, p.Name)
+		}
+		if p.Domain != "" {
+			switch {
+			case p.DType != I32 || p.Role != In:
+				return fmt.Errorf("op: %s: operand %s has a Domain, but only an i32 input's values are checked by the kernels; drop it or make %s an i32 input", o.Name, p.Name, p.Name)
+			case domain != "":
+				return fmt.Errorf("op: %s: operands %s and %s both have a Domain; the kernels check one i32 input per op", o.Name, domain, p.Name)
+			}
+			domain = p.Name
+		}
 		if p.DType < F16 || p.DType > I32 {
 			return fmt.Errorf("op: %s: operand %s has no element type (F16, F32 or I32)", o.Name, p.Name)
 		}
@@ -401,6 +526,9 @@ func (o *Op) resolve() error {
 		}
 		writes = writes || p.Writes()
 		for _, e := range []Extent{p.Rows, p.Cols} {
+			if len(e.Of) > MaxExtentTerms {
+				return fmt.Errorf("op: %s: operand %s's extent %s has %d names; the kernel server takes at most %d", o.Name, p.Name, e, len(e.Of), MaxExtentTerms)
+			}
 			if e.coef() < 1 {
 				return fmt.Errorf("op: %s: operand %s has a coefficient %d; want at least 1", o.Name, p.Name, e.Coef)
 			}
@@ -471,12 +599,71 @@ func (o *Op) resolve() error {
 			}
 		}
 	}
+	return o.checkShapes()
+}
+
+// checkShapes checks that the op has quick shapes and that every shape it
+// lists is one of its own.
+func (o *Op) checkShapes() error {
+	if len(o.Shapes.Quick) == 0 {
+		return fmt.Errorf("op: %s has no quick shapes; list at least one in Shapes.Quick, such as %q (vkern verify --quick and the conformance suite check the op there)",
+			o.Name, strings.Repeat("4x", len(o.Dims)-1)+"4")
+	}
+	for _, list := range []struct {
+		name   string
+		shapes []string
+	}{{"Quick", o.Shapes.Quick}, {"Default", o.Shapes.Default}, {"Bench", o.Shapes.Bench}} {
+		for i, text := range list.shapes {
+			if _, err := o.ParseShape(text); err != nil {
+				return fmt.Errorf("op: %s: Shapes.%s[%d] = %q does not parse: %w", o.Name, list.name, i, text, err)
+			}
+		}
+	}
 	return nil
 }
 
+// maxIntParam bounds a whole-number parameter's range: every whole number
+// up to 2⁵³ is exact in the binary64 a shape holds it in.
+const maxIntParam = 1 << 53
+
+// identifier checks that name can be a C++ identifier: the server's
+// sources name every dimension, parameter and operand
+// (op_layernorm::param::eps, op_layernorm::buf::x).
+func identifier(name string) error {
+	for i, r := range name {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9') {
+			return fmt.Errorf("want a name of letters, digits and _, not starting with a digit")
+		}
+	}
+	switch {
+	case name == "":
+		return fmt.Errorf("want a name")
+	case strings.HasPrefix(name, "_") || strings.Contains(name, "__"):
+		return fmt.Errorf("names that start with _ or hold __ are reserved in C++; choose another")
+	case cppKeywords[name]:
+		return fmt.Errorf("%s is a C++ keyword; choose another name", name)
+	}
+	return nil
+}
+
+// cppKeywords are C++17's keywords and alternative tokens.
+var cppKeywords = map[string]bool{}
+
+func init() {
+	for _, k := range strings.Fields(`alignas alignof and and_eq asm auto bitand bitor bool break case catch char
+		char16_t char32_t class compl const constexpr const_cast continue decltype default delete do double
+		dynamic_cast else enum explicit export extern false float for friend goto if inline int long mutable
+		namespace new noexcept not not_eq nullptr operator or or_eq private protected public register
+		reinterpret_cast return short signed sizeof static static_assert static_cast struct switch template
+		this thread_local throw true try typedef typeid typename union unsigned using virtual void volatile
+		wchar_t while xor xor_eq`) {
+		cppKeywords[k] = true
+	}
+}
+
 func (o *Op) name(n string, i int) error {
-	if n == "" || strings.ContainsAny(n, " \t:,=") {
-		return fmt.Errorf("op: %s: dimension or parameter %q: want a name without spaces, ':', ',' or '='", o.Name, n)
+	if err := identifier(n); err != nil {
+		return fmt.Errorf("op: %s: dimension or parameter %q: %v (the kernels name it op_%s::param::%s)", o.Name, n, err, o.Name, n)
 	}
 	if _, dup := o.index[n]; dup {
 		return fmt.Errorf("op: %s: %s is named twice among the dimensions and parameters", o.Name, n)
