@@ -61,6 +61,10 @@ func TestCheckSpecRefusesAReferenceThatCannotBeTrusted(t *testing.T) {
 			var r []*Reference
 			return []*Reference{r[1]}, nil
 		}}, "panicked: runtime error: index out of range"},
+		{"a panic in a worker", Spec{Compute: func(ctx context.Context, s op.Shape, in []Input, a Arithmetic) ([]*Reference, error) {
+			err := ParallelRows(ctx, 5, 1, func(lo, hi int) { panic("row " + string(rune('0'+lo))) })
+			return nil, err
+		}}, "a reference's loop panicked: row"},
 		{"inputs of the wrong length", Spec{Compute: scaleCompute, Generate: func(g *Gen) []Input {
 			return []Input{{F16: make([]uint16, 4)}}
 		}}, "Generate at 5 integer: x has 4 elements, want N = 5 at 5"},

@@ -237,7 +237,14 @@ func generate(o *op.Op, spec Spec, s op.Shape, d Dist, seed uint64) ([]Input, er
 		}
 		return g.Default(), nil
 	}
-	inputs := spec.Generate(g)
+	var inputs []Input
+	err := protect(fmt.Sprintf("oracle: %s's Generate at %s %s", o.Name, s, d), func() error {
+		inputs = spec.Generate(g)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	if err := checkInputs(o, s, inputs); err != nil {
 		return nil, fmt.Errorf("oracle: %s's Generate at %s %s: %w", o.Name, s, d, err)
 	}
@@ -288,7 +295,11 @@ func Compute(ctx context.Context, o *op.Op, s op.Shape, inputs []Input, arith Ar
 	if err := checkInputs(o, s, inputs); err != nil {
 		return nil, fmt.Errorf("oracle: %s: %w", o.Name, err)
 	}
-	refs, err := spec.Compute(ctx, s, inputs, arith)
+	var refs []*Reference
+	err = protect(fmt.Sprintf("oracle: %s's reference at %s", o.Name, s), func() (err error) {
+		refs, err = spec.Compute(ctx, s, inputs, arith)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -382,10 +393,19 @@ func parallelRows(ctx context.Context, rows, costPerRow int, fn func(lo, hi int)
 	}
 	close(next)
 	var wg sync.WaitGroup
+	var panicked sync.Once
+	var failure error
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// A panic in fn (a reference's bug, perhaps a program's
+			// own) becomes the loop's error rather than the process's end.
+			defer func() {
+				if r := recover(); r != nil {
+					panicked.Do(func() { failure = fmt.Errorf("a reference's loop panicked: %v", r) })
+				}
+			}()
 			for lo := range next {
 				if ctx.Err() != nil {
 					return
@@ -395,5 +415,8 @@ func parallelRows(ctx context.Context, rows, costPerRow int, fn func(lo, hi int)
 		}()
 	}
 	wg.Wait()
+	if failure != nil {
+		return failure
+	}
 	return ctx.Err()
 }
