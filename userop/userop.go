@@ -47,8 +47,8 @@
 // Package cli runs vkern's commands (verify, bench, doctor, …) with
 // declared ops added: a program whose main is cli.Main(os.Args[1:], ops...)
 // is vkern with the ops. Package kerneltest's conformance check (Op) and
-// planted defects (Mutation, with File the declared path) work on declared
-// ops as on built-in ones. examples/userops in vkern's repository is a
+// planted defects (Mutation, with File the declared path, and Planted)
+// work on declared ops as on built-in ones. examples/userops in vkern's repository is a
 // worked example: rmsnorm, rmsnorm_grad and swiglu, step by step.
 //
 // Declare is for a program's start: it registers process-wide and cannot be
