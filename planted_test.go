@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/vkern/vkern/kerneltest"
+	"github.com/vkern/vkern/verify"
 )
 
 // The planted defects are listed in package kerneltest (defects.go).
@@ -18,11 +19,7 @@ func runPlanted(t *testing.T, backend string, defects []kerneltest.Mutation) {
 	if testing.Short() {
 		t.Skip("builds one server per planted defect")
 	}
-	for _, m := range defects {
-		t.Run(m.Name, func(t *testing.T) {
-			t.Parallel()
-			dev := openBackend(t, backend, Options{EditSources: m.Plant(), QuickBuild: true})
-			m.Run(t, dev)
-		})
-	}
+	kerneltest.Planted(t, func(t *testing.T, edit func(map[string][]byte) error) verify.Device {
+		return openBackend(t, backend, Options{EditSources: edit, QuickBuild: true})
+	}, defects)
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -46,6 +47,11 @@ type BuildError struct {
 	Command []string
 	// OutputTail is the last 40 lines of the compiler's stdout and stderr.
 	OutputTail string
+	// FirstError is the first line of the output that reports an error
+	// ("file:line:col: error: …", nvcc's "file(line): error: …", a
+	// linker's "undefined reference"), which the tail may have lost; empty
+	// when none does.
+	FirstError string
 	// Err is why it failed: the exit status, a timeout, or a cancelled context.
 	Err error
 }
@@ -55,8 +61,12 @@ func (e *BuildError) Error() string {
 	if strings.TrimSpace(out) == "" {
 		out = "(no output)"
 	}
-	return fmt.Sprintf("cache: build failed: %v\ncommand: %s\ncompiler output (last %d lines at most):\n%s",
-		e.Err, quoteArgs(e.Command), buildErrorTailLines, out)
+	first := ""
+	if e.FirstError != "" {
+		first = "\nfirst error: " + e.FirstError
+	}
+	return fmt.Sprintf("cache: build failed: %v%s\ncommand: %s\ncompiler output (last %d lines at most):\n%s",
+		e.Err, first, quoteArgs(e.Command), buildErrorTailLines, out)
 }
 
 func (e *BuildError) Unwrap() error { return e.Err }
@@ -146,7 +156,7 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 	argv := r.Compiler.Command(srcDirName, r.Main, binaryName, map[string]string{sourceDefine: sourceSHA})
 	output, seconds, err := runCompiler(ctx, tmp, argv)
 	if err != nil {
-		return nil, &BuildError{Command: argv, OutputTail: lastLines(output, buildErrorTailLines), Err: err}
+		return nil, &BuildError{Command: argv, OutputTail: lastLines(output, buildErrorTailLines), FirstError: firstError(output), Err: err}
 	}
 	if err := os.RemoveAll(src); err != nil {
 		return nil, fmt.Errorf("cache: removing the sources from the build folder: %w", err)
@@ -329,6 +339,19 @@ func (s *Store) removeTemporary(prefix string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// errorLine matches a compiler's or linker's error line.
+var errorLine = regexp.MustCompile(`(?i)(\berror\b\s*:|undefined reference to)`)
+
+// firstError returns the first line of out that reports an error.
+func firstError(out []byte) string {
+	for _, line := range strings.Split(string(bytes.ToValidUTF8(out, []byte("?"))), "\n") {
+		if errorLine.MatchString(line) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
 
 // lastLines returns the last n lines of out.

@@ -390,7 +390,7 @@ func TestFailedBuildsLeaveNothingBehind(t *testing.T) {
 		{
 			name:    "a compiler error reports the last 40 lines of output and the command",
 			script:  failingCompilerScript,
-			want:    []string{"exit status 1", "problem 061", "problem 100", "-o server src/main.cc", "'-DVKERN_SOURCE_SHA256=\""},
+			want:    []string{"exit status 1\nfirst error: src/main.cc:1:1: error: problem 001", "problem 061", "problem 100", "-o server src/main.cc", "'-DVKERN_SOURCE_SHA256=\""},
 			notWant: []string{"problem 060"},
 		},
 		{

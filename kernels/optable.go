@@ -28,9 +28,9 @@ func OpTable(ops []*op.Op) ([]byte, error) {
 	b.WriteString("// Do not edit: change the contract and rebuild.\n")
 	b.WriteString("#ifndef VKERN_CORE_OPTABLE_H\n#define VKERN_CORE_OPTABLE_H\n\nnamespace vkern {\n\n")
 	for _, o := range ops {
-		if len(o.Dims)+len(o.Params) > maxOpParams || len(o.Operands) > maxOpBuffers || len(o.Divides) > maxDivides {
+		if len(o.Dims)+len(o.Params) > op.MaxParams || len(o.Operands) > op.MaxOperands || len(o.Divides) > op.MaxDivides {
 			return nil, fmt.Errorf("kernels: %s has %d parameters, %d buffers and %d divisibility rules; the server takes at most %d, %d and %d",
-				o.Name, len(o.Dims)+len(o.Params), len(o.Operands), len(o.Divides), maxOpParams, maxOpBuffers, maxDivides)
+				o.Name, len(o.Dims)+len(o.Params), len(o.Operands), len(o.Divides), op.MaxParams, op.MaxOperands, op.MaxDivides)
 		}
 		fmt.Fprintf(&b, "namespace op_%s {\nconstexpr uint32_t kId = %d;\nnamespace param {\nenum : int { ", o.Name, o.ID)
 		for i, d := range o.Dims {
@@ -76,8 +76,15 @@ func OpTable(ops []*op.Op) ([]byte, error) {
 			}
 			role := map[op.Role]string{op.In: "kIn", op.Out: "kOut", op.InOut: "kInOut"}[p.Role]
 			dtype := map[op.DType]string{op.F16: "kF16", op.F32: "kF32", op.I32: "kI32"}[p.DType]
-			fmt.Fprintf(&b, "\n        {%q, DType::%s, %s, %s, Role::%s, %d, %s},", p.Name, dtype,
-				cExtent(o, p.Rows), cExtent(o, p.Cols), role, alias, domain)
+			rows, err := cExtent(o, p.Rows)
+			if err != nil {
+				return nil, err
+			}
+			cols, err := cExtent(o, p.Cols)
+			if err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(&b, "\n        {%q, DType::%s, %s, %s, Role::%s, %d, %s},", p.Name, dtype, rows, cols, role, alias, domain)
 		}
 		fmt.Fprintf(&b, "}, %d, {", len(o.Divides))
 		for _, d := range o.Divides {
@@ -89,17 +96,9 @@ func OpTable(ops []*op.Op) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// The server's limits (core/ops.h).
-const (
-	maxOpParams    = 16
-	maxOpBuffers   = 16
-	maxExtentTerms = 4
-	maxDivides     = 2
-)
-
-func cExtent(o *op.Op, e op.Extent) string {
-	if len(e.Of) > maxExtentTerms {
-		panic(fmt.Sprintf("kernels: %s: an extent of %d terms; the server takes at most %d", o.Name, len(e.Of), maxExtentTerms))
+func cExtent(o *op.Op, e op.Extent) (string, error) {
+	if len(e.Of) > op.MaxExtentTerms {
+		return "", fmt.Errorf("kernels: %s: an extent of %d terms; the server takes at most %d", o.Name, len(e.Of), op.MaxExtentTerms)
 	}
 	coef := e.Coef
 	if coef == 0 {
@@ -109,7 +108,7 @@ func cExtent(o *op.Op, e op.Extent) string {
 	for _, n := range e.Of {
 		s += fmt.Sprintf("%d, ", o.ParamIndex(n))
 	}
-	return s + "}}"
+	return s + "}}", nil
 }
 
 // cDouble writes a C++ double literal that reads back exactly.

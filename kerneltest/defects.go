@@ -3,6 +3,8 @@ package kerneltest
 import (
 	"bytes"
 	"fmt"
+
+	"github.com/vkern/vkern/kernels"
 )
 
 // The planted defects: real mistakes planted in the real kernel sources
@@ -795,16 +797,24 @@ const halfAwayLambda = "auto away = [](float v) { const __half t = __float2half_
 
 // Plant returns the source edit that applies m (for vkern.Options'
 // EditSources), failing when its snippet does not occur exactly once.
+//
+// m.File is a path among the sources (kernels.Sources: "cpu/gemm.cc"), or
+// the path a declared op's kernel file was declared by
+// ("kernels/cpu/rmsnorm.cc"), which Plant finds under kernels.DeclaredDir.
 func (m Mutation) Plant() func(files map[string][]byte) error {
 	return func(files map[string][]byte) error {
-		src, ok := files[m.File]
+		file := m.File
+		src, ok := files[file]
 		if !ok {
-			return fmt.Errorf("planted defect %q: no source file %s", m.Name, m.File)
+			file = kernels.DeclaredPath(m.File)
+			if src, ok = files[file]; !ok {
+				return fmt.Errorf("planted defect %q: no source file %s, built-in or declared", m.Name, m.File)
+			}
 		}
 		if n := bytes.Count(src, []byte(m.Old)); n != 1 {
 			return fmt.Errorf("planted defect %q: %q occurs %d times in %s, want once; update the snippet to the current kernel", m.Name, m.Old, n, m.File)
 		}
-		files[m.File] = bytes.Replace(src, []byte(m.Old), []byte(m.New), 1)
+		files[file] = bytes.Replace(src, []byte(m.Old), []byte(m.New), 1)
 		return nil
 	}
 }

@@ -476,6 +476,22 @@ type Mutation struct {
 	Shapes   []string
 }
 
+// Planted checks that the verifier catches each defect: open builds a
+// device from sources edited by the defect (Plant), as vkern.Open does
+// with Options{EditSources: edit, QuickBuild: true}, and Run must find its
+// op incorrect there. Each defect is a parallel subtest named for it.
+// Declared ops are planted in as built-in ones are: a Mutation's File is
+// the path the kernel file was declared by.
+func Planted(t *testing.T, open func(t *testing.T, edit func(files map[string][]byte) error) verify.Device, defects []Mutation) {
+	t.Helper()
+	for _, m := range defects {
+		t.Run(m.Name, func(t *testing.T) {
+			t.Parallel()
+			m.Run(t, open(t, m.Plant()))
+		})
+	}
+}
+
 // Run checks that dev, built with m planted, is caught: the verdict over
 // m's cases must be incorrect.
 func (m Mutation) Run(t *testing.T, dev verify.Device) {

@@ -154,7 +154,7 @@ func TestCrossEntropyOperandsAndWireParams(t *testing.T) {
 
 func TestIndependentMustSplitEveryOutput(t *testing.T) {
 	mk := func(independent string, outRows Extent) *Op {
-		return &Op{ID: 9001, Name: "independent_probe", Dims: []Dim{{"R", ""}, {"C", ""}}, Independent: independent,
+		return &Op{ID: 9001, Name: "independent_probe", Dims: []Dim{{"R", ""}, {"C", ""}}, Independent: independent, Shapes: Shapes{Quick: []string{"2x3"}},
 			Operands: []Operand{
 				{Name: "x", DType: F16, Rows: X("R"), Cols: X("C"), Role: In},
 				{Name: "w", DType: F16, Rows: X("C"), Role: In},
@@ -169,5 +169,91 @@ func TestIndependentMustSplitEveryOutput(t *testing.T) {
 	}
 	if err := mk("Q", X("R")).resolve(); err == nil || !strings.Contains(err.Error(), "not a dimension") {
 		t.Errorf("an unknown dimension: %v", err)
+	}
+}
+
+// probeOp is a small valid contract that the declaration tests break one
+// field at a time.
+func probeOp() *Op {
+	return &Op{Name: "probe", Dims: []Dim{{"R", "rows"}, {"C", "columns"}},
+		Params: []Param{{Name: "eps", Kind: Float, Min: 0, Max: 1, Default: 1e-5}},
+		Operands: []Operand{
+			{Name: "x", DType: F16, Rows: X("R"), Cols: X("C"), Role: In},
+			{Name: "y", DType: F16, Rows: X("R"), Cols: X("C"), Role: Out},
+		},
+		Shapes: Shapes{Quick: []string{"1x1", "3x5"}}}
+}
+
+func TestCheckRefusesABadContractNamingTheOpTheFieldAndTheFix(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		spoil func(o *Op)
+		want  string
+	}{
+		{"an operand with no shape", func(o *Op) { o.Operands[1].Rows = Extent{} }, "operand y has no shape; set its Rows"},
+		{"a dimension that is not a C++ name", func(o *Op) { o.Dims[1].Name = "C-1" }, `dimension or parameter "C-1": want a name of letters`},
+		{"a dimension that is a keyword", func(o *Op) { o.Dims[1].Name = "int" }, "int is a C++ keyword"},
+		{"a parameter named as a dimension", func(o *Op) { o.Params[0].Name = "R" }, "R is named twice"},
+		{"an operand named twice", func(o *Op) { o.Operands[1].Name = "x" }, `operand "x" is unnamed or named twice`},
+		{"an operand that is not a C++ name", func(o *Op) { o.Operands[1].Name = "y.out" }, `operand "y.out": want a name`},
+		{"a shape naming an unknown dimension", func(o *Op) { o.Operands[1].Cols = X("D") }, `names "D", which is neither a dimension nor a parameter`},
+		{"an extent past the server's limit", func(o *Op) { o.Operands[1].Cols = X("R", "C", "R", "C", "R") }, "has 5 names; the kernel server takes at most 4"},
+		{"no quick shapes", func(o *Op) { o.Shapes.Quick = nil }, `probe has no quick shapes; list at least one in Shapes.Quick, such as "4x4"`},
+		{"a quick shape of another op", func(o *Op) { o.Shapes.Quick = []string{"4x4x4"} }, `Shapes.Quick[0] = "4x4x4" does not parse: probe: shape "4x4x4" has 3 dimensions, want 2`},
+		{"a default outside a parameter's range", func(o *Op) { o.Params[0].Default = 2 }, "eps defaults to 2, outside its range [0, 1]"},
+		{"a NaN parameter range", func(o *Op) { o.Params[0].Max = math.NaN() }, "want Min ≤ Max"},
+		{"an infinite whole-number range", func(o *Op) { o.Params[0].Kind, o.Params[0].Max, o.Params[0].Default = Int, math.Inf(1), 0 }, "must be finite"},
+		{"a domain on an f16 operand", func(o *Op) { o.Operands[0].Domain = "positive" }, "only an i32 input's values are checked"},
+		{"an id in the built-in range", func(o *Op) { o.ID = 7 }, "in the built-in ops' range"},
+		{"the name of a built-in op", func(o *Op) { o.Name = "softmax" }, "softmax is the name of a built-in op; choose another name"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := probeOp()
+			tt.spoil(o)
+			err := Check(o)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Check: %v; want an error containing %q", err, tt.want)
+			}
+			if !strings.Contains(err.Error(), o.Name) {
+				t.Errorf("the error %q does not name the op", err)
+			}
+		})
+	}
+	if err := Check(probeOp()); err != nil {
+		t.Fatalf("the valid probe: %v", err)
+	}
+}
+
+func TestUserIDsLieAboveTheBuiltInsAndDependOnlyOnTheName(t *testing.T) {
+	for _, o := range All() {
+		if o.ID >= FirstUserID {
+			t.Errorf("built-in %s has id %d, in the user range", o.Name, o.ID)
+		}
+	}
+	if a, b := UserID("rmsnorm"), UserID("rmsnorm"); a != b || a < FirstUserID {
+		t.Errorf("UserID(rmsnorm) = %d then %d; want one id from %d up", a, b, FirstUserID)
+	}
+	if UserID("rmsnorm") == UserID("swiglu") {
+		t.Errorf("rmsnorm and swiglu share an id")
+	}
+	o := probeOp()
+	o.Name = "probe_collides"
+	o.ID = UserID("probe_first")
+	first := probeOp()
+	first.Name = "probe_first"
+	if err := Register(first); err != nil {
+		t.Fatal(err)
+	}
+	err := Register(o)
+	if err == nil || !strings.Contains(err.Error(), "probe_collides") || !strings.Contains(err.Error(), "probe_first") {
+		t.Errorf("two ops at one id: %v; want an error naming both", err)
+	}
+	if err := Register(first); err == nil || !strings.Contains(err.Error(), "registered already") {
+		t.Errorf("registering an op twice: %v", err)
+	}
+	second := probeOp()
+	second.Name = "probe_first"
+	if err := Register(second); err == nil || !strings.Contains(err.Error(), "declared twice") {
+		t.Errorf("two contracts with one name: %v", err)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 
 	"github.com/vkern/vkern/op"
@@ -223,16 +224,58 @@ func Generate(o *op.Op, s op.Shape, d Dist, seed uint64) ([]Input, error) {
 	if err != nil {
 		return nil, err
 	}
+	return generate(o, spec, s, d, seed)
+}
+
+func generate(o *op.Op, spec Spec, s op.Shape, d Dist, seed uint64) ([]Input, error) {
 	g := newGen(o, s, d, seed)
 	if spec.Generate == nil {
 		for _, p := range o.Inputs() {
 			if p.DType == op.I32 {
-				return nil, fmt.Errorf("oracle: %s's input %s is i32, and the op has no generator to keep it in its domain", o.Name, p.Name)
+				return nil, fmt.Errorf("oracle: %s's input %s is i32, and the op has no generator to keep it in its domain; give its Spec a Generate", o.Name, p.Name)
 			}
 		}
 		return g.Default(), nil
 	}
-	return spec.Generate(g), nil
+	var inputs []Input
+	err := protect(fmt.Sprintf("oracle: %s's Generate at %s %s", o.Name, s, d), func() error {
+		inputs = spec.Generate(g)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := checkInputs(o, s, inputs); err != nil {
+		return nil, fmt.Errorf("oracle: %s's Generate at %s %s: %w", o.Name, s, d, err)
+	}
+	return inputs, nil
+}
+
+// checkInputs checks that inputs are o's inputs at s: one per input, each
+// in the field of its type, with its element count.
+func checkInputs(o *op.Op, s op.Shape, inputs []Input) error {
+	ins := o.Inputs()
+	if len(inputs) != len(ins) {
+		return fmt.Errorf("%d inputs, want %d (%s)", len(inputs), len(ins), operandNames(ins))
+	}
+	for i, in := range inputs {
+		p := ins[i]
+		if (p.DType == op.I32) != (in.I32 != nil) || (p.DType == op.F16) != (in.F16 != nil) || (p.DType == op.F32) != (in.F32 != nil) {
+			return fmt.Errorf("input %s is %s; pass its elements in the Input field of that type, and only there", p.Name, p.DType)
+		}
+		if want := s.Elements(p); int64(in.Len()) != want {
+			return fmt.Errorf("%s has %d elements, want %s = %d at %s", p.Name, in.Len(), o.SizeText(p), want, s)
+		}
+	}
+	return nil
+}
+
+func operandNames(ps []op.Operand) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ", ")
 }
 
 // Compute runs the reference of o at shape s on inputs (op.Inputs(), in
@@ -249,27 +292,61 @@ func Compute(ctx context.Context, o *op.Op, s op.Shape, inputs []Input, arith Ar
 	if err != nil {
 		return nil, err
 	}
-	ins := o.Inputs()
-	if len(inputs) != len(ins) {
-		return nil, fmt.Errorf("oracle: %s takes %d inputs, got %d", o.Name, len(ins), len(inputs))
+	if err := checkInputs(o, s, inputs); err != nil {
+		return nil, fmt.Errorf("oracle: %s: %w", o.Name, err)
 	}
-	for i, in := range inputs {
-		p := ins[i]
-		if (p.DType == op.I32) != (in.I32 != nil) || (p.DType == op.F16) != (in.F16 != nil) || (p.DType == op.F32) != (in.F32 != nil) {
-			return nil, fmt.Errorf("oracle: %s input %s is %s; pass its elements in the Input field of that type", o.Name, p.Name, p.DType)
-		}
-		if want := s.Elements(p); int64(in.Len()) != want {
-			return nil, fmt.Errorf("oracle: %s: %s has %d elements, want %d at %s", o.Name, p.Name, in.Len(), want, s)
-		}
-	}
-	refs, err := spec.Compute(ctx, s, inputs, arith)
+	var refs []*Reference
+	err = protect(fmt.Sprintf("oracle: %s's reference at %s", o.Name, s), func() (err error) {
+		refs, err = spec.Compute(ctx, s, inputs, arith)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	if len(refs) != len(o.Outputs()) {
-		return nil, fmt.Errorf("oracle: %s's reference gave %d outputs, want %d", o.Name, len(refs), len(o.Outputs()))
+	if err := checkReferences(o, s, refs); err != nil {
+		return nil, fmt.Errorf("oracle: %s's reference at %s: %w", o.Name, s, err)
 	}
 	return refs, nil
+}
+
+// checkReferences checks that refs can be compared with o's outputs at s:
+// one per output, Value, Bound (and Typical, when set) each with the
+// output's element count, and no finite value's bound NaN or negative,
+// which no error could be compared with (a NaN or infinite value is
+// matched exactly, whatever its bound).
+func checkReferences(o *op.Op, s op.Shape, refs []*Reference) error {
+	outs := o.Outputs()
+	if len(refs) != len(outs) {
+		return fmt.Errorf("%d outputs, want %d (%s)", len(refs), len(outs), operandNames(outs))
+	}
+	for k, ref := range refs {
+		p := outs[k]
+		n := s.Elements(p)
+		switch {
+		case ref == nil:
+			return fmt.Errorf("output %s has a nil Reference", p.Name)
+		case int64(len(ref.Value)) != n || int64(len(ref.Bound)) != n:
+			return fmt.Errorf("output %s has %d values and %d bounds, want %d of each", p.Name, len(ref.Value), len(ref.Bound), n)
+		case ref.Typical != nil && int64(len(ref.Typical)) != n:
+			return fmt.Errorf("output %s has %d typical errors, want %d (or none)", p.Name, len(ref.Typical), n)
+		}
+		bad := make([]int, (len(ref.Bound)+ChunkSize-1)/ChunkSize)
+		ForChunks(len(ref.Bound), func(c, lo, hi int) {
+			bad[c] = -1
+			for i := lo; i < hi; i++ {
+				if v, b := ref.Value[i], ref.Bound[i]; !(b >= 0) && !math.IsNaN(v) && !math.IsInf(v, 0) {
+					bad[c] = i
+					return
+				}
+			}
+		})
+		for _, i := range bad {
+			if i >= 0 {
+				return fmt.Errorf("output %s's bound at element %d (value %v) is %v; the bound of a finite value must be a number ≥ 0", p.Name, i, ref.Value[i], ref.Bound[i])
+			}
+		}
+	}
+	return nil
 }
 
 // inputIndex is the position of the operand called name among o's inputs.
@@ -293,6 +370,15 @@ func Factors(o *op.Op, s op.Shape, inputs []Input) (x, y Matrix) {
 		Matrix{inputs[inputIndex(o, m.R)].F16, depth, cols, m.TransR}
 }
 
+// ParallelRows runs fn over [0, rows) in contiguous chunks on every core,
+// costPerRow being about the operations a row takes, and returns ctx's
+// error if it was done before every row was: the loop of a reference.
+// Chunks are small enough to balance load and large enough to amortise the
+// goroutine; fn must write only its own rows.
+func ParallelRows(ctx context.Context, rows, costPerRow int, fn func(lo, hi int)) error {
+	return parallelRows(ctx, rows, costPerRow, fn)
+}
+
 // parallelRows runs fn over [0, rows) in contiguous chunks on every core.
 // Chunks are small enough to balance load and large enough to amortise the
 // goroutine; fn must write only its own rows.
@@ -307,10 +393,19 @@ func parallelRows(ctx context.Context, rows, costPerRow int, fn func(lo, hi int)
 	}
 	close(next)
 	var wg sync.WaitGroup
+	var panicked sync.Once
+	var failure error
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// A panic in fn (a reference's bug, perhaps a program's
+			// own) becomes the loop's error rather than the process's end.
+			defer func() {
+				if r := recover(); r != nil {
+					panicked.Do(func() { failure = fmt.Errorf("a reference's loop panicked: %v", r) })
+				}
+			}()
 			for lo := range next {
 				if ctx.Err() != nil {
 					return
@@ -320,5 +415,8 @@ func parallelRows(ctx context.Context, rows, costPerRow int, fn func(lo, hi int)
 		}()
 	}
 	wg.Wait()
+	if failure != nil {
+		return failure
+	}
 	return ctx.Err()
 }

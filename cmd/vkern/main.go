@@ -1,115 +1,13 @@
 // Command vkern builds, serves and verifies kernels. See `vkern help`.
 //
-// The flag parsing is the standard library's flag package, one FlagSet per
-// command: the commands are few and flat, and a CLI framework would add
-// dependencies without adding behaviour. The progress display is one status
-// line rewritten in place, for the same reason.
+// The commands live in package cli, which programs that declare ops of
+// their own (package userop) run too.
 package main
 
 import (
-	"context"
-	"fmt"
-	"io"
 	"os"
-	"os/signal"
-	"sort"
-	"strings"
-	"syscall"
 
-	"github.com/vkern/vkern"
+	"github.com/vkern/vkern/cli"
 )
 
-// vkernBuild is vkern.Build with the default options but the backend.
-func vkernBuild(ctx context.Context, backend string) (vkern.Info, error) {
-	return vkern.Build(ctx, vkern.Options{Backend: backend})
-}
-
-// Exit statuses.
-const (
-	exitOK      = 0
-	exitFailure = 1 // a case was incorrect or failed, or the tool could not do its job
-	exitUsage   = 2 // the command line was wrong
-)
-
-type command struct {
-	name, summary string
-	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) int
-}
-
-func commands() []command {
-	return []command{
-		{"verify", "build the kernels, run every case, check it against the oracle, report", runVerify},
-		{"build", "build the kernel server into the cache without starting it", runBuild},
-		{"bench", "measure the server and the kernels, with ratios to anchors measured in the same run", runBench},
-		{"train", "train a GPT-2-family model on vkern's kernels, every step checkable", runTrain},
-		{"eval", "a checkpoint's mean loss over windows of the validation data", runEval},
-		{"sample", "generate text from a checkpoint", runSample},
-		{"doctor", "say which compilers, devices and cache work here, and how to fix what does not", runDoctor},
-		{"cache", "path | ls | clean: the content-addressed kernel cache", runCache},
-		{"version", "print the version", runVersion},
-	}
-}
-
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
-
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(stderr)
-		return exitUsage
-	}
-	name := args[0]
-	switch name {
-	case "help", "-h", "-help", "--help":
-		if len(args) > 1 {
-			return run(ctx, []string{args[1], "--help"}, stdout, stderr)
-		}
-		usage(stdout)
-		return exitOK
-	}
-	for _, c := range commands() {
-		if c.name == name {
-			return c.run(ctx, args[1:], stdout, stderr)
-		}
-	}
-	fmt.Fprintf(stderr, "vkern: unknown command %q; run `vkern help` for the list\n", name)
-	return exitUsage
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "vkern builds GPU and CPU kernels with this machine's compiler, serves them from a")
-	fmt.Fprintln(w, "persistent kernel server, and checks every result against a float64 oracle.")
-	fmt.Fprintln(w, "\nUsage: vkern COMMAND [flags]   (vkern COMMAND --help for its flags)")
-	fmt.Fprintln(w)
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
-	}
-}
-
-// listFlag collects a repeatable flag; values may also be comma-separated.
-type listFlag []string
-
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
-
-func (l *listFlag) Set(v string) error {
-	for _, part := range strings.Split(v, ",") {
-		if part = strings.TrimSpace(part); part == "" {
-			return fmt.Errorf("empty value in %q", v)
-		}
-		*l = append(*l, part)
-	}
-	return nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+func main() { os.Exit(cli.Main(os.Args[1:])) }

@@ -101,6 +101,10 @@ Result backend_run_batch(const Call* calls, uint32_t count, uint64_t* kernel_ns,
 // HELLO's ops field.
 std::string backend_op_names();
 
+// Why this backend has no kernel for op op_id, for its NOT_SUPPORTED
+// answer (generated into kernel_list.inc by kernels.Sources).
+const char* missing_kernel_reason(uint32_t op_id);
+
 // Closes the device (joins threads, releases the context) before exit.
 void backend_close();
 

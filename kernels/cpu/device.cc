@@ -409,8 +409,8 @@ Result backend_run(const Call& call, uint64_t* kernel_ns, uint64_t* problem) {
   *problem = kNoProblem;
   const Kernel kernel = find_kernel(call.op->id);
   if (kernel == nullptr) {
-    return fail(kStatusNotSupported, call.op->name, ": the cpu backend has no kernel for it (it has ", backend_op_names(),
-                ")");
+    return fail(kStatusNotSupported, call.op->name, ": the cpu backend has no kernel for it: ",
+                missing_kernel_reason(call.op->id), " (it has ", backend_op_names(), ")");
   }
   // Kernels allocate their scratch on this thread before they fan out, so
   // running out of memory surfaces here, never inside a worker.

@@ -192,8 +192,8 @@ cudaError_t launch(const Call& call, unsigned long long* problem) {
 // OUT_OF_MEMORY (and not sticky), anything else a device error.
 Result launch_error(const OpSpec& op, cudaError_t err) {
   if (err == cudaErrorNotSupported && find_kernel(op.id) == nullptr) {
-    return fail(kStatusNotSupported, op.name, ": the ", VK_BACKEND_NAME, " backend has no kernel for it (it has ",
-                backend_op_names(), ")");
+    return fail(kStatusNotSupported, op.name, ": the ", VK_BACKEND_NAME, " backend has no kernel for it: ",
+                missing_kernel_reason(op.id), " (it has ", backend_op_names(), ")");
   }
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();

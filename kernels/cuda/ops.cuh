@@ -102,7 +102,8 @@ struct Call;
 // A kernel entry: enqueues call's kernels on s without waiting. problem is
 // the device word where an op with a checked input records the first
 // element that broke its domain (atomicMin; nullptr for other ops). Each
-// op's file defines run_<op>; kernels.cu lists them.
+// op's file defines run_<op>, with the return type at the start of the
+// line; kernels.Sources lists them (kernel_list.inc).
 using CudaKernel = cudaError_t (*)(const Call& call, unsigned long long* problem, cudaStream_t s);
 
 // find_kernel returns the entry of op op_id, or nullptr when this backend

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vkern/vkern/bench"
+	"github.com/vkern/vkern/userop"
 	"github.com/vkern/vkern/verify"
 )
 
@@ -279,4 +280,14 @@ func benchJSON(t *testing.T, path string) ([]bench.Result, []byte) {
 		t.Fatalf("JSON %s: %v", data, err)
 	}
 	return doc.Results, data
+}
+
+// An op that cannot be declared stops the command before it runs, with
+// exit 1 and the declaration's error.
+func TestAnOpThatCannotBeDeclaredExitsOneWithTheReason(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), []string{"version"}, &out, &errOut, userop.Op{})
+	if code != exitFailure || out.Len() != 0 || !strings.Contains(errOut.String(), "vkern: userop: op 1 of 1 has no Contract") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/cache"
+	"github.com/vkern/vkern/kernels"
+	"github.com/vkern/vkern/op"
 	"github.com/vkern/vkern/toolchain"
 )
 
@@ -20,7 +22,9 @@ const doctorHelp = `Usage: vkern doctor
 Checks, in order, what vkern needs here and says for each: ok, or what is
 missing and the fix. It builds (or finds in the cache) the cpu kernel server,
 starts it and pings it. GPU toolchains are probed too: a compiler alone is not
-enough, the device must answer.
+enough, the device must answer. Ops a program declared (package userop) are
+listed with the backends they have kernels for; their cpu kernels are in the
+server it builds, so a compiler error in one shows here.
 
 Exit status: 0 the cpu backend works · 1 it does not
 `
@@ -82,6 +86,13 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		ok = false
 		line("broken", "cache", err.Error())
+	}
+
+	for _, o := range op.All() {
+		if o.ID < op.FirstUserID {
+			continue
+		}
+		line("declared", "op "+o.Name, fmt.Sprintf("wire id %d, kernels for %s: built into the servers here", o.ID, strings.Join(kernels.DeclaredBackends(o.Name), " and ")))
 	}
 
 	if ok {
