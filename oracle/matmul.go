@@ -425,18 +425,11 @@ func Project(ctx context.Context, x, y Matrix, v []float64) (*Projection, error)
 // too.
 func ProjectWith(ctx context.Context, x, y Matrix, ep Epilogue, v []float64) (*Projection, error) {
 	l, n := y.Rows, y.Cols
-	yv, ya := make([]float64, l), make([]float64, l)
-	err := parallelRows(ctx, l, 2*n, func(lo, hi int) {
-		for k := lo; k < hi; k++ {
-			var s, a float64
-			for j := 0; j < n; j++ {
-				e := y.at(k, j)
-				s += e * v[j]
-				a += math.Abs(e) * math.Abs(v[j])
-			}
-			yv[k], ya[k] = s, a
-		}
-	})
+	va := make([]float64, n)
+	for j, e := range v {
+		va[j] = math.Abs(e)
+	}
+	yv, ya, err := rowDots(ctx, y, v, va)
 	if err != nil {
 		return nil, err
 	}
@@ -449,17 +442,15 @@ func ProjectWith(ctx context.Context, x, y Matrix, ep Epilogue, v []float64) (*P
 			biasMagnitude += math.Abs(b) * math.Abs(v[j])
 		}
 	}
+	xv, xa, err := rowDots(ctx, x, yv, ya)
+	if err != nil {
+		return nil, err
+	}
 	p := &Projection{Value: make([]float64, x.Rows), Magnitude: make([]float64, x.Rows), Terms: l + ep.Terms()}
-	err = parallelRows(ctx, x.Rows, 2*l+2*n, func(lo, hi int) {
+	err = parallelRows(ctx, x.Rows, 2*n, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			var s, a float64
-			for k := 0; k < l; k++ {
-				e := x.at(i, k)
-				s += e * yv[k]
-				a += math.Abs(e) * ya[k]
-			}
-			s += biasValue
-			a += biasMagnitude
+			s := xv[i] + biasValue
+			a := xa[i] + biasMagnitude
 			if ep.Init != nil {
 				var is, ia float64
 				for j := 0; j < n; j++ {
@@ -478,6 +469,39 @@ func ProjectWith(ctx context.Context, x, y Matrix, ep Epilogue, v []float64) (*P
 		return nil, err
 	}
 	return p, nil
+}
+
+// rowDots returns, for each row i of m, Σⱼ m(i, j)·w[j] and
+// Σⱼ |m(i, j)|·wa[j], each summed in ascending j. A transposed view is
+// walked in storage order, a block of its rows at a time (each stored row
+// holds one column of the view, contiguous over the block), which gives the
+// same sums in the same order without a cache miss per element.
+func rowDots(ctx context.Context, m Matrix, w, wa []float64) (s, a []float64, err error) {
+	s, a = make([]float64, m.Rows), make([]float64, m.Rows)
+	err = parallelRows(ctx, m.Rows, 2*m.Cols, func(lo, hi int) {
+		if !m.Transposed {
+			for i := lo; i < hi; i++ {
+				var si, ai float64
+				for j, h := range m.Data[i*m.Cols : (i+1)*m.Cols] {
+					e := f16.ToFloat64(h)
+					si += e * w[j]
+					ai += math.Abs(e) * wa[j]
+				}
+				s[i], a[i] = si, ai
+			}
+			return
+		}
+		sb, ab := s[lo:hi], a[lo:hi]
+		for j := 0; j < m.Cols; j++ {
+			wj, waj := w[j], wa[j]
+			for t, h := range m.Data[j*m.Rows+lo : j*m.Rows+hi] {
+				e := f16.ToFloat64(h)
+				sb[t] += e * wj
+				ab[t] += math.Abs(e) * waj
+			}
+		}
+	})
+	return s, a, err
 }
 
 func init() {

@@ -121,11 +121,22 @@ func sampledCheck(ctx context.Context, c Case, m Mode, inputs []oracle.Input, ou
 		if err != nil {
 			return Stats{}, err
 		}
-		for i := 0; i < rows; i++ {
-			if bad := checkProjection(o, out, i, cols, v, p); bad != "" {
+		// Every row on every core; the verdicts are gathered in row order,
+		// so the first wrong row reported does not depend on the cores.
+		bad := make([]string, rows)
+		err = oracle.ParallelRows(ctx, rows, 2*cols, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				bad[i] = checkProjection(o, out, i, cols, v, p)
+			}
+		})
+		if err != nil {
+			return Stats{}, err
+		}
+		for i, b := range bad {
+			if b != "" {
 				st.Wrong++
 				if st.FirstWrong == "" {
-					st.FirstWrong = bad
+					st.FirstWrong = b
 				}
 			} else if isFinite(p.Value[i]) && isFinite(p.Magnitude[i]) {
 				projected[i] = true
