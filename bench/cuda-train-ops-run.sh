@@ -90,6 +90,16 @@ for r in results:
 EOF
 }
 
+# pack: the device tool returns at most 8 files, so everything but the
+# summary files goes into one archive, also when the run is cut short.
+pack() {
+  trap - EXIT TERM INT
+  (cd "$out" && find . -maxdepth 1 -type f ! -name logs.tar.gz ! -name table.txt ! -name bench-ops.json \
+      ! -name anchors.jsonl ! -name bench-ops.svg -printf '%f\n' | tar czf logs.tar.gz --remove-files -T - 2>/dev/null)
+}
+trap 'pack; exit 143' TERM INT
+trap pack EXIT
+
 step "device"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader
 step "vkern build --backend cuda"
 $vk build --backend cuda > "$out/build.txt" 2> "$out/build.stderr" || { fail build; exit 1; }
