@@ -26,6 +26,6 @@ start=$(date +%s)
 run char 200 32
 echo "char: $(( $(date +%s) - start )) s"
 $vk eval --backend cuda --resume "$work/char-run" --data $data --windows 64 --json "$out/char-eval.json" 2>&1 | tail -2
-python3 bench/parity.py --eval "$work/char-run" --data $data --windows 64 2>&1 | tail -1
+python3 bench/parity.py --eval "$work/char-run" --data $data --windows 64 2>&1 | tail -1 | tee "$out/char-eval-transformers.txt"
 run gpt2 50 16
 echo "gpt2: $(( $(date +%s) - start )) s"
