@@ -20,8 +20,8 @@ validation part of the data: window w is validation tokens [w·(T+1),
 (w+1)·(T+1)), its first T tokens the inputs and its last T the targets, every
 position counted (natural log, the mean over all N·T predictions). The
 validation part is package data's rule: of text, every 20th file in lexical
-order (the 20th, 40th, …), or the last 5%% of the bytes when there are fewer
-than 20 files; of a .bin, its last 5%% of tokens.
+order (the 20th, 40th, …), or the last 5% of the bytes when there are fewer
+than 20 files; of a .bin, its last 5% of tokens.
 
   --resume DIR   a checkpoint folder (vkern's, or a GPT-2 saved by transformers)
   --data PATH    text files or folders, or one .bin (repeatable; default: the

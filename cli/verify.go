@@ -333,7 +333,7 @@ func writeAtomic(path string, write func(io.Writer) error) error {
 }
 
 func printSummary(w io.Writer, r *report.Report) {
-	fmt.Fprintf(w, "\n%-13s %-10s %7s %6s %14s\n", "op", "verdict", "passed", "exact", "worst err/bnd")
+	fmt.Fprintf(w, "\n%-14s %-10s %7s %6s %14s\n", "op", "verdict", "passed", "exact", "worst err/bnd")
 	for _, o := range op.All() {
 		l, ok := r.Ops[o.Name]
 		if !ok {
@@ -343,7 +343,7 @@ func printSummary(w io.Writer, r *report.Report) {
 		if l.Passed > 0 {
 			worst = fmt.Sprintf("%.3g", float64(l.MaxErrorOverBound))
 		}
-		fmt.Fprintf(w, "%-13s %-10s %3d/%-3d %6d %14s\n", o.Name, l.Verdict, l.Passed, l.Cases, l.ExactCases, worst)
+		fmt.Fprintf(w, "%-14s %-10s %3d/%-3d %6d %14s\n", o.Name, l.Verdict, l.Passed, l.Cases, l.ExactCases, worst)
 	}
 	for _, c := range r.Cases {
 		if c.Verdict != verify.Passed {

@@ -127,17 +127,22 @@ func (s Shape) Elements(p Operand) int64 { return s.Rows(p) * s.Cols(p) }
 func (s Shape) Bytes(p Operand) int64 { return s.Elements(p) * int64(p.DType.Size()) }
 
 // ShapeSyntax is how this op's shapes are written: "MxNxK",
-// "RxV[:ignore_index=I]".
+// "RxV[:ignore_index=I,grad_scale=G]" (after one colon, any of the
+// parameters, comma-separated).
 func (o *Op) ShapeSyntax() string {
 	names := make([]string, len(o.Dims))
 	for i, d := range o.Dims {
 		names[i] = d.Name
 	}
 	syntax := strings.Join(names, "x")
-	for _, p := range o.Params {
-		syntax += "[:" + p.Name + "=" + strings.ToUpper(p.Name[:1]) + "]"
+	if len(o.Params) == 0 {
+		return syntax
 	}
-	return syntax
+	params := make([]string, len(o.Params))
+	for i, p := range o.Params {
+		params[i] = p.Name + "=" + strings.ToUpper(p.Name[:1])
+	}
+	return syntax + "[:" + strings.Join(params, ",") + "]"
 }
 
 // Example is a shape of this op for messages and --help: the first quick
