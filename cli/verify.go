@@ -320,8 +320,9 @@ func writeAtomic(path string, write func(io.Writer) error) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	_, werr := tmp.Write(buf.Bytes())
+	merr := tmp.Chmod(0o644) // CreateTemp makes 0600; a report is for reading
 	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
+	if err := errors.Join(werr, merr, cerr); err != nil {
 		os.Remove(tmp.Name())
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
