@@ -383,8 +383,9 @@ func newModelProgramOps() []string {
 }
 
 // TestAStepOnCUDAMatchesTheFloat64Model is the whole-step check of char on
-// the cuda backend (TRAINING.md: char on a GPU); it skips where there is
-// no CUDA device.
+// the cuda backend (TRAINING.md: char on a GPU), and of paddedNano, whose
+// head runs over a padded vocabulary; it skips where there is no CUDA
+// device.
 func TestAStepOnCUDAMatchesTheFloat64Model(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -396,12 +397,16 @@ func TestAStepOnCUDAMatchesTheFloat64Model(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	got, err := wholeStep(t, dev, Char, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("char, 2 micro-batches of B = 2, on the cuda backend: %s", got)
-	if len(got.failures) > 0 || got.worstName == "" {
-		t.Fatalf("the step's results are outside the derived tolerance: %s", got)
+	for _, cfg := range []Config{Char, paddedNano} {
+		t.Run(cfg.Name, func(t *testing.T) {
+			got, err := wholeStep(t, dev, cfg, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s, 2 micro-batches of B = 2, on the cuda backend: %s", cfg.Name, got)
+			if len(got.failures) > 0 || got.worstName == "" {
+				t.Fatalf("the step's results are outside the derived tolerance: %s", got)
+			}
+		})
 	}
 }
