@@ -25,6 +25,7 @@ leaves that call out. Alternates are for reading, never matched:
 
   linear              F.linear(x, w, b), w N×K as nn.Linear holds it (cuBLAS)
     linear_kn         torch.addmm(b, x, W) / x @ W, W K×N as vkern holds it
+  linear_nt           F.linear(x, w, b), w N×K: linear_nt's own layout (cuBLAS)
   linear_grad_w       dW.add_(torch.mm(x.T, dy, out_dtype=float32)): cuBLAS
                       with f32 output, then the += (torch.addmm cannot add
                       an f16 product into an f32 tensor)
@@ -120,6 +121,16 @@ def linear(shape, dims, p):
         emit("linear_kn", shape, "torch.addmm(b, x, W), W K×N", bench(lambda: torch.addmm(b, x, wkn)), nbytes, flops)
     else:
         emit("linear_kn", shape, "x @ W, W K×N", bench(lambda: x @ wkn), nbytes, flops)
+
+
+def linear_nt(shape, dims, p):
+    m, n, k = dims
+    bias = int(p.get("bias", 1))
+    x, w = randn(m, k), randn(n, k)
+    b = randn(n) if bias else None
+    nbytes, flops = 2 * (m * k + k * n + bias * n + m * n), 2.0 * m * n * k
+    plus = " + bias" if bias else ""
+    emit("linear_nt", shape, f"F.linear (cuBLAS), weight N×K{plus}", bench(lambda: F.linear(x, w, b)), nbytes, flops)
 
 
 def linear_grad_w(shape, dims, p):
@@ -325,7 +336,7 @@ def adamw(shape, dims, p):
 
 # Each anchor and its shape syntax in vkern (op/*.go).
 ANCHORS = {f.__name__: (f, syntax) for f, syntax in (
-    (linear, "MxNxK[:bias=0|1]"), (linear_grad_w, "MxNxK[:accumulate=0|1]"), (bias_grad, "MxN"),
+    (linear, "MxNxK[:bias=0|1]"), (linear_nt, "MxNxK[:bias=0|1]"), (linear_grad_w, "MxNxK[:accumulate=0|1]"), (bias_grad, "MxN"),
     (attention, "BxTxCxH"), (attention_backward, "BxTxCxH"),
     (layernorm, "RxC[:eps=E]"), (layernorm_backward, "RxC"),
     (embedding, "BxTxCxV"), (embedding_backward, "BxTxCxV"),

@@ -106,6 +106,8 @@ func configFromHF(raw json.RawMessage) (Config, error) {
 
 // Save writes the model's parameters, optimizer state and run to the
 // checkpoint folder dir (package ckpt: atomic; loadable by transformers).
+// Every tensor has Hugging Face's shape: wte and its two moments have V
+// rows, not the device's Vp (Config.Vp), whose padded rows are zero.
 func (m *Model) Save(ctx context.Context, dir string, run Run) error {
 	master, mom1, mom2, err := m.Params(ctx)
 	if err != nil {
@@ -136,8 +138,9 @@ type Loaded struct {
 	Config Config
 	// Run is nil for a model saved by transformers (no train_state.json).
 	Run *Run
-	// Master, M and V are in the arena layout of Config; M and V are
-	// zero when the folder has no optimizer state.
+	// Master, M and V are in the arena layout of Config (wte padded to
+	// Vp rows of which those past V are zero); M and V are zero when the
+	// folder has no optimizer state.
 	Master, M, V []float32
 }
 
@@ -145,7 +148,9 @@ type Loaded struct {
 // saved by transformers (its names with or without the "transformer."
 // prefix; a causal-mask buffer and an lm_head equal to wte are skipped).
 // Every tensor must be present, of its shape and finite; the error names
-// the file, the tensor and what was expected.
+// the file, the tensor and what was expected. wte's padded rows (Config.Vp)
+// are zero in Master, M and V, as on the device, so a run resumes bit for
+// bit.
 func Load(dir string) (*Loaded, error) {
 	c, err := ckpt.Load(dir)
 	if err != nil {

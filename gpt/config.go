@@ -58,6 +58,26 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// vocabAlign is the multiple Vp rounds the vocabulary up to, as llm.c and
+// nanoGPT pad GPT-2's 50257 to 50304: a row of Vp halves is a whole number
+// of 128-byte lines, so every row of the logits and of their gradient
+// starts 16-byte aligned, which the GPU GEMMs' TMA and 16-byte copies
+// (kernels/cuda/gemm.cu) and cross_entropy's vector loads need; at V = 50257
+// the head's three GEMMs pad their operands into scratch or take a slower
+// path.
+const vocabAlign = 64
+
+// Vp is the padded vocabulary, V rounded up to a multiple of 64: 50257 →
+// 50304, 256 → 256. On the device wte (its f32 master, f16 copy, gradient
+// and AdamW moments) has Vp rows and the logits Vp columns. Rows V … Vp−1
+// of wte are zero and stay exactly zero: no token or label is ≥ V, the
+// head adds a bias of −Inf to their logits, so softmax gives them exactly 0
+// and their gradient is exactly 0, and AdamW keeps a zero weight with zero
+// gradient and moments at zero. Everything outside the device sees V: the
+// tokens, the checkpoints (V rows, as Hugging Face's), the float64
+// reference.
+func (c Config) Vp() int { return (c.V + vocabAlign - 1) / vocabAlign * vocabAlign }
+
 // HeadSize is C / Heads.
 func (c Config) HeadSize() int { return c.C / c.Heads }
 
@@ -72,6 +92,10 @@ func (c Config) Params() int64 {
 }
 
 func (c Config) String() string {
-	return fmt.Sprintf("%s (%d layers, %d heads, C %d, T %d, V %d: %.2f M parameters)",
-		c.Name, c.Layers, c.Heads, c.C, c.T, c.V, float64(c.Params())/1e6)
+	v := fmt.Sprint(c.V)
+	if c.Vp() != c.V {
+		v += fmt.Sprintf(" (padded to %d on the device)", c.Vp())
+	}
+	return fmt.Sprintf("%s (%d layers, %d heads, C %d, T %d, V %s: %.2f M parameters)",
+		c.Name, c.Layers, c.Heads, c.C, c.T, v, float64(c.Params())/1e6)
 }

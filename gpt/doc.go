@@ -15,6 +15,32 @@
 // tokens and reads back the per-row losses, the squared gradient norm and
 // the count of non-finite gradients, nothing else.
 //
+// # The padded vocabulary
+//
+// On the device the vocabulary is padded to Vp, V rounded up to a multiple
+// of 64 (Config.Vp: GPT-2's 50257 becomes 50304, as in llm.c and nanoGPT;
+// nano's and char's 256 stay 256), so that every row of the logits and of
+// their gradient is 16-byte aligned, as the GPU GEMMs' TMA and 16-byte
+// copies and cross_entropy's vector loads want (at 50257 the head's GEMMs
+// pad their operands into scratch or take a slower path). wte, in every
+// arena, has Vp rows; rows V … Vp−1 are zero. The head is linear_nt(ln_f(x), wte, headBias) with a constant
+// bias of 0 for the V tokens and −Inf for the padded columns, so their
+// logits are exactly −Inf: with a finite row maximum m, exp(−Inf − m) = 0,
+// so cross_entropy over Vp columns gives the loss over V (up to the order
+// of its sum) and a gradient of exactly +0 in the padded columns. Then
+// dwte's padded rows are sums of zeros, exactly 0, and AdamW keeps them 0:
+// with g = m = v = 0 and p = 0 its step is p·(1 − lr·wd) − η·0/(0 + eps)
+// = 0 (eps > 0 by its contract). No token reaches them: the embedding and
+// its gradient read wte's first V rows, so their kernels refuse a token ≥
+// V, and `vkern train` and `vkern eval` check the corpus against V
+// (data.Corpus.Check) before they start; a label in [V, Vp), which
+// cross_entropy's kernels would accept, would get a loss of +Inf. Outside the device everything has V:
+// checkpoints hold wte and its moments as Hugging Face's V × C (loading
+// pads with zeros, so a resumed run continues bit for bit), and the float64
+// reference is unpadded. With V a multiple of 64 nothing changes: the head
+// adds a bias of zeros, and a run's losses are the same bits as with the
+// head of gemm_grad_a.
+//
 // # A step
 //
 // A step is two programs (program.go), each a list of op calls sent as one
@@ -43,10 +69,11 @@
 // # Checking a step
 //
 // Beyond each op's own verification (package verify):
-//   - Reference is a float64 GPT composed from the ops' oracles; the test
-//     suite compares a whole step's loss and gradients with it under a
-//     tolerance derived from the ops' bounds, and checks the gradients
-//     against central differences of the loss.
+//   - Reference is a float64 GPT composed from the ops' oracles, over the
+//     unpadded vocabulary; the test suite compares a whole step's loss and
+//     gradients with it under a tolerance derived from the ops' bounds (at
+//     nano, and at a V of 300 that the device pads to 320), and checks the
+//     gradients against central differences of the loss.
 //   - Trainer.StepVerified runs a real step one call at a time and checks
 //     every call against the oracle of its actual inputs (live.go), as
 //     `vkern train --verify-every N` does.

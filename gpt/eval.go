@@ -107,7 +107,8 @@ func (m *Model) Sample(ctx context.Context, prompt []int32, n int, temperature f
 		if _, err := m.dev.RunBatch(ctx, p.calls); err != nil {
 			return nil, fmt.Errorf("gpt: sampling: %w", err)
 		}
-		if err := m.top.logits.Read(ctx, int64(t-1)*int64(c.V)*2, raw); err != nil {
+		// The first V of the row's Vp logits: the padded ones are −Inf.
+		if err := m.top.logits.Read(ctx, int64(t-1)*int64(c.Vp())*2, raw); err != nil {
 			return nil, err
 		}
 		for i := range row {

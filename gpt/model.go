@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/vkern/vkern"
+	"github.com/vkern/vkern/f16"
 )
 
 // Model is a GPT on a device: its parameters (f32 masters and the f16
@@ -59,8 +60,11 @@ type layerActs struct {
 // topActs: the last block's output, ln_f and the head.
 type topActs struct {
 	x, hf, mean, rstd *vkern.Buffer
-	logits, dlogits   *vkern.Buffer // M×V f16
-	proj              *vkern.Buffer // M×C scratch: a projection before the residual add
+	logits, dlogits   *vkern.Buffer // M×Vp f16
+	// headBias is the head's constant bias, f16 Vp: 0 for the V tokens,
+	// −Inf for the padded columns, whose logits it makes −Inf.
+	headBias *vkern.Buffer
+	proj     *vkern.Buffer // M×C scratch: a projection before the residual add
 }
 
 // backActs: the backward's scratch, reused by every block.
@@ -115,8 +119,8 @@ func New(ctx context.Context, dev *vkern.Device, cfg Config, b, k int) (*Model, 
 	if b < 1 || k < 1 {
 		return nil, fmt.Errorf("gpt: batch %d and accumulation %d must each be at least 1", b, k)
 	}
-	if int64(b)*int64(cfg.T)*int64(cfg.V) > 1<<40 {
-		return nil, fmt.Errorf("gpt: batch %d of %d tokens over a vocabulary of %d is past what one buffer holds; lower --batch", b, cfg.T, cfg.V)
+	if int64(b)*int64(cfg.T)*int64(cfg.Vp()) > 1<<40 {
+		return nil, fmt.Errorf("gpt: batch %d of %d tokens over a vocabulary of %d (padded to %d) is past what one buffer holds; lower --batch", b, cfg.T, cfg.V, cfg.Vp())
 	}
 	m := &Model{Config: cfg, B: b, K: k, dev: dev, lay: newLayout(cfg)}
 	need := m.bytes()
@@ -155,11 +159,11 @@ func (m *Model) alloc(ctx context.Context) error {
 		}
 	}
 	for _, t := range m.lay.tensors {
-		w, err := m.work.View(ctx, 2*t.offset, 2*t.elements())
+		w, err := m.work.View(ctx, 2*t.offset, 2*t.arenaElements())
 		if err != nil {
 			return err
 		}
-		g, err := m.grad.View(ctx, 4*t.offset, 4*t.elements())
+		g, err := m.grad.View(ctx, 4*t.offset, 4*t.arenaElements())
 		if err != nil {
 			return err
 		}
@@ -186,6 +190,13 @@ func (m *Model) alloc(ctx context.Context) error {
 	if m.acts, err = s.alloc(ctx, m.dev); err != nil {
 		return err
 	}
+	bias := make([]uint16, m.Config.Vp())
+	for j := m.Config.V; j < len(bias); j++ {
+		bias[j] = f16.NegInf
+	}
+	if err := m.top.headBias.WriteF16(ctx, bias); err != nil {
+		return err
+	}
 	M := int64(m.B) * int64(m.Config.T)
 	m.loss = make([]*vkern.Buffer, m.K)
 	for k := range m.loss {
@@ -201,7 +212,7 @@ func (m *Model) alloc(ctx context.Context) error {
 func (m *Model) planActs(s *slab, at func(**vkern.Buffer) **vkern.Buffer) {
 	c := m.Config
 	M := int64(m.B) * int64(c.T)
-	C, V := int64(c.C), int64(c.V)
+	C, Vp := int64(c.C), int64(c.Vp())
 	f16 := func(p **vkern.Buffer, n int64) { s.add(at(p), 2*n) }
 	f32 := func(p **vkern.Buffer, n int64) { s.add(at(p), 4*n) }
 	m.layers = make([]layerActs, c.Layers)
@@ -226,8 +237,9 @@ func (m *Model) planActs(s *slab, at func(**vkern.Buffer) **vkern.Buffer) {
 	f16(&t.hf, M*C)
 	f32(&t.mean, M)
 	f32(&t.rstd, M)
-	f16(&t.logits, M*V)
-	f16(&t.dlogits, M*V)
+	f16(&t.logits, M*Vp)
+	f16(&t.dlogits, M*Vp)
+	f16(&t.headBias, Vp)
 	f16(&t.proj, M*C)
 	b := &m.back
 	for _, p := range []**vkern.Buffer{&b.dres, &b.dtmp, &b.dh, &b.datt} {

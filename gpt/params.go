@@ -14,13 +14,21 @@ type tensor struct {
 	// rows × cols as Hugging Face stores it (cols 0 for a vector). The
 	// Conv1D weights are in × out, which is linear's W (K × N).
 	rows, cols int
-	decay      bool    // AdamW's weight decay applies (matrices, as nanoGPT)
-	std        float64 // initial values: normal(0, std), or fill when std is 0
-	fill       float64
-	offset     int64 // element offset in every arena, a multiple of align
+	// arenaRows are the rows the tensor has in the arenas: rows, and for
+	// wte the padded vocabulary Vp, its rows past V zero (Config.Vp).
+	arenaRows int
+	decay     bool    // AdamW's weight decay applies (matrices, as nanoGPT)
+	std       float64 // initial values: normal(0, std), or fill when std is 0
+	fill      float64
+	offset    int64 // element offset in every arena, a multiple of align
 }
 
+// elements is the tensor's size as Hugging Face stores it.
 func (t tensor) elements() int64 { return int64(t.rows) * int64(max(t.cols, 1)) }
+
+// arenaElements is its size in the arenas: elements() and then, for wte,
+// the padded rows' zeros.
+func (t tensor) arenaElements() int64 { return int64(t.arenaRows) * int64(max(t.cols, 1)) }
 
 func (t tensor) shape() []int64 {
 	if t.cols == 0 {
@@ -64,9 +72,10 @@ func (c Config) tensors() []tensor {
 	C := c.C
 	var ts []tensor
 	add := func(name string, rows, cols int, std, fill float64) {
-		ts = append(ts, tensor{name: name, rows: rows, cols: cols, decay: cols != 0, std: std, fill: fill})
+		ts = append(ts, tensor{name: name, rows: rows, cols: cols, arenaRows: rows, decay: cols != 0, std: std, fill: fill})
 	}
 	add("transformer.wte.weight", c.V, C, std, 0)
+	ts[0].arenaRows = c.Vp()
 	add("transformer.wpe.weight", c.T, C, std, 0)
 	for l := 0; l < c.Layers; l++ {
 		h := fmt.Sprintf("transformer.h.%d.", l)
@@ -100,7 +109,7 @@ func newLayout(c Config) *layout {
 			l.decayEnd = off
 		}
 		t.offset = off
-		off = alignUp(off + t.elements())
+		off = alignUp(off + t.arenaElements())
 		l.byName[t.name] = i
 	}
 	l.total = off
@@ -127,7 +136,8 @@ func newLayout(c Config) *layout {
 	return l
 }
 
-// initial returns the initial parameters in the arena layout (padding 0):
+// initial returns the initial parameters in the arena layout (padding,
+// wte's rows past V included, 0):
 // GPT-2's init, each tensor drawn from its own stream, PCG(seed, FNV-1a of
 // its name), so a tensor's values do not depend on the others.
 func (l *layout) initial(seed uint64) []float32 {

@@ -42,8 +42,10 @@ var noBias = []op.Setting{{Name: "bias", Value: 0}}
 // forward adds the forward of b sequences of t tokens (b ≤ B, t ≤ T) from
 // micro-batch slot k's tokens to the logits: embedding, the blocks
 // (pre-LayerNorm attention and MLP, each added into the residual stream),
-// ln_f, and the head tied to wte (logits = ln_f(x)·wteᵀ, gemm_grad_a's
-// dC·Bᵀ with B = wte).
+// ln_f, and the head tied to wte over the padded vocabulary (logits M×Vp =
+// ln_f(x)·wteᵀ + headBias, linear_nt with W = wte, Vp×C): the padded
+// columns' logits are −Inf. The embedding reads wte's first V rows (a
+// buffer may be longer than its shape), so its kernels refuse a token ≥ V.
 func (m *Model) forward(p *program, k, b, t int) {
 	c, w, top := m.Config, m.w16, &m.top
 	M, C := b*t, c.C
@@ -66,19 +68,23 @@ func (m *Model) forward(p *program, k, b, t int) {
 		p.add(op.Add, dims(M*C), nil, a.xmid, top.proj, next)
 	}
 	p.add(op.LayerNorm, dims(M, C), nil, top.x, w[m.lay.lnfW], w[m.lay.lnfB], top.hf, top.mean, top.rstd)
-	p.add(op.GemmGradA, dims(M, C, c.V), nil, top.hf, w[m.lay.wte], top.logits)
+	p.add(op.LinearNT, dims(M, c.Vp(), C), nil, top.hf, w[m.lay.wte], top.headBias, top.logits)
 }
 
-// crossEntropy adds cross_entropy over the M = b·t rows of the logits against slot
-// k's targets: each row's loss into loss[k], and the gradient, scaled by
-// gradScale/(rows counted), into dlogits. ignore (when set) marks rows to
-// skip.
+// crossEntropy adds cross_entropy over the M = b·t rows of the logits
+// against slot k's targets: each row's loss into loss[k], and the gradient,
+// scaled by gradScale/(rows counted), into dlogits. ignore (when set) marks
+// rows to skip. The rows are Vp long: the padded columns' logits are −Inf,
+// so with a finite row maximum their exp is exactly 0, the loss is the one
+// over V (but for the order of the sum's additions) and their gradient is
+// exactly 0 (kernels/cpu/cross_entropy.cc, kernels/cuda/cross_entropy.cu,
+// oracle.CrossEntropyRows).
 func (m *Model) crossEntropy(p *program, k, rows int, gradScale float64, ignore *int32) {
 	set := []op.Setting{{Name: "grad_scale", Value: gradScale}}
 	if ignore != nil {
 		set = append(set, op.Setting{Name: op.IgnoreIndex, Value: float64(*ignore)})
 	}
-	p.add(op.CrossEntropy, dims(rows, m.Config.V), set, m.top.logits, m.targets[k], m.loss[k], m.top.dlogits)
+	p.add(op.CrossEntropy, dims(rows, m.Config.Vp()), set, m.top.logits, m.targets[k], m.loss[k], m.top.dlogits)
 }
 
 // backward adds the backward of the full micro-batch k from dlogits, every
@@ -89,10 +95,11 @@ func (m *Model) backward(p *program, k int) {
 	c, w, g, top, bk := m.Config, m.w16, m.g32, &m.top, &m.back
 	b, t := m.B, c.T
 	M, C := b*t, c.C
-	// The head: dhf = dlogits·wte (linear without a bias), dwte +=
-	// dlogitsᵀ·hf; then ln_f.
-	p.add(op.Linear, dims(M, C, c.V), noBias, top.dlogits, w[m.lay.wte], nil, bk.dh)
-	p.add(op.LinearGradW, dims(M, C, c.V), nil, top.dlogits, top.hf, g[m.lay.wte])
+	// The head, over Vp: dhf = dlogits·wte (linear without a bias), dwte
+	// += dlogitsᵀ·hf, whose padded rows get sums of zeros, exactly 0 (the
+	// padded columns of dlogits are 0); then ln_f.
+	p.add(op.Linear, dims(M, C, c.Vp()), noBias, top.dlogits, w[m.lay.wte], nil, bk.dh)
+	p.add(op.LinearGradW, dims(M, C, c.Vp()), nil, top.dlogits, top.hf, g[m.lay.wte])
 	p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, top.x, w[m.lay.lnfW], top.mean, top.rstd, bk.dres, g[m.lay.lnfW], g[m.lay.lnfB])
 	for l := len(m.layers) - 1; l >= 0; l-- {
 		a, bl := &m.layers[l], m.lay.blocks[l]
@@ -118,6 +125,7 @@ func (m *Model) backward(p *program, k int) {
 		p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, a.x, w[bl.ln1w], a.mean1, a.rstd1, bk.dtmp, g[bl.ln1w], g[bl.ln1b])
 		p.add(op.Add, dims(M*C), nil, bk.dres, bk.dtmp, bk.dres)
 	}
+	// dwte's first V rows: no token is a padded row.
 	p.add(op.EmbeddingGrad, dims(b, t, C, c.V), nil, bk.dres, m.tokens[k], g[m.lay.wte], g[m.lay.wpe])
 }
 

@@ -17,6 +17,14 @@ import (
 // device stores them. It is written apart from the device program and
 // shares with it only the op contracts.
 //
+// The reference is GPT-2 over its V tokens, unpadded: the head is
+// gemm_grad_a's hf·wteᵀ with wte's V rows, and cross_entropy runs over V
+// columns, where the device runs linear_nt and cross_entropy over Vp
+// (Config.Vp), so the whole-step check shows that the padded program
+// computes GPT-2's step. It reads and writes parameters in the arena
+// layout, whose padded rows of wte it leaves zero: their gradient is zero,
+// and AdamW keeps a zero weight with zero gradient and moments at zero.
+//
 // Perturbed runs estimate the tolerance: in one, every stored output is
 // not the reference value rounded to nearest but the value moved by its
 // op's bound, up or down at random, then rounded, a trajectory the per-op

@@ -11,22 +11,37 @@ import (
 
 	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/ckpt"
+	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/kerneltest"
 )
 
 // newTrainer is a nano run on the package's own sources.
 func newTrainer(t *testing.T, dev *vkern.Device, b, k int, steps int64) *Trainer {
 	t.Helper()
-	h := DefaultHyper(steps)
-	h.LR, h.MinLR, h.Warmup = 2e-3, 2e-4, 5
-	return &Trainer{Model: newModel(t, dev, Nano, b, k, 1), Hyper: h, State: NewState(), Seed: 5, Corpus: goCorpus(t)}
+	return newTrainerOf(t, dev, Nano, b, k, steps)
 }
 
+// newTrainerOf is newTrainer's run of cfg.
+func newTrainerOf(t *testing.T, dev *vkern.Device, cfg Config, b, k int, steps int64) *Trainer {
+	t.Helper()
+	h := DefaultHyper(steps)
+	h.LR, h.MinLR, h.Warmup = 2e-3, 2e-4, 5
+	return &Trainer{Model: newModel(t, dev, cfg, b, k, 1), Hyper: h, State: NewState(), Seed: 5, Corpus: goCorpus(t)}
+}
+
+// TestResumedRunsContinueBitForBit at nano and at a vocabulary the device
+// pads, whose checkpoint holds wte's V rows only.
 func TestResumedRunsContinueBitForBit(t *testing.T) {
-	ctx := context.Background()
 	dev := openCPU(t, vkern.Options{})
+	for _, cfg := range []Config{Nano, paddedNano} {
+		t.Run(cfg.Name, func(t *testing.T) { resumedRunContinuesBitForBit(t, dev, cfg) })
+	}
+}
+
+func resumedRunContinuesBitForBit(t *testing.T, dev *vkern.Device, cfg Config) {
+	ctx := context.Background()
 	const steps = 40
-	straight := newTrainer(t, dev, 2, 2, steps)
+	straight := newTrainerOf(t, dev, cfg, 2, 2, steps)
 	var want []float64
 	for i := 0; i < steps; i++ {
 		r, err := straight.Step(ctx)
@@ -36,7 +51,7 @@ func TestResumedRunsContinueBitForBit(t *testing.T) {
 		want = append(want, r.Loss)
 	}
 
-	first := newTrainer(t, dev, 2, 2, steps)
+	first := newTrainerOf(t, dev, cfg, 2, 2, steps)
 	var got []float64
 	for i := 0; i < steps/2; i++ {
 		r, err := first.Step(ctx)
@@ -248,4 +263,129 @@ func TestLiveVerificationStopsAtAWrongCall(t *testing.T) {
 		}
 	}
 	t.Log(err)
+}
+
+// TestWtesPaddedRowsStayZero: at V = 300, Vp = 320, after a few steps the
+// rows of wte past V are +0 in the master, the f16 copy, the gradient and
+// both moments, while the rows of tokens that never occur (256 … 299) are
+// trained; the head's padded logits are −Inf and their gradient +0; a
+// checkpoint holds V rows and loads back as the device's arenas, bit for
+// bit; sampling draws tokens below V only.
+func TestWtesPaddedRowsStayZero(t *testing.T) {
+	ctx := context.Background()
+	dev := openCPU(t, vkern.Options{})
+	cfg := paddedNano
+	tr := newTrainerOf(t, dev, cfg, 2, 2, 10)
+	for i := 0; i < 5; i++ {
+		r, err := tr.Step(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Skipped {
+			t.Fatalf("step %d was skipped", r.Step)
+		}
+	}
+	m := tr.Model
+	wte := m.lay.tensors[m.lay.wte]
+	V, Vp, C := int64(cfg.V), int64(cfg.Vp()), int64(cfg.C)
+	if wte.arenaElements() != Vp*C {
+		t.Fatalf("wte has %d elements in the arenas, want Vp·C = %d", wte.arenaElements(), Vp*C)
+	}
+	master, m1, m2, err := m.Params(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grad := make([]float32, m.lay.total)
+	if err := m.grad.ReadF32(ctx, grad); err != nil {
+		t.Fatal(err)
+	}
+	work := make([]uint16, m.lay.total)
+	if err := m.work.ReadF16(ctx, work); err != nil {
+		t.Fatal(err)
+	}
+	rows := func(a []float32, lo, hi int64) []float32 { return a[wte.offset+lo*C : wte.offset+hi*C] }
+	for _, a := range []struct {
+		name string
+		v    []float32
+	}{{"master", master}, {"gradient", grad}, {"first moment", m1}, {"second moment", m2}} {
+		for i, x := range rows(a.v, V, Vp) {
+			if math.Float32bits(x) != 0 {
+				t.Fatalf("wte's %s holds %v at padded row %d, column %d; want +0", a.name, x, V+int64(i)/C, int64(i)%C)
+			}
+		}
+	}
+	for i, h := range work[wte.offset+V*C : wte.offset+Vp*C] {
+		if h != 0 {
+			t.Fatalf("wte's f16 copy holds %#04x at padded row %d, column %d; want +0", h, V+int64(i)/C, int64(i)%C)
+		}
+	}
+	trained := false
+	for _, x := range rows(grad, 256, V) {
+		trained = trained || x != 0
+	}
+	if !trained {
+		t.Errorf("the gradient of wte's rows 256 … %d (tokens that never occur, but not padding) is all zero; the softmax should push them down", V-1)
+	}
+
+	M := int64(m.B * cfg.T)
+	logits, dlogits := make([]uint16, M*Vp), make([]uint16, M*Vp)
+	if err := m.top.logits.ReadF16(ctx, logits); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.top.dlogits.ReadF16(ctx, dlogits); err != nil {
+		t.Fatal(err)
+	}
+	for r := int64(0); r < M; r++ {
+		for j := int64(0); j < Vp; j++ {
+			x, d := logits[r*Vp+j], dlogits[r*Vp+j]
+			switch {
+			case j >= V && (x != f16.NegInf || d != 0):
+				t.Fatalf("padded logit [%d, %d] is %#04x with gradient %#04x; want −Inf (0xfc00) and +0", r, j, x, d)
+			case j < V && (f16.IsInf(x) || f16.IsNaN(x)):
+				t.Fatalf("logit [%d, %d] is %#04x; want a finite value", r, j, x)
+			}
+		}
+	}
+
+	dir := filepath.Join(t.TempDir(), "padded")
+	run := Run{Batch: 2, Accum: 2, Seed: tr.Seed, Hyper: tr.Hyper, State: tr.State, Data: tr.Corpus.Source}
+	if err := m.Save(ctx, dir, run); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*ckpt.Tensor{ckpt.Find(c.Model, wte.name), ckpt.Find(c.Optimizer, wte.name+".exp_avg"), ckpt.Find(c.Optimizer, wte.name+".exp_avg_sq")} {
+		if x == nil || !sameShape(x.Shape, []int64{V, C}) {
+			t.Fatalf("the checkpoint's wte (or a moment of it) is %+v; want shape [%d, %d], Hugging Face's", x, V, C)
+		}
+	}
+	l, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []struct {
+		name      string
+		got, want []float32
+	}{{"master", l.Master, master}, {"first moment", l.M, m1}, {"second moment", l.V, m2}} {
+		for i := range a.want {
+			if math.Float32bits(a.got[i]) != math.Float32bits(a.want[i]) {
+				t.Fatalf("the loaded %s's element %d is %v, the device's %v", a.name, i, a.got[i], a.want[i])
+			}
+		}
+	}
+
+	prompt := []int32{'f', 'u', 'n', 'c'}
+	for _, temperature := range []float64{0, 1, 5} {
+		out, err := m.Sample(ctx, prompt, 40, temperature, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tok := range out {
+			if tok < 0 || int64(tok) >= V {
+				t.Fatalf("sampling at temperature %g drew token %d, outside [0, V = %d)", temperature, tok, V)
+			}
+		}
+	}
 }

@@ -318,8 +318,8 @@ var CPUDefects = []Mutation{
 		New: "f16_to_f32_run(dx + p * C + first, dwte + static_cast<size_t>(id) * C + first, n);",
 		Op:  "embedding_grad", Shapes: []string{"2x5x7x11", "4x64x64x256"},
 	},
-	// linear's bias, linear_grad_w's accumulation and bias_grad's column
-	// sums.
+	// linear's bias, linear_nt's layout and bias, linear_grad_w's
+	// accumulation and bias_grad's column sums.
 	{
 		Name: "linear's bias skipped when the depth is one block", File: "cpu/gemm.cc",
 		Old: "if (out.bias != nullptr) value += bias[j];\n        values[j] = value;",
@@ -337,6 +337,24 @@ var CPUDefects = []Mutation{
 		Old: "if (last_block && out.bias != nullptr) f16_to_f32_run(out.bias + col0, bias, nr);",
 		New: "if (last_block && out.bias != nullptr) f16_to_f32_run(out.bias + std::min(row0, out.cols - nr), bias, nr);",
 		Op:  "linear", Shapes: []string{"17x31x129", "64x48x80"},
+	},
+	{
+		Name: "linear_nt with W where Wᵀ belongs", File: "cpu/gemm.cc",
+		Old: "product(pool, scratch, Operand::row_major(x, K), Operand::transpose_of(w, K), M, N, K, out);",
+		New: "product(pool, scratch, Operand::row_major(x, K), Operand::row_major(w, N), M, N, K, out);",
+		Op:  "linear_nt", Shapes: []string{"17x31x129", "33x33x33"},
+	},
+	{
+		Name: "linear_nt's Wᵀ read with W's row length N where K belongs", File: "cpu/gemm.cc",
+		Old: "product(pool, scratch, Operand::row_major(x, K), Operand::transpose_of(w, K), M, N, K, out);",
+		New: "product(pool, scratch, Operand::row_major(x, K), Operand::transpose_of(w, N), M, N, K, out);",
+		Op:  "linear_nt", Shapes: []string{"17x31x129"},
+	},
+	{
+		Name: "linear_nt's bias skipped", File: "cpu/gemm.cc",
+		Old: "  out.bias = b;\n  product(pool, scratch, Operand::row_major(x, K), Operand::transpose_of(w, K),",
+		New: "  out.bias = nullptr;\n  (void)b;\n  product(pool, scratch, Operand::row_major(x, K), Operand::transpose_of(w, K),",
+		Op:  "linear_nt", Shapes: []string{"17x31x129", "64x48x80"},
 	},
 	{
 		Name: "linear_grad_w overwrites dW when it should add", File: "cpu/gemm.cc",
@@ -729,9 +747,9 @@ var CUDADefects = []Mutation{
 		Op: "embedding_grad", Shapes: []string{"4x64x64x256", "8x512x64x3"},
 	},
 	// linear's bias and linear_grad_w's accumulation (epilogue.cuh, applied
-	// in each GEMM kernel's registers), and bias_grad's two kernels. The
-	// shapes with a row length of 47 run the mma.sync kernels on a Hopper
-	// GPU, the others the wgmma ones.
+	// in each GEMM kernel's registers), linear_nt's layout and bias, and
+	// bias_grad's two kernels. The shapes with a row length of 47 or 81 run
+	// the mma.sync kernels on a Hopper GPU, the others the wgmma ones.
 	{
 		Name: "linear's bias indexed by the row", File: "cuda/epilogue.cuh",
 		Old: "VK_LDG(reinterpret_cast<const unsigned short*>(bias) + col)",
@@ -749,6 +767,18 @@ var CUDADefects = []Mutation{
 		Old: "if (r < rows && c < cols) acc[4 * j + e] = epi.apply(acc[4 * j + e], out, r, c, cols);",
 		New: "if (r < rows && c < cols && m0 + BM <= rows) acc[4 * j + e] = epi.apply(acc[4 * j + e], out, r, c, cols);",
 		Op:  "linear", Shapes: []string{"64x48x80"},
+	},
+	{
+		Name: "linear_nt with W where Wᵀ belongs", File: "cuda/gemm.cu",
+		Old: "return vkern_gemm::product<true, true>(x, K, W, K, y, M, N, K, s, vkern_epilogue::Epilogue<true, false>{b});",
+		New: "return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s, vkern_epilogue::Epilogue<true, false>{b});",
+		Op:  "linear_nt", Shapes: []string{"64x48x80", "64x48x81"},
+	},
+	{
+		Name: "linear_nt's bias skipped", File: "cuda/gemm.cu",
+		Old: "const __half* b = c.params[param::bias] == 1 ? c.ptr<const __half>(buf::b) : nullptr;\n  return vk_linear_nt(",
+		New: "const __half* b = nullptr;\n  return vk_linear_nt(",
+		Op:  "linear_nt", Shapes: []string{"64x48x80", "64x48x81"},
 	},
 	{
 		Name: "linear_grad_w overwrites dW when it should add", File: "cuda/epilogue.cuh",

@@ -82,6 +82,7 @@ var extraShapes = map[string][]string{
 	// Several column tiles of the GPU kernels, edge tiles, an unaligned
 	// row; bias_grad's combine over many row blocks and strands.
 	"linear":        {"65x33x257", "130x1000x72"},
+	"linear_nt":     {"65x33x257", "130x1000x72", "130x1000x75"},
 	"linear_grad_w": {"65x33x257:accumulate=0", "72x1000x136"},
 	"bias_grad":     {"4100x40", "130x4098"},
 	// T past the GPU's 64-row tiles, a head of 12 (not a multiple of 8: 2-byte

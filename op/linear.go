@@ -19,8 +19,37 @@ var Linear = builtinOp(&Op{
 		Quick:   []string{"1x1x1", "17x31x129", "3x1000x5:bias=0", "64x48x80", "24x24x4100"},
 		Default: []string{"1x1x1", "17x31x129", "17x31x129:bias=0", "3x1000x5", "128x96x200", "40x40x4100", "40x4100x40:bias=0", "4100x40x40"},
 		// GPT-2 124M at B·T = 16·1024: c_attn, attn c_proj, mlp c_fc,
-		// mlp c_proj, and the lm_head's backward dlnf = dlogits·wte.
-		Bench: []string{"16384x2304x768", "16384x768x768", "16384x3072x768", "16384x768x3072", "16384x768x50257:bias=0"},
+		// mlp c_proj, and the lm_head's backward dlnf = dlogits·wte, over
+		// the padded vocabulary (package gpt) and the real one.
+		Bench: []string{"16384x2304x768", "16384x768x768", "16384x3072x768", "16384x768x3072", "16384x768x50304:bias=0", "16384x768x50257:bias=0"},
+	},
+})
+
+// LinearNT is linear with its weight stored as torch.nn.functional.linear
+// stores it, N×K: y f16 M×N = x f16 M×K · Wᵀ + b, the bias b (f16, N) added
+// when bias is 1. It is gemm_grad_a's product (dC·Bᵀ) with linear's bias:
+// GPT-2's head, logits = ln_f(x)·wteᵀ, with wte's padded rows masked by a
+// bias of −Inf (package gpt).
+var LinearNT = builtinOp(&Op{
+	ID: 22, Name: "linear_nt", Math: "y = x·Wᵀ + b, f32 accumulation, one rounding to f16", Dims: []Dim{
+		{"M", "rows of x and y: tokens"}, {"N", "rows of W, columns of y: output features"}, {"K", "the reduction: columns of x and of W"}},
+	Params: []Param{{Name: "bias", Kind: Int, Min: 0, Max: 1, Default: 1, Meaning: "1: add b to every row; 0: no bias (b is empty)"}},
+	Operands: []Operand{
+		{Name: "x", DType: F16, Rows: X("M"), Cols: X("K"), Role: In},
+		{Name: "W", DType: F16, Rows: X("N"), Cols: X("K"), Role: In},
+		{Name: "b", DType: F16, Rows: X("bias"), Cols: X("N"), Role: In},
+		{Name: "y", DType: F16, Rows: X("M"), Cols: X("N"), Role: Out},
+	},
+	Reduces: X("K"), Independent: "M", Flops: matmulFlops, ExactOnIntegers: true, Anchor: "linear_nt",
+	Matmul: &MatmulSpec{L: "x", R: "W", TransR: true, Rows: "M", Cols: "N", Depth: "K", Bias: "b"},
+	Shapes: Shapes{
+		Quick: []string{"1x1x1", "17x31x129", "3x1000x5:bias=0", "64x48x80", "24x24x4100"},
+		// A head's shape: a vocabulary of 250 padded to 256 over C = 64.
+		Default: []string{"1x1x1", "17x31x129", "17x31x129:bias=0", "3x1000x5", "128x96x200", "128x256x64", "40x40x4100", "40x4100x40:bias=0", "4100x40x40"},
+		// GPT-2 124M's head at B·T = 16·1024: the vocabulary padded to a
+		// multiple of 64, and as it is (rows of 50257 halves are not
+		// 16-byte aligned).
+		Bench: []string{"16384x50304x768", "16384x50257x768"},
 	},
 })
 
@@ -42,8 +71,8 @@ var LinearGradW = builtinOp(&Op{
 		Quick:   []string{"1x1x1", "17x31x129", "3x1000x5:accumulate=0", "64x48x80", "4100x24x24"},
 		Default: []string{"1x1x1", "17x31x129", "17x31x129:accumulate=0", "3x1000x5", "128x96x200", "4100x40x40", "40x4100x40", "40x40x4100:accumulate=0"},
 		// GPT-2 124M at B·T = 16·1024: the four Conv1D weights' gradients,
-		// and the lm_head's dwte += dlogitsᵀ·lnf (K = V).
-		Bench: []string{"16384x2304x768", "16384x768x768", "16384x3072x768", "16384x768x3072", "16384x768x50257"},
+		// and the lm_head's dwte += dlogitsᵀ·lnf (K = V, padded and not).
+		Bench: []string{"16384x2304x768", "16384x768x768", "16384x3072x768", "16384x768x3072", "16384x768x50304", "16384x768x50257"},
 	},
 })
 

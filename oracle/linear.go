@@ -8,12 +8,13 @@ import (
 	"github.com/vkern/vkern/op"
 )
 
-// linear and linear_grad_w are members of the matrix-product family: their
-// reference is matmulCompute's (MatMulWith: the product, then linear's bias
-// or linear_grad_w's initial dW), their inputs matmulGenerate's. bias_grad
-// has a reference of its own.
+// linear, linear_nt and linear_grad_w are members of the matrix-product
+// family: their reference is matmulCompute's (MatMulWith of the factors as
+// Factors views them, linear_nt's W transposed; then the bias, or
+// linear_grad_w's initial dW), their inputs matmulGenerate's, and their
+// bound MatMulWith's. bias_grad has a reference of its own.
 func init() {
-	for _, o := range []*op.Op{op.Linear, op.LinearGradW} {
+	for _, o := range []*op.Op{op.Linear, op.LinearNT, op.LinearGradW} {
 		mustRegister(o, Spec{Compute: matmulCompute, Generate: matmulGenerate})
 	}
 	mustRegister(op.BiasGrad, Spec{Compute: biasGradCompute, Generate: biasGradGenerate})

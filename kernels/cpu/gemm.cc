@@ -1,18 +1,19 @@
-// gemm, gemm_grad_a, gemm_grad_b, linear and linear_grad_w on the CPU: f16
-// operands, f32 accumulation.
+// gemm, gemm_grad_a, gemm_grad_b, linear, linear_nt and linear_grad_w on the
+// CPU: f16 operands, f32 accumulation.
 //
-// The five ops are one product, Out (rows × cols) = L (rows × depth) · R (depth × cols),
-// with an epilogue for the last two:
+// The six ops are one product, Out (rows × cols) = L (rows × depth) · R (depth × cols),
+// with an epilogue for the last three:
 //
 //   op             L     R     depth  Out              epilogue
 //   gemm           A     B     K      C  f32 M×N
 //   gemm_grad_a    dC    Bᵀ    N      dA f16 M×K
 //   gemm_grad_b    Aᵀ    dC    M      dB f16 K×N
 //   linear         x     W     K      y  f16 M×N       + b[col]   (bias = 1)
+//   linear_nt      x     Wᵀ    K      y  f16 M×N       + b[col]   (bias = 1)
 //   linear_grad_w  xᵀ    dy    M      dW f32 K×N       dW_old +   (accumulate = 1)
 //
 // A transposed operand is only a different read order while packing, so one
-// f32 micro-kernel serves all five.
+// f32 micro-kernel serves all six.
 //
 // Blocking (the GotoBLAS/BLIS scheme, sized for a 32 KiB L1 and >= 512 KiB L2):
 //
@@ -341,6 +342,16 @@ void linear(ThreadPool& pool, Scratch& scratch, const uint16_t* x, const uint16_
   product(pool, scratch, Operand::row_major(x, K), Operand::row_major(w, N), M, N, K, out);
 }
 
+// y = x · Wᵀ + b: W is stored N×K (torch.nn.functional.linear's weight),
+// so Wᵀ (K×N) is its transposed view, as gemm_grad_a's Bᵀ; y f16, b (N)
+// nullptr when the bias is off.
+void linear_nt(ThreadPool& pool, Scratch& scratch, const uint16_t* x, const uint16_t* w, const uint16_t* b,
+               uint16_t* y, size_t M, size_t N, size_t K) {
+  Output out{nullptr, y, M, N, nullptr, 0, 0, 0};
+  out.bias = b;
+  product(pool, scratch, Operand::row_major(x, K), Operand::transpose_of(w, K), M, N, K, out);
+}
+
 // dW = xᵀ · dy, or dW += xᵀ · dy when accumulating: x is stored M×K, so xᵀ
 // (K×M) is its transposed view, as gemm_grad_b's Aᵀ.
 void linear_grad_w(ThreadPool& pool, Scratch& scratch, const uint16_t* x, const uint16_t* dy, float* dw, size_t M,
@@ -377,6 +388,14 @@ Result run_linear(const Call& c, uint64_t*) {
   const uint16_t* b = c.dim(param::bias) == 1 ? c.ptr<const uint16_t>(buf::b) : nullptr;
   linear(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::x), c.ptr<const uint16_t>(buf::W), b,
          c.ptr<uint16_t>(buf::y), c.dim(param::M), c.dim(param::N), c.dim(param::K));
+  return Result::OK();
+}
+
+Result run_linear_nt(const Call& c, uint64_t*) {
+  using namespace op_linear_nt;
+  const uint16_t* b = c.dim(param::bias) == 1 ? c.ptr<const uint16_t>(buf::b) : nullptr;
+  linear_nt(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::x), c.ptr<const uint16_t>(buf::W), b,
+            c.ptr<uint16_t>(buf::y), c.dim(param::M), c.dim(param::N), c.dim(param::K));
   return Result::OK();
 }
 

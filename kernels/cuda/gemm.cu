@@ -1,15 +1,16 @@
-// gemm, gemm_grad_a, gemm_grad_b, linear and linear_grad_w on the GPU: f16
-// operands, f32 accumulation on tensor cores.
+// gemm, gemm_grad_a, gemm_grad_b, linear, linear_nt and linear_grad_w on the
+// GPU: f16 operands, f32 accumulation on tensor cores.
 //
-// The five ops are one product, Out (rows × cols) = L (rows × depth) · R (depth × cols),
+// The six ops are one product, Out (rows × cols) = L (rows × depth) · R (depth × cols),
 // with each operand read in the layout it is stored in, and an epilogue
-// (epilogue.cuh) for the last two:
+// (epilogue.cuh) for the last three:
 //
 //   op             L                    R                    depth  Out             epilogue
 //   gemm           A   (depth-contig)   B   (col-contig)     K      C  f32 M×N
 //   gemm_grad_a    dC  (depth-contig)   Bᵀ  (depth-contig)   N      dA f16 M×K
 //   gemm_grad_b    Aᵀ  (row-contig)     dC  (col-contig)     M      dB f16 K×N
 //   linear         x   (depth-contig)   W   (col-contig)     K      y  f16 M×N      + b[col] (bias = 1)
+//   linear_nt      x   (depth-contig)   Wᵀ  (depth-contig)   K      y  f16 M×N      + b[col] (bias = 1)
 //   linear_grad_w  xᵀ  (row-contig)     dy  (col-contig)     M      dW f32 K×N      dW_old + (accumulate = 1)
 //
 // "depth-contig" means consecutive reduction terms are adjacent in memory.
@@ -889,6 +890,18 @@ cudaError_t vk_linear(const __half* x, const __half* W, const __half* b, __half*
   return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s);
 }
 
+// y = x · Wᵀ (+ b), W stored N×K: gemm_grad_a's layouts (both operands
+// depth-contiguous) with linear's epilogue, the bias (N halves) added when b
+// is not null.
+cudaError_t vk_linear_nt(const __half* x, const __half* W, const __half* b, __half* y, int64_t M, int64_t N,
+                         int64_t K, cudaStream_t s) {
+  // L = x (M×K, depth K contiguous), R = Wᵀ: R(k, n) = W[n·K + k], depth-contiguous.
+  if (b != nullptr) {
+    return vkern_gemm::product<true, true>(x, K, W, K, y, M, N, K, s, vkern_epilogue::Epilogue<true, false>{b});
+  }
+  return vkern_gemm::product<true, true>(x, K, W, K, y, M, N, K, s);
+}
+
 // dW = xᵀ · dy, or dW += xᵀ · dy when accumulate: as vk_gemm_grad_b, with
 // an f32 output that the epilogue adds into.
 cudaError_t vk_linear_grad_w(const __half* x, const __half* dy, float* dW, int64_t M, int64_t N, int64_t K,
@@ -927,6 +940,13 @@ cudaError_t run_linear(const Call& c, unsigned long long*, cudaStream_t s) {
   const __half* b = c.params[param::bias] == 1 ? c.ptr<const __half>(buf::b) : nullptr;
   return vk_linear(c.ptr<const __half>(buf::x), c.ptr<const __half>(buf::W), b, c.ptr<__half>(buf::y),
                    c.params[param::M], c.params[param::N], c.params[param::K], s);
+}
+
+cudaError_t run_linear_nt(const Call& c, unsigned long long*, cudaStream_t s) {
+  using namespace op_linear_nt;
+  const __half* b = c.params[param::bias] == 1 ? c.ptr<const __half>(buf::b) : nullptr;
+  return vk_linear_nt(c.ptr<const __half>(buf::x), c.ptr<const __half>(buf::W), b, c.ptr<__half>(buf::y),
+                      c.params[param::M], c.params[param::N], c.params[param::K], s);
 }
 
 cudaError_t run_linear_grad_w(const Call& c, unsigned long long*, cudaStream_t s) {

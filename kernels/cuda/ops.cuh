@@ -66,12 +66,17 @@ cudaError_t vk_gemm_grad_b(const __half* A, const __half* dC, __half* dB, int64_
 cudaError_t vk_linear(const __half* x, const __half* W, const __half* b, __half* y, int64_t M, int64_t N, int64_t K,
                       cudaStream_t s);
 
+// y (f16, M×N) = x (M×K) · Wᵀ + b, where W is stored N×K, the bias b (N)
+// added to every row in the epilogue; b null: no bias.
+cudaError_t vk_linear_nt(const __half* x, const __half* W, const __half* b, __half* y, int64_t M, int64_t N,
+                         int64_t K, cudaStream_t s);
+
 // dW (f32, K×N) = xᵀ · dy, or dW += xᵀ · dy when accumulate, where x is
 // stored M×K and dy M×N.
 cudaError_t vk_linear_grad_w(const __half* x, const __half* dy, float* dW, int64_t M, int64_t N, int64_t K,
                              bool accumulate, cudaStream_t s);
 
-// How the gemms (and linear, linear_grad_w) sum each dot product on a
+// How the gemms (and linear, linear_nt, linear_grad_w) sum each dot product on a
 // device of this compute capability major, for HELLO's dot_accumulation
 // (PROTOCOL.md, "HELLO").
 const char* vk_gemm_dot_accumulation(int cc_major);
