@@ -15,5 +15,5 @@ bin/vkern.test -test.run 'TestCUDABackendConformance' -test.v 2>&1 | grep -E "^(
 echo "conformance: $(( $(date +%s) - start )) s"
 bin/vkern verify --backend cuda --quick --json "$out/quick.json" 2>/dev/null | tail -26
 echo "verify: $(( $(date +%s) - start )) s"
-bin/gpt.test -test.run 'TestAStepOnCUDA' -test.v 2>&1 | tee "$out/char-wholestep-cuda.txt" | tail -4
+bin/gpt.test -test.run 'TestAStepOnCUDA' -test.v 2>&1 | tee "$out/char-wholestep-cuda.txt" | tail -8
 echo "whole step: $(( $(date +%s) - start )) s"
