@@ -151,12 +151,12 @@ func TestAppendFrameRefusesAnOversizedPayload(t *testing.T) {
 }
 
 func TestNamesFollowTheProtocol(t *testing.T) {
-	for op, want := range map[Opcode]string{OpHello: "HELLO", OpShutdown: "SHUTDOWN", OpRunBatch: "RUN_BATCH", OpTextRead: "TEXT_READ", OpMemory: "MEMORY", OpView: "VIEW", 0: "opcode 0", 15: "opcode 15"} {
+	for op, want := range map[Opcode]string{OpHello: "HELLO", OpShutdown: "SHUTDOWN", OpRunBatch: "RUN_BATCH", OpTextRead: "TEXT_READ", OpMemory: "MEMORY", OpView: "VIEW", OpCommInfo: "COMM_INFO", OpCommAbort: "COMM_ABORT", 0: "opcode 0", 22: "opcode 22"} {
 		if got := op.String(); got != want {
 			t.Errorf("Opcode(%d) = %q, want %q", uint16(op), got, want)
 		}
 	}
-	for s, want := range map[Status]string{StatusOK: "OK", StatusDeviceError: "DEVICE_ERROR", StatusNotSupported: "NOT_SUPPORTED", 9: "status 9"} {
+	for s, want := range map[Status]string{StatusOK: "OK", StatusDeviceError: "DEVICE_ERROR", StatusNotSupported: "NOT_SUPPORTED", StatusCommFailed: "COMM_FAILED", 10: "status 10"} {
 		if got := s.String(); got != want {
 			t.Errorf("Status(%d) = %q, want %q", uint16(s), got, want)
 		}

@@ -75,7 +75,29 @@ enum Opcode : uint16_t {
   kOpTextRead = 12,   // benchmark baseline only: decimal text in the frame
   kOpMemory = 13,     // the device's free and total memory
   kOpView = 14,       // a handle on part of a live buffer
+  // Collectives (PROTOCOL.md, "Collectives"): communicators between the
+  // servers of several devices, NCCL's on cuda.
+  kOpCommInfo = 15,           // the collective engine: its version, or why there is none
+  kOpCommUniqueId = 16,       // the id a new communicator's ranks join with (rank 0's server makes it)
+  kOpCommInit = 17,           // join a communicator: unique id, rank, size
+  kOpCommAllReduce = 18,      // recv = the elementwise reduction of every rank's send
+  kOpCommReduceScatter = 19,  // recv = rank's slice of the reduction
+  kOpCommAllGather = 20,      // recv = every rank's send, in rank order
+  kOpCommAbort = 21,          // end a communicator at once, without waiting for its peers
 };
+constexpr uint16_t kLastOpcode = kOpCommAbort;
+
+// A communicator's unique id: NCCL's ncclUniqueId, 128 opaque bytes.
+constexpr size_t kCommUniqueIdBytes = 128;
+// The element types and reductions a collective names on the wire.
+enum CommDType : uint32_t { kCommF16 = 1, kCommF32 = 2, kCommI32 = 3 };
+enum CommRedOp : uint32_t { kRedNone = 0, kRedSum = 1, kRedMax = 2 };
+// A RUN_BATCH entry whose op id has this bit set is a collective: the low
+// bits are its opcode's kind (1 all-reduce, 2 reduce-scatter, 3
+// all-gather), its params count, dtype, redop and timeout_ms, its buffers
+// the communicator, send and recv.
+constexpr uint32_t kCollectiveEntryBit = 0x80000000u;
+enum CollectiveKind : uint32_t { kAllReduce = 1, kReduceScatter = 2, kAllGather = 3 };
 
 // A view starts at a multiple of kViewAlign bytes of its buffer, so that
 // every kernel's widest vector loads stay aligned (cudaMalloc's alignment).
@@ -91,6 +113,10 @@ enum Status : uint16_t {
   kStatusInvalidArgument = 6,
   kStatusDeviceError = 7,
   kStatusNotSupported = 8,
+  // A collective did not complete: a peer rank died or hung past the call's
+  // timeout, or the engine reported an error. The communicator was aborted
+  // and its handle is gone; the server serves on.
+  kStatusCommFailed = 9,
 };
 
 enum ExitStatus : int {
