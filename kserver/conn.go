@@ -116,10 +116,12 @@ type callCtx struct {
 	deadline time.Time
 }
 
-// err is the context's error, or DeadlineExceeded once the deadline passed.
+// err is the context's error (its cause, when it was cancelled with one:
+// a data-parallel rank's calls end with the failure of the rank that ended
+// them), or DeadlineExceeded once the deadline passed.
 func (cx callCtx) err() error {
-	if err := cx.ctx.Err(); err != nil {
-		return err
+	if cx.ctx.Err() != nil {
+		return context.Cause(cx.ctx)
 	}
 	if !time.Now().Before(cx.deadline) {
 		return context.DeadlineExceeded
@@ -141,7 +143,7 @@ func (cx callCtx) block(ch <-chan struct{}) error {
 	case <-ch:
 		return nil
 	case <-cx.ctx.Done():
-		return cx.ctx.Err()
+		return context.Cause(cx.ctx)
 	case <-t.C:
 		return context.DeadlineExceeded
 	}
@@ -160,7 +162,7 @@ func (cx callCtx) acquire(sem chan struct{}) error {
 	case sem <- struct{}{}:
 		return nil
 	case <-cx.ctx.Done():
-		return cx.ctx.Err()
+		return context.Cause(cx.ctx)
 	case <-t.C:
 		return context.DeadlineExceeded
 	}
@@ -317,8 +319,8 @@ func (s *conn) finish(cl *call) {
 
 // ctxCause is why cl's wait ended: its context's error, or DeadlineExceeded.
 func ctxCause(cl *call) error {
-	if err := cl.ctx.Err(); err != nil {
-		return err
+	if cl.ctx.Err() != nil {
+		return context.Cause(cl.ctx)
 	}
 	return context.DeadlineExceeded
 }
