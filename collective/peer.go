@@ -20,7 +20,7 @@ import (
 // comments.
 type Options struct {
 	// HeartbeatInterval is how often each side of a connection says it
-	// lives (1 s).
+	// lives (1 s, or a quarter of HeartbeatTimeout when that is shorter).
 	HeartbeatInterval time.Duration
 	// HeartbeatTimeout is how long a rank may send nothing before it is
 	// declared stopped or hung and the group fails (30 s). Heartbeats come
@@ -31,11 +31,11 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.HeartbeatInterval <= 0 {
-		o.HeartbeatInterval = time.Second
-	}
 	if o.HeartbeatTimeout <= 0 {
 		o.HeartbeatTimeout = 30 * time.Second
+	}
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = min(time.Second, o.HeartbeatTimeout/4)
 	}
 	return o
 }

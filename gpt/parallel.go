@@ -141,7 +141,7 @@ func (r *Replica) Rank() int { return r.Group.Rank() }
 // with several ranks, the host collective) and allocates a model per
 // rank. The parameters are unset until Trainer.Init or
 // Trainer.SetParams.
-func OpenParallel(ctx context.Context, o ParallelOptions) (par *Parallel, err error) {
+func OpenParallel(ctx context.Context, o ParallelOptions) (_ *Parallel, err error) {
 	if err := o.Config.Validate(); err != nil {
 		return nil, err
 	}
@@ -165,7 +165,7 @@ func OpenParallel(ctx context.Context, o ParallelOptions) (par *Parallel, err er
 	if o.BucketBytes <= 0 {
 		o.BucketBytes = DefaultBucketBytes
 	}
-	par = &Parallel{World: world, timeout: o.Timeout}
+	par := &Parallel{World: world, timeout: o.Timeout}
 	defer func() {
 		if err != nil {
 			par.Close(context.WithoutCancel(ctx))
