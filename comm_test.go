@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vkern/vkern/kserver"
 	"github.com/vkern/vkern/op"
@@ -14,14 +15,35 @@ import (
 // copy, so the server's whole collective path (its own requests, and
 // entries inside a RUN_BATCH) runs here as it does on a GPU with one rank.
 func TestCPUCommunicatorsOfOneRankCopy(t *testing.T) {
+	checkOneRankComm(t, openCPU(t, Options{}))
+}
+
+// On a GPU the same checks run through NCCL with one rank: the whole
+// collective path but the transfer (bench/cuda-dp-run.sh runs it).
+func TestCUDACommunicatorsOfOneRankThroughNCCL(t *testing.T) {
+	checkOneRankComm(t, openBackend(t, "cuda", Options{}))
+}
+
+// checkOneRankComm checks a communicator of one rank on dev: its
+// collectives give back their input, in requests and in a batch, and the
+// server refuses what it must, naming it.
+func checkOneRankComm(t *testing.T, dev *Device) {
 	ctx := context.Background()
-	dev := openCPU(t, Options{})
+	info, err := dev.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	eng, err := dev.CollectiveEngine(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if eng.Name != "single-rank" || eng.Version != 0 || !strings.Contains(eng.Description, "one rank") {
+	t.Logf("%s: %+v", info.Backend, eng)
+	cpu := info.Backend == "cpu"
+	if cpu && (eng.Name != "single-rank" || eng.Version != 0 || !strings.Contains(eng.Description, "one rank")) {
 		t.Errorf("engine %+v, want the cpu's single-rank copies", eng)
+	}
+	if !cpu && (eng.Name != "nccl" || eng.Version < 20000 || !strings.Contains(eng.Description, "libnccl")) {
+		t.Errorf("engine %+v, want NCCL with its version and library", eng)
 	}
 	id, err := dev.NewUniqueID(ctx)
 	if err != nil {
@@ -136,10 +158,22 @@ func TestCPUCommunicatorsOfOneRankCopy(t *testing.T) {
 		}
 	}
 
-	// A communicator of two ranks is not the cpu backend's to make.
-	_, err = dev.JoinComm(ctx, id2, 0, 2)
-	if !errors.Is(err, ErrNoCollectives) || !strings.Contains(err.Error(), "host") {
-		t.Errorf("joining as rank 0 of 2 on the cpu backend: %v, want ErrNoCollectives pointing at the host collective", err)
+	if cpu {
+		// A communicator of two ranks is not the cpu backend's to make.
+		_, err = dev.JoinComm(ctx, id2, 0, 2)
+		if !errors.Is(err, ErrNoCollectives) || !strings.Contains(err.Error(), "host") {
+			t.Errorf("joining as rank 0 of 2 on the cpu backend: %v, want ErrNoCollectives pointing at the host collective", err)
+		}
+	} else {
+		// A communicator whose second rank never comes fails at the
+		// deadline, aborted, and the server serves on.
+		short, cancel := context.WithTimeout(ctx, 3*time.Second)
+		start := time.Now()
+		_, err = dev.JoinComm(short, id2, 0, 2)
+		cancel()
+		if !errors.Is(err, ErrCommFailed) || time.Since(start) > 3*time.Second {
+			t.Errorf("joining as rank 0 of 2 alone: %v after %v, want ErrCommFailed before the 3 s deadline", err, time.Since(start))
+		}
 	}
 
 	// Aborted, the communicator is gone, in a request and in a batch.

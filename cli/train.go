@@ -64,6 +64,9 @@ scaling as PyTorch's GradScaler, clipping at norm 1, warm-up then cosine decay.
                     on any N that divides its micro-batches per step
   --rank-timeout D  how long a rank may fall silent (stopped, hung) before every
                     other rank stops with an error naming it (default 30s)
+  --step-timeout D  the longest a data-parallel step's device calls may take,
+                    waits for slower ranks included; past it the communicator
+                    is aborted and the run stops (default 5m)
 
 Without --gpus, torchrun's variables make this process one rank of a
 multi-process run, one GPU (LOCAL_RANK) each: WORLD_SIZE ranks in all, this
@@ -113,7 +116,7 @@ type trainFlags struct {
 	batch, accum, evalWindows, sample     int
 	saveEvery, evalEvery, verifyEvery     int64
 	gpus                                  int
-	rankTimeout                           time.Duration
+	rankTimeout, stepTimeout              time.Duration
 	lr, temperature                       float64
 	seed                                  uint64
 	set                                   map[string]bool
@@ -145,6 +148,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&f.backend, "backend", "cpu", "")
 	fs.IntVar(&f.gpus, "gpus", 0, "")
 	fs.DurationVar(&f.rankTimeout, "rank-timeout", 0, "")
+	fs.DurationVar(&f.stepTimeout, "step-timeout", 0, "")
 	if code, done := parseFlags(fs, args, trainHelpText(), stdout, stderr); done {
 		return code
 	}
@@ -299,6 +303,9 @@ func planParallel(f *trainFlags, s *runSetup) (parallelRun, error) {
 	default:
 		return p, nil
 	}
+	if f.rankTimeout < 0 || f.stepTimeout < 0 {
+		return p, fmt.Errorf("--rank-timeout %v and --step-timeout %v: want durations above 0", f.rankTimeout, f.stepTimeout)
+	}
 	if f.verifyEvery > 0 {
 		return p, fmt.Errorf("--verify-every checks one device's calls one at a time, and a data-parallel step's collectives cannot be checked that way: verify without --gpus, on one device")
 	}
@@ -334,7 +341,8 @@ func (p parallelRun) options(f *trainFlags, s *runSetup, corpus *data.Corpus) gp
 			"vkern": vkernVersion(), "seed": fmt.Sprint(s.seed), "hyper": string(hyper), "steps": fmt.Sprint(s.steps),
 			"start step": fmt.Sprint(step), "data": fmt.Sprintf("%d training and %d validation tokens", len(corpus.Train), len(corpus.Val)),
 		},
-		Peer: collective.Options{HeartbeatTimeout: f.rankTimeout},
+		Peer:    collective.Options{HeartbeatTimeout: f.rankTimeout},
+		Timeout: f.stepTimeout,
 	}
 }
 
