@@ -210,10 +210,11 @@ func (col *Collective) runRequest() (kserver.RunRequest, error) {
 		return kserver.RunRequest{}, err
 	}
 	return kserver.RunRequest{
-		OpID:    kserver.CollectiveEntryBit | uint32(col.Kind),
-		Params:  []int64{int64(req.Count), int64(req.DType), int64(req.RedOp), 0},
-		Buffers: []kserver.Handle{col.Comm.h, col.Send.handle, col.Recv.handle},
-		Untimed: true,
+		OpID:       uint32(col.Kind),
+		Collective: true,
+		Params:     []int64{int64(req.Count), int64(req.DType), int64(req.RedOp), 0},
+		Buffers:    []kserver.Handle{col.Comm.h, col.Send.handle, col.Recv.handle},
+		Untimed:    true,
 	}, nil
 }
 

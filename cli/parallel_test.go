@@ -189,7 +189,7 @@ func TestARankKilledOrStoppedMidRunEndsTheOtherNamingIt(t *testing.T) {
 		signal syscall.Signal
 		want   string
 	}{
-		{"killed", syscall.SIGKILL, "is gone: its connection ended"},
+		{"killed", syscall.SIGKILL, "is gone: "},
 		{"stopped", syscall.SIGSTOP, "sent nothing for"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -146,7 +146,7 @@ func (l *link) sendData(seq uint64, data []byte) error {
 		binary.LittleEndian.PutUint32(msg[8:], uint32(i))
 		binary.LittleEndian.PutUint32(msg[12:], uint32(chunks))
 		if err := l.send(msgData, append(msg, piece...)); err != nil {
-			e := l.p.peerError(l.rank, fmt.Sprintf("cannot be sent collective %d's data (%v): it is stopped, hung or gone", seq, err))
+			e := l.p.peerError(l.rank, writeFailure(err, l.p.opts.HeartbeatTimeout)+fmt.Sprintf(" (sending collective %d's data)", seq))
 			l.p.fail(e, -1)
 			return e
 		}

@@ -367,11 +367,21 @@ func (p *Peer) heartbeat() {
 			}
 			go func() {
 				if err := l.send(msgHeartbeat, nil); err != nil && !p.closed.Load() && p.ctx.Err() == nil {
-					p.fail(p.peerError(l.rank, fmt.Sprintf("cannot be written to (%v): it is stopped, hung or gone", err)), -1)
+					p.fail(p.peerError(l.rank, writeFailure(err, p.opts.HeartbeatTimeout)), -1)
 				}
 			}()
 		}
 	}
+}
+
+// writeFailure says what a failed write to a rank means: a rank that
+// reads nothing for timeout is stopped or hung; one whose connection
+// broke is gone.
+func writeFailure(err error, timeout time.Duration) string {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Sprintf("read nothing for %v: it is stopped (SIGSTOP), hung or cut off", timeout)
+	}
+	return fmt.Sprintf("is gone: writing to it failed (%v); the process died or was killed", err)
 }
 
 // start begins reading and heartbeating once the handshake is done.

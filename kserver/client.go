@@ -104,11 +104,12 @@ type RunRequest struct {
 	// stands for an operand that is empty at these Params (a bias switched
 	// off), which the server then checks.
 	Buffers []Handle
-	// A collective entry (PROTOCOL.md, "Collectives") has OpID
-	// CollectiveEntryBit | its CollectiveKind, Params count, dtype, redop
+	// Collective makes the entry a collective (PROTOCOL.md,
+	// "Collectives"): OpID its CollectiveKind, Params count, dtype, redop
 	// and timeout_ms (0: kserver sets what is left of the batch's
 	// deadline, less a margin), and Buffers the communicator, send and
 	// recv.
+	Collective bool
 	//
 	// Untimed asks the server not to time the kernel; its time is then 0.
 	// On a GPU that saves two timing events per run (about 3.5 µs of a
@@ -547,7 +548,7 @@ func (c *Client) RunBatch(ctx context.Context, runs []RunRequest) (kernelNs []ui
 	req = binary.LittleEndian.AppendUint32(req, uint32(len(runs)))
 	req = binary.LittleEndian.AppendUint32(req, 0)
 	for _, r := range runs {
-		if r.OpID&CollectiveEntryBit != 0 && len(r.Params) == 4 && r.Params[3] == 0 {
+		if r.Collective && len(r.Params) == 4 && r.Params[3] == 0 {
 			// A collective entry's timeout: the batch's own deadline.
 			r.Params = append([]int64(nil), r.Params...)
 			r.Params[3] = int64(serverTimeoutMs(cx))
@@ -571,6 +572,9 @@ func appendRun(dst []byte, r RunRequest) []byte {
 	var flags uint32
 	if r.Untimed {
 		flags |= RunUntimed
+	}
+	if r.Collective {
+		flags |= RunCollective
 	}
 	dst = binary.LittleEndian.AppendUint32(dst, r.OpID)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Params)))

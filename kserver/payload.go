@@ -130,12 +130,16 @@ type RunPayload struct {
 	OpID    uint32
 	Params  []int64
 	Buffers []uint64
-	Flags   uint32 // RunUntimed, or 0
+	Flags   uint32 // RunUntimed, RunCollective, or 0
 }
 
 // RunUntimed is the RUN flag that asks the server not to time the kernel
 // (the response's kernel time is then 0). It is the only flag.
 const RunUntimed uint32 = 1
+
+// RunCollective is the RUN flag that makes a RUN_BATCH entry a collective:
+// its op id is then a CollectiveKind (PROTOCOL.md, "Collectives").
+const RunCollective uint32 = 2
 
 // AppendRunPayload appends a RUN request: u32 op id, u32 param count, u32
 // buffer count, u32 flags, the params as i64, the handles as u64.
@@ -159,7 +163,7 @@ func runPayloadBytes(r RunPayload) int {
 }
 
 // DecodeRunPayload decodes a RUN request. The counts must account for the
-// payload exactly, and no flag but RunUntimed may be set.
+// payload exactly, and no flag but RunUntimed and RunCollective may be set.
 func DecodeRunPayload(p []byte) (RunPayload, error) {
 	r, n, err := decodeRunPrefix(p)
 	if err == nil && n != len(p) {
@@ -180,8 +184,8 @@ func decodeRunPrefix(p []byte) (RunPayload, int, error) {
 	r := RunPayload{OpID: binary.LittleEndian.Uint32(p), Flags: binary.LittleEndian.Uint32(p[12:])}
 	params := uint64(binary.LittleEndian.Uint32(p[4:]))
 	buffers := uint64(binary.LittleEndian.Uint32(p[8:]))
-	if r.Flags&^RunUntimed != 0 {
-		return RunPayload{}, 0, fmt.Errorf("%w: RUN request's flags are %#x; only %#x (untimed) is defined", ErrProtocol, r.Flags, RunUntimed)
+	if r.Flags&^(RunUntimed|RunCollective) != 0 {
+		return RunPayload{}, 0, fmt.Errorf("%w: RUN request's flags are %#x; only %#x (untimed) and %#x (collective) are defined", ErrProtocol, r.Flags, RunUntimed, RunCollective)
 	}
 	want := runHeadBytes + 8*(params+buffers)
 	if uint64(len(p)) < want {
@@ -386,11 +390,6 @@ const (
 	RedSum  RedOp = 1
 	RedMax  RedOp = 2
 )
-
-// CollectiveEntryBit marks a RUN_BATCH entry's op id as a collective: the
-// low bits are its CollectiveKind, its params count, dtype, redop and
-// timeout_ms, and its buffers the communicator, send and recv.
-const CollectiveEntryBit = 0x80000000
 
 // commInitBytes is the size of a COMM_INIT request: the unique id, rank,
 // size, timeout_ms, reserved.

@@ -163,6 +163,11 @@ std::string backend_op_names();
 // answer (generated into kernel_list.inc by kernels.Sources).
 const char* missing_kernel_reason(uint32_t op_id);
 
+// host_gone reports whether the host has closed the server's input (it
+// died, or ended the server): a backend waiting on peer ranks gives up
+// then, so that no communicator outlives its host. The core provides it.
+bool host_gone();
+
 // Closes the device (joins threads, releases the context) before exit.
 void backend_close();
 

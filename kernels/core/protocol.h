@@ -38,7 +38,10 @@ constexpr uint32_t kNoBatchEntry = 0xFFFFFFFFu;
 // kernel time is then 0), which on a GPU saves two timing events per RUN.
 // Every other bit must be 0.
 constexpr uint32_t kRunUntimed = 1;
-constexpr uint32_t kRunKnownFlags = kRunUntimed;
+// Bit 1 makes a RUN_BATCH entry a collective (PROTOCOL.md, "Collectives"):
+// its op id is then a CollectiveKind, not an op's.
+constexpr uint32_t kRunCollective = 2;
+constexpr uint32_t kRunKnownFlags = kRunUntimed | kRunCollective;
 // The shared-memory arena is this file descriptor, set up by the host.
 constexpr int kArenaFd = 3;
 
@@ -92,11 +95,9 @@ constexpr size_t kCommUniqueIdBytes = 128;
 // The element types and reductions a collective names on the wire.
 enum CommDType : uint32_t { kCommF16 = 1, kCommF32 = 2, kCommI32 = 3 };
 enum CommRedOp : uint32_t { kRedNone = 0, kRedSum = 1, kRedMax = 2 };
-// A RUN_BATCH entry whose op id has this bit set is a collective: the low
-// bits are its opcode's kind (1 all-reduce, 2 reduce-scatter, 3
-// all-gather), its params count, dtype, redop and timeout_ms, its buffers
-// the communicator, send and recv.
-constexpr uint32_t kCollectiveEntryBit = 0x80000000u;
+// A RUN_BATCH entry with the kRunCollective flag is a collective: its op
+// id is its kind, its params count, dtype, redop and timeout_ms, its
+// buffers the communicator, send and recv.
 enum CollectiveKind : uint32_t { kAllReduce = 1, kReduceScatter = 2, kAllGather = 3 };
 
 // A view starts at a multiple of kViewAlign bytes of its buffer, so that

@@ -18,6 +18,7 @@
 // descriptor 1 at stderr, so a stray print from a library cannot corrupt
 // the stream.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -625,7 +626,8 @@ Result Server::check_run(const uint8_t* p, size_t n, Call* run) const {
   const uint32_t buffer_count = load_u32(p + 8);
   const uint32_t flags = load_u32(p + 12);
   if ((flags & ~kRunKnownFlags) != 0) {
-    return fail(kStatusMalformed, "RUN flags are ", flags, "; only bit 0 (1, untimed) is defined, the rest must be 0");
+    return fail(kStatusMalformed, "RUN flags are ", flags,
+                "; only bits 0 (1, untimed) and 1 (2, collective) are defined, the rest must be 0");
   }
   const uint64_t want = 16 + 8 * (uint64_t{param_count} + uint64_t{buffer_count});
   if (n != want) {
@@ -633,10 +635,10 @@ Result Server::check_run(const uint8_t* p, size_t n, Call* run) const {
                 buffer_count, " buffers) = ", want);
   }
 
-  if ((op_id & kCollectiveEntryBit) != 0) {
+  if ((flags & kRunCollective) != 0) {
     // A collective entry: params count, dtype, redop, timeout_ms; buffers
     // the communicator, send and recv.
-    const uint32_t kind = op_id & ~kCollectiveEntryBit;
+    const uint32_t kind = op_id;
     if (param_count != 4 || buffer_count != 3) {
       return fail(kStatusInvalidArgument, "RUN: collective entry ", collective_name(kind),
                   " takes 4 params (count, dtype, redop, timeout_ms) and 3 buffers (comm, send, recv), got ",
@@ -1090,6 +1092,11 @@ Result Server::comm_abort(const uint8_t* p, size_t n) {
 }
 
 }  // namespace
+
+bool host_gone() {
+  pollfd in{0, 0, 0};
+  return ::poll(&in, 1, 0) == 1 && (in.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
 
 // run_server is the whole process: cookie check, arena, device open, HELLO,
 // then requests until SHUTDOWN or end of input. It returns the exit status.

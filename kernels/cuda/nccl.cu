@@ -17,9 +17,10 @@
 // (ncclCommInitRankConfig with blocking = 0), so no call can wait forever
 // on a peer: the server polls ncclCommGetAsyncError and the stream until
 // the work is done, the engine reports an error, or the request's
-// timeout passes; in the last two cases it calls ncclCommAbort, which
-// ends the communicator's kernels, and answers COMM_FAILED. Collectives of
-// their own request run on the server's stream; a collective inside a
+// timeout passes, or the host closes the server's input (it died); then it
+// calls ncclCommAbort, which ends the communicator's kernels, and answers
+// COMM_FAILED. Collectives of their own request run on the server's
+// stream; a collective inside a
 // RUN_BATCH runs on a second stream, after an event of the compute stream,
 // so that the backward's later kernels overlap it (BatchCollectives).
 #include <dlfcn.h>
@@ -255,13 +256,21 @@ vkern::Result timed_out(NcclComm* c, const char* what, uint32_t timeout_ms) {
   return out;
 }
 
+vkern::Result host_left(NcclComm* c, const char* what) {
+  const vkern::Result out = fail(kStatusCommFailed, what, " (rank ", c->rank, " of ", c->size,
+                                 "): the host closed this server's input while it waited; the communicator was aborted");
+  abort(c);
+  return out;
+}
+
 // settle waits until an NCCL call on a non-blocking communicator has left
 // ncclInProgress (its work enqueued, or the communicator made).
 vkern::Result settle(NcclComm* c, Result r, uint64_t deadline, const char* what, uint32_t timeout_ms) {
-  while (r == kInProgress) {
+  for (uint64_t polls = 0; r == kInProgress;) {
     if (g_lib.comm_get_async_error(c->comm, &r) != kSuccess) r = kInvalidArgument;
     if (r != kInProgress) break;
     if (now_ns() > deadline) return timed_out(c, what, timeout_ms);
+    if (++polls % 256 == 0 && host_gone()) return host_left(c, what);
     pause();
   }
   return r == kSuccess ? vkern::Result::OK() : failed(c, what, r);
@@ -291,7 +300,7 @@ vkern::Result enqueue(const Collective& col, cudaStream_t s, uint64_t deadline, 
 // kernels then end, and the stream drains) and answers COMM_FAILED.
 vkern::Result wait(cudaStream_t s, const std::vector<NcclComm*>& comms, uint64_t deadline, uint32_t timeout_ms,
                    const char* what) {
-  for (;;) {
+  for (uint64_t polls = 0;;) {
     const cudaError_t q = cudaStreamQuery(s);
     if (q == cudaSuccess) return vkern::Result::OK();
     if (q != cudaErrorNotReady) {
@@ -310,6 +319,9 @@ vkern::Result wait(cudaStream_t s, const std::vector<NcclComm*>& comms, uint64_t
     if (out.ok() && now_ns() > deadline) {
       out = fail(kStatusCommFailed, what, ": not done after ", timeout_ms,
                  " ms: a peer rank died, hung or is too slow; the communicator was aborted");
+    }
+    if (out.ok() && ++polls % 256 == 0 && host_gone()) {
+      out = fail(kStatusCommFailed, what, ": the host closed this server's input while it waited; the communicator was aborted");
     }
     if (out.ok()) {
       pause();
