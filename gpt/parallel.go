@@ -171,10 +171,9 @@ func OpenParallel(ctx context.Context, o ParallelOptions) (_ *Parallel, err erro
 			par.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	startCtx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
-
-	// Devices, and what each says of itself for the handshake.
+	// Devices, and what each says of itself for the handshake. (A first
+	// build of a GPU server takes minutes; the ranks' meeting is timed
+	// from after it.)
 	matches := make([]map[string]string, local)
 	for i := 0; i < local; i++ {
 		gpu := i
@@ -192,6 +191,8 @@ func OpenParallel(ctx context.Context, o ParallelOptions) (_ *Parallel, err erro
 	}
 
 	// The ranks meet.
+	startCtx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
 	if o.Env != nil {
 		p, err := collective.Join(startCtx, *o.Env, collective.NewHello(o.Env.Rank, world, matches[0]), o.Peer)
 		if err != nil {
