@@ -43,6 +43,11 @@ type Options struct {
 	// (by path, as kernels.Sources names them) before they are built; the
 	// edited build gets its own cache key.
 	EditSources func(files map[string][]byte) error
+	// GPU is the index of the GPU the server opens, among those visible
+	// (CUDA_VISIBLE_DEVICES): one server per GPU in a data-parallel run.
+	// The cpu backend ignores it.
+	GPU int
+
 	// QuickBuild compiles at -O1 instead of -O3: half the build time on
 	// the cpu backend and slower kernels, for tests that build many
 	// servers (one per planted defect) to check results, not speed.
@@ -95,8 +100,12 @@ func Open(ctx context.Context, opts Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.GPU < 0 {
+		return nil, fmt.Errorf("vkern: GPU %d: want an index from 0", opts.GPU)
+	}
 	d.client = kserver.New(kserver.Config{
 		Path:               d.artifact.Binary,
+		Env:                []string{fmt.Sprintf("VKERN_DEVICE=%d", opts.GPU)},
 		BeforeStart:        d.recheck,
 		CallTimeout:        opts.CallTimeout,
 		ExpectSourceSHA256: d.artifact.Manifest.SourceSHA256,
@@ -446,7 +455,8 @@ func (d *Device) RunUntimed(ctx context.Context, o *op.Op, s op.Shape, buffers .
 	return nil
 }
 
-// Call is one op on device buffers, for RunBatch.
+// Call is one op on device buffers, for RunBatch, or a collective
+// (Collective set, Op nil; Comm.AllReduceCall makes one).
 type Call struct {
 	Op      *op.Op
 	Shape   op.Shape
@@ -454,6 +464,9 @@ type Call struct {
 	// Untimed asks the server not to time this call (its time is then 0);
 	// a batch whose calls are all untimed records no timing events at all.
 	Untimed bool
+	// Collective, when set, makes the call a collective on a
+	// communicator of this device's server; its time is 0.
+	Collective *Collective
 }
 
 // RunBatch executes calls in order in one round trip to the server, the
@@ -481,6 +494,15 @@ func (d *Device) RunBatch(ctx context.Context, calls []Call) ([]time.Duration, e
 
 // runRequest checks a call against its op's contract and makes its RUN.
 func (d *Device) runRequest(c Call) (kserver.RunRequest, error) {
+	if c.Collective != nil {
+		if c.Op != nil {
+			return kserver.RunRequest{}, fmt.Errorf("vkern: a call with both an op (%s) and a collective", c.Op.Name)
+		}
+		if c.Collective.Comm == nil || c.Collective.Comm.d != d {
+			return kserver.RunRequest{}, fmt.Errorf("vkern: a collective on another device's communicator")
+		}
+		return c.Collective.runRequest()
+	}
 	o, s := c.Op, c.Shape
 	if o == nil {
 		return kserver.RunRequest{}, errors.New("vkern: a call with no op")

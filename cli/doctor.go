@@ -24,7 +24,10 @@ missing and the fix. It builds (or finds in the cache) the cpu kernel server,
 starts it and pings it. GPU toolchains are probed too: a compiler alone is not
 enough, the device must answer. Ops a program declared (package userop) are
 listed with the backends they have kernels for; their cpu kernels are in the
-server it builds, so a compiler error in one shows here.
+server it builds, so a compiler error in one shows here. Where a GPU answers,
+its kernel server is built and asked for its collective engine (NCCL, or RCCL
+on AMD), which data-parallel training needs: its version, or why it is
+missing.
 
 Exit status: 0 the cpu backend works · 1 it does not
 `
@@ -54,10 +57,12 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		line("ok", "build target", compiler.Target)
 	}
 
+	var gpuBackends []string
 	for _, gpu := range []struct{ backend, what string }{{"cuda", "CUDA (nvcc)"}, {"hip", "HIP (hipcc)"}} {
 		c, err := toolchain.Detect(ctx, gpu.backend)
 		switch {
 		case err == nil:
+			gpuBackends = append(gpuBackends, gpu.backend)
 			line("ok", gpu.what, fmt.Sprintf("%s (%s), target %s: `vkern verify --backend %s` will run", c.Path, c.Version, c.Target, gpu.backend))
 			for _, g := range c.GPUs {
 				line("ok", fmt.Sprintf("GPU %d", g.Index), fmt.Sprintf("%s, %s, %d multiprocessors, %d MiB, driver %s, runtime %s",
@@ -111,12 +116,38 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				short(info.CacheKey), info.Device["device"], time.Since(start).Round(time.Millisecond)))
 		}
 	}
+	collectivesLines(ctx, gpuBackends, line)
 	if !ok {
 		fmt.Fprintln(stdout, "\nvkern cannot run here until the lines above marked missing or broken are fixed.")
 		return exitFailure
 	}
 	fmt.Fprintln(stdout, "\nThe cpu backend works: `vkern verify --backend cpu` will run.")
 	return exitOK
+}
+
+// collectivesLines reports the collective engine of each GPU backend
+// that answered: its server is built (or found in the cache) and asked
+// (COMM_INFO), so the version is what ncclGetVersion says.
+func collectivesLines(ctx context.Context, backends []string, line func(status, what, detail string)) {
+	if len(backends) == 0 {
+		line("absent", "NCCL", "no GPU answered here; a cuda kernel server loads NCCL at run time ($VKERN_NCCL, else libnccl.so.2, else Python's nvidia-nccl-cu12), for `vkern train --gpus N`")
+		return
+	}
+	for _, b := range backends {
+		what := map[string]string{"cuda": "NCCL", "hip": "RCCL"}[b]
+		dev, err := vkern.Open(ctx, vkern.Options{Backend: b})
+		if err != nil {
+			line("broken", b+" kernel server", err.Error())
+			continue
+		}
+		eng, err := dev.CollectiveEngine(ctx)
+		dev.Close()
+		if err != nil {
+			line("missing", what, fmt.Sprintf("%v; `vkern train --gpus N` needs it", err))
+			continue
+		}
+		line("ok", what, eng.Description)
+	}
 }
 
 func orUnknown(s string) string {

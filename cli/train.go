@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vkern/vkern"
+	"github.com/vkern/vkern/collective"
 	"github.com/vkern/vkern/data"
 	"github.com/vkern/vkern/gpt"
 )
@@ -55,6 +56,23 @@ scaling as PyTorch's GradScaler, clipping at norm 1, warm-up then cosine decay.
   --batches FILE    write every step's windows of T+1 tokens (uint16) to FILE,
                     for replaying the run elsewhere (bench/parity.py)
   --backend B       cpu | cuda | hip | auto (default cpu)
+  --gpus N          data-parallel over N GPUs of this machine, one kernel server
+                    each, through NCCL (on --backend cpu: N cpu servers, joined
+                    on the host, for testing). --batch and --accum are per GPU:
+                    a step trains on N times the sequences, the same global
+                    batch for any N. A checkpoint is written once, and resumes
+                    on any N that divides its micro-batches per step
+  --rank-timeout D  how long a rank may fall silent (stopped, hung) before every
+                    other rank stops with an error naming it (default 30s)
+  --step-timeout D  the longest a data-parallel step's device calls may take,
+                    waits for slower ranks included; past it the communicator
+                    is aborted and the run stops (default 5m)
+
+Without --gpus, torchrun's variables make this process one rank of a
+multi-process run, one GPU (LOCAL_RANK) each: WORLD_SIZE ranks in all, this
+one RANK, meeting rank 0 at MASTER_ADDR:MASTER_PORT over TCP; every rank must
+run the same vkern, backend, CUDA, NCCL and settings, or the run does not
+start. Only rank 0 prints, evaluates for the record and writes files.
 
 The model defaults:
 %s
@@ -97,6 +115,8 @@ type trainFlags struct {
 	steps, lrSteps, warmup                int64
 	batch, accum, evalWindows, sample     int
 	saveEvery, evalEvery, verifyEvery     int64
+	gpus                                  int
+	rankTimeout, stepTimeout              time.Duration
 	lr, temperature                       float64
 	seed                                  uint64
 	set                                   map[string]bool
@@ -126,6 +146,9 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&f.jsonPath, "json", "", "")
 	fs.StringVar(&f.batchesPath, "batches", "", "")
 	fs.StringVar(&f.backend, "backend", "cpu", "")
+	fs.IntVar(&f.gpus, "gpus", 0, "")
+	fs.DurationVar(&f.rankTimeout, "rank-timeout", 0, "")
+	fs.DurationVar(&f.stepTimeout, "step-timeout", 0, "")
 	if code, done := parseFlags(fs, args, trainHelpText(), stdout, stderr); done {
 		return code
 	}
@@ -137,6 +160,10 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 
 	setup, err := planRun(&f)
+	if err != nil {
+		return fail(exitUsage, err)
+	}
+	par, err := planParallel(&f, setup)
 	if err != nil {
 		return fail(exitUsage, err)
 	}
@@ -164,39 +191,63 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			setup.loaded.Run.Data, corpus.Source)
 	}
 
-	progress.status("building and starting the %s kernel server", f.backend)
-	dev, err := vkern.Open(ctx, vkern.Options{Backend: f.backend})
-	progress.clear()
-	if err != nil {
-		return fail(exitFailure, err)
+	tr := &gpt.Trainer{Hyper: setup.hyper, State: gpt.NewState(), Seed: setup.seed, Corpus: corpus}
+	var dev *vkern.Device
+	if par.ranks > 0 {
+		progress.status("starting the kernel servers and meeting the ranks")
+		p, err := gpt.OpenParallel(ctx, par.options(&f, setup, corpus))
+		progress.clear()
+		if errors.Is(err, gpt.ErrTooLarge) {
+			return fail(exitUsage, err)
+		}
+		if err != nil {
+			return fail(exitFailure, err)
+		}
+		defer p.Close(context.WithoutCancel(ctx))
+		tr.Model, tr.Parallel, dev = p.Replicas[0].Model, p, p.Replicas[0].Group.Device()
+		if !p.Rank0() {
+			// Rank 0 speaks for the run; the others train quietly.
+			stdout, f.sample, f.jsonPath, f.batchesPath = io.Discard, 0, "", ""
+		}
+	} else {
+		progress.status("building and starting the %s kernel server", f.backend)
+		var err error
+		dev, err = vkern.Open(ctx, vkern.Options{Backend: f.backend})
+		progress.clear()
+		if err != nil {
+			return fail(exitFailure, err)
+		}
+		defer dev.Close()
+		model, err := gpt.New(ctx, dev, setup.cfg, setup.batch, setup.accum)
+		if errors.Is(err, gpt.ErrTooLarge) {
+			return fail(exitUsage, err)
+		}
+		if err != nil {
+			return fail(exitFailure, err)
+		}
+		defer model.Close(context.WithoutCancel(ctx))
+		tr.Model = model
 	}
-	defer dev.Close()
 	info, err := dev.Info(ctx)
 	if err != nil {
 		return fail(exitFailure, err)
 	}
-	model, err := gpt.New(ctx, dev, setup.cfg, setup.batch, setup.accum)
-	if errors.Is(err, gpt.ErrTooLarge) {
-		return fail(exitUsage, err)
-	}
-	if err != nil {
-		return fail(exitFailure, err)
-	}
-	defer model.Close(context.WithoutCancel(ctx))
-	tr := &gpt.Trainer{Model: model, Hyper: setup.hyper, State: gpt.NewState(), Seed: setup.seed, Corpus: corpus}
 	if setup.loaded != nil {
-		err = model.SetParams(ctx, setup.loaded.Master, setup.loaded.M, setup.loaded.V)
+		err = tr.SetParams(ctx, setup.loaded.Master, setup.loaded.M, setup.loaded.V)
 		if setup.loaded.Run != nil {
 			tr.State = setup.loaded.Run.State
 		}
 	} else {
-		err = model.Init(ctx, setup.seed)
+		err = tr.Init(ctx, setup.seed)
 	}
 	if err != nil {
 		return fail(exitFailure, err)
 	}
 
 	fmt.Fprintf(stdout, "vkern train: %s on %s (%s)\n", setup.cfg, info.Backend, info.Device["device"])
+	if tr.Parallel != nil {
+		fmt.Fprintf(stdout, "  data-parallel: %d ranks, collectives by %s; %d micro-batches per step in all\n", tr.Ranks(), tr.Parallel.Engine(), tr.MicroBatches())
+	}
 	fmt.Fprintf(stdout, "  data: %s (%d training, %d validation tokens)\n", corpus.Source, len(corpus.Train), len(corpus.Val))
 	fmt.Fprintf(stdout, "  batch %d × %d tokens × accum %d; lr %g (warm-up %d, cosine to %g at step %d); seed %d\n",
 		setup.batch, setup.cfg.T, setup.accum, setup.hyper.LR, setup.hyper.Warmup, setup.hyper.MinLR, setup.hyper.Steps, setup.seed)
@@ -205,11 +256,11 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fmt.Fprintf(stdout, "  checkpoint: %s\n", setup.out)
 
-	rec := &trainRecord{Model: setup.cfg.Name, Config: setup.cfg, Batch: setup.batch, Accum: setup.accum, Seed: setup.seed,
+	rec := &trainRecord{Model: setup.cfg.Name, Config: setup.cfg, Batch: setup.batch, Accum: tr.MicroBatches(), Ranks: tr.Ranks(), Seed: setup.seed,
 		Hyper: setup.hyper, Backend: info.Backend, Device: info.Device["device"], Data: corpus.Source,
 		Command: "vkern train " + strings.Join(args, " "), StartStep: tr.State.Step}
 	run := func() gpt.Run {
-		return gpt.Run{Batch: setup.batch, Accum: setup.accum, Seed: setup.seed, Hyper: setup.hyper, State: tr.State, Data: corpus.Source}
+		return gpt.Run{Batch: setup.batch, Accum: tr.MicroBatches(), Seed: setup.seed, Hyper: setup.hyper, State: tr.State, Data: corpus.Source}
 	}
 	code := trainLoop(ctx, &f, setup, tr, rec, run, progress, stdout, stderr)
 	if f.jsonPath != "" {
@@ -221,6 +272,78 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	return code
+}
+
+// parallelRun is what --gpus and torchrun's variables ask for: ranks 0
+// for a run on one device without collectives.
+type parallelRun struct {
+	ranks int
+	env   *collective.Env
+}
+
+// planParallel reads --gpus and torchrun's variables and settles s.accum
+// as the micro-batches of a step over all ranks: a new run's --accum is
+// per GPU; a resumed run keeps its own, which the ranks must divide.
+func planParallel(f *trainFlags, s *runSetup) (parallelRun, error) {
+	env, multi, err := collective.EnvFrom(os.Getenv)
+	if err != nil {
+		return parallelRun{}, err
+	}
+	var p parallelRun
+	switch {
+	case multi && f.set["gpus"] && f.gpus != 1:
+		return p, fmt.Errorf("--gpus %d with WORLD_SIZE=%d: a process of a multi-process run drives one GPU (LOCAL_RANK); start one process per GPU, or drop WORLD_SIZE for one process", f.gpus, env.Size)
+	case multi:
+		p.ranks, p.env = env.Size, &env
+	case f.set["gpus"]:
+		if f.gpus < 1 {
+			return p, fmt.Errorf("--gpus %d: want at least 1", f.gpus)
+		}
+		p.ranks = f.gpus
+	default:
+		return p, nil
+	}
+	if f.rankTimeout < 0 || f.stepTimeout < 0 {
+		return p, fmt.Errorf("--rank-timeout %v and --step-timeout %v: want durations above 0", f.rankTimeout, f.stepTimeout)
+	}
+	if f.verifyEvery > 0 {
+		return p, fmt.Errorf("--verify-every checks one device's calls one at a time, and a data-parallel step's collectives cannot be checked that way: verify without --gpus, on one device")
+	}
+	if s.loaded == nil || s.loaded.Run == nil {
+		s.accum *= p.ranks
+	} else if s.accum%p.ranks != 0 {
+		var fit []string
+		for d := 1; d <= s.accum; d++ {
+			if s.accum%d == 0 {
+				fit = append(fit, fmt.Sprint(d))
+			}
+		}
+		return p, fmt.Errorf("--resume %s: the run takes %d micro-batches per step, which %d ranks cannot share equally; resume on %s ranks", f.resume, s.accum, p.ranks, strings.Join(fit, ", "))
+	}
+	return p, nil
+}
+
+// options are gpt.OpenParallel's: the run's settings, and what every rank
+// must share for the handshake.
+func (p parallelRun) options(f *trainFlags, s *runSetup, corpus *data.Corpus) gpt.ParallelOptions {
+	hyper, _ := json.Marshal(s.hyper)
+	step := int64(0)
+	if s.loaded != nil && s.loaded.Run != nil {
+		step = s.loaded.Run.State.Step
+	}
+	gpus := p.ranks
+	if p.env != nil {
+		gpus = 0 // one process per rank
+	}
+	return gpt.ParallelOptions{
+		Backend: f.backend, GPUs: gpus, Env: p.env, Config: s.cfg, B: s.batch, Accum: s.accum,
+		Match: map[string]string{
+			"vkern": vkernVersion(), "seed": fmt.Sprint(s.seed), "hyper": string(hyper), "steps": fmt.Sprint(s.steps),
+			"start step": fmt.Sprint(step), "data": fmt.Sprintf("%d training and %d validation tokens", len(corpus.Train), len(corpus.Val)),
+		},
+		Peer:    collective.Options{HeartbeatTimeout: f.rankTimeout},
+		Timeout: f.stepTimeout,
+	}
 }
 
 // runSetup is what the flags and a resumed checkpoint decide.
@@ -350,7 +473,7 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 	save := func() error {
 		progress.status("saving the checkpoint to %s", s.out)
 		defer progress.clear()
-		return tr.Model.Save(work, s.out, run())
+		return tr.Save(work, s.out, run())
 	}
 	evalEvery := f.evalEvery
 	if evalEvery == 0 {
@@ -368,7 +491,7 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 	}
 	first := tr.State.Step
 	started := time.Now()
-	tokensPerStep := float64(s.batch * s.accum * s.cfg.T)
+	tokensPerStep := float64(s.batch * tr.MicroBatches() * s.cfg.T)
 	var lastVal float64 = math.NaN()
 	for tr.State.Step < s.steps {
 		if ctx.Err() != nil {
@@ -454,7 +577,7 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 		return exitFailure
 	}
 	fmt.Fprintf(stdout, "  checkpoint saved to %s (transformers.GPT2LMHeadModel.from_pretrained loads it)\n", s.out)
-	if len(rec.Steps) > 0 {
+	if len(rec.Steps) > 0 && (tr.Parallel == nil || tr.Parallel.Rank0()) {
 		svg := filepath.Join(s.out, "loss.svg")
 		if err := writeAtomic(svg, func(w io.Writer) error { return writeLossSVG(w, s.cfg.Name, rec.Steps) }); err != nil {
 			fmt.Fprintf(stderr, "vkern train: %v\n", err)
@@ -534,7 +657,8 @@ type trainRecord struct {
 	Model           string       `json:"model"`
 	Config          gpt.Config   `json:"config"`
 	Batch           int          `json:"batch"`
-	Accum           int          `json:"accum"`
+	Accum           int          `json:"accum"` // micro-batches per step, all ranks'
+	Ranks           int          `json:"ranks"`
 	Seed            uint64       `json:"seed"`
 	Hyper           gpt.Hyper    `json:"hyper"`
 	Backend         string       `json:"backend"`

@@ -8,6 +8,12 @@ import (
 )
 
 func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fmt.Fprintf(stdout, "vkern %s\n", vkernVersion())
+	return exitOK
+}
+
+// vkernVersion is the module's version and the commit it was built from.
+func vkernVersion() string {
 	version := "(devel)"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		version = bi.Main.Version
@@ -17,6 +23,5 @@ func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			}
 		}
 	}
-	fmt.Fprintf(stdout, "vkern %s\n", version)
-	return exitOK
+	return version
 }

@@ -18,10 +18,14 @@ type Run struct {
 	Format string `json:"format"`
 	Model  string `json:"model"`
 	Batch  int    `json:"batch"`
-	Accum  int    `json:"accum"`
-	Seed   uint64 `json:"seed"`
-	Hyper  Hyper  `json:"hyper"`
-	State  State  `json:"state"`
+	Accum  int    `json:"accum"` // micro-batches per step, over all ranks
+	// Ranks is how many ranks trained the run last, when more than one
+	// (data-parallel; parallel.go). A checkpoint resumes on any number of
+	// ranks that divides Accum.
+	Ranks int    `json:"ranks,omitempty"`
+	Seed  uint64 `json:"seed"`
+	Hyper Hyper  `json:"hyper"`
+	State State  `json:"state"`
 	// Data describes the corpus (data.Corpus.Source), to tell a resumed
 	// run on other data.
 	Data string `json:"data"`

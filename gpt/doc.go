@@ -66,6 +66,18 @@
 // masters, the moments and the State, so a resumed run continues bit for
 // bit.
 //
+// # Across GPUs
+//
+// A Trainer with Parallel set trains data-parallel (parallel.go): one
+// replica per rank, each on its contiguous block of the step's
+// micro-batches; the gradients all-reduced in buckets as the backward
+// finishes them (NCCL, in the kernel servers, overlapped with the rest of
+// the backward on GPUs; on the host for cpu ranks); every rank's losses
+// and norm gathered, so that every rank takes the same step. OpenParallel
+// starts the ranks of this process and meets the others (package
+// collective); a rank that dies or hangs ends every rank's step with an
+// error naming it.
+//
 // # Checking a step
 //
 // Beyond each op's own verification (package verify):

@@ -48,6 +48,9 @@ func (r *LiveReport) Summary() string {
 // call. A wrong element ends it with an error that names the step, the
 // call, the op and the element.
 func (tr *Trainer) StepVerified(ctx context.Context) (StepResult, *LiveReport, error) {
+	if tr.Parallel != nil {
+		return StepResult{}, nil, fmt.Errorf("gpt: step %d: the live check runs one device's calls one at a time, and a data-parallel step's collectives cannot be checked that way; verify on one GPU (without --gpus)", tr.State.Step)
+	}
 	m := tr.Model
 	arith, err := m.dev.Arithmetic(ctx)
 	if err != nil {

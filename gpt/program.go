@@ -90,8 +90,14 @@ func (m *Model) crossEntropy(p *program, k, rows int, gradScale float64, ignore 
 // backward adds the backward of the full micro-batch k from dlogits, every
 // parameter's gradient added into its f32 accumulator. The residual
 // stream's gradient runs in back.dres; each block's two branches add into
-// it in place.
-func (m *Model) backward(p *program, k int) {
+// it in place. done, when not nil, is called as parts of the gradient are
+// finished for this micro-batch: with stage Layers after ln_f's (wte still
+// takes the embedding's), with l after block l's, and with -1 after the
+// embedding's, the last (a data-parallel step's buckets, parallel.go).
+func (m *Model) backward(p *program, k int, done func(p *program, stage int)) {
+	if done == nil {
+		done = func(*program, int) {}
+	}
 	c, w, g, top, bk := m.Config, m.w16, m.g32, &m.top, &m.back
 	b, t := m.B, c.T
 	M, C := b*t, c.C
@@ -101,6 +107,7 @@ func (m *Model) backward(p *program, k int) {
 	p.add(op.Linear, dims(M, C, c.Vp()), noBias, top.dlogits, w[m.lay.wte], nil, bk.dh)
 	p.add(op.LinearGradW, dims(M, C, c.Vp()), nil, top.dlogits, top.hf, g[m.lay.wte])
 	p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, top.x, w[m.lay.lnfW], top.mean, top.rstd, bk.dres, g[m.lay.lnfW], g[m.lay.lnfB])
+	done(p, len(m.layers))
 	for l := len(m.layers) - 1; l >= 0; l-- {
 		a, bl := &m.layers[l], m.lay.blocks[l]
 		// MLP: c_proj (K = 4C, N = C), GELU, c_fc (K = C, N = 4C), ln_2.
@@ -124,9 +131,11 @@ func (m *Model) backward(p *program, k int) {
 		p.add(op.BiasGrad, dims(M, 3*C), nil, bk.dqkv, g[bl.attnB])
 		p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, a.x, w[bl.ln1w], a.mean1, a.rstd1, bk.dtmp, g[bl.ln1w], g[bl.ln1b])
 		p.add(op.Add, dims(M*C), nil, bk.dres, bk.dtmp, bk.dres)
+		done(p, l)
 	}
 	// dwte's first V rows: no token is a padded row.
 	p.add(op.EmbeddingGrad, dims(b, t, C, c.V), nil, bk.dres, m.tokens[k], g[m.lay.wte], g[m.lay.wpe])
+	done(p, -1)
 }
 
 // gradients is a training step's first program: clear the gradient
@@ -134,15 +143,33 @@ func (m *Model) backward(p *program, k int) {
 // gradient scaled by lossScale/K, so the K sum to the mean's), and the
 // squared norm and non-finite count of the summed gradients.
 func (m *Model) gradients(lossScale float64) program {
+	p := m.backwardProgram(lossScale/float64(m.K), nil)
+	m.norm(&p)
+	return p
+}
+
+// backwardProgram is gradients without the norm: each micro-batch's loss
+// gradient scaled by gradScale, and done (when not nil) called by the
+// last micro-batch's backward as it finishes parts of the gradient.
+func (m *Model) backwardProgram(gradScale float64, done func(p *program, stage int)) program {
 	var p program
 	p.add(op.Fill, dims(int(m.lay.total)), nil, m.grad)
 	for k := 0; k < m.K; k++ {
 		m.forward(&p, k, m.B, m.Config.T)
-		m.crossEntropy(&p, k, m.B*m.Config.T, lossScale/float64(m.K), nil)
-		m.backward(&p, k)
+		m.crossEntropy(&p, k, m.B*m.Config.T, gradScale, nil)
+		var last func(*program, int)
+		if k == m.K-1 {
+			last = done
+		}
+		m.backward(&p, k, last)
 	}
-	p.add(op.GlobalNorm, dims(int(m.lay.total)), nil, m.grad, m.sumsq, m.bad)
 	return p
+}
+
+// norm adds global_norm over the gradients: their squared norm and the
+// count of non-finite elements.
+func (m *Model) norm(p *program) {
+	p.add(op.GlobalNorm, dims(int(m.lay.total)), nil, m.grad, m.sumsq, m.bad)
 }
 
 // update is a step's second program: AdamW on each group, the gradient

@@ -143,6 +143,18 @@ func (m *Model) step(ctx context.Context, h Hyper, st *State, inputs, targets []
 	if err != nil {
 		return res, err
 	}
+	if err := m.finishStep(ctx, h, st, &res, sumsq, bad, exec); err != nil {
+		return res, err
+	}
+	res.Time = time.Since(start)
+	return res, nil
+}
+
+// finishStep takes a step's decision from its squared gradient norm and
+// its count of non-finite gradients, as GradScaler and
+// clip_grad_norm_ take it: skip and halve the scale, or update (clipped,
+// unscaled) and advance the scale's count; then st moves to the next step.
+func (m *Model) finishStep(ctx context.Context, h Hyper, st *State, res *StepResult, sumsq float64, bad int32, exec func(context.Context, []vkern.Call) error) error {
 	res.GradNorm = math.Sqrt(sumsq) / st.LossScale
 	if bad > 0 || math.IsInf(sumsq, 0) || math.IsNaN(sumsq) {
 		// GradScaler's found_inf: skip the update and halve the scale.
@@ -156,10 +168,10 @@ func (m *Model) step(ctx context.Context, h Hyper, st *State, inputs, targets []
 		}
 		u := m.update(h, res.LR, st.Updates+1, clip/st.LossScale)
 		if u.err != nil {
-			return res, u.err
+			return u.err
 		}
 		if err := exec(ctx, u.calls); err != nil {
-			return res, fmt.Errorf("gpt: step %d, the update: %w", st.Step, err)
+			return fmt.Errorf("gpt: step %d, the update: %w", st.Step, err)
 		}
 		st.Updates++
 		if st.Good++; st.Good == growthInterval {
@@ -168,8 +180,7 @@ func (m *Model) step(ctx context.Context, h Hyper, st *State, inputs, targets []
 		}
 	}
 	st.Step++
-	res.Time = time.Since(start)
-	return res, nil
+	return nil
 }
 
 // writeBatches sends each micro-batch's tokens and targets.
@@ -196,9 +207,16 @@ func (m *Model) writeBatches(ctx context.Context, inputs, targets [][]int32) err
 // their mean over the rows counted: all of them, or those whose flag in
 // counted is set.
 func (m *Model) readLoss(ctx context.Context, k int, counted []bool) (float64, error) {
+	return m.readLossFrom(ctx, m.lossAll, k, counted)
+}
+
+// readLossFrom is readLoss of k micro-batches laid out in buf as in
+// lossAll (a data-parallel step's gathered losses, every rank's in rank
+// order).
+func (m *Model) readLossFrom(ctx context.Context, buf *vkern.Buffer, k int, counted []bool) (float64, error) {
 	M := m.B * m.Config.T
 	all := make([]float32, int64(k)*m.lossStride)
-	if err := m.lossAll.ReadF32(ctx, all); err != nil {
+	if err := buf.ReadF32(ctx, all); err != nil {
 		return 0, err
 	}
 	var sum float64

@@ -11,20 +11,37 @@ import (
 // its batches come from. Step s trains on data.Corpus.Batch(Seed, s, B·K,
 // T), cut into K micro-batches of B windows, so a run resumed from a
 // checkpoint sees exactly the batches an uninterrupted one would.
+//
+// With Parallel set, the run is data-parallel (parallel.go): Model is the
+// model of this process's first rank, K is the whole run's micro-batches
+// per step, and each rank trains on its block of them.
 type Trainer struct {
-	Model  *Model
-	Hyper  Hyper
-	State  State
-	Seed   uint64
-	Corpus *data.Corpus
+	Model    *Model
+	Hyper    Hyper
+	State    State
+	Seed     uint64
+	Corpus   *data.Corpus
+	Parallel *Parallel
 }
 
-// Batch returns step s's K micro-batches.
+// Ranks is the number of ranks the run trains on: 1 without Parallel.
+func (tr *Trainer) Ranks() int {
+	if tr.Parallel == nil {
+		return 1
+	}
+	return tr.Parallel.World
+}
+
+// MicroBatches is K, the micro-batches of a step over all ranks.
+func (tr *Trainer) MicroBatches() int { return tr.Model.K * tr.Ranks() }
+
+// Batch returns step s's K micro-batches (all ranks').
 func (tr *Trainer) Batch(s int64) (inputs, targets [][]int32) {
 	m := tr.Model
-	in, tg := tr.Corpus.Batch(tr.Seed, s, m.B*m.K, m.Config.T)
+	K := tr.MicroBatches()
+	in, tg := tr.Corpus.Batch(tr.Seed, s, m.B*K, m.Config.T)
 	n := m.B * m.Config.T
-	for k := 0; k < m.K; k++ {
+	for k := 0; k < K; k++ {
 		inputs = append(inputs, in[k*n:(k+1)*n])
 		targets = append(targets, tg[k*n:(k+1)*n])
 	}
@@ -33,8 +50,50 @@ func (tr *Trainer) Batch(s int64) (inputs, targets [][]int32) {
 
 // Step takes the run's next step.
 func (tr *Trainer) Step(ctx context.Context) (StepResult, error) {
+	if tr.Parallel != nil {
+		return tr.stepParallel(ctx)
+	}
 	in, tg := tr.Batch(tr.State.Step)
 	return tr.Model.Step(ctx, tr.Hyper, &tr.State, in, tg)
+}
+
+// Init sets every rank's parameters to GPT-2's initialisation drawn from
+// seed (Model.Init), and checks that the ranks agree.
+func (tr *Trainer) Init(ctx context.Context, seed uint64) error {
+	return tr.eachModel(ctx, func(m *Model) error { return m.Init(ctx, seed) })
+}
+
+// SetParams sets every rank's parameters and moments (Model.SetParams),
+// and checks that the ranks agree: each process of a multi-process run
+// loads its own copy of the checkpoint.
+func (tr *Trainer) SetParams(ctx context.Context, master, mom1, mom2 []float32) error {
+	return tr.eachModel(ctx, func(m *Model) error { return m.SetParams(ctx, master, mom1, mom2) })
+}
+
+func (tr *Trainer) eachModel(ctx context.Context, f func(*Model) error) error {
+	if tr.Parallel == nil {
+		return f(tr.Model)
+	}
+	for _, rep := range tr.Parallel.Replicas {
+		if err := f(rep.Model); err != nil {
+			return err
+		}
+	}
+	return tr.Parallel.agree(ctx)
+}
+
+// Save writes the run's checkpoint (Model.Save): once, by rank 0; on the
+// other ranks' processes it writes nothing. The checkpoint resumes on any
+// number of ranks that divides its micro-batches per step.
+func (tr *Trainer) Save(ctx context.Context, dir string, run Run) error {
+	if tr.Parallel != nil && !tr.Parallel.Rank0() {
+		return nil
+	}
+	run.Accum = tr.MicroBatches()
+	if tr.Ranks() > 1 {
+		run.Ranks = tr.Ranks()
+	}
+	return tr.Model.Save(ctx, dir, run)
 }
 
 // ValLoss is the mean loss over n windows of the validation part spread

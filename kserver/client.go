@@ -104,6 +104,13 @@ type RunRequest struct {
 	// stands for an operand that is empty at these Params (a bias switched
 	// off), which the server then checks.
 	Buffers []Handle
+	// Collective makes the entry a collective (PROTOCOL.md,
+	// "Collectives"): OpID its CollectiveKind, Params count, dtype, redop
+	// and timeout_ms (0: kserver sets what is left of the batch's
+	// deadline, less a margin), and Buffers the communicator, send and
+	// recv.
+	Collective bool
+	//
 	// Untimed asks the server not to time the kernel; its time is then 0.
 	// On a GPU that saves two timing events per run (about 3.5 µs of a
 	// tiny run on an H100). The server may time an untimed batch entry
@@ -223,6 +230,130 @@ func (c *Client) Memory(ctx context.Context) (Memory, error) {
 		return Memory{}, err
 	}
 	return cl.memory, nil
+}
+
+// CommInfo asks the server what its collective engine is (COMM_INFO),
+// starting the server if needed. A backend without one answers
+// NOT_SUPPORTED (errors.Is(err, op.ErrNotSupported)) with the reason:
+// what was searched for NCCL, say. Isolated mode has no collectives.
+func (c *Client) CommInfo(ctx context.Context) (CommInfo, error) {
+	cl, err := c.commCall(ctx, OpCommInfo, nil)
+	if err != nil {
+		return CommInfo{}, err
+	}
+	return DecodeCommInfoResponse(cl.text)
+}
+
+// CommUniqueID asks the server for a new communicator's unique id, which
+// every rank then joins with (CommInit).
+func (c *Client) CommUniqueID(ctx context.Context) (id [CommUniqueIDBytes]byte, err error) {
+	cl, err := c.commCall(ctx, OpCommUniqueID, nil)
+	if err != nil {
+		return id, err
+	}
+	copy(id[:], cl.text)
+	return id, nil
+}
+
+// CommInit joins the communicator id names as rank of size ranks and
+// returns its handle. The server waits for the other ranks until a little
+// before ctx's deadline (or CallTimeout), then aborts the communicator and
+// answers COMM_FAILED (errors.Is(err, ErrCommFailed)), so that the answer
+// comes before the host would end the server.
+func (c *Client) CommInit(ctx context.Context, id [CommUniqueIDBytes]byte, rank, size int) (Handle, error) {
+	if size < 1 || rank < 0 || rank >= size || size > math.MaxUint32 {
+		return Handle{}, fmt.Errorf("kserver: COMM_INIT: rank %d of size %d; want size >= 1 and rank in [0, size)", rank, size)
+	}
+	var gen uint64
+	cl, err := c.commCall(ctx, OpCommInit, func(cx callCtx, s *conn) ([]byte, error) {
+		gen = s.gen
+		return AppendCommInitRequest(nil, id, uint32(rank), uint32(size), serverTimeoutMs(cx)), nil
+	})
+	if err != nil {
+		return Handle{}, err
+	}
+	return Handle{gen: gen, id: cl.u64}, nil
+}
+
+// Collective is one collective request: Count elements of DType per rank
+// from Send into Recv over the communicator Comm (handles of one server).
+// Reduce-scatter's Send and all-gather's Recv hold size·Count elements;
+// in place is Send == Recv for all-reduce, and as NCCL defines it for the
+// others.
+type Collective struct {
+	Kind             CollectiveKind
+	Comm, Send, Recv Handle
+	Count            uint64
+	DType            CommDType
+	RedOp            RedOp // RedNone for AllGather
+}
+
+// Collective runs one collective and waits for it. The server gives up
+// a little before ctx's deadline (or CallTimeout): it then aborts the
+// communicator and answers COMM_FAILED (errors.Is(err, ErrCommFailed)),
+// and the communicator's handle is gone.
+func (c *Client) Collective(ctx context.Context, col Collective) error {
+	op := col.Kind.opcode()
+	if op == 0 {
+		return fmt.Errorf("kserver: unknown collective %v", col.Kind)
+	}
+	_, err := c.commCall(ctx, op, func(cx callCtx, s *conn) ([]byte, error) {
+		if err := s.checkHandles(op, col.Comm, col.Send, col.Recv); err != nil {
+			return nil, err
+		}
+		return AppendCollectiveRequest(nil, CollectiveRequest{Comm: col.Comm.id, Send: col.Send.id, Recv: col.Recv.id,
+			Count: col.Count, DType: col.DType, RedOp: col.RedOp, TimeoutMs: serverTimeoutMs(cx)}), nil
+	})
+	return err
+}
+
+// CommAbort ends the communicator comm at once, without waiting for its
+// peers (COMM_ABORT): at the end of a run, and after a peer's failure.
+func (c *Client) CommAbort(ctx context.Context, comm Handle) error {
+	_, err := c.commCall(ctx, OpCommAbort, func(cx callCtx, s *conn) ([]byte, error) {
+		if err := s.checkHandles(OpCommAbort, comm); err != nil {
+			return nil, err
+		}
+		return AppendFreeRequest(nil, comm.id), nil
+	})
+	return err
+}
+
+// commCall sends one collective request, its payload made by payload
+// (nil: empty) once the server is known, and waits for the answer.
+func (c *Client) commCall(ctx context.Context, op Opcode, payload func(callCtx, *conn) ([]byte, error)) (*call, error) {
+	if c.iso != nil {
+		return nil, isolatedError(op, StatusNotSupported, "%v: isolated mode starts a fresh server per call, and a communicator cannot outlive one; use the persistent server", op)
+	}
+	cx, err := c.begin(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	s, err := c.server(cx, op, op == OpCommInfo || op == OpCommUniqueID || op == OpCommInit)
+	if err != nil {
+		return nil, err
+	}
+	var p []byte
+	if payload != nil {
+		if p, err = payload(cx, s); err != nil {
+			return nil, err
+		}
+	}
+	cl := &call{op: op}
+	if err := s.do(cx, cl, p, nil); err != nil {
+		return nil, err
+	}
+	return cl, nil
+}
+
+// serverTimeoutMs is how long the server may wait on its peers in a
+// collective: what is left of the call's deadline, less a tenth of it (at
+// most 2 s), so that it aborts and answers before the host would end it.
+func serverTimeoutMs(cx callCtx) uint32 {
+	left := time.Until(cx.deadline)
+	left -= min(left/10, 2*time.Second)
+	ms := left.Milliseconds()
+	return uint32(min(max(ms, 1), math.MaxUint32))
 }
 
 func (c *Client) simple(ctx context.Context, op Opcode) error {
@@ -417,6 +548,11 @@ func (c *Client) RunBatch(ctx context.Context, runs []RunRequest) (kernelNs []ui
 	req = binary.LittleEndian.AppendUint32(req, uint32(len(runs)))
 	req = binary.LittleEndian.AppendUint32(req, 0)
 	for _, r := range runs {
+		if r.Collective && len(r.Params) == 4 && r.Params[3] == 0 {
+			// A collective entry's timeout: the batch's own deadline.
+			r.Params = append([]int64(nil), r.Params...)
+			r.Params[3] = int64(serverTimeoutMs(cx))
+		}
 		req = appendRun(req, r)
 	}
 	cl := &call{op: OpRunBatch, times: make([]uint64, len(runs))}
@@ -436,6 +572,9 @@ func appendRun(dst []byte, r RunRequest) []byte {
 	var flags uint32
 	if r.Untimed {
 		flags |= RunUntimed
+	}
+	if r.Collective {
+		flags |= RunCollective
 	}
 	dst = binary.LittleEndian.AppendUint32(dst, r.OpID)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Params)))

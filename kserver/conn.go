@@ -74,7 +74,7 @@ type call struct {
 	// Set before done is closed.
 	u64        uint64 // ALLOC's handle, RUN's kernel time
 	memory     Memory // MEMORY's answer
-	text       []byte // TEXT_READ's text
+	text       []byte // TEXT_READ's text; COMM_INFO's and COMM_UNIQUE_ID's answer
 	batchEntry uint32 // a RUN_BATCH error's entry
 	err        error
 	done       chan struct{}
@@ -116,10 +116,12 @@ type callCtx struct {
 	deadline time.Time
 }
 
-// err is the context's error, or DeadlineExceeded once the deadline passed.
+// err is the context's error (its cause, when it was cancelled with one:
+// a data-parallel rank's calls end with the failure of the rank that ended
+// them), or DeadlineExceeded once the deadline passed.
 func (cx callCtx) err() error {
-	if err := cx.ctx.Err(); err != nil {
-		return err
+	if cx.ctx.Err() != nil {
+		return context.Cause(cx.ctx)
 	}
 	if !time.Now().Before(cx.deadline) {
 		return context.DeadlineExceeded
@@ -141,7 +143,7 @@ func (cx callCtx) block(ch <-chan struct{}) error {
 	case <-ch:
 		return nil
 	case <-cx.ctx.Done():
-		return cx.ctx.Err()
+		return context.Cause(cx.ctx)
 	case <-t.C:
 		return context.DeadlineExceeded
 	}
@@ -160,7 +162,7 @@ func (cx callCtx) acquire(sem chan struct{}) error {
 	case sem <- struct{}{}:
 		return nil
 	case <-cx.ctx.Done():
-		return cx.ctx.Err()
+		return context.Cause(cx.ctx)
 	case <-t.C:
 		return context.DeadlineExceeded
 	}
@@ -317,8 +319,8 @@ func (s *conn) finish(cl *call) {
 
 // ctxCause is why cl's wait ended: its context's error, or DeadlineExceeded.
 func ctxCause(cl *call) error {
-	if err := cl.ctx.Err(); err != nil {
-		return err
+	if cl.ctx.Err() != nil {
+		return context.Cause(cl.ctx)
 	}
 	return context.DeadlineExceeded
 }
@@ -566,8 +568,13 @@ func decodeAnswer(cl *call, p []byte) (err error) {
 		cl.u64, err = DecodeRunResponse(p)
 	case OpRunBatch:
 		err = DecodeRunBatchResponse(p, cl.times)
-	case OpTextRead:
+	case OpTextRead, OpCommInfo:
 		cl.text = append([]byte(nil), p...)
+	case OpCommUniqueID:
+		_, err = DecodeCommUniqueIDResponse(p)
+		cl.text = append([]byte(nil), p...)
+	case OpCommInit:
+		cl.u64, err = DecodeCommInitResponse(p)
 	case OpMemory:
 		cl.memory, err = DecodeMemoryResponse(p)
 	default:
@@ -619,16 +626,20 @@ func (s *conn) cleanUp(cl *call) {
 	if cl.region.n > 0 {
 		s.c.arena.release(cl.region.off, cl.region.n)
 	}
-	if (cl.op == OpAlloc || cl.op == OpView) && cl.err == nil && cl.u64 != 0 {
-		go s.freeAbandoned(cl.u64)
+	if (cl.op == OpAlloc || cl.op == OpView || cl.op == OpCommInit) && cl.err == nil && cl.u64 != 0 {
+		go s.freeAbandoned(cl.op, cl.u64)
 	}
 }
 
-// freeAbandoned frees a buffer or view that an abandoned ALLOC or VIEW made.
-func (s *conn) freeAbandoned(handle uint64) {
+// freeAbandoned frees a buffer or view that an abandoned ALLOC or VIEW
+// made, or aborts the communicator of an abandoned COMM_INIT.
+func (s *conn) freeAbandoned(made Opcode, handle uint64) {
 	cx := callCtx{ctx: context.Background(), deadline: time.Now().Add(s.c.cfg.CallTimeout)}
 	var head [8]byte
 	cl := &call{op: OpFree}
+	if made == OpCommInit {
+		cl.op = OpCommAbort
+	}
 	if s.send(cx, cl, AppendFreeRequest(head[:0], handle), nil) == nil && !s.abandon(cl, span{}) {
 		s.finish(cl)
 	}

@@ -32,6 +32,12 @@ var (
 	// kernel scratch), or the host could not grow the shared-memory arena.
 	// The server keeps serving.
 	ErrOutOfMemory = errors.New("kserver: out of memory")
+
+	// ErrCommFailed: the server answered COMM_FAILED: a collective did not
+	// complete (a peer rank died or hung past the timeout, or the engine
+	// failed), and its communicator was aborted. The server keeps serving;
+	// its buffers stay valid.
+	ErrCommFailed = errors.New("kserver: collective failed")
 )
 
 // ServerError is a response whose status is not OK. Except for
@@ -48,14 +54,17 @@ func (e *ServerError) Error() string {
 }
 
 // Is reports whether e is an OUT_OF_MEMORY answer, for errors.Is(err,
-// ErrOutOfMemory), or a NOT_SUPPORTED one, for errors.Is(err,
-// op.ErrNotSupported).
+// ErrOutOfMemory), a NOT_SUPPORTED one, for errors.Is(err,
+// op.ErrNotSupported), or a COMM_FAILED one, for errors.Is(err,
+// ErrCommFailed).
 func (e *ServerError) Is(target error) bool {
 	switch target {
 	case ErrOutOfMemory:
 		return Status(e.Status) == StatusOutOfMemory
 	case op.ErrNotSupported:
 		return Status(e.Status) == StatusNotSupported
+	case ErrCommFailed:
+		return Status(e.Status) == StatusCommFailed
 	}
 	return false
 }

@@ -52,6 +52,15 @@ const (
 	OpTextRead  Opcode = 12
 	OpMemory    Opcode = 13
 	OpView      Opcode = 14
+	// The collectives (PROTOCOL.md, "Collectives"): communicators between
+	// the servers of several devices, NCCL's on cuda.
+	OpCommInfo          Opcode = 15
+	OpCommUniqueID      Opcode = 16
+	OpCommInit          Opcode = 17
+	OpCommAllReduce     Opcode = 18
+	OpCommReduceScatter Opcode = 19
+	OpCommAllGather     Opcode = 20
+	OpCommAbort         Opcode = 21
 )
 
 var opcodeNames = [...]string{
@@ -59,6 +68,9 @@ var opcodeNames = [...]string{
 	OpWrite: "WRITE", OpRead: "READ", OpRun: "RUN", OpSync: "SYNC",
 	OpShutdown: "SHUTDOWN", OpRunBatch: "RUN_BATCH", OpTextWrite: "TEXT_WRITE",
 	OpTextRead: "TEXT_READ", OpMemory: "MEMORY", OpView: "VIEW",
+	OpCommInfo: "COMM_INFO", OpCommUniqueID: "COMM_UNIQUE_ID", OpCommInit: "COMM_INIT",
+	OpCommAllReduce: "COMM_ALL_REDUCE", OpCommReduceScatter: "COMM_REDUCE_SCATTER",
+	OpCommAllGather: "COMM_ALL_GATHER", OpCommAbort: "COMM_ABORT",
 }
 
 // String returns the opcode's name from PROTOCOL.md, or "opcode N".
@@ -84,8 +96,13 @@ const (
 	// StatusDeviceError is the one status after which the server exits
 	// (with ExitDeviceError) instead of serving on.
 	StatusDeviceError Status = 7
-	// StatusNotSupported: the backend has no kernel for the op.
+	// StatusNotSupported: the backend has no kernel for the op, or no
+	// collective engine.
 	StatusNotSupported Status = 8
+	// StatusCommFailed: a collective did not complete (a peer rank died or
+	// hung past the timeout, or the engine failed); the communicator was
+	// aborted and its handle is gone. The server serves on.
+	StatusCommFailed Status = 9
 )
 
 var statusNames = [...]string{
@@ -93,7 +110,7 @@ var statusNames = [...]string{
 	StatusUnknownOpcode: "UNKNOWN_OPCODE", StatusBadHandle: "BAD_HANDLE",
 	StatusOutOfRange: "OUT_OF_RANGE", StatusOutOfMemory: "OUT_OF_MEMORY",
 	StatusInvalidArgument: "INVALID_ARGUMENT", StatusDeviceError: "DEVICE_ERROR",
-	StatusNotSupported: "NOT_SUPPORTED",
+	StatusNotSupported: "NOT_SUPPORTED", StatusCommFailed: "COMM_FAILED",
 }
 
 // String returns the status's name from PROTOCOL.md, or "status N".

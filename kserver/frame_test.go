@@ -151,12 +151,12 @@ func TestAppendFrameRefusesAnOversizedPayload(t *testing.T) {
 }
 
 func TestNamesFollowTheProtocol(t *testing.T) {
-	for op, want := range map[Opcode]string{OpHello: "HELLO", OpShutdown: "SHUTDOWN", OpRunBatch: "RUN_BATCH", OpTextRead: "TEXT_READ", OpMemory: "MEMORY", OpView: "VIEW", 0: "opcode 0", 15: "opcode 15"} {
+	for op, want := range map[Opcode]string{OpHello: "HELLO", OpShutdown: "SHUTDOWN", OpRunBatch: "RUN_BATCH", OpTextRead: "TEXT_READ", OpMemory: "MEMORY", OpView: "VIEW", OpCommInfo: "COMM_INFO", OpCommAbort: "COMM_ABORT", 0: "opcode 0", 22: "opcode 22"} {
 		if got := op.String(); got != want {
 			t.Errorf("Opcode(%d) = %q, want %q", uint16(op), got, want)
 		}
 	}
-	for s, want := range map[Status]string{StatusOK: "OK", StatusDeviceError: "DEVICE_ERROR", StatusNotSupported: "NOT_SUPPORTED", 9: "status 9"} {
+	for s, want := range map[Status]string{StatusOK: "OK", StatusDeviceError: "DEVICE_ERROR", StatusNotSupported: "NOT_SUPPORTED", StatusCommFailed: "COMM_FAILED", 10: "status 10"} {
 		if got := s.String(); got != want {
 			t.Errorf("Status(%d) = %q, want %q", uint16(s), got, want)
 		}
@@ -228,7 +228,7 @@ func TestPayloadDecodersRejectBadPayloads(t *testing.T) {
 		{"a WRITE request without its length", func() error { _, err := DecodeTransferRequest(make([]byte, 24)); return err }, "24 bytes, want 32"},
 		{"a READ request with extra bytes", func() error { _, err := DecodeTransferRequest(make([]byte, 33)); return err }, "33 bytes, want 32"},
 		{"a short RUN request", func() error { _, err := DecodeRunPayload(make([]byte, 15)); return err }, "want at least 16"},
-		{"a RUN request with an unknown flag", func() error { _, err := DecodeRunPayload(runWith(2, 0, 0, 0)); return err }, "flags are 0x2; only 0x1 (untimed)"},
+		{"a RUN request with an unknown flag", func() error { _, err := DecodeRunPayload(runWith(4, 0, 0, 0)); return err }, "flags are 0x4; only 0x1 (untimed) and 0x2 (collective)"},
 		{"a RUN request whose counts overrun it", func() error { _, err := DecodeRunPayload(runWith(0, 1<<32-1, 1<<32-1, 8)); return err }, "want 68719476736"},
 		{"a RUN request with a stray byte", func() error { _, err := DecodeRunPayload(runWith(0, 1, 0, 9)); return err }, "25 bytes, want 24"},
 		{"a RUN_BATCH whose count overruns it", func() error {
@@ -236,7 +236,7 @@ func TestPayloadDecodersRejectBadPayloads(t *testing.T) {
 			return err
 		}, "claims 65535 entries but has only 16 bytes"},
 		{"a RUN_BATCH with a bad entry", func() error {
-			_, err := DecodeRunBatchRequest(append([]byte{1, 0, 0, 0, 0, 0, 0, 0}, runWith(3, 0, 0, 0)...))
+			_, err := DecodeRunBatchRequest(append([]byte{1, 0, 0, 0, 0, 0, 0, 0}, runWith(5, 0, 0, 0)...))
 			return err
 		}, "entry 0 of 1"},
 		{"a RUN_BATCH with trailing bytes", func() error {

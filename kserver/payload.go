@@ -130,12 +130,16 @@ type RunPayload struct {
 	OpID    uint32
 	Params  []int64
 	Buffers []uint64
-	Flags   uint32 // RunUntimed, or 0
+	Flags   uint32 // RunUntimed, RunCollective, or 0
 }
 
 // RunUntimed is the RUN flag that asks the server not to time the kernel
 // (the response's kernel time is then 0). It is the only flag.
 const RunUntimed uint32 = 1
+
+// RunCollective is the RUN flag that makes a RUN_BATCH entry a collective:
+// its op id is then a CollectiveKind (PROTOCOL.md, "Collectives").
+const RunCollective uint32 = 2
 
 // AppendRunPayload appends a RUN request: u32 op id, u32 param count, u32
 // buffer count, u32 flags, the params as i64, the handles as u64.
@@ -159,7 +163,7 @@ func runPayloadBytes(r RunPayload) int {
 }
 
 // DecodeRunPayload decodes a RUN request. The counts must account for the
-// payload exactly, and no flag but RunUntimed may be set.
+// payload exactly, and no flag but RunUntimed and RunCollective may be set.
 func DecodeRunPayload(p []byte) (RunPayload, error) {
 	r, n, err := decodeRunPrefix(p)
 	if err == nil && n != len(p) {
@@ -180,8 +184,8 @@ func decodeRunPrefix(p []byte) (RunPayload, int, error) {
 	r := RunPayload{OpID: binary.LittleEndian.Uint32(p), Flags: binary.LittleEndian.Uint32(p[12:])}
 	params := uint64(binary.LittleEndian.Uint32(p[4:]))
 	buffers := uint64(binary.LittleEndian.Uint32(p[8:]))
-	if r.Flags&^RunUntimed != 0 {
-		return RunPayload{}, 0, fmt.Errorf("%w: RUN request's flags are %#x; only %#x (untimed) is defined", ErrProtocol, r.Flags, RunUntimed)
+	if r.Flags&^(RunUntimed|RunCollective) != 0 {
+		return RunPayload{}, 0, fmt.Errorf("%w: RUN request's flags are %#x; only %#x (untimed) and %#x (collective) are defined", ErrProtocol, r.Flags, RunUntimed, RunCollective)
 	}
 	want := runHeadBytes + 8*(params+buffers)
 	if uint64(len(p)) < want {
@@ -330,4 +334,147 @@ func DecodeMemoryResponse(p []byte) (Memory, error) {
 // payload, with invalid UTF-8 replaced.
 func ErrorMessage(p []byte) string {
 	return strings.ToValidUTF8(string(p), "\uFFFD")
+}
+
+// The collectives (PROTOCOL.md, "Collectives").
+
+// CommUniqueIDBytes is the size of a communicator's unique id: NCCL's
+// ncclUniqueId, 128 opaque bytes, made by rank 0's server and relayed by
+// the hosts to every rank.
+const CommUniqueIDBytes = 128
+
+// CollectiveKind says which collective a COMM request or a collective
+// RUN_BATCH entry is.
+type CollectiveKind uint32
+
+// The collectives.
+const (
+	AllReduce     CollectiveKind = 1 // recv = the reduction over the ranks of send
+	ReduceScatter CollectiveKind = 2 // recv = the rank's slice of that reduction
+	AllGather     CollectiveKind = 3 // recv = every rank's send, in rank order
+)
+
+func (k CollectiveKind) String() string {
+	switch k {
+	case AllReduce:
+		return "all_reduce"
+	case ReduceScatter:
+		return "reduce_scatter"
+	case AllGather:
+		return "all_gather"
+	}
+	return fmt.Sprintf("collective %d", uint32(k))
+}
+
+// opcode is the COMM request of k.
+func (k CollectiveKind) opcode() Opcode {
+	return map[CollectiveKind]Opcode{AllReduce: OpCommAllReduce, ReduceScatter: OpCommReduceScatter, AllGather: OpCommAllGather}[k]
+}
+
+// CommDType is a collective's element type on the wire.
+type CommDType uint32
+
+// The element types.
+const (
+	CommF16 CommDType = 1
+	CommF32 CommDType = 2
+	CommI32 CommDType = 3
+)
+
+// RedOp is a collective's reduction; all-gather's is RedNone.
+type RedOp uint32
+
+// The reductions.
+const (
+	RedNone RedOp = 0
+	RedSum  RedOp = 1
+	RedMax  RedOp = 2
+)
+
+// commInitBytes is the size of a COMM_INIT request: the unique id, rank,
+// size, timeout_ms, reserved.
+const commInitBytes = CommUniqueIDBytes + 16
+
+// AppendCommInitRequest appends a COMM_INIT request.
+func AppendCommInitRequest(dst []byte, id [CommUniqueIDBytes]byte, rank, size, timeoutMs uint32) []byte {
+	dst = append(dst, id[:]...)
+	dst = binary.LittleEndian.AppendUint32(dst, rank)
+	dst = binary.LittleEndian.AppendUint32(dst, size)
+	dst = binary.LittleEndian.AppendUint32(dst, timeoutMs)
+	return binary.LittleEndian.AppendUint32(dst, 0)
+}
+
+// CollectiveRequest is a COMM_ALL_REDUCE, COMM_REDUCE_SCATTER or
+// COMM_ALL_GATHER request's payload: Count elements of DType per rank
+// from the buffer Send into the buffer Recv, over the communicator Comm.
+type CollectiveRequest struct {
+	Comm, Send, Recv, Count uint64
+	DType                   CommDType
+	RedOp                   RedOp
+	TimeoutMs               uint32
+}
+
+// collectiveBytes is the size of a COMM_ALL_REDUCE, COMM_REDUCE_SCATTER
+// or COMM_ALL_GATHER request.
+const collectiveBytes = 48
+
+// AppendCollectiveRequest appends a collective request: u64 comm, u64
+// send, u64 recv, u64 count, u32 dtype, u32 redop, u32 timeout_ms, u32
+// reserved.
+func AppendCollectiveRequest(dst []byte, r CollectiveRequest) []byte {
+	for _, v := range []uint64{r.Comm, r.Send, r.Recv, r.Count} {
+		dst = binary.LittleEndian.AppendUint64(dst, v)
+	}
+	for _, v := range []uint32{uint32(r.DType), uint32(r.RedOp), r.TimeoutMs, 0} {
+		dst = binary.LittleEndian.AppendUint32(dst, v)
+	}
+	return dst
+}
+
+// DecodeCollectiveRequest decodes a collective request.
+func DecodeCollectiveRequest(p []byte) (CollectiveRequest, error) {
+	if len(p) != collectiveBytes {
+		return CollectiveRequest{}, fmt.Errorf("%w: collective request is %d bytes, want %d", ErrProtocol, len(p), collectiveBytes)
+	}
+	le := binary.LittleEndian
+	if reserved := le.Uint32(p[44:]); reserved != 0 {
+		return CollectiveRequest{}, fmt.Errorf("%w: collective request's reserved field is %d, want 0", ErrProtocol, reserved)
+	}
+	return CollectiveRequest{Comm: le.Uint64(p), Send: le.Uint64(p[8:]), Recv: le.Uint64(p[16:]), Count: le.Uint64(p[24:]),
+		DType: CommDType(le.Uint32(p[32:])), RedOp: RedOp(le.Uint32(p[36:])), TimeoutMs: le.Uint32(p[40:])}, nil
+}
+
+// CommInfo is a COMM_INFO answer: the engine's version code (NCCL's
+// NCCL_VERSION_CODE, e.g. 22105 for 2.21.5; 0 for the cpu backend's copies)
+// and a line that names it and where it was loaded from.
+type CommInfo struct {
+	Version uint32
+	Text    string
+}
+
+// DecodeCommInfoResponse decodes a COMM_INFO answer: u32 version, text.
+func DecodeCommInfoResponse(p []byte) (CommInfo, error) {
+	if len(p) < 4 {
+		return CommInfo{}, fmt.Errorf("%w: COMM_INFO answer is %d bytes, want at least 4", ErrProtocol, len(p))
+	}
+	return CommInfo{Version: binary.LittleEndian.Uint32(p), Text: ErrorMessage(p[4:])}, nil
+}
+
+// DecodeCommUniqueIDResponse decodes a COMM_UNIQUE_ID answer: the id.
+func DecodeCommUniqueIDResponse(p []byte) (id [CommUniqueIDBytes]byte, err error) {
+	if len(p) != CommUniqueIDBytes {
+		return id, fmt.Errorf("%w: COMM_UNIQUE_ID answer is %d bytes, want %d", ErrProtocol, len(p), CommUniqueIDBytes)
+	}
+	copy(id[:], p)
+	return id, nil
+}
+
+// DecodeCommInitResponse decodes a COMM_INIT answer: the communicator's
+// handle, never 0.
+func DecodeCommInitResponse(p []byte) (uint64, error) {
+	h, err := decodeU64("COMM_INIT response", p)
+	if err == nil && h == 0 {
+		err = fmt.Errorf("%w: COMM_INIT response has handle 0, which the protocol never issues", ErrProtocol)
+	}
+	return h, err
 }

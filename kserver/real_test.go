@@ -282,7 +282,7 @@ func TestRealServer(t *testing.T) {
 
 	t.Run("refuses a RUN with an unknown flag and serves on", func(t *testing.T) {
 		p, in := startRawServer(t, bin)
-		run := AppendRunPayload(nil, RunPayload{OpID: 4, Params: []int64{1, 1}, Buffers: []uint64{1, 2}, Flags: 2})
+		run := AppendRunPayload(nil, RunPayload{OpID: 4, Params: []int64{1, 1}, Buffers: []uint64{1, 2}, Flags: 4})
 		var w bytes.Buffer
 		if err := WriteFrame(&w, Frame{ID: 7, Opcode: OpRun, Payload: run}); err != nil {
 			t.Fatal(err)
@@ -292,8 +292,8 @@ func TestRealServer(t *testing.T) {
 		}
 		p.stdin().Write(w.Bytes())
 		f, err := in.next()
-		if err != nil || f.ID != 7 || f.Status != StatusMalformed || !strings.Contains(ErrorMessage(f.Payload), "RUN flags are 2; only bit 0") {
-			t.Errorf("answer to RUN flags 2: %+v (%q), %v; want MALFORMED naming the flags", f, ErrorMessage(f.Payload), err)
+		if err != nil || f.ID != 7 || f.Status != StatusMalformed || !strings.Contains(ErrorMessage(f.Payload), "RUN flags are 4; only bits 0") {
+			t.Errorf("answer to RUN flags 4: %+v (%q), %v; want MALFORMED naming the flags", f, ErrorMessage(f.Payload), err)
 		}
 		if f, err := in.next(); err != nil || f.ID != 8 || f.Status != StatusOK {
 			t.Errorf("the PING after it: %+v, %v", f, err)

@@ -396,6 +396,12 @@ func checkAnswer(ff fuzzFrame, f Frame, g *corpus) (exits bool, err error) {
 			err = fmt.Errorf("RUN_BATCH answer of %d bytes", len(f.Payload))
 		}
 	case OpTextRead:
+	case OpCommInfo:
+		_, err = DecodeCommInfoResponse(f.Payload)
+	case OpCommUniqueID:
+		_, err = DecodeCommUniqueIDResponse(f.Payload)
+	case OpCommInit:
+		_, err = DecodeCommInitResponse(f.Payload)
 	case OpMemory:
 		var m Memory
 		if m, err = DecodeMemoryResponse(f.Payload); err == nil && (m.Free > m.Total || m.Total == 0) {

@@ -49,6 +49,35 @@ Result backend_sync();
 // (PROTOCOL.md, "MEMORY", says what that is per backend).
 Result backend_memory(uint64_t* free_bytes, uint64_t* total_bytes);
 
+// Collective is a collective that passed every check (PROTOCOL.md,
+// "Collectives"): comm is what backend_comm_init made, of size ranks with
+// this server as rank; send and recv are live buffers large enough for
+// count elements of dtype per rank (reduce-scatter's send and all-gather's
+// recv hold size·count), either the same memory (in place, as NCCL
+// defines it) or not overlapping; redop is kRedNone for all-gather.
+// timeout_ms bounds the wait: past it, or on any error the engine reports,
+// the backend aborts the communicator and answers kStatusCommFailed.
+struct Collective {
+  CollectiveKind kind;
+  void* comm;
+  uint32_t rank, size;
+  const void* send;
+  void* recv;
+  uint64_t count;
+  DType dtype;
+  CommRedOp redop;
+  uint32_t timeout_ms;
+};
+
+// collective_bytes is what c reads from send and writes into recv: count
+// elements of its dtype, size times that on reduce-scatter's send and
+// all-gather's recv. The core has checked that neither overflows.
+inline void collective_bytes(const Collective& c, uint64_t* send_bytes, uint64_t* recv_bytes) {
+  const uint64_t one = c.count * dtype_bytes(c.dtype);
+  *send_bytes = c.kind == kReduceScatter ? one * c.size : one;
+  *recv_bytes = c.kind == kAllGather ? one * c.size : one;
+}
+
 // Call is a RUN that passed every check: its op, parameters and buffers,
 // and whether the caller wants the kernel timed. params has
 // op->param_count entries (dimensions first), each of its kind and in its
@@ -59,7 +88,13 @@ struct Call {
   const OpSpec* op;
   int64_t params[kMaxOpParams];
   void* ptrs[kMaxOpBuffers];
+  // The bytes each buffer's shape covers (0 for an empty one), for a
+  // backend that must tell whether a call touches a collective's buffers.
+  uint64_t bytes[kMaxOpBuffers];
   bool timed;
+  // A RUN_BATCH entry that is a collective instead of an op (op is then
+  // nullptr and only collective means anything).
+  Collective collective;
 
   // dim is parameter i as a size (a dimension or a whole-number parameter).
   size_t dim(int i) const { return static_cast<size_t>(params[i]); }
@@ -86,11 +121,34 @@ constexpr uint64_t kNoProblem = ~uint64_t{0};
 // kernel for answers kStatusNotSupported.
 Result backend_run(const Call& call, uint64_t* kernel_ns, uint64_t* problem);
 
+// The collective engine (PROTOCOL.md, "Collectives"). comm_info says what
+// it is (*version: the engine's version code, 0 when it has none; *text:
+// a line for people) or answers NOT_SUPPORTED with the reason it cannot
+// be had. The others may assume a working engine (the core asks
+// comm_info first and refuses them with its answer otherwise).
+Result backend_comm_info(uint32_t* version, std::string* text);
+Result backend_comm_unique_id(uint8_t* id);  // kCommUniqueIdBytes bytes
+// Joins the communicator id names as rank of size, waiting at most
+// timeout_ms for the other ranks (kStatusCommFailed past it).
+Result backend_comm_init(const uint8_t* id, uint32_t rank, uint32_t size, uint32_t timeout_ms, void** comm);
+// Runs one collective to completion (the COMM_* requests).
+Result backend_collective(const Collective& c);
+// Ends comm without waiting for its peers (unless the backend has aborted
+// it already) and frees it.
+void backend_comm_abort(void* comm);
+
 // Runs calls[0], …, calls[count − 1] in order and waits for them once, at
 // the end (count >= 1; each entry as backend_run would get it).
 // kernel_ns[i] receives entry i's time (a backend may time an untimed
 // entry anyway) and problem[i] entry i's as backend_run does: the entries
-// after one with a problem still run, on whatever it left. On failure
+// after one with a problem still run, on whatever it left. An entry whose
+// op is nullptr is a collective (call.collective): it runs after every
+// entry before it, and every later entry that touches its buffers runs
+// after it; a backend may overlap it with later entries that do not. Its
+// time is 0. A collective that fails answers kStatusCommFailed; a batch
+// with collective entries that fails in any way has aborted every
+// communicator its entries name (the core then releases them with
+// backend_comm_abort), so that no peer waits on this rank. On failure
 // *failed is the index of the entry the error belongs to (the entries
 // before it ran to completion), or kNoBatchEntry when the error surfaced at
 // the final wait and the backend cannot tell which entry caused it; the
@@ -104,6 +162,11 @@ std::string backend_op_names();
 // Why this backend has no kernel for op op_id, for its NOT_SUPPORTED
 // answer (generated into kernel_list.inc by kernels.Sources).
 const char* missing_kernel_reason(uint32_t op_id);
+
+// host_gone reports whether the host has closed the server's input (it
+// died, or ended the server): a backend waiting on peer ranks gives up
+// then, so that no communicator outlives its host. The core provides it.
+bool host_gone();
 
 // Closes the device (joins threads, releases the context) before exit.
 void backend_close();

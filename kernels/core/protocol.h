@@ -38,7 +38,10 @@ constexpr uint32_t kNoBatchEntry = 0xFFFFFFFFu;
 // kernel time is then 0), which on a GPU saves two timing events per RUN.
 // Every other bit must be 0.
 constexpr uint32_t kRunUntimed = 1;
-constexpr uint32_t kRunKnownFlags = kRunUntimed;
+// Bit 1 makes a RUN_BATCH entry a collective (PROTOCOL.md, "Collectives"):
+// its op id is then a CollectiveKind, not an op's.
+constexpr uint32_t kRunCollective = 2;
+constexpr uint32_t kRunKnownFlags = kRunUntimed | kRunCollective;
 // The shared-memory arena is this file descriptor, set up by the host.
 constexpr int kArenaFd = 3;
 
@@ -75,7 +78,27 @@ enum Opcode : uint16_t {
   kOpTextRead = 12,   // benchmark baseline only: decimal text in the frame
   kOpMemory = 13,     // the device's free and total memory
   kOpView = 14,       // a handle on part of a live buffer
+  // Collectives (PROTOCOL.md, "Collectives"): communicators between the
+  // servers of several devices, NCCL's on cuda.
+  kOpCommInfo = 15,           // the collective engine: its version, or why there is none
+  kOpCommUniqueId = 16,       // the id a new communicator's ranks join with (rank 0's server makes it)
+  kOpCommInit = 17,           // join a communicator: unique id, rank, size
+  kOpCommAllReduce = 18,      // recv = the elementwise reduction of every rank's send
+  kOpCommReduceScatter = 19,  // recv = rank's slice of the reduction
+  kOpCommAllGather = 20,      // recv = every rank's send, in rank order
+  kOpCommAbort = 21,          // end a communicator at once, without waiting for its peers
 };
+constexpr uint16_t kLastOpcode = kOpCommAbort;
+
+// A communicator's unique id: NCCL's ncclUniqueId, 128 opaque bytes.
+constexpr size_t kCommUniqueIdBytes = 128;
+// The element types and reductions a collective names on the wire.
+enum CommDType : uint32_t { kCommF16 = 1, kCommF32 = 2, kCommI32 = 3 };
+enum CommRedOp : uint32_t { kRedNone = 0, kRedSum = 1, kRedMax = 2 };
+// A RUN_BATCH entry with the kRunCollective flag is a collective: its op
+// id is its kind, its params count, dtype, redop and timeout_ms, its
+// buffers the communicator, send and recv.
+enum CollectiveKind : uint32_t { kAllReduce = 1, kReduceScatter = 2, kAllGather = 3 };
 
 // A view starts at a multiple of kViewAlign bytes of its buffer, so that
 // every kernel's widest vector loads stay aligned (cudaMalloc's alignment).
@@ -91,6 +114,10 @@ enum Status : uint16_t {
   kStatusInvalidArgument = 6,
   kStatusDeviceError = 7,
   kStatusNotSupported = 8,
+  // A collective did not complete: a peer rank died or hung past the call's
+  // timeout, or the engine reported an error. The communicator was aborted
+  // and its handle is gone; the server serves on.
+  kStatusCommFailed = 9,
 };
 
 enum ExitStatus : int {

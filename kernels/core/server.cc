@@ -18,6 +18,7 @@
 // descriptor 1 at stderr, so a stray print from a library cannot corrupt
 // the stream.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -62,6 +63,13 @@ const char* opcode_name(uint16_t opcode) {
     case kOpTextRead: return "TEXT_READ";
     case kOpMemory: return "MEMORY";
     case kOpView: return "VIEW";
+    case kOpCommInfo: return "COMM_INFO";
+    case kOpCommUniqueId: return "COMM_UNIQUE_ID";
+    case kOpCommInit: return "COMM_INIT";
+    case kOpCommAllReduce: return "COMM_ALL_REDUCE";
+    case kOpCommReduceScatter: return "COMM_REDUCE_SCATTER";
+    case kOpCommAllGather: return "COMM_ALL_GATHER";
+    case kOpCommAbort: return "COMM_ABORT";
     default: return "unknown";
   }
 }
@@ -174,6 +182,32 @@ class Arena {
 
   uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
+};
+
+const char* collective_name(uint32_t kind) {
+  switch (kind) {
+    case kAllReduce: return "all_reduce";
+    case kReduceScatter: return "reduce_scatter";
+    case kAllGather: return "all_gather";
+    default: return "unknown collective";
+  }
+}
+
+// comm_dtype maps a wire element type to the op table's; false for none.
+bool comm_dtype(uint32_t wire, DType* out) {
+  switch (wire) {
+    case kCommF16: *out = DType::kF16; return true;
+    case kCommF32: *out = DType::kF32; return true;
+    case kCommI32: *out = DType::kI32; return true;
+    default: return false;
+  }
+}
+
+// LiveComm is what a communicator handle names: the backend's
+// communicator, and this server's place in it.
+struct LiveComm {
+  void* comm;
+  uint32_t rank, size;
 };
 
 // LiveBuffer is what a handle names: memory ALLOC made (owner 0), or a
@@ -321,6 +355,19 @@ class Server {
   Result text_write(const uint8_t* p, size_t n);
   Result text_read(const uint8_t* p, size_t n);
   Result memory(size_t n);
+  // The collectives (PROTOCOL.md, "Collectives").
+  Result engine();
+  Result comm_info(size_t n);
+  Result comm_unique_id(size_t n);
+  Result comm_init(const uint8_t* p, size_t n);
+  Result comm_request(uint16_t opcode, const uint8_t* p, size_t n);
+  Result comm_abort(const uint8_t* p, size_t n);
+  // check_collective checks a collective against the handle tables; what
+  // names it in messages.
+  Result check_collective(const char* what, uint32_t kind, uint64_t comm, uint64_t send, uint64_t recv, uint64_t count,
+                          uint32_t dtype, uint32_t redop, uint32_t timeout_ms, Collective* out) const;
+  // drop_comm releases a communicator that a failed collective aborted.
+  void drop_comm(void* comm);
 
   Link& link_;
   Input in_;
@@ -328,6 +375,11 @@ class Server {
   std::vector<uint8_t> request_;
   std::vector<uint8_t> response_;
   std::unordered_map<uint64_t, LiveBuffer> buffers_;
+  std::unordered_map<uint64_t, LiveComm> comms_;
+  bool engine_asked_ = false;
+  Result engine_;
+  uint32_t engine_version_ = 0;
+  std::string engine_text_;
   std::vector<Call> batch_;
   std::vector<uint64_t> problems_;
   std::vector<uint64_t> times_;
@@ -379,6 +431,8 @@ bool Server::send_hello() {
 }
 
 void Server::release_all() {
+  for (auto& entry : comms_) backend_comm_abort(entry.second.comm);
+  comms_.clear();
   for (auto& entry : buffers_) {
     if (entry.second.owner == 0) backend_free(entry.second.ptr, entry.second.bytes);
   }
@@ -463,9 +517,17 @@ Outcome Server::handle(uint16_t opcode, const uint8_t* p, size_t n) {
     case kOpTextRead: o.result = text_read(p, n); return o;
     case kOpMemory: o.result = memory(n); return o;
     case kOpView: o.result = view(p, n); return o;
+    case kOpCommInfo: o.result = comm_info(n); return o;
+    case kOpCommUniqueId: o.result = comm_unique_id(n); return o;
+    case kOpCommInit: o.result = comm_init(p, n); return o;
+    case kOpCommAllReduce:
+    case kOpCommReduceScatter:
+    case kOpCommAllGather: o.result = comm_request(opcode, p, n); return o;
+    case kOpCommAbort: o.result = comm_abort(p, n); return o;
     case kOpHello: o.result = fail(kStatusUnknownOpcode, "opcode 1 (HELLO) is sent by the server, never a request"); return o;
     default:
-      o.result = fail(kStatusUnknownOpcode, "unknown opcode ", opcode, "; requests are 2 (PING) to 14 (VIEW)");
+      o.result = fail(kStatusUnknownOpcode, "unknown opcode ", opcode, "; requests are 2 (PING) to ", kLastOpcode, " (",
+                      opcode_name(kLastOpcode), ")");
       return o;
   }
 }
@@ -564,7 +626,8 @@ Result Server::check_run(const uint8_t* p, size_t n, Call* run) const {
   const uint32_t buffer_count = load_u32(p + 8);
   const uint32_t flags = load_u32(p + 12);
   if ((flags & ~kRunKnownFlags) != 0) {
-    return fail(kStatusMalformed, "RUN flags are ", flags, "; only bit 0 (1, untimed) is defined, the rest must be 0");
+    return fail(kStatusMalformed, "RUN flags are ", flags,
+                "; only bits 0 (1, untimed) and 1 (2, collective) are defined, the rest must be 0");
   }
   const uint64_t want = 16 + 8 * (uint64_t{param_count} + uint64_t{buffer_count});
   if (n != want) {
@@ -572,6 +635,29 @@ Result Server::check_run(const uint8_t* p, size_t n, Call* run) const {
                 buffer_count, " buffers) = ", want);
   }
 
+  if ((flags & kRunCollective) != 0) {
+    // A collective entry: params count, dtype, redop, timeout_ms; buffers
+    // the communicator, send and recv.
+    const uint32_t kind = op_id;
+    if (param_count != 4 || buffer_count != 3) {
+      return fail(kStatusInvalidArgument, "RUN: collective entry ", collective_name(kind),
+                  " takes 4 params (count, dtype, redop, timeout_ms) and 3 buffers (comm, send, recv), got ",
+                  param_count, " params and ", buffer_count, " buffers");
+    }
+    uint64_t v[7];
+    for (int i = 0; i < 7; ++i) v[i] = load_u64(p + 16 + 8 * i);
+    for (int i = 1; i < 4; ++i) {
+      if (v[i] > 0xFFFFFFFFu) {
+        return fail(kStatusInvalidArgument, "RUN: collective entry ", collective_name(kind), ": param ", i, " is ", v[i],
+                    ", want a u32 (dtype, redop, timeout_ms)");
+      }
+    }
+    *run = Call{};
+    run->op = nullptr;
+    run->timed = (flags & kRunUntimed) == 0;
+    return check_collective("RUN_BATCH collective", kind, v[4], v[5], v[6], v[0], static_cast<uint32_t>(v[1]),
+                            static_cast<uint32_t>(v[2]), static_cast<uint32_t>(v[3]), &run->collective);
+  }
   const OpSpec* op = find_op(op_id);
   if (op == nullptr) {
     return fail(kStatusInvalidArgument, "RUN: unknown op id ", op_id, " (known: ", known_ops(), ")");
@@ -632,6 +718,7 @@ Result Server::check_run(const uint8_t* p, size_t n, Call* run) const {
                   ")");
     }
     need[i] = ids[i] == 0 ? 0 : bytes;
+    run->bytes[i] = need[i];
     if (bytes == 0 && ids[i] == 0) {
       run->ptrs[i] = nullptr;  // an empty buffer (a bias switched off) needs none
       continue;
@@ -683,12 +770,21 @@ Result Server::run(const uint8_t* p, size_t n) {
   Call checked;
   Result r = check_run(p, n, &checked);
   if (!r.ok()) return r;
+  if (checked.op == nullptr) {
+    return fail(kStatusInvalidArgument, "RUN: a collective entry runs inside a RUN_BATCH; alone it is a ",
+                "COMM_ALL_REDUCE, COMM_REDUCE_SCATTER or COMM_ALL_GATHER request");
+  }
   uint64_t kernel_ns = 0, problem = kNoProblem;
   r = backend_run(checked, &kernel_ns, &problem);
   if (!r.ok()) return r;
   if (problem != kNoProblem) return problem_error(checked, problem);
   store_u64(payload(8), kernel_ns);
   return Result::OK();
+}
+
+// entry_name names a batch entry in messages: its op, or its collective.
+const char* entry_name(const Call& c) {
+  return c.op != nullptr ? c.op->name : collective_name(c.collective.kind);
 }
 
 // run_batch checks every entry before it runs any, then runs them in order;
@@ -738,18 +834,25 @@ Outcome Server::run_batch(const uint8_t* p, size_t n) {
   uint32_t failed = kNoBatchEntry;
   const Result r = backend_run_batch(runs, count, times_.data(), problems_.data(), &failed);
   if (!r.ok()) {
+    // A failed batch ends the communicators its collectives name: the
+    // backend has aborted them, so that no peer waits on this rank.
+    for (uint32_t i = 0; i < count; ++i) {
+      if (runs[i].op == nullptr) drop_comm(runs[i].collective.comm);
+    }
+  }
+  if (!r.ok()) {
     response_.clear();
     o.batch_entry = failed;
     if (failed == kNoBatchEntry) {
       o.result = fail(r.status, "RUN_BATCH of ", count, " entries: ", r.message);
     } else {
-      o.result = fail(r.status, "RUN_BATCH entry ", failed, " of ", count, " (", runs[failed].op->name, "): ", r.message,
+      o.result = fail(r.status, "RUN_BATCH entry ", failed, " of ", count, " (", entry_name(runs[failed]), "): ", r.message,
                       failed == 0 ? std::string(" (no entry ran)") : cat(" (entries 0 to ", failed - 1, " ran)"));
     }
     return o;
   }
   for (uint32_t i = 0; i < count; ++i) {
-    if (problems_[i] == kNoProblem) continue;
+    if (runs[i].op == nullptr || problems_[i] == kNoProblem) continue;
     // The first entry whose checked input broke its domain is the batch's
     // error; every entry ran, those after it on whatever it left.
     const Result pr = problem_error(runs[i], problems_[i]);
@@ -828,7 +931,172 @@ Result Server::memory(size_t n) {
   return Result::OK();
 }
 
+// engine asks the backend once what its collective engine is: a backend
+// that loads a library (NCCL) does so on the first collective request, not
+// at start, so that a server that never joins a communicator never pays
+// for it.
+Result Server::engine() {
+  if (!engine_asked_) {
+    engine_asked_ = true;
+    engine_ = backend_comm_info(&engine_version_, &engine_text_);
+  }
+  return engine_;
+}
+
+// comm_info answers COMM_INFO: u32 version code, then a line of text.
+Result Server::comm_info(size_t n) {
+  if (n != 0) return fail(kStatusMalformed, "COMM_INFO payload has ", n, " bytes, want 0");
+  const Result r = engine();
+  if (!r.ok()) return r;
+  uint8_t* out = payload(4 + engine_text_.size());
+  store_u32(out, engine_version_);
+  std::memcpy(out + 4, engine_text_.data(), engine_text_.size());
+  return Result::OK();
+}
+
+Result Server::comm_unique_id(size_t n) {
+  if (n != 0) return fail(kStatusMalformed, "COMM_UNIQUE_ID payload has ", n, " bytes, want 0");
+  Result r = engine();
+  if (!r.ok()) return r;
+  uint8_t id[kCommUniqueIdBytes];
+  r = backend_comm_unique_id(id);
+  if (!r.ok()) return r;
+  std::memcpy(payload(kCommUniqueIdBytes), id, kCommUniqueIdBytes);
+  return Result::OK();
+}
+
+// comm_init answers COMM_INIT: 128-byte unique id, u32 rank, u32 size,
+// u32 timeout_ms, u32 reserved; the answer is the communicator's handle.
+Result Server::comm_init(const uint8_t* p, size_t n) {
+  constexpr size_t want = kCommUniqueIdBytes + 16;
+  if (n != want) return fail(kStatusMalformed, "COMM_INIT payload has ", n, " bytes, want ", want);
+  const uint8_t* q = p + kCommUniqueIdBytes;
+  const uint32_t rank = load_u32(q), size = load_u32(q + 4), timeout_ms = load_u32(q + 8), reserved = load_u32(q + 12);
+  if (reserved != 0) return fail(kStatusMalformed, "COMM_INIT reserved field is ", reserved, ", want 0");
+  if (size < 1 || rank >= size) {
+    return fail(kStatusInvalidArgument, "COMM_INIT: rank ", rank, " of size ", size, "; want size >= 1 and rank in [0, size)");
+  }
+  if (timeout_ms < 1) return fail(kStatusInvalidArgument, "COMM_INIT: timeout_ms 0; want >= 1");
+  Result r = engine();
+  if (!r.ok()) return r;
+  void* comm = nullptr;
+  r = backend_comm_init(p, rank, size, timeout_ms, &comm);
+  if (!r.ok()) return r;
+  const uint64_t handle = next_handle_++;
+  comms_[handle] = LiveComm{comm, rank, size};
+  store_u64(payload(8), handle);
+  return Result::OK();
+}
+
+// check_collective checks one collective: the communicator, the element
+// type and reduction, the count, both buffers live and large enough, and
+// either in place as NCCL defines it or apart.
+Result Server::check_collective(const char* what, uint32_t kind, uint64_t comm, uint64_t send, uint64_t recv,
+                                uint64_t count, uint32_t dtype, uint32_t redop, uint32_t timeout_ms,
+                                Collective* out) const {
+  if (kind != kAllReduce && kind != kReduceScatter && kind != kAllGather) {
+    return fail(kStatusInvalidArgument, what, ": unknown collective ", kind,
+                " (1 all_reduce, 2 reduce_scatter, 3 all_gather)");
+  }
+  const char* name = collective_name(kind);
+  const auto c = comms_.find(comm);
+  if (c == comms_.end()) {
+    return fail(kStatusBadHandle, what, " ", name, ": no live communicator has handle ", comm,
+                " (a failed collective aborts its communicator)");
+  }
+  DType type;
+  if (!comm_dtype(dtype, &type)) {
+    return fail(kStatusInvalidArgument, what, " ", name, ": dtype ", dtype, "; want 1 (f16), 2 (f32) or 3 (i32)");
+  }
+  if (kind == kAllGather ? redop != kRedNone : (redop != kRedSum && redop != kRedMax)) {
+    return fail(kStatusInvalidArgument, what, " ", name, ": redop ", redop,
+                kind == kAllGather ? "; all_gather reduces nothing: want 0" : "; want 1 (sum) or 2 (max)");
+  }
+  if (count < 1) return fail(kStatusInvalidArgument, what, " ", name, ": count 0; want >= 1");
+  if (timeout_ms < 1) return fail(kStatusInvalidArgument, what, " ", name, ": timeout_ms 0; want >= 1");
+  const uint32_t size = c->second.size;
+  uint64_t one = 0, all = 0;
+  if (__builtin_mul_overflow(count, dtype_bytes(type), &one) || __builtin_mul_overflow(one, uint64_t{size}, &all)) {
+    return fail(kStatusInvalidArgument, what, " ", name, ": count ", count, " of ", dtype_name(type), " on ", size,
+                " ranks overflows 64 bits");
+  }
+  Collective col{static_cast<CollectiveKind>(kind), c->second.comm, c->second.rank, size, nullptr, nullptr, count,
+                 type, static_cast<CommRedOp>(redop), timeout_ms};
+  uint64_t send_need = 0, recv_need = 0;
+  collective_bytes(col, &send_need, &recv_need);
+  LiveBuffer sb, rb;
+  Result r = find(send, &sb, what);
+  if (r.ok()) r = find(recv, &rb, what);
+  if (!r.ok()) return r;
+  const auto too_small = [&](const char* role, uint64_t handle, uint64_t have, uint64_t want) {
+    return fail(kStatusInvalidArgument, what, " ", name, ": ", role, " (handle ", handle, ") has ", have,
+                " bytes, want ", want, " (count=", count, ", ", dtype_name(type), ", ", size, " ranks)");
+  };
+  if (sb.bytes < send_need) return too_small("send", send, sb.bytes, send_need);
+  if (rb.bytes < recv_need) return too_small("recv", recv, rb.bytes, recv_need);
+  const uintptr_t s0 = reinterpret_cast<uintptr_t>(sb.ptr), r0 = reinterpret_cast<uintptr_t>(rb.ptr);
+  const bool apart = s0 >= r0 + recv_need || r0 >= s0 + send_need;
+  // In place, as NCCL defines it: all-reduce on one buffer; reduce-scatter
+  // into its own slice of send; all-gather from its own slice of recv.
+  const uint64_t slice = uint64_t{c->second.rank} * one;
+  const bool in_place = (kind == kAllReduce && s0 == r0) || (kind == kReduceScatter && r0 == s0 + slice) ||
+                        (kind == kAllGather && s0 == r0 + slice);
+  if (!apart && !in_place) {
+    return fail(kStatusInvalidArgument, what, " ", name, ": send (handle ", send, ") and recv (handle ", recv,
+                ") overlap; want them apart or in place (all_reduce: the same bytes; reduce_scatter: recv at send + "
+                "rank·count; all_gather: send at recv + rank·count)");
+  }
+  col.send = sb.ptr;
+  col.recv = rb.ptr;
+  *out = col;
+  return Result::OK();
+}
+
+// drop_comm releases comm (aborted by the backend, or now) and forgets
+// its handle; a communicator already dropped is left alone.
+void Server::drop_comm(void* comm) {
+  for (auto it = comms_.begin(); it != comms_.end(); ++it) {
+    if (it->second.comm != comm) continue;
+    comms_.erase(it);
+    backend_comm_abort(comm);
+    return;
+  }
+}
+
+// comm_request answers COMM_ALL_REDUCE, COMM_REDUCE_SCATTER and
+// COMM_ALL_GATHER: u64 comm, u64 send, u64 recv, u64 count, u32 dtype,
+// u32 redop, u32 timeout_ms, u32 reserved.
+Result Server::comm_request(uint16_t opcode, const uint8_t* p, size_t n) {
+  const char* what = opcode_name(opcode);
+  if (n != 48) return fail(kStatusMalformed, what, " payload has ", n, " bytes, want 48");
+  if (load_u32(p + 44) != 0) return fail(kStatusMalformed, what, " reserved field is ", load_u32(p + 44), ", want 0");
+  const uint32_t kind = opcode == kOpCommAllReduce ? kAllReduce : opcode == kOpCommReduceScatter ? kReduceScatter : kAllGather;
+  Collective c;
+  Result r = check_collective(what, kind, load_u64(p), load_u64(p + 8), load_u64(p + 16), load_u64(p + 24),
+                              load_u32(p + 32), load_u32(p + 36), load_u32(p + 40), &c);
+  if (!r.ok()) return r;
+  r = backend_collective(c);
+  if (r.status == kStatusCommFailed) drop_comm(c.comm);
+  return r;
+}
+
+// comm_abort answers COMM_ABORT: u64 comm.
+Result Server::comm_abort(const uint8_t* p, size_t n) {
+  if (n != 8) return fail(kStatusMalformed, "COMM_ABORT payload has ", n, " bytes, want 8");
+  const uint64_t handle = load_u64(p);
+  const auto c = comms_.find(handle);
+  if (c == comms_.end()) return fail(kStatusBadHandle, "COMM_ABORT: no live communicator has handle ", handle);
+  backend_comm_abort(c->second.comm);
+  comms_.erase(c);
+  return Result::OK();
+}
+
 }  // namespace
+
+bool host_gone() {
+  pollfd in{0, 0, 0};
+  return ::poll(&in, 1, 0) == 1 && (in.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
 
 // run_server is the whole process: cookie check, arena, device open, HELLO,
 // then requests until SHUTDOWN or end of input. It returns the exit status.

@@ -13,6 +13,7 @@
 // clang-format off
 #include "core/server.cc"
 #include "cpu/device.cc"
+#include "cpu/collective.cc"
 #include "cpu/convert.cc"
 #include "cpu/vmath.cc"
 #include "cpu/gemm.cc"

@@ -63,6 +63,19 @@
 #define cudaRuntimeGetVersion hipRuntimeGetVersion
 #define cudaGetErrorName hipGetErrorName
 #define cudaGetErrorString hipGetErrorString
+#define cudaGetDeviceCount hipGetDeviceCount
+#define cudaSetDevice hipSetDevice
+// The collectives (nccl.cu): a second stream, ordered by events.
+#define cudaStreamWaitEvent hipStreamWaitEvent
+#define cudaStreamQuery hipStreamQuery
+#define cudaErrorNotReady hipErrorNotReady
+#define cudaEventCreateWithFlags hipEventCreateWithFlags
+#define cudaEventDisableTiming hipEventDisableTiming
+// RCCL: NCCL's API under its own library name.
+#define VK_COLLECTIVES_NAME "rccl"
+#define VK_NCCL_SONAME "librccl.so.1"
+#define VK_NCCL_PYTHON_LIB "rccl/lib/librccl.so*"
+#define VK_NCCL_PYTHON_PACKAGE "rccl (ROCm's)"
 
 // What the server reports in HELLO: the backend, the device's architecture
 // name, and the compiler that built it.
@@ -90,6 +103,10 @@
 #define VK_LDG(pointer) __ldg(pointer)
 
 #define VK_BACKEND_NAME "cuda"
+#define VK_COLLECTIVES_NAME "nccl"
+#define VK_NCCL_SONAME "libnccl.so.2"
+#define VK_NCCL_PYTHON_LIB "nvidia/nccl/lib/libnccl.so*"
+#define VK_NCCL_PYTHON_PACKAGE "nvidia-nccl-cu12"
 #define VK_DEVICE_ARCH(props) ("sm_" + std::to_string((props).major) + std::to_string((props).minor))
 #define VK_COMPILER_VERSION                                                                       \
   ("nvcc " + std::to_string(__CUDACC_VER_MAJOR__) + "." + std::to_string(__CUDACC_VER_MINOR__) + \

@@ -1,6 +1,7 @@
 // The cuda backend of the kernel server: buffers in device memory on the
-// current device (device 0 unless CUDA_VISIBLE_DEVICES says otherwise), one
-// stream, kernel times from CUDA events around the op's launches.
+// current device (device 0 unless VKERN_DEVICE or CUDA_VISIBLE_DEVICES says
+// otherwise), one stream for the ops (and one for a batch's collectives,
+// nccl.cu), kernel times from CUDA events around the op's launches.
 //
 // Every runtime call is checked. An error that leaves the context unusable
 // (a sticky error: an illegal address, a launch failure, an ECC error) is
@@ -8,6 +9,7 @@
 // the host starts a fresh server, since no later call on this context could
 // be trusted. Running out of memory is not sticky and answers OUT_OF_MEMORY.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -55,6 +57,19 @@ std::string version_string(int v) { return std::to_string(v / 1000) + "." + std:
 }  // namespace
 
 Result backend_open() {
+  // VKERN_DEVICE picks the GPU (an index among the visible ones): vkern
+  // starts one server per GPU of a data-parallel run.
+  if (const char* pick = std::getenv("VKERN_DEVICE")) {
+    char* end = nullptr;
+    const long want = std::strtol(pick, &end, 10);
+    int visible = 0;
+    VK_CHECK(cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
+    if (end == pick || *end != '\0' || want < 0 || want >= visible) {
+      return fail(kStatusDeviceError, "VKERN_DEVICE is ", pick, ", but the GPUs visible here are 0 to ", visible - 1,
+                  " (", visible, " in all)");
+    }
+    VK_CHECK(cudaSetDevice(static_cast<int>(want)), "cudaSetDevice");
+  }
   VK_CHECK(cudaGetDevice(&g_device), "cudaGetDevice");
   VK_CHECK(cudaGetDeviceProperties(&g_props, g_device), "cudaGetDeviceProperties");
   VK_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -102,6 +117,8 @@ std::vector<HelloField> backend_hello_fields() {
       {"runtime", version_string(runtime)},
       {"compiler", VK_COMPILER_VERSION},
       {"dot_accumulation", vk_gemm_dot_accumulation(g_props.major)},
+      // Communicators through NCCL (RCCL), loaded on first use (nccl.cu).
+      {"collectives", VK_COLLECTIVES_NAME},
   };
 }
 
@@ -177,7 +194,7 @@ Result ensure_problem_slots(size_t n) {
   return Result::OK();
 }
 
-bool checks(const Call& call) { return call.op->checked_buffer >= 0; }
+bool checks(const Call& call) { return call.op != nullptr && call.op->checked_buffer >= 0; }
 
 // launch enqueues a call's kernels on the stream without waiting; problem
 // is its device word (nullptr for an op without a checked input).
@@ -268,15 +285,13 @@ Result batch_wait_error(cudaError_t err) {
 
 }  // namespace
 
-// Enqueues every entry (with an event after each, unless no entry wants
-// its time) and waits once, at the end: a batch of tiny runs costs a launch
-// per entry and one device round trip. Entries with a checked input record
-// their problems in words cleared before the batch and read back after it,
-// so they cost no wait of their own. A launch that fails is that entry's
-// error, after the entries before it have finished; an error at the final
-// wait cannot be pinned on one entry (a sticky error reports itself
-// everywhere), so it names none.
-Result backend_run_batch(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint64_t* problem, uint32_t* failed) {
+namespace {
+
+// g_collectives runs the collective entries of the batch in flight.
+BatchCollectives g_collectives;
+
+// run_entries is backend_run_batch without the clean-up after a failure.
+Result run_entries(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint64_t* problem, uint32_t* failed) {
   bool timed = false;
   size_t checking = 0;
   for (uint32_t i = 0; i < count; ++i) {
@@ -295,21 +310,46 @@ Result backend_run_batch(const Call* calls, uint32_t count, uint64_t* kernel_ns,
     VK_CHECK(cudaEventRecord(g_marks[0], g_stream), "cudaEventRecord");
   }
   for (uint32_t i = 0, slot = 0; i < count; ++i) {
+    if (calls[i].op == nullptr) {
+      Result r = g_collectives.issue(calls[i].collective, g_stream, i);
+      if (r.ok() && timed) {
+        const cudaError_t e = cudaEventRecord(g_marks[i + 1], g_stream);
+        if (e != cudaSuccess) r = cuda_fail(e, "cudaEventRecord");
+      }
+      if (!r.ok()) {
+        *failed = i;
+        return r;
+      }
+      continue;
+    }
+    Result joined = g_collectives.join_if_touched(calls[i], g_stream);
+    if (!joined.ok()) {
+      *failed = i;
+      return joined;
+    }
     unsigned long long* word = checks(calls[i]) ? g_problems + slot++ : nullptr;
     cudaError_t err = launch(calls[i], word);
     if (err == cudaSuccess && timed) err = cudaEventRecord(g_marks[i + 1], g_stream);
     if (err != cudaSuccess) {
       *failed = i;
       const Result r = launch_error(*calls[i].op, err);
+      // Collectives may be pending: abort them before waiting for the
+      // stream, which may be ordered after them.
+      if (g_collectives.any()) g_collectives.abort_all();
       if (r.status != kStatusDeviceError) VK_CHECK(cudaStreamSynchronize(g_stream), "cudaStreamSynchronize");
       return r;
     }
+  }
+  if (g_collectives.any()) {
+    // The final wait polls, under the collectives' deadline.
+    const Result r = g_collectives.finish(g_stream);
+    if (!r.ok()) return r;
   }
   const cudaError_t err = timed ? cudaEventSynchronize(g_marks[count]) : cudaStreamSynchronize(g_stream);
   if (err != cudaSuccess) return batch_wait_error(err);
   for (uint32_t i = 0; i < count; ++i) {
     kernel_ns[i] = 0;
-    if (!timed) continue;
+    if (!timed || calls[i].op == nullptr) continue;
     float ms = 0;
     VK_CHECK(cudaEventElapsedTime(&ms, g_marks[i], g_marks[i + 1]), "cudaEventElapsedTime");
     kernel_ns[i] = elapsed_ns(ms);
@@ -317,5 +357,31 @@ Result backend_run_batch(const Call* calls, uint32_t count, uint64_t* kernel_ns,
   if (checking > 0) return problems_back(calls, count, checking, problem);
   return Result::OK();
 }
+
+}  // namespace
+
+// Enqueues every entry (with an event after each, unless no entry wants
+// its time) and waits once, at the end: a batch of tiny runs costs a launch
+// per entry and one device round trip. Entries with a checked input record
+// their problems in words cleared before the batch and read back after it,
+// so they cost no wait of their own. A launch that fails is that entry's
+// error, after the entries before it have finished; an error at the final
+// wait cannot be pinned on one entry (a sticky error reports itself
+// everywhere), so it names none. Collective entries go to the collective
+// stream (nccl.cu, BatchCollectives); a batch that fails aborts every
+// communicator its entries name.
+Result backend_run_batch(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint64_t* problem, uint32_t* failed) {
+  const Result r = run_entries(calls, count, kernel_ns, problem, failed);
+  if (!r.ok()) {
+    g_collectives.abort_all();
+    for (uint32_t i = 0; i < count; ++i) {
+      if (calls[i].op == nullptr) nccl::abort(static_cast<nccl::NcclComm*>(calls[i].collective.comm));
+    }
+  }
+  return r;
+}
+
+// A collective of its own request runs on the server's stream.
+Result backend_collective(const Collective& c) { return nccl_collective(c, g_stream, "collective"); }
 
 }  // namespace vkern

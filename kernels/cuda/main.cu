@@ -7,6 +7,7 @@
 // cuda/). The same files build for AMD GPUs with hipcc through compat.h.
 // clang-format off
 #include "core/server.cc"
+#include "cuda/nccl.cu"
 #include "cuda/device.cu"
 #include "cuda/gemm_sm90.cu"
 #include "cuda/gemm.cu"

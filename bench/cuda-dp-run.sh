@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# One GPU call for data-parallel training (issue 14), on as many GPUs as the
+# machine has (one, or two for the bars). Expects, built on the host:
+#   CGO_ENABLED=0 go build -o bin/vkern ./cmd/vkern
+#   CGO_ENABLED=0 go test -c -o bin/vkern.test .
+# and a text corpus at bin/corpus.txt (as cuda-parity-run.sh). Parts, in
+# order; name some to run only those:
+#   nccl    where NCCL is, vkern doctor's line, and the one-rank communicator
+#           test through NCCL (TestCUDACommunicatorsOfOneRankThroughNCCL)
+#   one     gpt2 on one GPU without --gpus and with --gpus 1 (the single-rank
+#           NCCL path, in-batch all-reduces that move nothing): the same
+#           losses bit for bit, and the cost of the path
+#   two     (2 GPUs) the bars: tokens/s on 2 GPUs over 1 at the same per-GPU
+#           batch (want >= 1.85); losses of 2 GPUs (--accum 1) against 1 GPU
+#           (--accum 2) at the same global batch; two processes (torchrun's
+#           variables) against --gpus 2, which must be the same bits
+#   faults  (2 GPUs) kill -9 and SIGSTOP of a rank's process mid-run, and
+#           kill -9 of a rank's kernel server: the other rank must stop with
+#           an error naming the rank within the deadline
+# Logs and JSON go under $OUT; the summary is $OUT/summary.txt.
+#   bash bench/cuda-dp-run.sh               # every part the GPUs allow
+#   STEPS=20 bash bench/cuda-dp-run.sh two
+set -uo pipefail
+out=${OUT:-/tmp/vkern-out}
+mkdir -p "$out"
+export VKERN_CACHE=${VKERN_CACHE:-/tmp/vkern-cache}
+# NVLink multicast stays off on these machines (KINDS.md): a program that
+# uses it can take the host's GPUs out of service.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+vk=bin/vkern
+data=${DATA:-bin/corpus.txt}
+steps=${STEPS:-40}
+batch=${BATCH:-8}
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+parts=${*:-nccl one two faults}
+work=/tmp/dp
+rm -rf "$work"; mkdir -p "$work"
+start=$(date +%s)
+status=0
+step() { printf '\n=== %s (at %d s)\n' "$*" $(( $(date +%s) - start )) | tee -a "$out/summary.txt"; }
+note() { echo "$*" | tee -a "$out/summary.txt"; }
+fail() { status=1; note "FAILED: $*"; }
+common=(--backend cuda --model gpt2 --data "$data" --batch "$batch" --sample 0 --eval-every 100000 --eval-windows 4 --seed 1)
+
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee -a "$out/summary.txt"
+
+# NCCL: the server's search finds the Python package's copy under
+# site-packages; VKERN_NCCL pins what PyTorch itself loads, when python can
+# say where that is.
+if [ -z "${VKERN_NCCL:-}" ]; then
+  lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+  [ -f "$lib" ] && export VKERN_NCCL=$lib
+fi
+
+nccl_part() {
+  step "NCCL: where it is and what vkern doctor says"
+  note "VKERN_NCCL=${VKERN_NCCL:-unset}; PyTorch's NCCL: $(python3 -c 'import torch; print(torch.cuda.nccl.version())' 2>/dev/null)"
+  $vk doctor 2>&1 | grep -E "NCCL|CUDA|GPU" | tee -a "$out/summary.txt"
+  bin/vkern.test -test.run 'TestCUDACommunicatorsOfOneRankThroughNCCL' -test.v > "$out/comm-test.txt" 2>&1 || fail "the one-rank NCCL test (see comm-test.txt)"
+  grep -E "^(--- |ok|FAIL|PASS)|comm_test" "$out/comm-test.txt" | tee -a "$out/summary.txt"
+}
+
+# train NAME ARGS...: one run, its JSON at $out/NAME.json, its log there too.
+train() {
+  local name=$1; shift
+  $vk train "${common[@]}" --steps "$steps" --out "$work/$name" --json "$out/$name.json" "$@" > "$out/$name.log" 2>&1 ||
+    { fail "train $name (tail of $out/$name.log below)"; tail -5 "$out/$name.log"; }
+}
+
+# rate NAME: tokens/s from the median step time of steps 5 on (the first
+# steps build and warm up).
+rate() {
+  python3 - "$out/$1.json" <<'EOF'
+import json, statistics, sys
+r = json.load(open(sys.argv[1]))
+ms = statistics.median(s["ms"] for s in r["steps"][5:])
+print(f"{r['batch'] * r['accum'] * r['config']['context'] / (ms / 1000):.0f}")
+EOF
+}
+
+# compare A B [bits]: the largest relative difference of the two runs'
+# losses, or whether they are the same bits.
+compare() {
+  python3 - "$out/$1.json" "$out/$2.json" "${3:-}" <<'EOF'
+import json, struct, sys
+a = [s["loss"] for s in json.load(open(sys.argv[1]))["steps"]]
+b = [s["loss"] for s in json.load(open(sys.argv[2]))["steps"]]
+n = min(len(a), len(b))
+if sys.argv[3] == "bits":
+    same = all(struct.pack("d", x) == struct.pack("d", y) for x, y in zip(a[:n], b[:n]))
+    print(f"{n} steps: {'the same bits' if same and len(a) == len(b) else 'DIFFERENT'}")
+else:
+    worst = max(abs(x - y) / abs(y) for x, y in zip(a[:n], b[:n]))
+    print(f"{n} steps: largest relative loss difference {worst:.2e}; final {a[n-1]:.4f} vs {b[n-1]:.4f}")
+EOF
+}
+
+one_part() {
+  step "one GPU: gpt2 without --gpus, and with --gpus 1 (NCCL, one rank)"
+  train plain
+  train rank1 --gpus 1
+  note "plain: $(rate plain) tokens/s; --gpus 1: $(rate rank1) tokens/s"
+  note "--gpus 1 against plain: $(compare rank1 plain bits)"
+}
+
+two_part() {
+  if [ "$gpus" -lt 2 ]; then note "two: skipped, $gpus GPU(s) here"; return; fi
+  step "two GPUs: throughput, loss parity, multi-process"
+  train g1 --gpus 1
+  train g2 --gpus 2
+  local r1 r2
+  r1=$(rate g1); r2=$(rate g2)
+  note "tokens/s: 1 GPU $r1, 2 GPUs $r2, ratio $(python3 -c "print(f'{$r2/$r1:.3f}')") (bar: >= 1.85)"
+  train acc2 --accum 2
+  note "2 GPUs --accum 1 against 1 GPU --accum 2 (the same global batch): $(compare g2 acc2)"
+  local port=$(( 29500 + RANDOM % 1000 ))
+  for r in 0 1; do
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r \
+      $vk train "${common[@]}" --steps "$steps" --out "$work/mp" --json "$out/mp$r.json" > "$out/mp$r.log" 2>&1 &
+  done
+  wait
+  [ -s "$out/mp0.json" ] || { fail "the two-process run (see mp0.log, mp1.log)"; tail -3 "$out/mp0.log" "$out/mp1.log"; return; }
+  note "two processes: $(rate mp0) tokens/s; against --gpus 2: $(compare mp0 g2 bits)"
+}
+
+# fault NAME SIGNAL WHAT: two rank processes of char; once rank 0 has saved
+# (step 2), WHAT (rank1, or server1: rank 1's kernel server) gets SIGNAL;
+# rank 0 must exit 1 naming rank 1 within the deadlines (5 s of silence,
+# 60 s a step).
+fault() {
+  local name=$1 sig=$2 what=$3 port=$(( 30500 + RANDOM % 1000 ))
+  local pids=() dir="$work/fault-$name"
+  for r in 0 1; do
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r \
+      $vk train --backend cuda --model char --data "$data" --batch 8 --sample 0 --eval-every 100000 --eval-windows 4 \
+      --steps 100000 --save-every 2 --out "$dir" --rank-timeout 5s --step-timeout 60s \
+      > "$out/fault-$name-$r.log" 2>&1 &
+    pids+=($!)
+  done
+  local t=0
+  until [ -f "$dir/train_state.json" ] || [ $t -gt 600 ]; do sleep 0.5; t=$((t + 1)); done
+  local target=${pids[1]}
+  if [ "$what" = server1 ]; then target=$(pgrep -P "${pids[1]}" | head -1); fi
+  local t0=$(date +%s.%N)
+  kill -"$sig" "$target"
+  local waited=0
+  while kill -0 "${pids[0]}" 2>/dev/null && [ $waited -lt 180 ]; do sleep 0.5; waited=$((waited + 1)); done
+  local took
+  took=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+  wait "${pids[0]}"; local code=$?
+  kill -9 "${pids[1]}" 2>/dev/null; kill -CONT "${pids[1]}" 2>/dev/null; wait "${pids[1]}" 2>/dev/null
+  local msg
+  msg=$(grep "vkern train:" "$out/fault-$name-0.log" | tail -1)
+  note "$name: rank 0 exit $code after ${took}s: $msg"
+  case "$msg" in *"rank 1 of 2"*) ;; *) fail "$name: rank 0's error does not name rank 1";; esac
+  [ "$code" = 1 ] || fail "$name: rank 0 exit $code, want 1"
+}
+
+faults_part() {
+  if [ "$gpus" -lt 2 ]; then note "faults: skipped, $gpus GPU(s) here"; return; fi
+  step "faults: a rank killed, stopped, or its kernel server killed, mid-run"
+  fault kill KILL rank1
+  fault stop STOP rank1
+  fault server KILL server1
+}
+
+for p in $parts; do "${p}_part"; done
+note "done in $(( $(date +%s) - start )) s; status $status"
+exit $status

@@ -1,0 +1,250 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The data-parallel runs of `vkern train` on the cpu backend: several
+// ranks in one process (--gpus), one process per rank meeting over TCP
+// (torchrun's variables; the test binary re-executed as each rank), and
+// the faults: a rank killed (kill -9) or stopped (SIGSTOP) mid-run ends
+// the other with an error naming it, within the deadline.
+
+// TestHelperRank is not a test: re-executed with VKERN_TEST_RANK_ARGS set,
+// it is one rank's `vkern train`, its exit status the command's.
+func TestHelperRank(t *testing.T) {
+	args := os.Getenv("VKERN_TEST_RANK_ARGS")
+	if args == "" {
+		t.Skip("a helper process for the multi-process tests")
+	}
+	var list []string
+	if err := json.Unmarshal([]byte(args), &list); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	os.Exit(run(context.Background(), list, os.Stdout, os.Stderr))
+}
+
+// smallCorpus writes this package's sources as one text file: a corpus
+// that loads in milliseconds.
+func smallCorpus(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "corpus.txt")
+	src, _ := filepath.Glob("*.go")
+	var text []byte
+	for _, f := range src {
+		b, _ := os.ReadFile(f)
+		text = append(text, b...)
+	}
+	if err := os.WriteFile(path, text, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func recordedLosses(t *testing.T, path string) []float64 {
+	t.Helper()
+	var rec struct {
+		Ranks int `json:"ranks"`
+		Steps []struct {
+			Loss float64 `json:"loss"`
+		} `json:"steps"`
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	var out []float64
+	for _, s := range rec.Steps {
+		out = append(out, s.Loss)
+	}
+	return out
+}
+
+// rankProcess starts rank of size as a process of its own, the ranks
+// meeting at port.
+func rankProcess(t *testing.T, rank, size, port int, args []string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	list, _ := json.Marshal(append([]string{"train"}, args...))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperRank$")
+	cmd.Env = append(os.Environ(), "VKERN_TEST_RANK_ARGS="+string(list), "VKERN_THREADS=1",
+		"MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port), fmt.Sprintf("RANK=%d", rank), fmt.Sprintf("WORLD_SIZE=%d", size))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT)
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd, &out
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// waitExit waits for cmd at most d and returns its exit status, or -1.
+func waitExit(cmd *exec.Cmd, d time.Duration) int {
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return cmd.ProcessState.ExitCode()
+	case <-time.After(d):
+		return -1
+	}
+}
+
+// Two ranks in one process and two processes of one rank each train as
+// one device does at the same global batch (--batch and --accum are per
+// GPU), and the checkpoint is written once.
+func TestTrainOnTwoRanksInOneProcessOrTwo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains nano four times")
+	}
+	t.Setenv("VKERN_THREADS", "1")
+	dir := t.TempDir()
+	corpus := smallCorpus(t)
+	common := []string{"--data", corpus, "--batch", "2", "--steps", "5", "--sample", "0", "--eval-windows", "4", "--eval-every", "5"}
+	one := filepath.Join(dir, "one")
+	if code, stdout, stderr := runCLI(t, append([]string{"train", "--accum", "2", "--out", one, "--json", one + ".json"}, common...)...); code != exitOK {
+		t.Fatalf("one device: exit %d: %s\n%s", code, stdout, stderr)
+	}
+	want := recordedLosses(t, one+".json")
+
+	gpus := filepath.Join(dir, "gpus")
+	code, stdout, stderr := runCLI(t, append([]string{"train", "--gpus", "2", "--out", gpus, "--json", gpus + ".json"}, common...)...)
+	if code != exitOK {
+		t.Fatalf("--gpus 2: exit %d: %s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "data-parallel: 2 ranks") {
+		t.Errorf("--gpus 2 does not say it runs 2 ranks:\n%s", stdout)
+	}
+
+	procs := filepath.Join(dir, "procs")
+	port := freePort(t)
+	args := append([]string{"--out", procs, "--json", procs + ".json"}, common...)
+	r0, out0 := rankProcess(t, 0, 2, port, args)
+	r1, out1 := rankProcess(t, 1, 2, port, args)
+	if c0, c1 := waitExit(r0, 3*time.Minute), waitExit(r1, time.Minute); c0 != 0 || c1 != 0 {
+		t.Fatalf("two processes: exits %d and %d\nrank 0:\n%s\nrank 1:\n%s", c0, c1, out0, out1)
+	}
+	if out1.Len() != 0 {
+		t.Errorf("rank 1 printed %q; only rank 0 speaks for the run", out1)
+	}
+
+	for name, got := range map[string][]float64{"--gpus 2": recordedLosses(t, gpus+".json"), "two processes": recordedLosses(t, procs+".json")} {
+		if len(got) != len(want) {
+			t.Fatalf("%s recorded %d steps, want %d", name, len(got), len(want))
+		}
+		for i := range want {
+			if math.Abs(got[i]-want[i]) > 1e-5*want[i] {
+				t.Errorf("%s, step %d: loss %v, one device %v", name, i, got[i], want[i])
+			}
+		}
+	}
+	for _, d := range []string{gpus, procs} {
+		if _, err := os.Stat(filepath.Join(d, "train_state.json")); err != nil {
+			t.Errorf("no checkpoint in %s: %v", d, err)
+		}
+	}
+}
+
+// A rank killed with SIGKILL, or stopped with SIGSTOP, mid-run makes the
+// other rank's process exit with an error naming it, within its deadline.
+func TestARankKilledOrStoppedMidRunEndsTheOtherNamingIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains nano in two processes")
+	}
+	corpus := smallCorpus(t)
+	for _, tc := range []struct {
+		name   string
+		signal syscall.Signal
+		want   string
+	}{
+		{"killed", syscall.SIGKILL, "is gone: "},
+		{"stopped", syscall.SIGSTOP, "sent nothing for"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			out := filepath.Join(dir, "run")
+			args := []string{"--data", corpus, "--batch", "2", "--steps", "100000", "--sample", "0", "--eval-every", "100000",
+				"--eval-windows", "2", "--save-every", "2", "--out", out, "--rank-timeout", "1s"}
+			port := freePort(t)
+			r0, out0 := rankProcess(t, 0, 2, port, args)
+			r1, _ := rankProcess(t, 1, 2, port, args)
+			// Mid-run: rank 0 has saved after step 2.
+			deadline := time.Now().Add(3 * time.Minute)
+			for {
+				if _, err := os.Stat(filepath.Join(out, "train_state.json")); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no checkpoint after 3 minutes; rank 0 said:\n%s", out0)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := r1.Process.Signal(tc.signal); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			code := waitExit(r0, 20*time.Second)
+			took := time.Since(start)
+			if code != exitFailure {
+				t.Fatalf("rank 0 exit %d (-1: still running after 20 s), want %d; it said:\n%s", code, exitFailure, out0)
+			}
+			if s := out0.String(); !strings.Contains(s, "rank 1 of 2") || !strings.Contains(s, tc.want) {
+				t.Errorf("rank 0's error does not name rank 1 and say %q:\n%s", tc.want, s)
+			}
+			t.Logf("rank 0 ended %v after rank 1 was %s", took.Round(time.Millisecond), tc.name)
+		})
+	}
+}
+
+// Ranks whose settings differ do not start: each says which rank and
+// which setting.
+func TestRanksWithDifferentSettingsDoNotStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two processes")
+	}
+	corpus := smallCorpus(t)
+	port := freePort(t)
+	dir := t.TempDir()
+	common := []string{"--data", corpus, "--batch", "2", "--steps", "2", "--sample", "0", "--out", filepath.Join(dir, "run")}
+	r0, out0 := rankProcess(t, 0, 2, port, append([]string{"--seed", "1"}, common...))
+	r1, out1 := rankProcess(t, 1, 2, port, append([]string{"--seed", "2"}, common...))
+	c0, c1 := waitExit(r0, time.Minute), waitExit(r1, time.Minute)
+	for r, c := range []int{c0, c1} {
+		out := []*bytes.Buffer{out0, out1}[r].String()
+		if c != exitFailure || !strings.Contains(out, `rank 1`) || !strings.Contains(out, `seed "2"`) {
+			t.Errorf("rank %d: exit %d, want %d and an error naming rank 1's seed:\n%s", r, c, exitFailure, out)
+		}
+	}
+}
