@@ -22,13 +22,15 @@ than the anchor). Benchmarks only report; they never fail on a time.
   --suite S      core (default): ping, start-up, the GEMMs at --n³, the oracle
                  server: ping, tiny and batched runs, WRITE/READ 1 MiB..1 GiB, and the
                  seed-style baselines (decimal text over the pipe, a process per call)
+                 ops: each --op at each --shape it fits (default: every op at its
+                 Bench shapes, the sizes of a real model), median of --runs
+                 device-timed runs over rotated operand sets, GB/s, TFLOP/s, the
+                 floor from the anchors' copy and GEMM rates, and the ratio to each
+                 case's anchor
   --backend B    auto | cpu | cuda | hip (default auto)
-  --anchors FILE JSON lines from bench/cpu_anchors.py or anchors.py, run just before
+  --anchors FILE JSON lines from bench/cpu_anchors.py, anchors.py or op_anchors.py,
+                 run just before
   --n N          GEMM size for the core suite (default 1024)
-                 ops: each --op at each --shape it fits (default: every op at the CUDA
-                 issue's shapes), median of --runs device-timed runs over rotated
-                 operand sets, GB/s, TFLOP/s, the floor from the anchors' copy and
-                 GEMM rates, and the ratio to each case's anchor
   --op NAME      ops suite: the ops (repeatable; default all)
   --shape S      ops suite: the shapes (repeatable)
   --runs N       ops suite: timed runs per case (default 50)
