@@ -108,29 +108,30 @@ def parse(shape):
 # Each anchor takes the shape string, its dimensions and its settings, and
 # emits its lines. Tensors are drawn N(0, 1), as vkern bench draws its inputs.
 
-def linear(shape, dims, p):
+def f_linear(name, shape, dims, p):
+    """Times F.linear(x, W, b), W N×K, under the anchor name; returns the
+    tensors and figures for the variants a caller adds."""
     m, n, k = dims
     bias = int(p.get("bias", 1))
     x, w = randn(m, k), randn(n, k)
     b = randn(n) if bias else None
     nbytes, flops = 2 * (m * k + k * n + bias * n + m * n), 2.0 * m * n * k
     plus = " + bias" if bias else ""
-    emit("linear", shape, f"F.linear (cuBLAS), weight N×K{plus}", bench(lambda: F.linear(x, w, b)), nbytes, flops)
+    emit(name, shape, f"F.linear (cuBLAS), weight N×K{plus}", bench(lambda: F.linear(x, w, b)), nbytes, flops)
+    return x, w, b, nbytes, flops
+
+
+def linear(shape, dims, p):
+    x, w, b, nbytes, flops = f_linear("linear", shape, dims, p)
     wkn = w.t().contiguous()
-    if bias:
+    if b is not None:
         emit("linear_kn", shape, "torch.addmm(b, x, W), W K×N", bench(lambda: torch.addmm(b, x, wkn)), nbytes, flops)
     else:
         emit("linear_kn", shape, "x @ W, W K×N", bench(lambda: x @ wkn), nbytes, flops)
 
 
 def linear_nt(shape, dims, p):
-    m, n, k = dims
-    bias = int(p.get("bias", 1))
-    x, w = randn(m, k), randn(n, k)
-    b = randn(n) if bias else None
-    nbytes, flops = 2 * (m * k + k * n + bias * n + m * n), 2.0 * m * n * k
-    plus = " + bias" if bias else ""
-    emit("linear_nt", shape, f"F.linear (cuBLAS), weight N×K{plus}", bench(lambda: F.linear(x, w, b)), nbytes, flops)
+    f_linear("linear_nt", shape, dims, p)
 
 
 def linear_grad_w(shape, dims, p):
