@@ -54,10 +54,10 @@ func smallCorpus(t *testing.T) string {
 	return path
 }
 
+// recordedLosses reads the per-step losses of a --json record.
 func recordedLosses(t *testing.T, path string) []float64 {
 	t.Helper()
 	var rec struct {
-		Ranks int `json:"ranks"`
 		Steps []struct {
 			Loss float64 `json:"loss"`
 		} `json:"steps"`

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -59,26 +58,6 @@ func TestTrainResumeEvalSample(t *testing.T) {
 	}
 	os.WriteFile(corpus, text, 0o644)
 	common := []string{"--data", corpus, "--batch", "4", "--lr-steps", "12", "--sample", "20", "--eval-windows", "8"}
-	losses := func(path string) []float64 {
-		var rec struct {
-			Steps []struct {
-				Step int64   `json:"step"`
-				Loss float64 `json:"loss"`
-			} `json:"steps"`
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, &rec); err != nil {
-			t.Fatal(err)
-		}
-		var out []float64
-		for _, s := range rec.Steps {
-			out = append(out, s.Loss)
-		}
-		return out
-	}
 	straight := filepath.Join(dir, "straight")
 	code, stdout, stderr := runCLI(t, append([]string{"train", "--steps", "12", "--out", straight, "--json", straight + ".json"}, common...)...)
 	if code != exitOK {
@@ -102,7 +81,7 @@ func TestTrainResumeEvalSample(t *testing.T) {
 	if !strings.Contains(stdout, "step 10 verified: ") || strings.Contains(stdout, "step 5 verified") {
 		t.Errorf("--verify-every 5 from step 6 to 12 should check step 10 alone; the output:\n%s", stdout)
 	}
-	want, got := losses(straight+".json"), append(losses(pieces+"1.json"), losses(pieces+"2.json")...)
+	want, got := recordedLosses(t, straight+".json"), append(recordedLosses(t, pieces+"1.json"), recordedLosses(t, pieces+"2.json")...)
 	if len(got) != 12 || len(want) != 12 {
 		t.Fatalf("%d and %d steps recorded, want 12", len(want), len(got))
 	}
