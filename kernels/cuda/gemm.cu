@@ -914,9 +914,11 @@ cudaError_t vk_linear_grad_w(const __half* x, const __half* dy, float* dW, int64
   return vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s);
 }
 
+// The ops' entries (kernels.cu lists them); bench/gemm_lab.cu builds this
+// file without them.
+#if !defined(VKERN_GEMM_LAB)
 namespace vkern {
 
-// The ops' entries (kernels.cu lists them).
 cudaError_t run_gemm(const Call& c, unsigned long long*, cudaStream_t s) {
   using namespace op_gemm;
   return vk_gemm(c.ptr<const __half>(buf::A), c.ptr<const __half>(buf::B), c.ptr<float>(buf::C), c.params[param::M],
@@ -957,3 +959,4 @@ cudaError_t run_linear_grad_w(const Call& c, unsigned long long*, cudaStream_t s
 }
 
 }  // namespace vkern
+#endif  // VKERN_GEMM_LAB

@@ -1,0 +1,245 @@
+// gemm_lab: the Hopper GEMM variants of kernels/cuda/gemm_sm90.cu timed
+// against cublasGemmEx on the products a GPT-2 step runs, in one process, so
+// that a variant's ratio and the dispatcher's choice can be read off one
+// table. It is a lab tool, not part of the server: it compiles gemm.cu with
+// the tuning hook (VKERN_GEMM_TUNING, which also builds the variants the
+// dispatcher never picks) and without the server's op entries
+// (VKERN_GEMM_LAB).
+//
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels \
+//        -o gemm_lab bench/gemm_lab.cu -lcublas
+//   ./gemm_lab                 # every case, every variant
+//   ./gemm_lab 3 6 10          # only these variant ids (and the dispatch, -1)
+//
+// Each case is one of the server's entry points (vk_linear, vk_linear_nt,
+// vk_linear_grad_w) without bias or accumulation, so that cuBLAS computes the
+// same product. Timing: blocks of kIters launches between CUDA events,
+// vkern and cuBLAS blocks interleaved, the median of kBlocks blocks of each.
+// Every variant's output is compared with cuBLAS's (largest difference over
+// the largest |reference|); a variant over 1e-2 is marked WRONG, and its
+// time means nothing.
+#define VKERN_GEMM_TUNING 1
+#define VKERN_GEMM_LAB 1
+#include "cuda/gemm_sm90.cu"
+#include "cuda/gemm.cu"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+constexpr int kIters = 10, kBlocks = 7;
+
+enum Kind { kLinear, kLinearNT, kLinearGradW };
+
+struct Case {
+  const char* name;
+  Kind kind;
+  int64_t M, N, K;  // the op's own dimensions (linear_grad_w: dW is K×N, summed over M)
+};
+
+#define CHECK_CUDA(x)                                                                \
+  do {                                                                               \
+    cudaError_t e_ = (x);                                                            \
+    if (e_ != cudaSuccess) {                                                         \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+#define CHECK_CUBLAS(x)                                                  \
+  do {                                                                   \
+    cublasStatus_t s_ = (x);                                             \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                   \
+      fprintf(stderr, "%s:%d %s: status %d\n", __FILE__, __LINE__, #x, (int)s_); \
+      exit(1);                                                           \
+    }                                                                    \
+  } while (0)
+
+__global__ void fill_random(__half* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    p[i] = __float2half_rn((static_cast<float>(x & 0xFFFF) / 65536.0f - 0.5f) * 2.0f);
+  }
+}
+
+struct Buffers {
+  __half *a = nullptr, *b = nullptr;
+  void *out = nullptr, *ref = nullptr;
+};
+
+// The vkern entry point for c.
+cudaError_t run_vkern(const Case& c, const Buffers& x) {
+  switch (c.kind) {
+    case kLinear:
+      return vk_linear(x.a, x.b, nullptr, static_cast<__half*>(x.out), c.M, c.N, c.K, 0);
+    case kLinearNT:
+      return vk_linear_nt(x.a, x.b, nullptr, static_cast<__half*>(x.out), c.M, c.N, c.K, 0);
+    case kLinearGradW:
+      return vk_linear_grad_w(x.a, x.b, static_cast<float*>(x.out), c.M, c.N, c.K, false, 0);
+  }
+  return cudaErrorInvalidValue;
+}
+
+// The same product through cuBLAS (column-major: each row-major matrix is
+// its transpose).
+void run_cublas(cublasHandle_t h, const Case& c, const Buffers& x, void* out) {
+  const float one = 1.0f, zero = 0.0f;
+  switch (c.kind) {
+    case kLinear:  // yᵀ (N×M) = Wᵀ (N×K) · xᵀ (K×M)
+      CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, c.N, c.M, c.K, &one, x.b, CUDA_R_16F, c.N, x.a,
+                                CUDA_R_16F, c.K, &zero, out, CUDA_R_16F, c.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      return;
+    case kLinearNT:  // W stored N×K: yᵀ = W · xᵀ
+      CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, c.N, c.M, c.K, &one, x.b, CUDA_R_16F, c.K, x.a,
+                                CUDA_R_16F, c.K, &zero, out, CUDA_R_16F, c.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      return;
+    case kLinearGradW:  // dWᵀ (N×K) = dyᵀ (N×M) · x (M×K)
+      CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, c.N, c.K, c.M, &one, x.b, CUDA_R_16F, c.N, x.a,
+                                CUDA_R_16F, c.K, &zero, out, CUDA_R_32F, c.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      return;
+  }
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The largest |got − want| over the largest |want|.
+double difference(const Case& c, const void* got, const void* want) {
+  const int64_t n = c.kind == kLinearGradW ? c.K * c.N : c.M * c.N;
+  const bool f32 = c.kind == kLinearGradW;
+  const size_t bytes = n * (f32 ? 4 : 2);
+  std::vector<unsigned char> g(bytes), w(bytes);
+  CHECK_CUDA(cudaMemcpy(g.data(), got, bytes, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(w.data(), want, bytes, cudaMemcpyDeviceToHost));
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double a, b;
+    if (f32) {
+      a = reinterpret_cast<const float*>(g.data())[i];
+      b = reinterpret_cast<const float*>(w.data())[i];
+    } else {
+      a = __half2float(reinterpret_cast<const __half*>(g.data())[i]);
+      b = __half2float(reinterpret_cast<const __half*>(w.data())[i]);
+    }
+    if (!std::isfinite(a)) return INFINITY;
+    worst = std::max(worst, std::fabs(a - b));
+    scale = std::max(scale, std::fabs(b));
+  }
+  return scale > 0 ? worst / scale : worst;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> variants = {-1, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  if (argc > 1) {
+    variants = {-1};
+    for (int i = 1; i < argc; ++i) variants.push_back(atoi(argv[i]));
+  }
+  // GPT-2 124M at B=16, T=1024 (M = 16384 rows), the vocabulary padded to
+  // 50304: the forward's four projections and head, the input gradients
+  // (linear_nt's layouts: dx = dy · Wᵀ), and the weight gradients.
+  const Case cases[] = {
+      {"fwd qkv", kLinear, 16384, 2304, 768},
+      {"fwd attn.proj", kLinear, 16384, 768, 768},
+      {"fwd fc", kLinear, 16384, 3072, 768},
+      {"fwd fc.proj", kLinear, 16384, 768, 3072},
+      {"fwd head", kLinearNT, 16384, 50304, 768},
+      {"dx qkv", kLinearNT, 16384, 768, 2304},
+      {"dx attn.proj", kLinearNT, 16384, 768, 768},
+      {"dx fc", kLinearNT, 16384, 768, 3072},
+      {"dx fc.proj", kLinearNT, 16384, 3072, 768},
+      {"dW qkv", kLinearGradW, 16384, 2304, 768},
+      {"dW attn.proj", kLinearGradW, 16384, 768, 768},
+      {"dW fc", kLinearGradW, 16384, 3072, 768},
+      {"dW fc.proj", kLinearGradW, 16384, 768, 3072},
+      {"dW head", kLinearGradW, 16384, 768, 50304},
+      {"square 4096", kLinear, 4096, 4096, 4096},
+  };
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  printf("# %s, %d multiprocessors; ratio = cuBLAS time / vkern time (above 1: vkern faster)\n", prop.name,
+         prop.multiProcessorCount);
+  cublasHandle_t h;
+  CHECK_CUBLAS(cublasCreate(&h));
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  printf("%-14s %-22s %8s %9s", "case", "M x N x K", "cuBLAS", "TFLOP/s");
+  for (int v : variants) printf(" %7s%d", v < 0 ? "disp" : "v", v < 0 ? 0 : v);
+  printf("\n");
+  for (const Case& c : cases) {
+    Buffers x;
+    const bool gradw = c.kind == kLinearGradW;
+    const int64_t a_elems = c.M * c.K, b_elems = gradw ? c.M * c.N : c.K * c.N;
+    const size_t out_bytes = gradw ? c.K * c.N * 4 : c.M * c.N * 2;
+    CHECK_CUDA(cudaMalloc(&x.a, a_elems * 2));
+    CHECK_CUDA(cudaMalloc(&x.b, b_elems * 2));
+    CHECK_CUDA(cudaMalloc(&x.out, out_bytes));
+    CHECK_CUDA(cudaMalloc(&x.ref, out_bytes));
+    fill_random<<<1024, 256>>>(x.a, a_elems, 1);
+    fill_random<<<1024, 256>>>(x.b, b_elems, 2);
+    run_cublas(h, c, x, x.ref);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    const double flops = 2.0 * c.M * c.N * c.K;
+    std::vector<float> times_cublas;
+    std::vector<std::vector<float>> times(variants.size());
+    std::vector<double> diffs(variants.size());
+    for (size_t i = 0; i < variants.size(); ++i) {
+      vk_gemm_tuning_sm90 = variants[i];
+      CHECK_CUDA(cudaMemset(x.out, 0xFF, out_bytes));
+      CHECK_CUDA(run_vkern(c, x));
+      CHECK_CUDA(cudaDeviceSynchronize());
+      diffs[i] = difference(c, x.out, x.ref);
+    }
+    for (int block = 0; block < kBlocks; ++block) {
+      float ms;
+      CHECK_CUDA(cudaEventRecord(e0));
+      for (int it = 0; it < kIters; ++it) run_cublas(h, c, x, x.out);
+      CHECK_CUDA(cudaEventRecord(e1));
+      CHECK_CUDA(cudaEventSynchronize(e1));
+      CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      times_cublas.push_back(ms / kIters);
+      for (size_t i = 0; i < variants.size(); ++i) {
+        vk_gemm_tuning_sm90 = variants[i];
+        CHECK_CUDA(cudaEventRecord(e0));
+        for (int it = 0; it < kIters; ++it) CHECK_CUDA(run_vkern(c, x));
+        CHECK_CUDA(cudaEventRecord(e1));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        times[i].push_back(ms / kIters);
+      }
+    }
+    const float tc = median(times_cublas);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%ldx%ldx%ld", (long)c.M, (long)c.N, (long)c.K);
+    printf("%-14s %-22s %6.1fus %9.0f", c.name, shape, tc * 1000, flops / (tc * 1e-3) / 1e12);
+    for (size_t i = 0; i < variants.size(); ++i) {
+      const float t = median(times[i]);
+      if (diffs[i] > 1e-2) {
+        printf("   WRONG");
+      } else {
+        printf(" %8.3f", tc / t);
+      }
+    }
+    printf("\n");
+    fflush(stdout);
+    CHECK_CUDA(cudaFree(x.a));
+    CHECK_CUDA(cudaFree(x.b));
+    CHECK_CUDA(cudaFree(x.out));
+    CHECK_CUDA(cudaFree(x.ref));
+  }
+  cublasDestroy(h);
+  return 0;
+}
