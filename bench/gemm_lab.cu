@@ -36,7 +36,10 @@ namespace {
 
 constexpr int kIters = 10, kBlocks = 7;
 
-enum Kind { kLinear, kLinearNT, kLinearGradW };
+// kLinearBias adds a bias of zeros and kLinearGradWAdd adds into dW (zeros
+// before the comparison): the same products as cuBLAS's, with the epilogue's
+// loads timed too.
+enum Kind { kLinear, kLinearNT, kLinearGradW, kLinearBias, kLinearGradWAdd };
 
 struct Case {
   const char* name;
@@ -72,7 +75,7 @@ __global__ void fill_random(__half* p, int64_t n, uint32_t seed) {
 }
 
 struct Buffers {
-  __half *a = nullptr, *b = nullptr;
+  __half *a = nullptr, *b = nullptr, *bias = nullptr;
   void *out = nullptr, *ref = nullptr;
 };
 
@@ -85,6 +88,10 @@ cudaError_t run_vkern(const Case& c, const Buffers& x) {
       return vk_linear_nt(x.a, x.b, nullptr, static_cast<__half*>(x.out), c.M, c.N, c.K, 0);
     case kLinearGradW:
       return vk_linear_grad_w(x.a, x.b, static_cast<float*>(x.out), c.M, c.N, c.K, false, 0);
+    case kLinearBias:
+      return vk_linear(x.a, x.b, x.bias, static_cast<__half*>(x.out), c.M, c.N, c.K, 0);
+    case kLinearGradWAdd:
+      return vk_linear_grad_w(x.a, x.b, static_cast<float*>(x.out), c.M, c.N, c.K, true, 0);
   }
   return cudaErrorInvalidValue;
 }
@@ -95,6 +102,7 @@ void run_cublas(cublasHandle_t h, const Case& c, const Buffers& x, void* out) {
   const float one = 1.0f, zero = 0.0f;
   switch (c.kind) {
     case kLinear:  // yᵀ (N×M) = Wᵀ (N×K) · xᵀ (K×M)
+    case kLinearBias:
       CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, c.N, c.M, c.K, &one, x.b, CUDA_R_16F, c.N, x.a,
                                 CUDA_R_16F, c.K, &zero, out, CUDA_R_16F, c.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       return;
@@ -103,6 +111,7 @@ void run_cublas(cublasHandle_t h, const Case& c, const Buffers& x, void* out) {
                                 CUDA_R_16F, c.K, &zero, out, CUDA_R_16F, c.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       return;
     case kLinearGradW:  // dWᵀ (N×K) = dyᵀ (N×M) · x (M×K)
+    case kLinearGradWAdd:
       CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, c.N, c.K, c.M, &one, x.b, CUDA_R_16F, c.N, x.a,
                                 CUDA_R_16F, c.K, &zero, out, CUDA_R_32F, c.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       return;
@@ -116,8 +125,8 @@ float median(std::vector<float> v) {
 
 // The largest |got − want| over the largest |want|.
 double difference(const Case& c, const void* got, const void* want) {
-  const int64_t n = c.kind == kLinearGradW ? c.K * c.N : c.M * c.N;
-  const bool f32 = c.kind == kLinearGradW;
+  const bool f32 = c.kind == kLinearGradW || c.kind == kLinearGradWAdd;
+  const int64_t n = f32 ? c.K * c.N : c.M * c.N;
   const size_t bytes = n * (f32 ? 4 : 2);
   std::vector<unsigned char> g(bytes), w(bytes);
   CHECK_CUDA(cudaMemcpy(g.data(), got, bytes, cudaMemcpyDeviceToHost));
@@ -152,6 +161,10 @@ int main(int argc, char** argv) {
   // (linear_nt's layouts: dx = dy · Wᵀ), and the weight gradients.
   const Case cases[] = {
       {"fwd qkv", kLinear, 16384, 2304, 768},
+      {"fwd qkv +b", kLinearBias, 16384, 2304, 768},
+      {"fwd proj +b", kLinearBias, 16384, 768, 768},
+      {"fwd fc.proj +b", kLinearBias, 16384, 768, 3072},
+      {"dx head", kLinear, 16384, 768, 50304},
       {"fwd attn.proj", kLinear, 16384, 768, 768},
       {"fwd fc", kLinear, 16384, 3072, 768},
       {"fwd fc.proj", kLinear, 16384, 768, 3072},
@@ -162,6 +175,8 @@ int main(int argc, char** argv) {
       {"dx fc.proj", kLinearNT, 16384, 3072, 768},
       {"dW qkv", kLinearGradW, 16384, 2304, 768},
       {"dW attn.proj", kLinearGradW, 16384, 768, 768},
+      {"dW proj +=", kLinearGradWAdd, 16384, 768, 768},
+      {"dW fc +=", kLinearGradWAdd, 16384, 3072, 768},
       {"dW fc", kLinearGradW, 16384, 3072, 768},
       {"dW fc.proj", kLinearGradW, 16384, 768, 3072},
       {"dW head", kLinearGradW, 16384, 768, 50304},
@@ -181,13 +196,15 @@ int main(int argc, char** argv) {
   printf("\n");
   for (const Case& c : cases) {
     Buffers x;
-    const bool gradw = c.kind == kLinearGradW;
+    const bool gradw = c.kind == kLinearGradW || c.kind == kLinearGradWAdd;
     const int64_t a_elems = c.M * c.K, b_elems = gradw ? c.M * c.N : c.K * c.N;
     const size_t out_bytes = gradw ? c.K * c.N * 4 : c.M * c.N * 2;
     CHECK_CUDA(cudaMalloc(&x.a, a_elems * 2));
     CHECK_CUDA(cudaMalloc(&x.b, b_elems * 2));
     CHECK_CUDA(cudaMalloc(&x.out, out_bytes));
     CHECK_CUDA(cudaMalloc(&x.ref, out_bytes));
+    CHECK_CUDA(cudaMalloc(&x.bias, c.N * 2));
+    CHECK_CUDA(cudaMemset(x.bias, 0, c.N * 2));
     fill_random<<<1024, 256>>>(x.a, a_elems, 1);
     fill_random<<<1024, 256>>>(x.b, b_elems, 2);
     run_cublas(h, c, x, x.ref);
@@ -198,7 +215,7 @@ int main(int argc, char** argv) {
     std::vector<double> diffs(variants.size());
     for (size_t i = 0; i < variants.size(); ++i) {
       vk_gemm_tuning_sm90 = variants[i];
-      CHECK_CUDA(cudaMemset(x.out, 0xFF, out_bytes));
+      CHECK_CUDA(cudaMemset(x.out, c.kind == kLinearGradWAdd ? 0 : 0xFF, out_bytes));
       CHECK_CUDA(run_vkern(c, x));
       CHECK_CUDA(cudaDeviceSynchronize());
       diffs[i] = difference(c, x.out, x.ref);
@@ -239,6 +256,7 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaFree(x.b));
     CHECK_CUDA(cudaFree(x.out));
     CHECK_CUDA(cudaFree(x.ref));
+    CHECK_CUDA(cudaFree(x.bias));
   }
   cublasDestroy(h);
   return 0;

@@ -25,10 +25,21 @@
 namespace {
 namespace vkern_epilogue {
 
-template <bool kBias, bool kAccumulate>
+template <bool kAddBias, bool kAddOld>
 struct Epilogue {
+  static constexpr bool kBias = kAddBias, kAccumulate = kAddOld;
   static constexpr bool kAny = kBias || kAccumulate;
   const __half* bias;  // the output's cols halves when kBias; else unused
+
+  // The bias of columns col and col + 1 as two f16 in one word (low half
+  // first), 0 for a column past the last: for kernels that stage a tile's
+  // bias slice (gemm_sm90.cu) and then do apply's additions themselves.
+  __device__ __forceinline__ uint32_t bias_pair(int64_t col, int64_t cols) const {
+    const unsigned short* b = reinterpret_cast<const unsigned short*>(bias);
+    const uint32_t lo = col < cols ? VK_LDG(b + col) : 0u;
+    const uint32_t hi = col + 1 < cols ? VK_LDG(b + col + 1) : 0u;
+    return lo | hi << 16;
+  }
 
   // v plus the epilogue's terms for element (row, col) of out, a row-major
   // matrix of cols columns; (row, col) must lie inside it.

@@ -96,9 +96,12 @@ struct Config {
   static constexpr int kStageBytes = kLBytes + kRBytes;
   // The staged epilogue gives each consumer warp a 16-row × 128-byte buffer.
   static constexpr int kEpilogueBytes = kStagedEpilogue ? 8 * 16 * 128 : 0;
+  // Each consumer's copy of the tile's bias slice (BN halves), when the
+  // epilogue adds one.
+  static constexpr int kBiasBytes = 2 * BN * 2;
   // Stages, epilogue buffers, then full and empty barriers; 1 KB of slack to
   // align the stages to the 1024-byte period of the 128-byte swizzle.
-  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8 + 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasBytes + 2 * kStages * 8 + 1024;
   static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma wrappers exist for N = 64, 128, 256");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 blocks");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
@@ -219,6 +222,11 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Waits for the 128 threads of a warpgroup at named barrier id (1 …
+// 15; 0 is __syncthreads's).
+__device__ __forceinline__ void named_barrier(int id) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
 }
 // Pins the accumulators at this point of the instruction stream, so the
 // compiler neither reads them before a wgmma_wait nor rematerialises them
@@ -364,7 +372,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t epilogue0 = smem + kStages * Cfg::kStageBytes;  // staged epilogue buffers
-  const uint32_t full0 = epilogue0 + Cfg::kEpilogueBytes;         // full[s] at full0 + 8s
+  const uint32_t bias0 = epilogue0 + Cfg::kEpilogueBytes;         // consumer c's bias slice at bias0 + 2·BN·c
+  const uint32_t full0 = bias0 + Cfg::kBiasBytes;                 // full[s] at full0 + 8s
   const uint32_t empty0 = full0 + kStages * 8;                // empty[s] at empty0 + 8s
 
   const int warpgroup = threadIdx.x / 128;
@@ -461,6 +470,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       int64_t um, tn;
       unit_origin(u, units_m, tiles_n, group, &um, &tn);
       const int64_t m0 = (um * kCluster + rank) * BM, n0 = tn * BN;
+      // The bias of two of the tile's columns, loaded now so that its
+      // latency hides under the tile's products; the epilogue shares the
+      // slice through shared memory.
+      uint32_t bias_pair = 0;
+      if constexpr (Epi::kBias) {
+        const int t = threadIdx.x % 128;
+        if (2 * t < BN) bias_pair = epi.bias_pair(n0 + 2 * t, cols);
+      }
       int prev = 0;
       for (int64_t k = 0; k < steps; ++k) {
         mbar_wait(full0 + 8 * stage, phase);
@@ -508,16 +525,44 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int64_t row = m0 + 64 * consumer + 16 * warp + lane / 4;
       const int64_t col = n0 + 2 * (lane % 4);
       if (m0 >= rows) continue;  // the second tile of a cluster past the last row
-      if constexpr (Epi::kAny) {
-        // The epilogue's additions, in the accumulators, before any store:
-        // acc[4j + e] is element (row + 8·(e/2), col + 8j + e%2).
+      // The epilogue's additions (epilogue.cuh), in the accumulators, before
+      // any store: acc[4j + e] is element (row + 8·(e/2), col + 8j + e%2).
+      // Their loads are issued together, not one element at a time: the
+      // bias from the consumer's slice in shared memory, the old values
+      // of an output added into in chunks of 32 a thread.
+      if constexpr (Epi::kBias) {
+        unsigned char* const slice = smem_raw + (bias0 - smem_u32(smem_raw)) + consumer * BN * 2;
+        named_barrier(1 + consumer);  // every thread is done with the previous tile's slice
+        const int t = threadIdx.x % 128;
+        if (2 * t < BN) *reinterpret_cast<uint32_t*>(slice + 4 * t) = bias_pair;
+        named_barrier(1 + consumer);
+        const __half2* const pairs = reinterpret_cast<const __half2*>(slice);
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
+          const float2 b = __half22float2(pairs[(8 * j + 2 * (lane % 4)) / 2]);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int64_t r = row + 8 * (e >> 1), c = col + 8 * j + (e & 1);
-            if (r < rows && c < cols) acc[4 * j + e] = epi.apply(acc[4 * j + e], out, r, c, cols);
+          for (int h = 0; h < 2; ++h) {
+            acc[4 * j + 2 * h] = acc[4 * j + 2 * h] + b.x;
+            acc[4 * j + 2 * h + 1] = acc[4 * j + 2 * h + 1] + b.y;
           }
+        }
+      }
+      if constexpr (Epi::kAccumulate) {
+        static_assert(sizeof(Out) == sizeof(float), "only f32 outputs are added into");
+        constexpr int kChunkJ = 8;
+#pragma unroll
+        for (int j0 = 0; j0 < BN / 8; j0 += kChunkJ) {
+          float old[4 * kChunkJ];
+#pragma unroll
+          for (int jj = 0; jj < kChunkJ; ++jj) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int64_t r = row + 8 * (e >> 1), c = col + 8 * (j0 + jj) + (e & 1);
+              old[4 * jj + e] = r < rows && c < cols ? out[r * cols + c] : 0.0f;
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < 4 * kChunkJ; ++i) acc[4 * j0 + i] = old[i] + acc[4 * j0 + i];
         }
       }
       const bool interior = m0 + BM <= rows && n0 + BN <= cols;
