@@ -465,7 +465,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "off-by-one label in cross_entropy's gradient", File: "cuda/cross_entropy.cu",
-		Old: "const int mine = RowSlice<T, E, VW>::slot(label, t);", New: "const int mine = RowSlice<T, E, VW>::slot(label + 1, t);",
+		Old: "const int mine = RowSlice<T, E, VW>::row_slot(g, label, t);", New: "const int mine = RowSlice<T, E, VW>::row_slot(g, label + 1, t);",
 		Op: "cross_entropy", Shapes: []string{"7x4099"},
 	},
 	{
