@@ -215,6 +215,8 @@ def main():
                 print(f"train_anchors: {m} {mode}: {type(e).__name__}: {e}", file=sys.stderr)
                 continue
             finally:
+                if mode == "compile":
+                    torch.compiler.reset()  # the compiled graphs hold the model's memory
                 torch.cuda.empty_cache()
             print(json.dumps(rec), flush=True)
     return 1 if failed else 0
