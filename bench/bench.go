@@ -5,7 +5,8 @@
 // It never asserts on time: benchmarks report, tests judge. Anchors come
 // either from this package (for the host side: a pipe round trip, a process
 // spawn) or from an anchors file written by a script in the same run
-// (../shared/bench/anchors.py on GPUs, bench/cpu_anchors.py here).
+// (../shared/bench/anchors.py on GPUs, bench/cpu_anchors.py here; for
+// training steps, bench/train_anchors.py).
 package bench
 
 import (
@@ -38,7 +39,34 @@ type Result struct {
 	// the median (1 would be at the floor).
 	FloorNs    float64 `json:"floor_ns,omitempty"`
 	FloorShare float64 `json:"floor_share,omitempty"`
-	Note       string  `json:"note,omitempty"`
+	// TokensPerSecond is a training case's throughput.
+	TokensPerSecond float64 `json:"tokens_per_second,omitempty"`
+	// Relations are a case's ratios to several anchors (the training
+	// suite's PyTorch eager and torch.compile), where Anchor and Ratio hold
+	// one.
+	Relations []Relation `json:"relations,omitempty"`
+	Note      string     `json:"note,omitempty"`
+}
+
+// Relation is a case's ratio to one anchor: the anchor's median time over
+// the case's (above 1, the case is faster), and for a training anchor its
+// tokens/s.
+type Relation struct {
+	Anchor          string  `json:"anchor"`
+	Ratio           float64 `json:"ratio"`
+	TokensPerSecond float64 `json:"tokens_per_second,omitempty"`
+}
+
+// Ratios are r's ratios to its anchors: its Relations, else its Anchor and
+// Ratio, else none.
+func (r Result) Ratios() []Relation {
+	if len(r.Relations) > 0 {
+		return r.Relations
+	}
+	if r.Anchor != "" && r.Ratio > 0 {
+		return []Relation{{Anchor: r.Anchor, Ratio: r.Ratio}}
+	}
+	return nil
 }
 
 // Median runs fn warmup times untimed, then n times, and returns the median

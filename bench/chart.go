@@ -8,17 +8,27 @@ import (
 	"strings"
 )
 
-// WriteSVG draws one horizontal bar per result that has an anchor: its
-// ratio to the anchor (above 1: faster than the anchor), with a line at 1
-// and the value printed at the end of each bar. The picture is plain SVG so
-// that it can be committed beside BENCHMARKS.md and read in a browser.
+// WriteSVG draws one horizontal bar per ratio of a result to an anchor
+// (above 1: faster than the anchor), labelled with the result's name, and
+// with the anchor's where the result has several, with a line at 1 and the
+// value printed at the end of each bar. The picture is plain SVG so that
+// it can be committed beside BENCHMARKS.md and read in a browser.
 func WriteSVG(w io.Writer, title string, results []Result) error {
-	var rows []Result
+	type bar struct {
+		Name  string
+		Ratio float64
+	}
+	var rows []bar
 	top := 1.0
 	for _, r := range results {
-		if r.Anchor != "" && r.Ratio > 0 {
-			rows = append(rows, r)
-			top = math.Max(top, r.Ratio)
+		ratios := r.Ratios()
+		for _, rel := range ratios {
+			name := r.Name
+			if len(ratios) > 1 {
+				name += " vs " + rel.Anchor
+			}
+			rows = append(rows, bar{name, rel.Ratio})
+			top = math.Max(top, rel.Ratio)
 		}
 	}
 	const (

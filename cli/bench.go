@@ -27,9 +27,16 @@ than the anchor). Benchmarks only report; they never fail on a time.
                  device-timed runs over rotated operand sets, GB/s, TFLOP/s, the
                  floor from the anchors' copy and GEMM rates, and the ratio to each
                  case's anchor
+                 train: training steps of each --model (default char and gpt2) as
+                 vkern train takes them, on random tokens: median ms/step of --steps
+                 after --warmup, tokens/s, the ratio to the PyTorch eager and
+                 torch.compile steps of bench/train_anchors.py at the same model,
+                 batch and context, and on cuda the share of an H100's 990 TFLOP/s
+                 (f16) that the model flops, 6·N + 12·L·C·T per token, would take
+                 (N: the parameters less the position table; L layers, C channels)
   --backend B    auto | cpu | cuda | hip (default auto)
   --anchors FILE JSON lines from bench/cpu_anchors.py, anchors.py or op_anchors.py,
-                 run just before
+                 run just before; for --suite train, bench/train_anchors.py's
   --n N          GEMM size for the core suite (default 1024)
   --op NAME      ops suite: the ops (repeatable; default all)
   --shape S      ops suite: the shapes (repeatable)
@@ -39,8 +46,20 @@ than the anchor). Benchmarks only report; they never fail on a time.
                  measure nothing
   --quick        server suite: the small calls only (3000 of each), 1 MiB transfers,
                  the baselines at a token size: a sample of the round trips in seconds
+  --model M      train suite: nano, char or gpt2 (repeatable; default char,gpt2)
+  --batch B      train suite: sequences per step (default: vkern train's for the model:
+                 nano 16, char 32, gpt2 16)
+  --context T    train suite: tokens per sequence, at most the model's (default: the
+                 model's; a shorter T shortens the position table too)
+  --steps N      train suite: timed steps (default 30)
+  --warmup N     train suite: untimed steps first (default 10)
+  --seed N       train suite: the initialisation and the random tokens (default 1)
   --json FILE    write the results as JSON
   --svg FILE     write a chart of the ratios to the anchors
+
+Example, on a GPU machine (bench/cuda-train-bench.sh runs both):
+  python3 bench/train_anchors.py > train-anchors.jsonl
+  vkern bench --suite train --backend cuda --anchors train-anchors.jsonl --json train.json
 `
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -55,11 +74,25 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	runs := fs.Int("runs", 50, "")
 	quick := fs.Bool("quick", false, "")
 	list := fs.Bool("list", false, "")
-	var ops, shapes listFlag
+	var ops, shapes, models listFlag
 	fs.Var(&ops, "op", "")
 	fs.Var(&shapes, "shape", "")
+	fs.Var(&models, "model", "")
+	batch := fs.Int("batch", 0, "")
+	seqLen := fs.Int("context", 0, "")
+	steps := fs.Int("steps", 30, "")
+	warmup := fs.Int("warmup", 10, "")
+	seed := fs.Uint64("seed", 1, "")
 	if code, done := parseFlags(fs, args, benchHelp, stdout, stderr); done {
 		return code
+	}
+	if *suite != "train" {
+		for _, name := range []string{"model", "batch", "context", "steps", "warmup", "seed"} {
+			if flagSet(fs, name) {
+				fmt.Fprintf(stderr, "vkern bench: --%s is for --suite train, not %q\n", name, *suite)
+				return exitUsage
+			}
+		}
 	}
 	if *list {
 		return listOpCases(*suite, ops, shapes, stdout, stderr)
@@ -91,9 +124,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	var anchors []bench.Anchor
+	var trainAnchors []bench.TrainAnchor
 	if *anchorsPath != "" {
 		var err error
-		if anchors, err = bench.ReadAnchorsFile(*anchorsPath); err != nil {
+		if *suite == "train" {
+			trainAnchors, err = bench.ReadTrainAnchorsFile(*anchorsPath)
+		} else {
+			anchors, err = bench.ReadAnchorsFile(*anchorsPath)
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "vkern bench: %v\n", err)
 			return exitUsage
 		}
@@ -120,8 +159,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			}
 			results, err = bench.ServerSuite(ctx, info.BinaryPath, info.SourceSHA256, opts)
 		}
+	case "train":
+		var cases []bench.TrainCase
+		if cases, err = trainCases(models, *batch, flagSet(fs, "batch"), *seqLen, *steps, *warmup); err == nil {
+			err = bench.CheckTrainAnchors(cases, trainAnchors)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "vkern bench: %v\n", err)
+			return exitUsage
+		}
+		results, err = bench.TrainSuite(ctx, bench.TrainOptions{Open: vkern.Options{Backend: *backend}, Cases: cases,
+			Anchors: trainAnchors, Steps: *steps, Warmup: *warmup, Seed: *seed}, stderr)
 	default:
-		fmt.Fprintf(stderr, "vkern bench: unknown --suite %q: want core, ops or server\n", *suite)
+		fmt.Fprintf(stderr, "vkern bench: unknown --suite %q: want core, ops, server or train\n", *suite)
 		return exitUsage
 	}
 	if err != nil {
@@ -154,6 +204,40 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	return exitOK
+}
+
+// trainCases are the train suite's cases: each model (default char and
+// gpt2) at --batch (default: vkern train's for the model) and --context.
+func trainCases(models []string, batch int, batchSet bool, seqLen, steps, warmup int) ([]bench.TrainCase, error) {
+	if steps < 1 || warmup < 0 {
+		return nil, fmt.Errorf("--steps %d and --warmup %d: want at least 1 timed step and no negative warm-up", steps, warmup)
+	}
+	if batchSet && batch < 1 {
+		return nil, fmt.Errorf("--batch %d: want at least 1", batch)
+	}
+	if len(models) == 0 {
+		models = []string{"char", "gpt2"}
+	}
+	var cases []bench.TrainCase
+	for _, name := range models {
+		b := batch
+		if !batchSet {
+			b = modelDefaults[name].batch
+		}
+		c, err := bench.NewTrainCase(name, b, seqLen)
+		if err != nil {
+			return nil, err
+		}
+		cases = append(cases, c)
+	}
+	return cases, nil
+}
+
+// flagSet says whether the command line gave the flag called name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // opCases pairs each chosen op with each shape that fits it: the shapes
@@ -206,6 +290,8 @@ func printResults(w io.Writer, results []bench.Result) {
 	for _, r := range results {
 		figure := ""
 		switch {
+		case r.TokensPerSecond > 0:
+			figure = fmt.Sprintf("%.0f tok/s", r.TokensPerSecond)
 		case r.GFLOPs >= 1000:
 			figure = fmt.Sprintf("%.1f TFLOP/s", r.GFLOPs/1000)
 		case r.GFLOPs > 0:
@@ -213,15 +299,19 @@ func printResults(w io.Writer, results []bench.Result) {
 		case r.GBps > 0:
 			figure = fmt.Sprintf("%.2f GB/s", r.GBps)
 		}
-		ratio := ""
-		if r.Anchor != "" {
-			ratio = fmt.Sprintf("%.3g", r.Ratio)
+		anchor, ratio := "", ""
+		ratios := r.Ratios()
+		if len(ratios) > 0 {
+			anchor, ratio = ratios[0].Anchor, fmt.Sprintf("%.3g", ratios[0].Ratio)
 		}
 		share := ""
 		if r.FloorShare > 0 {
 			share = fmt.Sprintf("%.2f", r.FloorShare)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.N, time.Duration(r.MedianNs).Round(10*time.Nanosecond), figure, r.Anchor, ratio, share)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.N, time.Duration(r.MedianNs).Round(10*time.Nanosecond), figure, anchor, ratio, share)
+		for _, rel := range ratios[min(1, len(ratios)):] {
+			fmt.Fprintf(tw, "\t\t\t\t%s\t%.3g\t\n", rel.Anchor, rel.Ratio)
+		}
 	}
 	tw.Flush()
 }

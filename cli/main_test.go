@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +54,12 @@ func TestUsageErrorsExitTwoWithALineThatNamesTheValue(t *testing.T) {
 		{[]string{"bench", "--suite", "ops", "--quick"}, `--quick is for --suite server, not "ops"`},
 		{[]string{"bench", "--list"}, `--list is for --suite ops, not "core"`},
 		{[]string{"bench", "--suite", "ops", "--list", "--op", "attention", "--shape", "4x4"}, `--shape "4x4" fits none of the chosen ops`},
+		{[]string{"bench", "--suite", "train", "--model", "gpt5"}, `no model "gpt5"; choose one of char, gpt2, nano`},
+		{[]string{"bench", "--suite", "train", "--steps", "0"}, "--steps 0"},
+		{[]string{"bench", "--suite", "train", "--batch", "0"}, "--batch 0"},
+		{[]string{"bench", "--suite", "train", "--model", "char", "--context", "257"}, "--context 257: want 1 to char's context, 256"},
+		{[]string{"bench", "--suite", "train", "--anchors", "/nonexistent-dir/train.jsonl"}, "/nonexistent-dir/train.jsonl: no such file"},
+		{[]string{"bench", "--suite", "ops", "--steps", "5"}, `--steps is for --suite train, not "ops"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -235,6 +243,71 @@ func TestBenchOpsSuiteWritesResultsAndAChart(t *testing.T) {
 	}
 	if svg, err := os.ReadFile(svgPath); err != nil || !bytes.Contains(svg, []byte("gemm_32x16x8")) {
 		t.Errorf("chart: %v\n%s", err, svg)
+	}
+}
+
+// The train suite times training steps on the cpu backend, at a size CI
+// takes in seconds, and relates each to the anchors of its model, batch
+// and context; it refuses an anchors file it cannot read or pair.
+func TestBenchTrainSuiteTimesStepsAgainstTheirAnchors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the kernel server")
+	}
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("no g++")
+	}
+	dir := t.TempDir()
+	line := func(mode string, batch int, ms float64) string {
+		return fmt.Sprintf(`{"anchor": "train", "model": "nano", "mode": %q, "batch": %d, "context": 16, "vocab": 256, "padded_vocab": 256, "steps": 30, "median_ms": %g, "tokens_per_second": %g, "skipped": 0, "torch": "2.11.0", "device": "cpu"}`,
+			mode, batch, ms, float64(batch*16)/ms*1e3)
+	}
+	write := func(name string, lines ...string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	anchors := write("anchors.jsonl", line("eager", 2, 40), line("compile", 2, 20))
+	jsonPath := filepath.Join(dir, "train.json")
+	args := []string{"bench", "--suite", "train", "--backend", "cpu", "--model", "nano", "--batch", "2", "--context", "16", "--steps", "2", "--warmup", "1"}
+	code, stdout, stderr := runCLI(t, append(args, "--anchors", anchors, "--json", jsonPath)...)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	results, data := benchJSON(t, jsonPath)
+	if len(results) != 1 {
+		t.Fatalf("JSON %s: want one result", data)
+	}
+	r := results[0]
+	if r.Name != "train_nano_b2_t16" || r.N != 2 || r.MedianNs <= 0 || r.GFLOPs <= 0 {
+		t.Errorf("result %+v: want 2 timed steps of nano at B 2, T 16", r)
+	}
+	if got, want := r.TokensPerSecond, 2*16/(r.MedianNs/1e9); math.Abs(got-want) > 1e-9*want {
+		t.Errorf("tokens/s %v, want B·T over the median, %v", got, want)
+	}
+	if len(r.Relations) != 2 || r.Relations[0].Anchor != "PyTorch eager" || r.Relations[1].Anchor != "torch.compile" ||
+		math.Abs(r.Relations[0].Ratio-40e6/r.MedianNs) > 1e-9 || r.Relations[1].TokensPerSecond != 1600 {
+		t.Errorf("relations %+v: want eager's and compile's, each the anchor's median over ours", r.Relations)
+	}
+	if r.FloorShare != 0 {
+		t.Errorf("a share of the GPU peak on the cpu backend: %v", r.FloorShare)
+	}
+	if !strings.Contains(stdout, "tok/s") || !strings.Contains(stdout, "torch.compile") {
+		t.Errorf("table lacks the tokens/s or the compile ratio:\n%s", stdout)
+	}
+
+	for _, tc := range []struct{ name, anchors, want string }{
+		{"an anchor at another batch", write("b4.jsonl", line("eager", 4, 40)), "anchors line 1 (nano eager) has batch 4 where vkern's is 2"},
+		{"an op anchors file", write("ops.jsonl", `{"op": "gemm", "shape": "8x8x8", "impl": "torch.mm", "median_ms": 0.1}`), "not a training anchor"},
+		{"a truncated line", write("cut.jsonl", line("eager", 2, 40)[:50]), "anchors line 1: unexpected end of JSON input"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, append(args, "--anchors", tc.anchors)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr, exitUsage, tc.want)
+			}
+		})
 	}
 }
 

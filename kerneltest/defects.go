@@ -465,7 +465,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "off-by-one label in cross_entropy's gradient", File: "cuda/cross_entropy.cu",
-		Old: "const int mine = RowSlice<T, E, VW>::slot(label, t);", New: "const int mine = RowSlice<T, E, VW>::slot(label + 1, t);",
+		Old: "const int mine = RowSlice<T, E, VW>::row_slot(g, label, t);", New: "const int mine = RowSlice<T, E, VW>::row_slot(g, label + 1, t);",
 		Op: "cross_entropy", Shapes: []string{"7x4099"},
 	},
 	{
@@ -720,6 +720,25 @@ var CUDADefects = []Mutation{
 		Old: "return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |\n         static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16;",
 		New: halfAwayLambda + "\n  return static_cast<uint32_t>(__half_as_ushort(away(lo))) |\n         static_cast<uint32_t>(__half_as_ushort(away(hi))) << 16;",
 		Op:  "softmax_grad", Shapes: []string{"64x1000", "7x4099"},
+	},
+	// Rows that do not start on a 16-byte boundary (odd row lengths): the
+	// vectors a row's ends cut, read and written element by element.
+	{
+		Name: "unaligned rows' cut vectors read as padding", File: "cuda/rows.cuh",
+		Old: "if (column(j, t) >= hi || inside(j, t, lo, hi)) continue;", New: "continue;",
+		Op: "softmax", Shapes: []string{"16x13", "7x4099"},
+	},
+	{
+		Name: "unaligned rows' last element left unwritten", File: "cuda/rows.cuh",
+		Old: "if (k >= lo && k < hi) h[k]", New: "if (k >= lo && k + 1 < hi) h[k]",
+		Op: "cross_entropy", Shapes: []string{"16x13", "7x4099"},
+	},
+	{
+		Name: "softmax_grad's staged rows read their cut vectors as zeros", File: "cuda/softmax.cu",
+		Old: "return load_cut(reinterpret_cast<const __half*>(base + j), lo - 8 * j, hi - 8 * j, 0u);",
+		New: "return make_uint4(0u, 0u, 0u, 0u);",
+		// 50,257 columns: the staged kernel on a Hopper GPU.
+		Op: "softmax_grad", Shapes: []string{"16x50257"},
 	},
 	{
 		Name: "embedding's wpe row from p / B where p mod T belongs", File: "cuda/embedding.cu",

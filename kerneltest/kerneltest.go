@@ -73,9 +73,15 @@ func Options(t *testing.T, dev verify.Device) verify.Options {
 // sizes that cross a GPU kernel's tile or on-chip limits.
 var extraShapes = map[string][]string{
 	"gemm": {"65x33x257"}, "gemm_grad_a": {"65x33x257"}, "gemm_grad_b": {"65x33x257"},
-	"softmax": {"3x33000"}, "softmax_grad": {"3x33000"},
-	"cross_entropy": {"3x65536", "3x65537:ignore_index=-100"},
-	"add":           {"1000003"}, "gelu": {"1000003"}, "gelu_grad": {"1000003"},
+	// Odd row lengths, so that consecutive rows start at every offset from a
+	// 16-byte boundary, on each row path of the GPU kernels: a warp a row,
+	// a block a row (softmax_grad staged in shared memory), a cluster of
+	// blocks, and segments (524,289: past the largest cluster).
+	"softmax":      {"3x33000", "16x9", "16x13", "16x1001", "16x50257", "9x100001", "8x524289"},
+	"softmax_grad": {"3x33000", "16x9", "16x13", "16x1001", "16x50257", "9x100001", "8x524289"},
+	"cross_entropy": {"3x65536", "3x65537:ignore_index=-100", "16x9", "16x13", "16x1001:ignore_index=-100",
+		"16x50257", "9x100001"},
+	"add": {"1000003"}, "gelu": {"1000003"}, "gelu_grad": {"1000003"},
 	"layernorm":      {"3x4099", "2x20000", "3000x64"},
 	"layernorm_grad": {"3x4099", "2x9000", "3000x64"},
 	"global_norm":    {"1000003"}, "adamw": {"1000003"},

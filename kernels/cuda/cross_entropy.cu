@@ -20,14 +20,18 @@
 // ignored, c is never used and every output is 0.
 //
 // Launch shapes, as softmax.cu's (the row layout and reductions are shared
-// with it, in rows.cuh):
-// - Rows up to 65,536 elements: one pass. A row belongs to T threads (one
-//   warp, several rows per block, for V <= 1,024; else one block of T = 64 ..
-//   1,024 threads); each thread holds E <= 128 elements in registers as f16
-//   pairs, read once with 16-byte loads where the row allows (V % 8 == 0 and
-//   16-byte aligned pointers; else 2-byte loads). Blocks walk the rows in a
-//   grid-stride loop.
-// - Longer rows: segments of 32,768 elements, one block each. A first kernel
+// with it, in rows.cuh), by a row's extent (V, or V + 7 when rows start off
+// a 16-byte boundary):
+// - Rows of extent up to 65,536: one pass. A row belongs to T threads (one
+//   warp, several rows per block, for extent <= 1,024; else one block of T =
+//   64 .. 1,024 threads); each thread holds E <= 128 elements in registers
+//   as f16 pairs, read once with 16-byte loads wherever the row starts
+//   (logits and dLogits equally far past a 16-byte boundary; else 2-byte
+//   loads): the row is laid from the boundary at or before its start, and
+//   the at most two vectors its ends cut are read and written element by
+//   element. Blocks walk the rows in a grid-stride loop.
+// - Longer rows: segments of 32,768 elements laid from that boundary, one
+//   block each. A first kernel
 //   writes each segment's (max, Σ exp(x − max)) to scratch; a second combines
 //   the row's pairs, writes the segment's gradient, and the row's first
 //   segment also writes the loss. Long rows are read twice.
@@ -53,9 +57,13 @@
 // of the copy floor and 3.45× F.cross_entropy + backward; softmax.cu's
 // softmax at the same shape 574 µs. 32768×1024 2.42 TB/s.
 //
-// Variants (one so far; ratio to F.cross_entropy + backward at 8192×50304):
+// Variants (ratio to F.cross_entropy + backward at 8192×50304; at 4096×50257,
+// rows off 16-byte boundaries, ratio to the copy floor):
 //   1. softmax.cu's one-pass row kernel with the label read first, the loss
 //      from the row's max and sum, and the gradient written in place of Y .. 3.45
+//      (4096×50257, 2-byte accesses: 0.59 of the copy floor)
+//   2. as 1, with 16-byte accesses from each row's 16-byte boundary and the
+//      cut vectors element by element (used) ........ 4096×50257: not yet measured
 //
 // Scratch (see ops.cuh): one word (the count of rows kept), and for long
 // rows 8 bytes per row per segment.
@@ -135,7 +143,7 @@ __global__ void __launch_bounds__(T* RPB)
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   __shared__ float red[T / 32];
   const int t = threadIdx.x % T;
-  const int cols = static_cast<int>(V);  // V <= T·E here
+  const int cols = static_cast<int>(V);  // a row's extent <= T·E here
   const float c = mean_scale(kept, R, grad_scale);
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
        r += static_cast<int64_t>(gridDim.x) * RPB) {
@@ -144,18 +152,18 @@ __global__ void __launch_bounds__(T* RPB)
     __half* g = G + r * V;
     if (kind != kKept) {
       skip_row(kind, r, t == 0, loss, bad_row);
-      RowSlice<T, E, VW>::store(g, cols, t, [](int) { return 0u; });
+      RowSlice<T, E, VW>::store_row(g, cols, t, [](int) { return 0u; });
       continue;
     }
     // The label's logit, loaded with the row so that its latency is hidden.
     const float x_label = t == 0 ? __half2float(X[r * V + label]) : 0.0f;
     RowSlice<T, E, VW> x;
-    x.load(X + r * V, cols, t, kNegInfPair);
+    x.load_row(X + r * V, cols, t, kNegInfPair);
     float m = neg_inf();
     m = fmaxf(m, max_of(x.w));
     m = row_max<T>(m, red);
     launder(x.w);
-    const int mine = RowSlice<T, E, VW>::slot(label, t);
+    const int mine = RowSlice<T, E, VW>::row_slot(g, label, t);
     if (KeepExps<T, E>::value) {
       float e[E];
       float s = 0.0f;
@@ -167,7 +175,7 @@ __global__ void __launch_bounds__(T* RPB)
       s = row_sum<T>(s, red);
       if (t == 0) loss[r] = (m - x_label) + logf(s);
       const float q = c / s;
-      RowSlice<T, E, VW>::store(g, cols, t, [&](int i) {
+      RowSlice<T, E, VW>::store_row(g, cols, t, [&](int i) {
         return pack(gradient(e[2 * i], q, c, 2 * i, mine), gradient(e[2 * i + 1], q, c, 2 * i + 1, mine));
       });
     } else {
@@ -178,7 +186,7 @@ __global__ void __launch_bounds__(T* RPB)
       launder(x.w);
       if (t == 0) loss[r] = (m - x_label) + logf(s);
       const float q = c / s;
-      RowSlice<T, E, VW>::store(g, cols, t, [&](int i) {
+      RowSlice<T, E, VW>::store_row(g, cols, t, [&](int i) {
         return pack(gradient(exp_of(element(x.w, 2 * i) - m), q, c, 2 * i, mine),
                     gradient(exp_of(element(x.w, 2 * i + 1) - m), q, c, 2 * i + 1, mine));
       });
@@ -187,7 +195,8 @@ __global__ void __launch_bounds__(T* RPB)
 }
 
 // ---------------------------------------------------------------------------
-// Long rows: segments of kSegment elements, job = row · P + segment.
+// Long rows: segments of kSegment elements (rows.cuh's RowPiece), job = row ·
+// P + segment.
 
 template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
@@ -196,11 +205,11 @@ __global__ void __launch_bounds__(kSegmentThreads)
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
-    const int64_t r = job / P, first = job % P * kSegment;
+    const int64_t r = job / P;
     if (row_kind(VK_LDG(labels + r), V, ignore) != kKept) continue;  // the write kernel skips it too
-    const int cols = static_cast<int>(V - first < kSegment ? V - first : kSegment);
+    const RowPiece piece = RowPiece::of(V, lead_of<VW>(X + r * V), job % P, kSegment);
     RowSlice<kSegmentThreads, kSegmentElems, VW> x;
-    x.load(X + r * V + first, cols, t, kNegInfPair);
+    x.load_row(X + r * V + piece.first, piece.cols, t, kNegInfPair);
     const float2 stats = slice_stats(x, red);  // a segment of only −Inf gives (−Inf, 0)
     if (t == 0) partials[job] = stats;
   }
@@ -217,15 +226,15 @@ __global__ void __launch_bounds__(kSegmentThreads)
   const int t = threadIdx.x;
   const float c = mean_scale(kept, R, grad_scale);
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
-    const int64_t r = job / P, first = job % P * kSegment;
-    const int cols = static_cast<int>(V - first < kSegment ? V - first : kSegment);
+    const int64_t r = job / P;
+    const RowPiece piece = RowPiece::of(V, lead_of<VW>(X + r * V), job % P, kSegment);
     const int64_t label = VK_LDG(labels + r);
     const RowKind kind = row_kind(label, V, ignore);
-    __half* g = G + r * V + first;
-    const bool writes_loss = first == 0 && t == 0;
+    __half* g = G + r * V + piece.first;
+    const bool writes_loss = job % P == 0 && t == 0;
     if (kind != kKept) {
       skip_row(kind, r, writes_loss, loss, bad_row);
-      Slice::store(g, cols, t, [](int) { return 0u; });
+      Slice::store_row(g, piece.cols, t, [](int) { return 0u; });
       continue;
     }
     const float x_label = writes_loss ? __half2float(X[r * V + label]) : 0.0f;
@@ -243,10 +252,10 @@ __global__ void __launch_bounds__(kSegmentThreads)
     s = row_sum<kSegmentThreads>(s, red);
     if (writes_loss) loss[r] = (m - x_label) + logf(s);
     const float q = c / s;
-    const int mine = Slice::slot(label - first, t);
+    const int mine = Slice::row_slot(g, label - piece.first, t);
     Slice x;
-    x.load(X + r * V + first, cols, t, kNegInfPair);
-    Slice::store(g, cols, t, [&](int i) {
+    x.load_row(X + r * V + piece.first, piece.cols, t, kNegInfPair);
+    Slice::store_row(g, piece.cols, t, [&](int i) {
       return pack(gradient(exp_of(element(x.w, 2 * i) - m), q, c, 2 * i, mine),
                   gradient(exp_of(element(x.w, 2 * i + 1) - m), q, c, 2 * i + 1, mine));
     });
@@ -301,20 +310,22 @@ cudaError_t launch_rows(const Call& a) {
   return cudaGetLastError();
 }
 
+// cross_entropy_with picks the kernels by a row's extent (rows.cuh's
+// row_extent; V with 2-byte accesses).
 template <int VW>
-cudaError_t cross_entropy_with(const Call& a) {
+cudaError_t cross_entropy_with(const Call& a, int64_t extent) {
   const int64_t V = a.V;
-  if (V <= 256) return launch_rows<32, 8, 8, VW>(a);
-  if (V <= 512) return launch_rows<32, 8, 16, VW>(a);
-  if (V <= 1024) return launch_rows<32, 4, 32, VW>(a);
-  if (V <= 2048) return launch_rows<64, 1, 32, VW>(a);
-  if (V <= 4096) return launch_rows<128, 1, 32, VW>(a);
-  if (V <= 8192) return launch_rows<256, 1, 32, VW>(a);
-  if (V <= 16384) return launch_rows<512, 1, 32, VW>(a);
-  if (V <= 32768) return launch_rows<1024, 1, 32, VW>(a);
-  if (V <= 65536) return launch_rows<512, 1, 128, VW>(a);
+  if (extent <= 256) return launch_rows<32, 8, 8, VW>(a);
+  if (extent <= 512) return launch_rows<32, 8, 16, VW>(a);
+  if (extent <= 1024) return launch_rows<32, 4, 32, VW>(a);
+  if (extent <= 2048) return launch_rows<64, 1, 32, VW>(a);
+  if (extent <= 4096) return launch_rows<128, 1, 32, VW>(a);
+  if (extent <= 8192) return launch_rows<256, 1, 32, VW>(a);
+  if (extent <= 16384) return launch_rows<512, 1, 32, VW>(a);
+  if (extent <= 32768) return launch_rows<1024, 1, 32, VW>(a);
+  if (extent <= 65536) return launch_rows<512, 1, 128, VW>(a);
 
-  const int64_t P = ceil_div(V, kSegment);
+  const int64_t P = ceil_div(extent, kSegment);
   void* buffer = nullptr;
   const cudaError_t err = partials_scratch(static_cast<size_t>(a.R * P) * sizeof(float2), &buffer);
   if (err != cudaSuccess) return err;
@@ -351,8 +362,10 @@ cudaError_t vk_cross_entropy(const __half* logits, const int32_t* labels, float*
     if (err != cudaSuccess) return err;
     a.kept = words;
   }
-  if (V % 8 == 0 && aligned16(logits) && aligned16(dLogits)) return cross_entropy_with<8>(a);
-  return cross_entropy_with<1>(a);
+  // 16-byte accesses wherever the rows start, when logits' and dLogits'
+  // rows start equally far past a 16-byte boundary.
+  if (congruent16(logits, dLogits)) return cross_entropy_with<8>(a, row_extent(V, logits));
+  return cross_entropy_with<1>(a, V);
 }
 
 namespace vkern {

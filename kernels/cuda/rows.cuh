@@ -1,7 +1,8 @@
 // The row machinery the softmax ops (softmax.cu) and cross_entropy
 // (cross_entropy.cu) share: f16 pair arithmetic, a thread's slice of a row
-// held in registers (RowSlice: 16-byte or 2-byte accesses, columns past the
-// end filled), and max and sum reductions over the threads that own a row.
+// held in registers (RowSlice: 16-byte accesses wherever a row starts, or
+// 2-byte ones; slots outside the row filled), and max and sum reductions
+// over the threads that own a row.
 // Included into the cuda backend's unity build once, before both.
 #ifndef VKERN_CUDA_ROWS_CUH
 #define VKERN_CUDA_ROWS_CUH
@@ -78,9 +79,50 @@ __device__ __forceinline__ void launder(uint32_t (&w)[N]) {
 #endif
 }
 
+// lead_of: how many elements p lies past the 16-byte boundary at or before
+// it, with 16-byte accesses (VW = 8; 0 .. 7); 0 with 2-byte ones.
+template <int VW>
+__device__ __forceinline__ int lead_of(const __half* p) {
+  return VW == 8 ? static_cast<int>(reinterpret_cast<uintptr_t>(p) >> 1 & 7u) : 0;
+}
+
+// load_cut reads the elements [lo, hi) of the eight at v (16-byte aligned),
+// one at a time: a vector that the end of a row cuts. The others are fill's
+// halves (its low half at even elements), and are not read.
+__device__ __forceinline__ uint4 load_cut(const __half* v, int lo, int hi, uint32_t fill) {
+  const unsigned short* h = reinterpret_cast<const unsigned short*>(v);
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t even = 2 * k >= lo && 2 * k < hi ? VK_LDG(h + 2 * k) : (fill & 0xffffu);
+    const uint32_t odd = 2 * k + 1 >= lo && 2 * k + 1 < hi ? VK_LDG(h + 2 * k + 1) : (fill >> 16);
+    w[k] = even | odd << 16;
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// store_cut writes the elements [lo, hi) of the eight f16 in value to v
+// (16-byte aligned), one at a time, and nothing else.
+__device__ __forceinline__ void store_cut(__half* v, int lo, int hi, uint4 value) {
+  unsigned short* h = reinterpret_cast<unsigned short*>(v);
+  const uint32_t w[4] = {value.x, value.y, value.z, value.w};
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    if (k >= lo && k < hi) h[k] = static_cast<unsigned short>(k & 1 ? w[k / 2] >> 16 : w[k / 2] & 0xffffu);
+  }
+}
+
 // RowSlice: E elements of a row held by thread t of the T threads that own
 // it. Element idx of the slice is vector idx / VW, lane idx % VW; vector j is
-// at column (j·T + t)·VW of the row (or the segment).
+// at column (j·T + t)·VW of the slice's base.
+//
+// Rows start anywhere. With 16-byte accesses a row is laid from the 16-byte
+// boundary at or before its start (load_row, store_row): the base is that
+// boundary and the row is the span [lead, lead + cols) of it. A vector
+// wholly inside the span is one 16-byte access; the at most two the span
+// cuts (the row's first and last) are read and written element by element,
+// and slots outside the span hold fill. load and store are for rows that
+// start 16-byte aligned (with VW = 8) and have nothing to cut.
 template <int T, int E, int VW>
 struct RowSlice {
   static_assert(VW == 8 || VW == 1, "vector width 8 or 1");
@@ -92,60 +134,130 @@ struct RowSlice {
   // Columns inside one row or segment fit an int (at most 65,536).
   __device__ static int column(int j, int t) { return (j * T + t) * VW; }
 
-  // Loads columns < cols of row; other slots get fill (a pair of f16 bits).
+  // inside: whether vector j of thread t lies wholly in the span [lo, hi).
+  // lo < 8 <= column(1, t), so only vector 0 can start before lo.
+  __device__ static bool inside(int j, int t, int lo, int hi) {
+    return column(j, t) + VW <= hi && (j > 0 || column(j, t) >= lo);
+  }
+
   // slot is the element index at which thread t holds column col of the
-  // row, or −1 when another thread holds it.
+  // base, or −1 when another thread holds it.
   __device__ static int slot(int64_t col, int t) {
     const int64_t vector = col / VW;
     if (col < 0 || vector % T != t) return -1;
     return static_cast<int>(vector / T) * VW + static_cast<int>(col % VW);
   }
 
+  // load_span loads the span [lo, hi) of base (16-byte aligned when VW = 8;
+  // lo < 8, and lo <= 0 when VW = 1); other slots get fill (a pair of f16
+  // bits). Cut = false promises that no vector straddles lo or hi.
   // Addresses are one per-thread base plus compile-time offsets.
-  __device__ void load(const __half* row, int cols, int t, uint32_t fill) {
+  template <bool Cut = true>
+  __device__ void load_span(const __half* base, int lo, int hi, int t, uint32_t fill) {
     if (VW == 8) {
-      const uint4* base = reinterpret_cast<const uint4*>(row) + t;
+      const uint4* vectors = reinterpret_cast<const uint4*>(base) + t;
 #pragma unroll
       for (int j = 0; j < kVectors; ++j) {
         uint4 v = make_uint4(fill, fill, fill, fill);
-        if (column(j, t) < cols) v = VK_LDG(base + j * T);
+        if (Cut ? inside(j, t, lo, hi) : column(j, t) < hi) v = VK_LDG(vectors + j * T);
+        w[j * 4 + 0] = v.x;
+        w[j * 4 + 1] = v.y;
+        w[j * 4 + 2] = v.z;
+        w[j * 4 + 3] = v.w;
+      }
+      if (!Cut) return;
+      // The cut vectors, after every whole one has been asked for.
+#pragma unroll
+      for (int j = 0; j < kVectors; ++j) {
+        if (column(j, t) >= hi || inside(j, t, lo, hi)) continue;
+        const uint4 v = load_cut(base + column(j, t), lo - column(j, t), hi - column(j, t), fill);
         w[j * 4 + 0] = v.x;
         w[j * 4 + 1] = v.y;
         w[j * 4 + 2] = v.z;
         w[j * 4 + 3] = v.w;
       }
     } else {
-      const unsigned short* base = reinterpret_cast<const unsigned short*>(row) + t;
+      const unsigned short* elements = reinterpret_cast<const unsigned short*>(base) + t;
 #pragma unroll
       for (int j = 0; j < kVectors; j += 2) {
-        const uint32_t lo = column(j, t) < cols ? VK_LDG(base + j * T) : (fill & 0xffffu);
-        const uint32_t hi = column(j + 1, t) < cols ? VK_LDG(base + (j + 1) * T) : (fill >> 16);
-        w[j / 2] = lo | hi << 16;
+        const uint32_t even = inside(j, t, lo, hi) ? VK_LDG(elements + j * T) : (fill & 0xffffu);
+        const uint32_t odd = inside(j + 1, t, lo, hi) ? VK_LDG(elements + (j + 1) * T) : (fill >> 16);
+        w[j / 2] = even | odd << 16;
       }
     }
   }
 
-  // Stores the slots of columns < cols; pair(i) returns the packed f16 bits
-  // of elements 2i and 2i + 1. Each vector is stored as soon as it is made,
-  // and slots past the end are never computed.
-  template <class PairFn>
-  __device__ static void store(__half* row, int cols, int t, PairFn pair) {
+  // store_span stores the slots of the span [lo, hi) of base (as load_span);
+  // pair(i) returns the packed f16 bits of elements 2i and 2i + 1. Each
+  // vector is stored as soon as it is made, and vectors past hi are never
+  // computed.
+  template <bool Cut = true, class PairFn>
+  __device__ static void store_span(__half* base, int lo, int hi, int t, PairFn pair) {
     if (VW == 8) {
-      uint4* base = reinterpret_cast<uint4*>(row) + t;
+      uint4* vectors = reinterpret_cast<uint4*>(base) + t;
 #pragma unroll
       for (int j = 0; j < kVectors; ++j) {
-        if (column(j, t) < cols) base[j * T] = make_uint4(pair(j * 4), pair(j * 4 + 1), pair(j * 4 + 2), pair(j * 4 + 3));
+        if (column(j, t) >= hi) continue;
+        const uint4 v = make_uint4(pair(j * 4), pair(j * 4 + 1), pair(j * 4 + 2), pair(j * 4 + 3));
+        if (!Cut || inside(j, t, lo, hi)) {
+          vectors[j * T] = v;
+        } else {
+          store_cut(base + column(j, t), lo - column(j, t), hi - column(j, t), v);
+        }
       }
     } else {
-      unsigned short* base = reinterpret_cast<unsigned short*>(row) + t;
+      unsigned short* elements = reinterpret_cast<unsigned short*>(base) + t;
 #pragma unroll
       for (int j = 0; j < kVectors; j += 2) {
-        if (column(j, t) >= cols) continue;
+        if (column(j, t) >= hi) continue;
         const uint32_t bits = pair(j / 2);
-        base[j * T] = static_cast<unsigned short>(bits & 0xffffu);
-        if (column(j + 1, t) < cols) base[(j + 1) * T] = static_cast<unsigned short>(bits >> 16);
+        if (inside(j, t, lo, hi)) elements[j * T] = static_cast<unsigned short>(bits & 0xffffu);
+        if (inside(j + 1, t, lo, hi)) elements[(j + 1) * T] = static_cast<unsigned short>(bits >> 16);
       }
     }
+  }
+
+  // load_row and store_row: the first cols elements of a row (or of a piece
+  // of one) that starts anywhere. Rows read and written together must lie
+  // equally far past a 16-byte boundary (the host checks it). row_slot is
+  // the slot of the row's column col.
+  __device__ void load_row(const __half* row, int cols, int t, uint32_t fill) {
+    const int lead = lead_of<VW>(row);
+    load_span(row - lead, lead, lead + cols, t, fill);
+  }
+  template <class PairFn>
+  __device__ static void store_row(__half* row, int cols, int t, PairFn pair) {
+    const int lead = lead_of<VW>(row);
+    store_span(row - lead, lead, lead + cols, t, pair);
+  }
+  __device__ static int row_slot(const __half* row, int64_t col, int t) { return slot(col + lead_of<VW>(row), t); }
+
+  // load and store: a row that starts 16-byte aligned when VW = 8, with
+  // cols a multiple of 8 (layernorm.cu's rows and weights, whose columns
+  // must meet in the same slots).
+  __device__ void load(const __half* row, int cols, int t, uint32_t fill) { load_span<false>(row, 0, cols, t, fill); }
+  template <class PairFn>
+  __device__ static void store(__half* row, int cols, int t, PairFn pair) {
+    store_span<false>(row, 0, cols, t, pair);
+  }
+};
+
+// RowPiece: the columns [first, first + cols) of a row that piece k holds
+// when the row is cut into pieces of size elements (a multiple of 8) laid
+// from the 16-byte boundary lead elements before the row's start: piece 0
+// starts with the row, every later piece on a 16-byte boundary, and pieces
+// past the row's end are empty. With lead = 0 these are the plain pieces
+// [k·size, (k + 1)·size).
+struct RowPiece {
+  int64_t first;
+  int cols;
+
+  __device__ static RowPiece of(int64_t C, int lead, int64_t k, int64_t size) {
+    const int64_t start = k * size - lead, end = start + size < C ? start + size : C;
+    RowPiece p;
+    p.first = start > 0 ? start : 0;
+    p.cols = static_cast<int>(end > p.first ? end - p.first : 0);
+    return p;
   }
 };
 
@@ -219,6 +331,18 @@ __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + 
 inline unsigned grid_for(int64_t jobs) { return static_cast<unsigned>(jobs < kMaxBlocks ? jobs : kMaxBlocks); }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// congruent16: whether a and b lie equally far past a 16-byte boundary, so
+// that rows at the same offset of each share their lead (RowSlice).
+inline bool congruent16(const void* a, const void* b) {
+  return ((reinterpret_cast<uintptr_t>(a) ^ reinterpret_cast<uintptr_t>(b)) & 15u) == 0;
+}
+
+// row_extent is the most columns that a row of C elements (row r at p +
+// r·C) covers with 16-byte accesses, laid from the 16-byte boundary at or
+// before its start: C when every row starts on a boundary, else C + 7. The
+// launchers size a row's threads, pieces or stage by it.
+inline int64_t row_extent(int64_t C, const void* p) { return C % 8 == 0 && aligned16(p) ? C : C + 7; }
 
 // ScratchBuffer is device memory kept between calls and grown when a call
 // needs more (with cudaFree + cudaMalloc, which synchronise the device; see

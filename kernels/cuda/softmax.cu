@@ -10,27 +10,28 @@
 //   softmax_grad  d    = Σ_j dy_j · y_j                 f32 (each product is exact)
 //                 dx_j = f16(y_j · (dy_j − d))
 //
-// Launch shapes:
-// - Rows that fit on chip (C <= 65,536 for softmax, <= 32,768 for
+// Launch shapes (by a row's extent: C, or C + 7 when rows start off a
+// 16-byte boundary; see Vector width below):
+// - Rows that fit on chip (extent <= 65,536 for softmax, <= 32,768 for
 //   softmax_grad): one pass. A row belongs to T threads (one warp, with
-//   several rows per block, for C <= 1,024; otherwise one block of T =
+//   several rows per block, for extent <= 1,024; otherwise one block of T =
 //   64..1,024 threads); each thread holds E <= 128 elements of the row in
 //   registers as packed f16 pairs (at most 64 registers of row data), read
-//   once with 16-byte loads where the row allows, and the row's reductions
+//   once with 16-byte loads, and the row's reductions
 //   are warp shuffles plus one shared-memory step. Thread t holds vectors t,
 //   t + T, t + 2T, … of VW elements, so every load and store is coalesced.
 //   Blocks walk the rows in a grid-stride loop. (The table is in
 //   softmax_with and softmax_grad_with.)
-// - softmax_grad rows of 32,768 < C whose two inputs fit in one block's
-//   shared memory (4·C + 128 bytes; C <= 58,080 on Hopper's 227 KB, CUDA
-//   only): softmax_grad_staged, one pass. One block of 1,024 threads per SM
+// - softmax_grad rows of 32,768 < extent whose two inputs fit in one
+//   block's shared memory (4·extent + 128 bytes; extent <= 58,080 on
+//   Hopper's 227 KB, CUDA only): softmax_grad_staged, one pass. One block of 1,024 threads per SM
 //   walks rows G apart (G blocks); each thread parks its vectors of dY and Y
 //   in its own slots of shared memory, and loads row r + G into those slots
 //   while it writes row r's dX from them, so each element is read once and
 //   the loads of one row overlap the stores of the last.
 // - Rows longer than that, on compute capability 9 (CUDA only): a cluster
 //   of P <= 16 blocks of 512 threads holds the row in registers, 32,768
-//   elements a block (16,384 with 2-byte accesses), so C <= 524,288
+//   elements a block (16,384 with 2-byte accesses), so extent <= 524,288
 //   (262,144). Each block reduces its segment, the blocks exchange their
 //   partials through distributed shared memory after one cluster barrier,
 //   and each writes its segment: one pass (softmax_cluster,
@@ -44,9 +45,19 @@
 //   streams through the segment. So these rows are read twice and written
 //   once.
 //
-// Vector width VW: 8 (16-byte accesses) when C is a multiple of 8 and the
-// pointers are 16-byte aligned, so no vector straddles the end of a row;
-// otherwise 1 (2-byte accesses, still coalesced).
+// Vector width VW: 8 (16-byte accesses) whenever the operands lie equally
+// far past a 16-byte boundary (always, for buffers from cudaMalloc), for
+// any C; otherwise 1 (2-byte accesses, still coalesced). Row r starts
+// (r·C) mod 8 elements past a boundary when C is not a multiple of 8, so
+// each row is laid from the boundary at or before its start (rows.cuh's
+// RowSlice): the vectors wholly inside the row are 16-byte accesses, and
+// the at most two that the row's ends cut are read and written element by
+// element, their slots outside the row holding the padding below. Pieces
+// of a long row (cluster blocks, segments) are cut from that boundary too,
+// so every piece after the first starts on one. A row then covers at most
+// C + 7 columns of its threads' slots: its extent. With C a multiple of 8
+// and aligned operands no row has a lead, nothing is cut, and the extent
+// is C.
 //
 // Accuracy, against the oracle's bound: x − m is exact or within 2⁻²⁴
 // relative (x and m are f16 values), the product with log2 e adds two more
@@ -84,6 +95,14 @@
 //
 // Variants measured side by side (ratio to copy; the run above unless
 // marked *, an earlier run of the same harness):
+// - softmax, 4096×50257 (rows off 16-byte boundaries; † vkern bench, ratio
+//   to its copy floor):
+//   1. 2-byte accesses ........................................... 0.57†
+//   2. 16-byte accesses from each row's boundary, the cut vectors
+//      element by element (used) ......................... not yet measured
+// - softmax_grad, 4096×50257:
+//   1. staged, 2-byte accesses ................................... 0.76†
+//   2. staged, 16-byte accesses from each row's boundary (used) not yet measured
 // - softmax_grad, 8192×50304:
 //   1. segmented, two kernels, rows read twice .................... 0.607
 //   2. staged in shared memory, 512 threads a block ................ 0.934
@@ -144,11 +163,11 @@ __global__ void __launch_bounds__(T* RPB)
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   __shared__ float red[T / 32];
   const int t = threadIdx.x % T;
-  const int cols = static_cast<int>(C);  // C <= T·E here
+  const int cols = static_cast<int>(C);  // a row's extent <= T·E here
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
        r += static_cast<int64_t>(gridDim.x) * RPB) {
     RowSlice<T, E, VW> x;
-    x.load(X + r * C, cols, t, kNegInfPair);
+    x.load_row(X + r * C, cols, t, kNegInfPair);
     float m = neg_inf();
     m = fmaxf(m, max_of(x.w));
     m = row_max<T>(m, red);
@@ -164,14 +183,14 @@ __global__ void __launch_bounds__(T* RPB)
       }
       s = row_sum<T>(s, red);
       const float inv = 1.0f / s;
-      RowSlice<T, E, VW>::store(y, cols, t, [&](int i) { return pack(e[2 * i] * inv, e[2 * i + 1] * inv); });
+      RowSlice<T, E, VW>::store_row(y, cols, t, [&](int i) { return pack(e[2 * i] * inv, e[2 * i + 1] * inv); });
     } else {
 #pragma unroll
       for (int i = 0; i < E; ++i) s += exp_of(element(x.w, i) - m);
       s = row_sum<T>(s, red);
       launder(x.w);
       const float inv = 1.0f / s;
-      RowSlice<T, E, VW>::store(y, cols, t, [&](int i) {
+      RowSlice<T, E, VW>::store_row(y, cols, t, [&](int i) {
         return pack(exp_of(element(x.w, 2 * i) - m) * inv, exp_of(element(x.w, 2 * i + 1) - m) * inv);
       });
     }
@@ -185,19 +204,19 @@ __global__ void __launch_bounds__(T* RPB)
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   __shared__ float red[T / 32];
   const int t = threadIdx.x % T;
-  const int cols = static_cast<int>(C);  // C <= T·E here
+  const int cols = static_cast<int>(C);  // a row's extent <= T·E here
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
        r += static_cast<int64_t>(gridDim.x) * RPB) {
     RowSlice<T, E, VW> g, y;
-    g.load(dY + r * C, cols, t, 0u);
-    y.load(Y + r * C, cols, t, 0u);
+    g.load_row(dY + r * C, cols, t, 0u);
+    y.load_row(Y + r * C, cols, t, 0u);
     float d = 0.0f;
 #pragma unroll
     for (int i = 0; i < E; ++i) d = fmaf(element(g.w, i), element(y.w, i), d);
     d = row_sum<T>(d, red);
     launder(g.w);
     launder(y.w);
-    RowSlice<T, E, VW>::store(dX + r * C, cols, t, [&](int i) {
+    RowSlice<T, E, VW>::store_row(dX + r * C, cols, t, [&](int i) {
       return pack(element(y.w, 2 * i) * (element(g.w, 2 * i) - d),
                   element(y.w, 2 * i + 1) * (element(g.w, 2 * i + 1) - d));
     });
@@ -205,7 +224,8 @@ __global__ void __launch_bounds__(T* RPB)
 }
 
 // ---------------------------------------------------------------------------
-// Long rows: segments of kSegment elements, job = row · P + segment.
+// Long rows: segments of kSegment elements (rows.cuh's RowPiece), job = row ·
+// P + segment.
 
 template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
@@ -213,10 +233,10 @@ __global__ void __launch_bounds__(kSegmentThreads)
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
-    const int64_t r = job / P, first = job % P * kSegment;
-    const int cols = static_cast<int>(C - first < kSegment ? C - first : kSegment);
+    const int64_t r = job / P;
+    const RowPiece piece = RowPiece::of(C, lead_of<VW>(X + r * C), job % P, kSegment);
     RowSlice<kSegmentThreads, kSegmentElems, VW> x;
-    x.load(X + r * C + first, cols, t, kNegInfPair);
+    x.load_row(X + r * C + piece.first, piece.cols, t, kNegInfPair);
     const float2 stats = slice_stats(x, red);
     if (t == 0) partials[job] = stats;
   }
@@ -229,8 +249,8 @@ __global__ void __launch_bounds__(kSegmentThreads)
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
-    const int64_t r = job / P, first = job % P * kSegment;
-    const int cols = static_cast<int>(C - first < kSegment ? C - first : kSegment);
+    const int64_t r = job / P;
+    const RowPiece piece = RowPiece::of(C, lead_of<VW>(X + r * C), job % P, kSegment);
     const float2* part = partials + r * P;
     float m = neg_inf();
     for (int64_t i = t; i < P; i += kSegmentThreads) m = fmaxf(m, part[i].x);
@@ -243,8 +263,8 @@ __global__ void __launch_bounds__(kSegmentThreads)
     s = row_sum<kSegmentThreads>(s, red);
     const float inv = 1.0f / s;
     RowSlice<kSegmentThreads, kSegmentElems, VW> x;
-    x.load(X + r * C + first, cols, t, kNegInfPair);
-    RowSlice<kSegmentThreads, kSegmentElems, VW>::store(Y + r * C + first, cols, t, [&](int i) {
+    x.load_row(X + r * C + piece.first, piece.cols, t, kNegInfPair);
+    RowSlice<kSegmentThreads, kSegmentElems, VW>::store_row(Y + r * C + piece.first, piece.cols, t, [&](int i) {
       return pack(exp_of(element(x.w, 2 * i) - m) * inv, exp_of(element(x.w, 2 * i + 1) - m) * inv);
     });
   }
@@ -257,15 +277,19 @@ __global__ void __launch_bounds__(kSegmentThreads)
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
-    const int64_t r = job / P, first = job % P * kSegment;
-    const int cols = static_cast<int>(C - first < kSegment ? C - first : kSegment);
-    const int64_t first_element = r * C + first;
+    const int64_t r = job / P;
+    const RowPiece piece = RowPiece::of(C, lead_of<VW>(dY + r * C), job % P, kSegment);
+    // The piece is the span [lo, hi) from its 16-byte boundary, read in
+    // slices of 8 elements a thread from there.
+    const int64_t start = r * C + piece.first;
+    const int lo = lead_of<VW>(dY + start), hi = lo + piece.cols;
+    const int64_t boundary = start - lo;
     float d = 0.0f;
 #pragma unroll 4
-    for (int base = 0; base < cols; base += kSegmentThreads * 8) {
+    for (int base = 0; base < hi; base += kSegmentThreads * 8) {
       RowSlice<kSegmentThreads, 8, VW> g, y;
-      g.load(dY + first_element + base, cols - base, t, 0u);
-      y.load(Y + first_element + base, cols - base, t, 0u);
+      g.load_span(dY + boundary + base, lo - base, hi - base, t, 0u);
+      y.load_span(Y + boundary + base, lo - base, hi - base, t, 0u);
 #pragma unroll
       for (int i = 0; i < 8; ++i) d = fmaf(element(g.w, i), element(y.w, i), d);
     }
@@ -281,20 +305,22 @@ __global__ void __launch_bounds__(kSegmentThreads)
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
-    const int64_t r = job / P, first = job % P * kSegment;
-    const int cols = static_cast<int>(C - first < kSegment ? C - first : kSegment);
+    const int64_t r = job / P;
+    const RowPiece piece = RowPiece::of(C, lead_of<VW>(dY + r * C), job % P, kSegment);
     float d = 0.0f;
     for (int64_t i = t; i < P; i += kSegmentThreads) d += partials[r * P + i];
     d = row_sum<kSegmentThreads>(d, red);
     // d is known, so the segment streams through in slices of 8 elements a
-    // thread, holding nothing between slices.
-    const int64_t first_element = r * C + first;
+    // thread, holding nothing between slices (laid as in the dots kernel).
+    const int64_t start = r * C + piece.first;
+    const int lo = lead_of<VW>(dY + start), hi = lo + piece.cols;
+    const int64_t boundary = start - lo;
 #pragma unroll 4
-    for (int base = 0; base < cols; base += kSegmentThreads * 8) {
+    for (int base = 0; base < hi; base += kSegmentThreads * 8) {
       RowSlice<kSegmentThreads, 8, VW> g, y;
-      g.load(dY + first_element + base, cols - base, t, 0u);
-      y.load(Y + first_element + base, cols - base, t, 0u);
-      RowSlice<kSegmentThreads, 8, VW>::store(dX + first_element + base, cols - base, t, [&](int i) {
+      g.load_span(dY + boundary + base, lo - base, hi - base, t, 0u);
+      y.load_span(Y + boundary + base, lo - base, hi - base, t, 0u);
+      RowSlice<kSegmentThreads, 8, VW>::store_span(dX + boundary + base, lo - base, hi - base, t, [&](int i) {
         return pack(element(y.w, 2 * i) * (element(g.w, 2 * i) - d),
                     element(y.w, 2 * i + 1) * (element(g.w, 2 * i + 1) - d));
       });
@@ -304,9 +330,9 @@ __global__ void __launch_bounds__(kSegmentThreads)
 
 #if !defined(__HIP_PLATFORM_AMD__)
 // ---------------------------------------------------------------------------
-// Long rows of softmax_grad that fit in shared memory (CUDA only: 4·C bytes,
-// up to 227 KB a block on Hopper; HIP's 64 KB LDS holds no row the register
-// path does not).
+// Long rows of softmax_grad that fit in shared memory (CUDA only: 4·extent
+// bytes, up to 227 KB a block on Hopper; HIP's 64 KB LDS holds no row the
+// register path does not).
 //
 // One block of T threads per SM walks rows r, r + G, r + 2G, … (G blocks).
 // Thread t owns vectors t, t + T, … of a row and the same slots of the
@@ -316,14 +342,32 @@ __global__ void __launch_bounds__(kSegmentThreads)
 // r + G into the same slots and sums that row's partial dot product, so
 // the loads of one row overlap the stores of the last and each input
 // element is read from device memory once. The only barrier per row is the
-// dot product's reduction.
+// dot product's reduction. A row is laid from the 16-byte boundary at or
+// before its start (rows.cuh's RowSlice), so rows that start anywhere keep
+// 16-byte accesses; a row's vectors, and so the slots it uses, depend on
+// its lead, and the stage holds the most any row needs.
 
-// Access<VW>: one load or store of VW f16 elements.
+// Access<VW>: one load or store of VW f16 elements, vector j of a row laid
+// as the span [lo, hi) of base.
 template <int VW>
 struct Access;
 template <>
 struct Access<8> {
   using type = uint4;
+  __device__ static bool inside(int j, int lo, int hi) { return 8 * j >= lo && 8 * j + 8 <= hi; }
+  // A cut vector's elements outside the span are read as 0 (adding 0 to
+  // the dot product) and not written.
+  __device__ static uint4 load(const uint4* base, int j, int lo, int hi) {
+    if (inside(j, lo, hi)) return VK_LDG(base + j);
+    return load_cut(reinterpret_cast<const __half*>(base + j), lo - 8 * j, hi - 8 * j, 0u);
+  }
+  __device__ static void store(uint4* base, int j, int lo, int hi, uint4 v) {
+    if (inside(j, lo, hi)) {
+      base[j] = v;
+    } else {
+      store_cut(reinterpret_cast<__half*>(base + j), lo - 8 * j, hi - 8 * j, v);
+    }
+  }
   __device__ static float dot(uint4 g, uint4 y, float d) {
     const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, yw[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
@@ -345,6 +389,9 @@ struct Access<8> {
 template <>
 struct Access<1> {
   using type = unsigned short;
+  // lo = 0 and j < hi: nothing is cut.
+  __device__ static unsigned short load(const unsigned short* base, int j, int, int) { return VK_LDG(base + j); }
+  __device__ static void store(unsigned short* base, int j, int, int, unsigned short v) { base[j] = v; }
   __device__ static float to_float(unsigned short h) { return __half2float(__ushort_as_half(h)); }
   __device__ static float dot(unsigned short g, unsigned short y, float d) { return fmaf(to_float(g), to_float(y), d); }
   __device__ static unsigned short grad(unsigned short g, unsigned short y, float d) {
@@ -355,36 +402,54 @@ struct Access<1> {
 // kStagedUnroll vectors of each input are loaded before the first is used.
 constexpr int kStagedUnroll = 4;
 
+// StagedRow: row r laid from the 16-byte boundary at or before its start,
+// as the span [lo, hi) of n vectors (lo = 0 and n = C with VW = 1).
+template <int VW>
+struct StagedRow {
+  int64_t boundary;  // element offset of the boundary in dY, Y and dX
+  int lo, hi, n;
+  __device__ static StagedRow of(const __half* dY, int64_t r, int64_t C) {
+    StagedRow row;
+    row.lo = lead_of<VW>(dY + r * C);
+    row.boundary = r * C - row.lo;
+    row.hi = row.lo + static_cast<int>(C);
+    row.n = static_cast<int>(ceil_div(row.hi, VW));
+    return row;
+  }
+};
+
+// slots: the stage's vectors per input, ⌈extent / VW⌉ (rows.cuh's
+// row_extent), at least any row's n.
 template <int T, int VW>
 __global__ void __launch_bounds__(T, 1)
     softmax_grad_staged(const __half* __restrict__ dY, const __half* __restrict__ Y, __half* __restrict__ dX,
-                        int64_t R, int64_t C) {
+                        int64_t R, int64_t C, int slots) {
   using A = Access<VW>;
   using V = typename A::type;
   extern __shared__ uint4 stage_words[];  // uint4 for its 16-byte alignment
-  const int n = static_cast<int>(C / VW);  // vectors per row (C % VW == 0)
   V* stage_g = reinterpret_cast<V*>(stage_words);
-  V* stage_y = stage_g + n;
-  float* red = reinterpret_cast<float*>(stage_y + n);
+  V* stage_y = stage_g + slots;
+  float* red = reinterpret_cast<float*>(stage_y + slots);
   const int t = threadIdx.x;
   int64_t r = blockIdx.x;  // the grid has at most R blocks
 
   // The first row: into the stage, and its dot product.
+  StagedRow<VW> row = StagedRow<VW>::of(dY, r, C);
   float d = 0.0f;
   {
-    const V* g = reinterpret_cast<const V*>(dY + r * C);
-    const V* y = reinterpret_cast<const V*>(Y + r * C);
-    for (int base = t; base < n; base += kStagedUnroll * T) {
+    const V* g = reinterpret_cast<const V*>(dY + row.boundary);
+    const V* y = reinterpret_cast<const V*>(Y + row.boundary);
+    for (int base = t; base < row.n; base += kStagedUnroll * T) {
       V gv[kStagedUnroll], yv[kStagedUnroll];
 #pragma unroll
       for (int u = 0; u < kStagedUnroll; ++u) {
         const int j = base + u * T;
-        if (j < n) gv[u] = VK_LDG(g + j), yv[u] = VK_LDG(y + j);
+        if (j < row.n) gv[u] = A::load(g, j, row.lo, row.hi), yv[u] = A::load(y, j, row.lo, row.hi);
       }
 #pragma unroll
       for (int u = 0; u < kStagedUnroll; ++u) {
         const int j = base + u * T;
-        if (j < n) stage_g[j] = gv[u], stage_y[j] = yv[u], d = A::dot(gv[u], yv[u], d);
+        if (j < row.n) stage_g[j] = gv[u], stage_y[j] = yv[u], d = A::dot(gv[u], yv[u], d);
       }
     }
   }
@@ -392,44 +457,47 @@ __global__ void __launch_bounds__(T, 1)
 
   for (;;) {
     const int64_t next = r + gridDim.x;
-    V* dx = reinterpret_cast<V*>(dX + r * C);
+    V* dx = reinterpret_cast<V*>(dX + row.boundary);
     if (next >= R) {  // the last row: only the stores
-      for (int j = t; j < n; j += T) dx[j] = A::grad(stage_g[j], stage_y[j], d);
+      for (int j = t; j < row.n; j += T) A::store(dx, j, row.lo, row.hi, A::grad(stage_g[j], stage_y[j], d));
       return;
     }
-    const V* g = reinterpret_cast<const V*>(dY + next * C);
-    const V* y = reinterpret_cast<const V*>(Y + next * C);
+    const StagedRow<VW> after = StagedRow<VW>::of(dY, next, C);
+    const V* g = reinterpret_cast<const V*>(dY + after.boundary);
+    const V* y = reinterpret_cast<const V*>(Y + after.boundary);
+    const int n = row.n > after.n ? row.n : after.n;
     float dn = 0.0f;
     for (int base = t; base < n; base += kStagedUnroll * T) {
       V gv[kStagedUnroll], yv[kStagedUnroll];
 #pragma unroll
       for (int u = 0; u < kStagedUnroll; ++u) {
         const int j = base + u * T;
-        if (j < n) gv[u] = VK_LDG(g + j), yv[u] = VK_LDG(y + j);
+        if (j < after.n) gv[u] = A::load(g, j, after.lo, after.hi), yv[u] = A::load(y, j, after.lo, after.hi);
       }
       // This row's stores go out before the first of the next row's loads
       // is waited on.
 #pragma unroll
       for (int u = 0; u < kStagedUnroll; ++u) {
         const int j = base + u * T;
-        if (j < n) dx[j] = A::grad(stage_g[j], stage_y[j], d);
+        if (j < row.n) A::store(dx, j, row.lo, row.hi, A::grad(stage_g[j], stage_y[j], d));
       }
 #pragma unroll
       for (int u = 0; u < kStagedUnroll; ++u) {
         const int j = base + u * T;
-        if (j < n) stage_g[j] = gv[u], stage_y[j] = yv[u], dn = A::dot(gv[u], yv[u], dn);
+        if (j < after.n) stage_g[j] = gv[u], stage_y[j] = yv[u], dn = A::dot(gv[u], yv[u], dn);
       }
     }
     d = row_sum<T>(dn, red);
     r = next;
+    row = after;
   }
 }
 
 // ---------------------------------------------------------------------------
 // Rows too long for one SM, on Hopper: a cluster of P <= 16 blocks (more
 // than 8 is a non-portable size) holds the row, block k the k-th of P equal
-// segments (a multiple of VW elements) in registers as on the one-pass
-// path. Each block publishes its segment's partial (softmax: (max,
+// segments (a multiple of VW elements, cut from the 16-byte boundary at or
+// before the row's start) in registers as on the one-pass path. Each block publishes its segment's partial (softmax: (max,
 // Σ exp(x − max)); softmax_grad: the dot product) in its shared memory;
 // after one cluster barrier lane k of every warp reads block k's partial
 // through distributed shared memory, the warp combines them as the
@@ -480,20 +548,23 @@ __device__ __forceinline__ V cluster_partial(const V* slot, int P, V fill) {
 #endif
 }
 
-// ClusterPart: the columns of a row that this block of the cluster holds.
+// ClusterPart: the cluster's P blocks, of which this block is the rank-th.
+// piece is the columns of a row it holds: the row, laid from the 16-byte
+// boundary at or before its start (lead elements before it), cut into P
+// equal pieces of a multiple of VW elements (rows.cuh's RowPiece).
 struct ClusterPart {
-  int P, first, cols;
-  template <int VW>
-  __device__ static ClusterPart of(int64_t C) {
-    ClusterPart part{1, 0, static_cast<int>(C)};
+  int P, rank;
+  __device__ static ClusterPart of() {
+    ClusterPart part{1, 0};
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     part.P = static_cast<int>(cg::this_cluster().num_blocks());
-    const int segment = static_cast<int>(ceil_div(ceil_div(C, part.P), VW) * VW);
-    part.first = static_cast<int>(cg::this_cluster().block_rank()) * segment;
-    const int64_t left = C - part.first;
-    part.cols = static_cast<int>(left < segment ? (left > 0 ? left : 0) : segment);
+    part.rank = static_cast<int>(cg::this_cluster().block_rank());
 #endif
     return part;
+  }
+  template <int VW>
+  __device__ RowPiece piece(int64_t C, int lead) const {
+    return RowPiece::of(C, lead, rank, ceil_div(ceil_div(C + lead, P), VW) * VW);
   }
 };
 
@@ -510,12 +581,13 @@ __global__ void __launch_bounds__(kSegmentThreads)
   using Slice = RowSlice<kSegmentThreads, E, VW>;
   __shared__ float red[kSegmentThreads / 32];
   __shared__ float2 partial[2];
-  const ClusterPart part = ClusterPart::of<VW>(C);
+  const ClusterPart part = ClusterPart::of();
   const int t = threadIdx.x;
   int parity = 0;
   for (int64_t r = blockIdx.x / part.P; r < R; r += gridDim.x / part.P, parity ^= 1) {
+    const RowPiece piece = part.piece<VW>(C, lead_of<VW>(X + r * C));
     Slice x;
-    x.load(X + r * C + part.first, part.cols, t, kNegInfPair);
+    x.load_row(X + r * C + piece.first, piece.cols, t, kNegInfPair);
     publish_partial(&partial[parity], slice_stats(x, red));
     // Lanes past P hold (−Inf, 0), which adds 0 whatever m is.
     const float2 p = cluster_partial(&partial[parity], part.P, make_float2(neg_inf(), 0.0f));
@@ -523,7 +595,7 @@ __global__ void __launch_bounds__(kSegmentThreads)
     const float s = row_sum<32>(p.x == m ? p.y : p.y * exp_of(p.x - m), nullptr);
     const float inv = 1.0f / s;
     launder(x.w);
-    Slice::store(Y + r * C + part.first, part.cols, t, [&](int i) {
+    Slice::store_row(Y + r * C + piece.first, piece.cols, t, [&](int i) {
       return pack(exp_of(element(x.w, 2 * i) - m) * inv, exp_of(element(x.w, 2 * i + 1) - m) * inv);
     });
   }
@@ -540,13 +612,14 @@ __global__ void __launch_bounds__(kSegmentThreads)
   using Slice = RowSlice<kSegmentThreads, E, VW>;
   __shared__ float red[kSegmentThreads / 32];
   __shared__ float partial[2];
-  const ClusterPart part = ClusterPart::of<VW>(C);
+  const ClusterPart part = ClusterPart::of();
   const int t = threadIdx.x;
   int parity = 0;
   for (int64_t r = blockIdx.x / part.P; r < R; r += gridDim.x / part.P, parity ^= 1) {
+    const RowPiece piece = part.piece<VW>(C, lead_of<VW>(dY + r * C));
     Slice g, y;
-    g.load(dY + r * C + part.first, part.cols, t, 0u);
-    y.load(Y + r * C + part.first, part.cols, t, 0u);
+    g.load_row(dY + r * C + piece.first, piece.cols, t, 0u);
+    y.load_row(Y + r * C + piece.first, piece.cols, t, 0u);
     float d = 0.0f;
 #pragma unroll
     for (int i = 0; i < E; ++i) d = fmaf(element(g.w, i), element(y.w, i), d);
@@ -555,7 +628,7 @@ __global__ void __launch_bounds__(kSegmentThreads)
     d = row_sum<32>(cluster_partial(&partial[parity], part.P, 0.0f), nullptr);
     launder(g.w);
     launder(y.w);
-    Slice::store(dX + r * C + part.first, part.cols, t, [&](int i) {
+    Slice::store_row(dX + r * C + piece.first, piece.cols, t, [&](int i) {
       return pack(element(y.w, 2 * i) * (element(g.w, 2 * i) - d),
                   element(y.w, 2 * i + 1) * (element(g.w, 2 * i + 1) - d));
     });
@@ -662,68 +735,74 @@ cudaError_t launch_rows(void (*kernel)(Params...), int P, int T, size_t shared_b
 }
 
 // launch_softmax_grad_staged launches softmax_grad_staged when both inputs'
-// rows fit in one block's shared memory.
+// rows fit in one block's shared memory (⌈extent / VW⌉ vectors of each).
 template <int T, int VW>
 cudaError_t launch_softmax_grad_staged(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C,
-                                       cudaStream_t s, bool* launched) {
+                                       int64_t extent, cudaStream_t s, bool* launched) {
   *launched = false;
   const DeviceLimits& limits = device_limits();
   if (limits.err != cudaSuccess) return limits.err;
-  const int64_t bytes = 4 * C + T / 32 * static_cast<int64_t>(sizeof(float));
+  const int64_t slots = ceil_div(extent, VW);
+  const int64_t bytes = 2 * slots * static_cast<int64_t>(sizeof(typename Access<VW>::type)) +
+                        T / 32 * static_cast<int64_t>(sizeof(float));
   if (bytes > limits.shared_bytes) return cudaSuccess;
-  return launch_rows(softmax_grad_staged<T, VW>, 1, T, static_cast<size_t>(bytes), R, s, launched, dY, Y, dX, R, C);
+  return launch_rows(softmax_grad_staged<T, VW>, 1, T, static_cast<size_t>(bytes), R, s, launched, dY, Y, dX, R, C,
+                     static_cast<int>(slots));
 }
 
 // launch_softmax_cluster and launch_softmax_grad_cluster launch the cluster
-// kernels with P = ⌈C / (512·E)⌉ when P <= 16.
+// kernels with P = ⌈extent / (512·E)⌉ when P <= 16.
 template <int VW>
-cudaError_t launch_softmax_cluster(const __half* X, __half* Y, int64_t R, int64_t C, cudaStream_t s, bool* launched) {
+cudaError_t launch_softmax_cluster(const __half* X, __half* Y, int64_t R, int64_t C, int64_t extent, cudaStream_t s,
+                                   bool* launched) {
   *launched = false;
-  const int64_t P = ceil_div(C, int64_t{kSegmentThreads} * SoftmaxClusterElems<VW>::value);
+  const int64_t P = ceil_div(extent, int64_t{kSegmentThreads} * SoftmaxClusterElems<VW>::value);
   if (P > 16) return cudaSuccess;
   return launch_rows(softmax_cluster<VW>, static_cast<int>(P), kSegmentThreads, 0, R, s, launched, X, Y, R, C);
 }
 
 template <int VW>
 cudaError_t launch_softmax_grad_cluster(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C,
-                                        cudaStream_t s, bool* launched) {
+                                        int64_t extent, cudaStream_t s, bool* launched) {
   *launched = false;
-  const int64_t P = ceil_div(C, int64_t{kSegmentThreads} * SoftmaxClusterElems<VW>::value);
+  const int64_t P = ceil_div(extent, int64_t{kSegmentThreads} * SoftmaxClusterElems<VW>::value);
   if (P > 16) return cudaSuccess;
   return launch_rows(softmax_grad_cluster<VW>, static_cast<int>(P), kSegmentThreads, 0, R, s, launched, dY, Y, dX,
                      R, C);
 }
 #endif
 
+// softmax_with and softmax_grad_with pick the kernels by a row's extent
+// (rows.cuh's row_extent; C with 2-byte accesses).
 template <int VW>
-cudaError_t softmax_with(const __half* X, __half* Y, int64_t R, int64_t C, cudaStream_t s) {
-  if (C <= 256) return launch_softmax_rows<32, 8, 8, VW>(X, Y, R, C, s);
-  if (C <= 512) return launch_softmax_rows<32, 8, 16, VW>(X, Y, R, C, s);
-  if (C <= 1024) return launch_softmax_rows<32, 4, 32, VW>(X, Y, R, C, s);
-  if (C <= 2048) return launch_softmax_rows<64, 1, 32, VW>(X, Y, R, C, s);
-  if (C <= 4096) return launch_softmax_rows<128, 1, 32, VW>(X, Y, R, C, s);
-  if (C <= 8192) return launch_softmax_rows<256, 1, 32, VW>(X, Y, R, C, s);
-  if (C <= 16384) return launch_softmax_rows<512, 1, 32, VW>(X, Y, R, C, s);
-  if (C <= 32768) {
+cudaError_t softmax_with(const __half* X, __half* Y, int64_t R, int64_t C, int64_t extent, cudaStream_t s) {
+  if (extent <= 256) return launch_softmax_rows<32, 8, 8, VW>(X, Y, R, C, s);
+  if (extent <= 512) return launch_softmax_rows<32, 8, 16, VW>(X, Y, R, C, s);
+  if (extent <= 1024) return launch_softmax_rows<32, 4, 32, VW>(X, Y, R, C, s);
+  if (extent <= 2048) return launch_softmax_rows<64, 1, 32, VW>(X, Y, R, C, s);
+  if (extent <= 4096) return launch_softmax_rows<128, 1, 32, VW>(X, Y, R, C, s);
+  if (extent <= 8192) return launch_softmax_rows<256, 1, 32, VW>(X, Y, R, C, s);
+  if (extent <= 16384) return launch_softmax_rows<512, 1, 32, VW>(X, Y, R, C, s);
+  if (extent <= 32768) {
 #if defined(VKERN_SOFTMAX_TUNING)
     if (vk_softmax_tuning_config == 1) return launch_softmax_rows<512, 1, 64, VW>(X, Y, R, C, s);
     if (vk_softmax_tuning_config == 2) return launch_softmax_rows<256, 1, 128, VW>(X, Y, R, C, s);
 #endif
     return launch_softmax_rows<1024, 1, 32, VW>(X, Y, R, C, s);
   }
-  if (C <= 65536) return launch_softmax_rows<512, 1, 128, VW>(X, Y, R, C, s);
+  if (extent <= 65536) return launch_softmax_rows<512, 1, 128, VW>(X, Y, R, C, s);
 #if !defined(__HIP_PLATFORM_AMD__)
 #if defined(VKERN_SOFTMAX_TUNING)
   if (vk_softmax_tuning_config != 3)
 #endif
   {
     bool launched = false;
-    const cudaError_t err = launch_softmax_cluster<VW>(X, Y, R, C, s, &launched);
+    const cudaError_t err = launch_softmax_cluster<VW>(X, Y, R, C, extent, s, &launched);
     if (err != cudaSuccess || launched) return err;
   }
 #endif
 
-  const int64_t P = ceil_div(C, kSegment);
+  const int64_t P = ceil_div(extent, kSegment);
   void* buffer = nullptr;
   const cudaError_t err = scratch(static_cast<size_t>(R * P) * sizeof(float2), &buffer);
   if (err != cudaSuccess) return err;
@@ -736,15 +815,16 @@ cudaError_t softmax_with(const __half* X, __half* Y, int64_t R, int64_t C, cudaS
 }
 
 template <int VW>
-cudaError_t softmax_grad_with(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C, cudaStream_t s) {
-  if (C <= 256) return launch_softmax_grad_rows<32, 8, 8, VW>(dY, Y, dX, R, C, s);
-  if (C <= 512) return launch_softmax_grad_rows<32, 8, 16, VW>(dY, Y, dX, R, C, s);
-  if (C <= 1024) return launch_softmax_grad_rows<32, 4, 32, VW>(dY, Y, dX, R, C, s);
-  if (C <= 2048) return launch_softmax_grad_rows<64, 1, 32, VW>(dY, Y, dX, R, C, s);
-  if (C <= 4096) return launch_softmax_grad_rows<128, 1, 32, VW>(dY, Y, dX, R, C, s);
-  if (C <= 8192) return launch_softmax_grad_rows<256, 1, 32, VW>(dY, Y, dX, R, C, s);
-  if (C <= 16384) return launch_softmax_grad_rows<512, 1, 32, VW>(dY, Y, dX, R, C, s);
-  if (C <= 32768) {
+cudaError_t softmax_grad_with(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C, int64_t extent,
+                              cudaStream_t s) {
+  if (extent <= 256) return launch_softmax_grad_rows<32, 8, 8, VW>(dY, Y, dX, R, C, s);
+  if (extent <= 512) return launch_softmax_grad_rows<32, 8, 16, VW>(dY, Y, dX, R, C, s);
+  if (extent <= 1024) return launch_softmax_grad_rows<32, 4, 32, VW>(dY, Y, dX, R, C, s);
+  if (extent <= 2048) return launch_softmax_grad_rows<64, 1, 32, VW>(dY, Y, dX, R, C, s);
+  if (extent <= 4096) return launch_softmax_grad_rows<128, 1, 32, VW>(dY, Y, dX, R, C, s);
+  if (extent <= 8192) return launch_softmax_grad_rows<256, 1, 32, VW>(dY, Y, dX, R, C, s);
+  if (extent <= 16384) return launch_softmax_grad_rows<512, 1, 32, VW>(dY, Y, dX, R, C, s);
+  if (extent <= 32768) {
 #if defined(VKERN_SOFTMAX_TUNING)
     if (vk_softmax_tuning_config == 1) return launch_softmax_grad_rows<1024, 1, 32, VW>(dY, Y, dX, R, C, s);
 #endif
@@ -758,18 +838,19 @@ cudaError_t softmax_grad_with(const __half* dY, const __half* Y, __half* dX, int
     if (vk_softmax_tuning_config == 3) {
       // the segmented path below
     } else if (vk_softmax_tuning_config == 4) {
-      err = launch_softmax_grad_staged<512, VW>(dY, Y, dX, R, C, s, &launched);
+      err = launch_softmax_grad_staged<512, VW>(dY, Y, dX, R, C, extent, s, &launched);
     } else
 #endif
     {
-      err = launch_softmax_grad_staged<1024, VW>(dY, Y, dX, R, C, s, &launched);
-      if (err == cudaSuccess && !launched) err = launch_softmax_grad_cluster<VW>(dY, Y, dX, R, C, s, &launched);
+      err = launch_softmax_grad_staged<1024, VW>(dY, Y, dX, R, C, extent, s, &launched);
+      if (err == cudaSuccess && !launched)
+        err = launch_softmax_grad_cluster<VW>(dY, Y, dX, R, C, extent, s, &launched);
     }
     if (err != cudaSuccess || launched) return err;
   }
 #endif
 
-  const int64_t P = ceil_div(C, kSegment);
+  const int64_t P = ceil_div(extent, kSegment);
   void* buffer = nullptr;
   const cudaError_t err = scratch(static_cast<size_t>(R * P) * sizeof(float), &buffer);
   if (err != cudaSuccess) return err;
@@ -786,14 +867,16 @@ cudaError_t softmax_grad_with(const __half* dY, const __half* Y, __half* dX, int
 
 cudaError_t vk_softmax(const __half* X, __half* Y, int64_t R, int64_t C, cudaStream_t s) {
   using namespace vkern_softmax;
-  if (C % 8 == 0 && aligned16(X) && aligned16(Y)) return softmax_with<8>(X, Y, R, C, s);
-  return softmax_with<1>(X, Y, R, C, s);
+  // 16-byte accesses wherever the rows start, when X's and Y's rows start
+  // equally far past a 16-byte boundary.
+  if (congruent16(X, Y)) return softmax_with<8>(X, Y, R, C, row_extent(C, X), s);
+  return softmax_with<1>(X, Y, R, C, C, s);
 }
 
 cudaError_t vk_softmax_grad(const __half* dY, const __half* Y, __half* dX, int64_t R, int64_t C, cudaStream_t s) {
   using namespace vkern_softmax;
-  if (C % 8 == 0 && aligned16(dY) && aligned16(Y) && aligned16(dX)) return softmax_grad_with<8>(dY, Y, dX, R, C, s);
-  return softmax_grad_with<1>(dY, Y, dX, R, C, s);
+  if (congruent16(dY, Y) && congruent16(dY, dX)) return softmax_grad_with<8>(dY, Y, dX, R, C, row_extent(C, dY), s);
+  return softmax_grad_with<1>(dY, Y, dX, R, C, C, s);
 }
 
 namespace vkern {
