@@ -782,10 +782,22 @@ var CUDADefects = []Mutation{
 		Op:  "linear", Shapes: []string{"64x47x80"},
 	},
 	{
-		Name: "Hopper: the epilogue skipped on edge tiles", File: "cuda/gemm_sm90.cu",
-		Old: "if (r < rows && c < cols) acc[4 * j + e] = epi.apply(acc[4 * j + e], out, r, c, cols);",
-		New: "if (r < rows && c < cols && m0 + BM <= rows) acc[4 * j + e] = epi.apply(acc[4 * j + e], out, r, c, cols);",
+		Name: "Hopper: the bias skipped on edge tiles", File: "cuda/gemm_sm90.cu",
+		Old: "if constexpr (Epi::kBias) {\n        unsigned char* const slice",
+		New: "if (Epi::kBias && m0 + BM <= rows) {\n        unsigned char* const slice",
 		Op:  "linear", Shapes: []string{"64x48x80"},
+	},
+	{
+		Name: "Hopper: a tile's bias taken from the next tile's columns", File: "cuda/gemm_sm90.cu",
+		Old: "bias_pair = epi.bias_pair(n0 + 2 * t, cols);",
+		New: "bias_pair = epi.bias_pair(n0 + BN + 2 * t, cols);",
+		Op:  "linear", Shapes: []string{"64x48x80", "128x512x64"},
+	},
+	{
+		Name: "Hopper: dW overwritten when it should be added into", File: "cuda/gemm_sm90.cu",
+		Old: "acc[4 * j0 + i] = old[i] + acc[4 * j0 + i];",
+		New: "acc[4 * j0 + i] = 0.0f * old[i] + acc[4 * j0 + i];",
+		Op:  "linear_grad_w", Shapes: []string{"64x48x80", "256x256x256"},
 	},
 	{
 		Name: "linear_nt with W where Wᵀ belongs", File: "cuda/gemm.cu",
@@ -811,8 +823,8 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "Hopper: dW's old values read with the fragment's row and column halves swapped", File: "cuda/gemm_sm90.cu",
-		Old: "const int64_t r = row + 8 * (e >> 1), c = col + 8 * j + (e & 1);",
-		New: "const int64_t r = row + 8 * (e & 1), c = col + 8 * j + (e & 1);",
+		Old: "const int64_t r = row + 8 * (e >> 1), c = col + 8 * (j0 + jj) + (e & 1);",
+		New: "const int64_t r = row + 8 * (e & 1), c = col + 8 * (j0 + jj) + (e & 1);",
 		Op:  "linear_grad_w", Shapes: []string{"64x48x80"},
 	},
 	{
