@@ -1,6 +1,6 @@
 // bias_grad on the GPU: db f32 N += the column sums of dy f16 M×N, in one
 // kernel, deterministic (no float atomics): the result depends only on the
-// shape.
+// shape and on VW (dy's alignment), never on which block finishes a tile.
 //
 // The structure the oracle's bound follows (oracle.BiasGradRowBlock; the
 // cpu kernel has the same): each block of kRowBlock = 64 rows from row 0 is
