@@ -1,34 +1,52 @@
-// bias_grad on the GPU: db f32 N += the column sums of dy f16 M×N, in two
-// kernels, deterministic (no atomics): the result depends only on the shape.
+// bias_grad on the GPU: db f32 N += the column sums of dy f16 M×N, in one
+// kernel, deterministic (no float atomics): the result depends only on the
+// shape and on VW (dy's alignment), never on which block finishes a tile.
 //
 // The structure the oracle's bound follows (oracle.BiasGradRowBlock; the
 // cpu kernel has the same): each block of kRowBlock = 64 rows from row 0 is
 // summed from zero in ascending row order; the block sums and db are then
 // added in an order of this file's own.
 //
-// Launch shape:
-//   1. block_sums: one thread per (row block, group of VW columns), kThreads
-//      threads of one row block per CUDA block. A thread walks its 64 rows
-//      in order, summing its columns in f32 registers, and writes the sums
-//      to partial[block · N + column] (scratch), or, when M <= 64 and there
-//      is one block, adds them to db directly. VW = 2 (4-byte loads of f16
-//      pairs: a warp reads 128 contiguous bytes of a row) when N is even and
-//      dy is 4-byte aligned, else 1. At 16384×768 that is 256 row blocks ×
-//      384 pairs = 98,304 threads, each with up to 16 independent loads in
-//      flight.
-//   2. combine: 256 threads = 16 columns × 16 strands per CUDA block;
-//      strand t sums partial rows t, t + 16, … of its column, the 16 strand
-//      sums are added in strand order in shared memory, and
-//      db[j] = db[j] + total. A warp reads 64 contiguous bytes of each of
-//      two partial rows; the partials (4 bytes per column per 64 rows, 1/32
-//      of dy's bytes) are still in L2. At N = 768 that is 48 CUDA blocks,
-//      each thread with 16 loads.
+// Launch shape: one warp per (row block, column tile of 32·VW columns),
+// kWarps = 4 warps of one tile and 4 consecutive row blocks (a group of
+// 256 rows) per CUDA block, a grid-stride loop over (group, tile) jobs.
+// - Lane l sums its VW columns over the warp's 64 rows in ascending order
+//   in f32 registers, kBatch = 16 rows loaded before they are added (16 ×
+//   16 bytes in flight per lane). VW = 8 (16-byte loads: a warp reads 512
+//   contiguous bytes of a row) when N is a multiple of 8 and dy is 16-byte
+//   aligned, else 2 (4-byte loads) when N is even and dy 4-byte aligned,
+//   else 1. At 16384×768 that is 64 groups × 3 tiles = 192 CUDA blocks,
+//   768 warps, each with 8 KB in flight: about 6 MB over the 132 SMs of an
+//   H100, past the ~2.5 MB that latency times bandwidth asks.
+// - The block adds its warps' sums in warp order (shared memory) and writes
+//   them to partial[group · N + column] (scratch), or, when M <= 256 and
+//   there is one group, adds them to db directly.
+// - The last block of a tile to arrive (rows.cuh's last_to_arrive: an
+//   integer counter per tile, which wraps back to 0 for the next call) adds
+//   the tile's partial rows, in strands whose order is fixed
+//   (sum_partial_rows), and sets db[j] = db[j] + total. The partials (4
+//   bytes per column per 256 rows, 1/128 of dy's bytes) are still in L2.
 // Memory-bound: the floor is dy's bytes (plus db twice) over the copy
-// bandwidth; the partials add 1/16 of dy's bytes of traffic.
+// bandwidth. One launch: at 16384×768 the floor is 8.4 µs, and a second
+// kernel's launch and drain cost a few µs of that.
 //
 // Facts relied on: f16 values are exact in f32; every addition is an f32
 // addition rounded to nearest (no fast-math, so nvcc keeps each thread's
-// order); NaN and ±Inf follow the sums.
+// order); −0 + y = y exactly, so sums that start from −0 give their first
+// term exactly; NaN and ±Inf follow the sums.
+//
+// Variants (H100, dy 16384×N, share of the copy-bandwidth floor):
+//   1. a thread per (row block, column pair), 4-byte loads, partials per row
+//      block, then a second kernel (combine) for them: N = 768 0.0213 ms
+//      (0.39), 2304 0.0429 ms (0.59), 3072 0.0494 ms (0.68).
+//   2. a warp per (row block, 256-column tile), 16-byte loads in batches of
+//      16 rows, four row blocks combined per CUDA block, the partials
+//      finished by the last block of each tile in the same kernel: not yet
+//      measured.
+//
+// Scratch (ops.cuh): the partials, 4 bytes per column per group of 256
+// rows, and a counter per tile, cleared once when allocated; only when
+// M > 256.
 #include <cstdint>
 
 #include "cuda/compat.h"
@@ -39,112 +57,141 @@ namespace vkern_bias_grad {
 
 using namespace vkern_rows;
 
-constexpr int kRowBlock = 64;        // oracle.BiasGradRowBlock
-constexpr int kThreads = 128;        // block_sums: threads per CUDA block, all of one row block
-constexpr int kCombineColumns = 16;  // combine: columns per CUDA block (64 contiguous bytes of a partial row)
-constexpr int kStrands = 16;         // combine: threads per column
+constexpr int kRowBlock = 64;  // oracle.BiasGradRowBlock
+constexpr int kWarps = 4;      // row blocks (a warp each) per CUDA block, all of one tile
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBatch = 16;  // rows a lane loads before adding them
 
-// block_sums: see the file comment. VW columns per thread (2 or 1); partial
-// gets the block sums (row_blocks × cols), or, when partial is null (a
-// single row block), db gets db + sum.
+// Vector<VW> is the load of a lane's VW adjacent f16 columns of a row.
+template <int VW>
+struct Vector;
+template <>
+struct Vector<8> {
+  using Word = uint4;
+};
+template <>
+struct Vector<2> {
+  using Word = uint32_t;
+};
+template <>
+struct Vector<1> {
+  using Word = unsigned short;
+};
+
+__device__ __forceinline__ void add_halves(uint4 w, float (&s)[8]) {
+  s[0] += half_lo(w.x);
+  s[1] += half_hi(w.x);
+  s[2] += half_lo(w.y);
+  s[3] += half_hi(w.y);
+  s[4] += half_lo(w.z);
+  s[5] += half_hi(w.z);
+  s[6] += half_lo(w.w);
+  s[7] += half_hi(w.w);
+}
+__device__ __forceinline__ void add_halves(uint32_t w, float (&s)[2]) {
+  s[0] += half_lo(w);
+  s[1] += half_hi(w);
+}
+__device__ __forceinline__ void add_halves(unsigned short w, float (&s)[1]) {
+  s[0] += __half2float(__ushort_as_half(w));
+}
+
+// add_into is the one place db is written: db[j] + total.
+__device__ __forceinline__ void add_into(float* db, int64_t j, float total) { db[j] = db[j] + total; }
+
+// column_sums: see the file comment. partial (groups × cols floats) and
+// counters (one per tile) are null when there is one group.
 template <int VW>
 __global__ void __launch_bounds__(kThreads)
-    block_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* __restrict__ partial,
-               float* __restrict__ db) {
-  const int64_t groups = (cols + VW - 1) / VW;
-  const int64_t tiles = (groups + kThreads - 1) / kThreads;
-  const int64_t row_blocks = (rows + kRowBlock - 1) / kRowBlock;
-  for (int64_t b = blockIdx.x; b < row_blocks * tiles; b += gridDim.x) {
-    const int64_t block = b / tiles;
-    const int64_t g = b % tiles * kThreads + threadIdx.x;
-    if (g >= groups) continue;
-    const int64_t r0 = block * kRowBlock;
-    const int n = static_cast<int>(rows - r0 < kRowBlock ? rows - r0 : kRowBlock);
-    const int64_t col = g * VW;
-    float s0, s1 = 0.0f;
-    if constexpr (VW == 2) {
-      const uint32_t* p = reinterpret_cast<const uint32_t*>(dy + r0 * cols + col);
-      const int64_t stride = cols / 2;  // pairs per row
-      uint32_t w = VK_LDG(p);
-      s0 = half_lo(w);
-      s1 = half_hi(w);
-#pragma unroll 16
-      for (int r = 1; r < n; ++r) {
-        w = VK_LDG(p + r * stride);
-        s0 += half_lo(w);
-        s1 += half_hi(w);
-      }
-    } else {
-      const unsigned short* p = reinterpret_cast<const unsigned short*>(dy) + r0 * cols + col;
-      s0 = __half2float(__ushort_as_half(VK_LDG(p)));
-#pragma unroll 16
-      for (int r = 1; r < n; ++r) s0 += __half2float(__ushort_as_half(VK_LDG(p + r * cols)));
-    }
-    if (partial != nullptr) {
-      float* out = partial + block * cols + col;
-      out[0] = s0;
-      if (VW == 2) out[1] = s1;
-    } else {
-      db[col] = db[col] + s0;
-      if (VW == 2) db[col + 1] = db[col + 1] + s1;
-    }
-  }
-}
-
-// combine: see the file comment.
-__global__ void __launch_bounds__(kCombineColumns * kStrands)
-    combine(const float* __restrict__ partial, int64_t row_blocks, int64_t cols, float* __restrict__ db) {
-  __shared__ float strand_sums[kStrands][kCombineColumns + 1];
-  const int tx = threadIdx.x % kCombineColumns, t = threadIdx.x / kCombineColumns;
-  for (int64_t j0 = static_cast<int64_t>(blockIdx.x) * kCombineColumns; j0 < cols;
-       j0 += static_cast<int64_t>(gridDim.x) * kCombineColumns) {
-    const int64_t j = j0 + tx;
-    float sum = 0.0f;
-    if (j < cols) {
-#pragma unroll 8
-      for (int64_t c = t; c < row_blocks; c += kStrands) sum += VK_LDG(partial + c * cols + j);
-    }
-    strand_sums[t][tx] = sum;
-    __syncthreads();
-    if (t == 0 && j < cols) {
-      float total = strand_sums[0][tx];
+    column_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, unsigned* counters,
+                float* db) {
+  using Word = typename Vector<VW>::Word;
+  constexpr int kWidth = 32 * VW;  // columns of a tile
+  __shared__ float warp_sums[kWarps][kWidth];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t tiles = ceil_div(cols, kWidth);
+  const int64_t row_blocks = ceil_div(rows, kRowBlock);
+  const int64_t groups = ceil_div(row_blocks, kWarps);
+  for (int64_t job = blockIdx.x; job < groups * tiles; job += gridDim.x) {
+    const int64_t group = job / tiles, tile = job % tiles, tile0 = tile * kWidth;
+    const int64_t block = group * kWarps + warp;  // this warp's row block
+    const int64_t col = tile0 + lane * VW;        // this lane's first column
+    float s[VW];
 #pragma unroll
-      for (int k = 1; k < kStrands; ++k) total += strand_sums[k][tx];
-      db[j] = db[j] + total;
+    for (int v = 0; v < VW; ++v) s[v] = -0.0f;
+    if (block < row_blocks && col < cols) {
+      const int64_t r0 = block * kRowBlock;
+      const int n = static_cast<int>(rows - r0 < kRowBlock ? rows - r0 : kRowBlock);
+      const int64_t stride = cols / VW;  // vectors per row
+      const Word* p = reinterpret_cast<const Word*>(dy + r0 * cols + col);
+      for (int r = 0; r < n; r += kBatch) {
+        Word w[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          if (r + k < n) w[k] = VK_LDG(p + (r + k) * stride);
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          if (r + k < n) add_halves(w[k], s);
+        }
+      }
     }
+#pragma unroll
+    for (int v = 0; v < VW; ++v) warp_sums[warp][lane * VW + v] = s[v];
     __syncthreads();
+    // The group's sum of each column: its row blocks' sums in warp order.
+    const int warps = static_cast<int>(row_blocks - group * kWarps < kWarps ? row_blocks - group * kWarps : kWarps);
+    const int width = static_cast<int>(cols - tile0 < kWidth ? cols - tile0 : kWidth);
+    for (int c = threadIdx.x; c < width; c += kThreads) {
+      float sum = warp_sums[0][c];
+      for (int w = 1; w < warps; ++w) sum += warp_sums[w][c];
+      if (groups == 1) {
+        add_into(db, tile0 + c, sum);
+      } else {
+        partial[group * cols + tile0 + c] = sum;
+      }
+    }
+    if (groups > 1 && last_to_arrive(counters + tile, static_cast<unsigned>(groups))) {
+      sum_partial_rows<kThreads, VW == 8 ? 4 : 1>(partial + tile0, groups, cols, width,
+                                                  [&](int c, float total) { add_into(db, tile0 + c, total); });
+    }
+    __syncthreads();  // warp_sums is rewritten by the next job
   }
 }
 
-// partials_scratch returns at least bytes of device memory for the block
-// sums, kept between calls (ops.cuh).
-cudaError_t partials_scratch(size_t bytes, void** out) {
+// The partials and the tiles' counters, kept between calls (rows.cuh).
+cudaError_t partials_scratch(size_t bytes, float** out) {
   static ScratchBuffer buffer;
-  return buffer.get(bytes, out);
+  void* p = nullptr;
+  const cudaError_t err = buffer.get(bytes, &p);
+  *out = static_cast<float*>(p);
+  return err;
+}
+
+cudaError_t tile_counters(size_t count, cudaStream_t s, unsigned** out) {
+  static Counters counters;
+  return counters.get(count, s, out);
+}
+
+template <int VW>
+cudaError_t launch_with(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
+  const int64_t groups = ceil_div(ceil_div(rows, kRowBlock), kWarps);
+  const int64_t tiles = ceil_div(cols, 32 * VW);
+  float* partial = nullptr;
+  unsigned* counters = nullptr;
+  if (groups > 1) {
+    cudaError_t err = partials_scratch(static_cast<size_t>(groups * cols) * sizeof(float), &partial);
+    if (err == cudaSuccess) err = tile_counters(static_cast<size_t>(tiles), s, &counters);
+    if (err != cudaSuccess) return err;
+  }
+  column_sums<VW><<<grid_for(groups * tiles), kThreads, 0, s>>>(dy, rows, cols, partial, counters, db);
+  return cudaGetLastError();
 }
 
 cudaError_t launch(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
-  const int64_t row_blocks = ceil_div(rows, kRowBlock);
-  float* partial = nullptr;
-  if (row_blocks > 1) {
-    void* buffer = nullptr;
-    const cudaError_t err = partials_scratch(static_cast<size_t>(row_blocks * cols) * sizeof(float), &buffer);
-    if (err != cudaSuccess) return err;
-    partial = static_cast<float*>(buffer);
-  }
-  const bool pairs = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(dy) & 3u) == 0;
-  const int64_t groups = pairs ? cols / 2 : cols;
-  const unsigned grid = grid_for(row_blocks * ceil_div(groups, kThreads));
-  if (pairs) {
-    block_sums<2><<<grid, kThreads, 0, s>>>(dy, rows, cols, partial, db);
-  } else {
-    block_sums<1><<<grid, kThreads, 0, s>>>(dy, rows, cols, partial, db);
-  }
-  if (partial != nullptr) {
-    combine<<<grid_for(ceil_div(cols, kCombineColumns)), kCombineColumns * kStrands, 0, s>>>(partial, row_blocks, cols,
-                                                                                             db);
-  }
-  return cudaGetLastError();
+  if (cols % 8 == 0 && aligned16(dy)) return launch_with<8>(dy, db, rows, cols, s);
+  if (cols % 2 == 0 && (reinterpret_cast<uintptr_t>(dy) & 3u) == 0) return launch_with<2>(dy, db, rows, cols, s);
+  return launch_with<1>(dy, db, rows, cols, s);
 }
 
 }  // namespace vkern_bias_grad

@@ -39,6 +39,7 @@
 #define cudaFree hipFree
 #define cudaFuncSetAttribute hipFuncSetAttribute
 #define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
+#define cudaOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
 // The server's device layer (device.cu).
 #define cudaDeviceProp hipDeviceProp_t
 #define cudaGetDeviceProperties hipGetDeviceProperties
@@ -93,6 +94,10 @@
 // A read-only global load (HIP 5.x has no __ldg overload for 16-bit types;
 // a plain load is what __ldg amounts to there).
 #define VK_LDG(pointer) (*(pointer))
+// A load of what other blocks of the same kernel wrote, after the fence
+// that orders it (rows.cuh's last_to_arrive): a plain load, which that
+// fence makes coherent on AMD.
+#define VK_LOAD_COHERENT(pointer) (*(pointer))
 
 #else  // CUDA
 
@@ -101,6 +106,9 @@
 
 #define VK_SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask), 32)
 #define VK_LDG(pointer) __ldg(pointer)
+// Cached in L2 only (ld.global.cg), never in the SM's L1, which is not
+// coherent with other SMs' writes.
+#define VK_LOAD_COHERENT(pointer) __ldcg(pointer)
 
 #define VK_BACKEND_NAME "cuda"
 #define VK_COLLECTIVES_NAME "nccl"

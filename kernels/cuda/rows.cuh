@@ -2,8 +2,11 @@
 // (cross_entropy.cu) share: f16 pair arithmetic, a thread's slice of a row
 // held in registers (RowSlice: 16-byte accesses wherever a row starts, or
 // 2-byte ones; slots outside the row filled), and max and sum reductions
-// over the threads that own a row.
-// Included into the cuda backend's unity build once, before both.
+// over the threads that own a row; and, for the column sums of bias_grad
+// and layernorm_grad, partial sums of many blocks finished in the same
+// kernel by the last block to arrive (last_to_arrive, sum_partial_rows,
+// Counters). Included into the cuda backend's unity build once, before all
+// of them.
 #ifndef VKERN_CUDA_ROWS_CUH
 #define VKERN_CUDA_ROWS_CUH
 
@@ -322,6 +325,113 @@ struct KeepExps {
 };
 
 // ---------------------------------------------------------------------------
+// Partial sums of many blocks, finished in the same kernel: each block
+// writes its partial sums, counts itself in at a counter (an integer atomic;
+// no float atomics), and the last block to arrive adds them all in a fixed
+// order, so the result depends on the shape alone, not on which block was
+// last. One launch instead of a second kernel for the partials.
+
+// last_to_arrive is called by every thread of the block once the block's
+// partial sums are written, and answers, to every thread, whether the block
+// is the last of count to arrive at *counter. atomicInc wraps the counter
+// back to 0 at the count-th arrival, so a launch that completes leaves it
+// ready for the next (Counters clears it once, when allocated). Each
+// writer's fence before the barrier makes its writes visible device-wide
+// before thread 0 counts the block in; the last block's fence after it
+// orders its reads (VK_LOAD_COHERENT) after the others' writes.
+__device__ __forceinline__ bool last_to_arrive(unsigned* counter, unsigned count) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicInc(counter, count - 1) == count - 1;
+  __syncthreads();
+  const bool mine = last;
+  if (mine) __threadfence();
+  return mine;
+}
+
+// load_floats reads F consecutive floats (one 16-byte load for F = 4) that
+// other blocks of this kernel wrote.
+template <int F>
+__device__ __forceinline__ void load_floats(const float* p, float (&v)[F]) {
+  static_assert(F == 4 || F == 1, "4 or 1 floats a load");
+  if constexpr (F == 4) {
+    const float4 t = VK_LOAD_COHERENT(reinterpret_cast<const float4*>(p));
+    v[0] = t.x;
+    v[1] = t.y;
+    v[2] = t.z;
+    v[3] = t.w;
+  } else {
+    v[0] = VK_LOAD_COHERENT(p);
+  }
+}
+
+// sum_partial_rows adds, for each column j < width, the n partial sums
+// src[p·stride + j], p = 0 … n − 1, and hands the total to out(j, total).
+// Every thread of the block (kThreads, one-dimensional) must call it. Where
+// the row's F-float loads are fewer than the threads, the threads split
+// into strands: strand s adds rows p ≡ s (mod strands) in ascending order,
+// and the strands' sums are then added in strand order; otherwise one
+// strand adds all n rows in order. Sums start from −0, which an addition
+// turns into its other operand exactly, so an empty strand adds nothing.
+// Which partial goes into which sum, and the order of every addition,
+// depend on n, width and kThreads alone. F = 4 needs src, stride and width
+// multiples of 4 floats (16-byte loads); F = 1 has no such need.
+template <int kThreads, int F, class Out>
+__device__ void sum_partial_rows(const float* src, int64_t n, int64_t stride, int width, Out out) {
+  constexpr int kBatch = 16;  // loads in flight per thread
+  __shared__ float strand_sums[kThreads * F];
+  const int loads = (width + F - 1) / F;  // F-float loads across a row
+  const int strands = loads < kThreads ? kThreads / loads : 1;
+  const int lanes = kThreads / strands;  // threads of a strand, one load column each
+  const int strand = threadIdx.x / lanes;
+  for (int q0 = 0; q0 < loads; q0 += lanes) {
+    const int q = q0 + threadIdx.x % lanes;
+    const bool active = strand < strands && q < loads;
+    float total[F];
+#pragma unroll
+    for (int f = 0; f < F; ++f) total[f] = -0.0f;
+    if (active) {
+      const float* p = src + static_cast<int64_t>(q) * F;
+      for (int64_t r0 = strand; r0 < n; r0 += static_cast<int64_t>(kBatch) * strands) {
+        float v[kBatch][F];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          if (r0 + k * strands < n) load_floats<F>(p + (r0 + k * strands) * stride, v[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          if (r0 + k * strands < n) {
+#pragma unroll
+            for (int f = 0; f < F; ++f) total[f] += v[k][f];
+          }
+        }
+      }
+    }
+    if (strands > 1) {
+      if (active) {
+#pragma unroll
+        for (int f = 0; f < F; ++f) strand_sums[threadIdx.x * F + f] = total[f];
+      }
+      __syncthreads();
+      if (active && strand == 0) {
+        for (int k = 1; k < strands; ++k) {
+#pragma unroll
+          for (int f = 0; f < F; ++f) total[f] += strand_sums[(k * lanes + threadIdx.x) * F + f];
+        }
+      }
+      __syncthreads();
+    }
+    if (active && strand == 0) {
+#pragma unroll
+      for (int f = 0; f < F; ++f) {
+        if (q * F + f < width) out(q * F + f, total[f]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Host side.
 
 constexpr int64_t kMaxBlocks = int64_t{1} << 30;  // grid-stride loops cover the rest
@@ -368,6 +478,30 @@ struct ScratchBuffer {
       capacity = bytes;
     }
     *out = buffer;
+    return cudaSuccess;
+  }
+};
+
+// Counters is device memory for last_to_arrive's counters, kept between
+// calls (a ScratchBuffer): cleared on the call's stream when it is
+// (re)allocated, before the kernel that counts, and left at 0 by every
+// launch that completes, so no call clears it again.
+struct Counters {
+  ScratchBuffer memory;
+
+  cudaError_t get(size_t count, cudaStream_t s, unsigned** out) {
+    const size_t before = memory.capacity;
+    void* p = nullptr;
+    cudaError_t err = memory.get(count * sizeof(unsigned), &p);
+    if (err != cudaSuccess) return err;
+    if (memory.capacity != before) {
+      err = cudaMemsetAsync(p, 0, memory.capacity, s);
+      if (err != cudaSuccess) {
+        memory.capacity = 0;  // not cleared: the next call allocates afresh
+        return err;
+      }
+    }
+    *out = static_cast<unsigned*>(p);
     return cudaSuccess;
   }
 };
