@@ -555,7 +555,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "layernorm_grad's db overwritten instead of added into", File: "cuda/layernorm.cu",
-		Old: "db[j - C] = db[j - C] + total;", New: "db[j - C] = total;",
+		Old: "float w = dw[j], b = db[j];", New: "float w = dw[j], b = 0.0f;",
 		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
 	},
 	{

@@ -17,33 +17,21 @@
 //   (layernorm) or 8,192 (layernorm_grad): one block of T = 128..1,024
 //   threads a row, E = 16, the sums finished through shared memory. Thread
 //   t holds vectors t, t + T, … of VW elements, so every access is
-//   coalesced, and it holds the same columns in every row, so layernorm
-//   reads w and b once per thread, not once per row (layernorm_grad reads
-//   w again for each row, from L1, to keep its registers for the rows in
-//   flight).
+//   coalesced, and it holds the same columns in every row, so w and b are
+//   read once per thread, not once per row.
 // - layernorm: as many blocks as rows need (grid-stride beyond 2³⁰).
-// - layernorm_grad, one kernel: P = min(rows' worth, SMs × the blocks an SM
-//   holds at once, at most 2) blocks, all resident, walk the rows
-//   grid-stride. Up to E = 24 elements a thread, a row's dy, x, mean and
-//   rstd are loaded while the row before it is computed (two rows in
-//   flight a warp; the register budget is 128 a thread, two 256-thread
-//   blocks an SM). Each thread adds dy·x̂ and dy of its columns over the
-//   rows it sees in registers, the warps of a block combine theirs in
-//   shared memory in warp order, and the block writes one row of partials
-//   (P × 2C floats of scratch). The partials are finished in the same
-//   kernel, in two levels of rows.cuh's last_to_arrive (integer counters,
-//   no float atomics): the last block of each team of kFinishTeam = 16
-//   adds the team's rows in block order into a team row, and the last team
-//   adds the team rows in team order, and dw and db, into dw and db. At
-//   16384×768 that is 264 blocks, 17 teams; a finishing block reads 16 or
-//   17 rows of 6 KB from L2 with 16-byte loads, 16 in flight a thread. The
-//   order of every addition depends on the shape and P alone: a device
-//   gives the same bits every run.
+// - layernorm_grad: P = min(rows' worth, 2 per SM) blocks walk the rows
+//   grid-stride; each thread adds dy·x̂ and dy of its columns over the rows
+//   it sees in registers, the warps of a block combine theirs in shared
+//   memory in warp order, and the block writes one row of partials
+//   (P × 2C floats of scratch). A second kernel adds each column's P
+//   partials, in a fixed order, into dw and db. No atomics: a device gives
+//   the same bits every run.
 // - Longer rows: one block of 1,024 threads a row, 2-byte accesses, the
 //   row streamed from memory per pass (three for layernorm, two for dx);
 //   layernorm_grad's dw and db then come from a column kernel (a thread a
-//   column over a strip of rows, partials per strip) and a third kernel
-//   that adds each column's partials in a fixed order.
+//   column over a strip of rows, partials per strip) and the same second
+//   kernel.
 //
 // Vector width VW: 8 (16-byte accesses) when C is a multiple of 8 and the
 // row operands and w, b are 16-byte aligned; otherwise 1 (2-byte accesses,
@@ -55,9 +43,7 @@
 // is IEEE (no -prec-div=false), rsqrtf is within 2 ulps (the CUDA Math API's
 // table; the bound allows 2), and nvcc may fuse a multiply and an add,
 // which rounds once where the bound counts two. dw and db are sums of
-// R + 1 terms in a fixed tree (per thread, per block, per team, then the
-// old value), which the bound's any-order γ(R) covers: any tree of n
-// terms is within γ(n − 1) of the sum of their magnitudes.
+// R + 1 terms in a fixed order, which the bound's any-order γ(R) covers.
 //
 // IEEE facts relied on (no fast-math, no flush-to-zero): a NaN in a row, or
 // both infinities, makes m NaN; one infinity makes m infinite and x − m NaN
@@ -68,23 +54,22 @@
 //
 // Floor at 16384×768 (GPT-2 small, B·T = 16,384): layernorm moves 50.3 MB
 // (x in, y out), 16.8 µs at 3.0 TB/s; layernorm_grad 75.5 MB (dy and x in,
-// dx out; the partials add 1.6 MB written and read back from L2 on an
-// H100's 132 SMs), 25.2 µs.
+// dx out; the partials add 1.6 MB on an H100's 132 SMs), 25.2 µs.
 //
-// Variants (H100, 16384×768, share of the copy-bandwidth floor):
+// Variants (layernorm_grad at 16384×768 on an H100, `vkern bench --suite
+// ops`, the share of the copy floor measured in the same run):
 //   1. warp or block per row, registers, dw/db partials per block then a
-//      column reduction in a second kernel: layernorm 0.0253 ms (0.66),
-//      layernorm_grad 0.0508 ms (0.495).
-//   2. layernorm_grad: the next row loaded while one is computed, all P
-//      blocks resident (launch bounds for 128 registers, P from the
-//      occupancy the device reports), the partials finished by the last
-//      blocks to arrive in the same kernel: not yet measured.
+//      column reduction: 50.8 µs, 0.495 (at 51fc9cd). In use.
+//   2. one kernel: the next row prefetched while one is computed, launch
+//      bounds for 128 registers and the block count from the reported
+//      occupancy, the partials finished by the last blocks to arrive in two
+//      levels of teams of 16: 57.4 µs, 0.439 (f047ce9, in a later run whose
+//      copy rate was the same, 3.00 TB/s). Slower; reverted, in git history.
 //
-// Scratch: layernorm_grad's partials, 8·C bytes per block and per team of
-// 16 blocks (P <= 2 per SM), and a counter per team and one more, cleared
-// once when allocated (rows.cuh's Counters); on the long-row path 8·C
-// bytes per strip (up to 64). Grown with cudaFree + cudaMalloc
-// (ScratchBuffer), cudaErrorMemoryAllocation when it cannot be had.
+// Scratch: layernorm_grad's partials, 8·C bytes per block (P <= 2 per SM,
+// or up to 64 strips on the long-row path), grown with cudaFree +
+// cudaMalloc (ScratchBuffer), cudaErrorMemoryAllocation when it cannot be
+// had.
 #include <algorithm>
 #include <cstdint>
 
@@ -102,8 +87,7 @@ constexpr int kReduceColumns = 32;   // columns a block of the dw/db reduction
 constexpr int kReduceSlices = 32;    // partial rows each column's sum is split into
 constexpr int kStripColumns = 256;   // columns a block of the long-row dw/db kernel
 constexpr int64_t kMaxStrips = 64;   // row strips of the long-row dw/db kernel
-constexpr int kGradBlocksPerSM = 2;  // layernorm_grad's blocks, per SM, at most
-constexpr unsigned kFinishTeam = 16;  // layernorm_grad's blocks whose partial rows one of them adds
+constexpr int kGradBlocksPerSM = 2;  // layernorm_grad's blocks, per SM
 
 // column_of is the row's column of element i of thread t's slice.
 template <int T, int VW>
@@ -184,56 +168,32 @@ __global__ void __launch_bounds__(kLongThreads)
 }
 
 // ---------------------------------------------------------------------------
-// layernorm_grad, rows on chip: dx, the block's partial dw and db in
-// partials[blockIdx.x · 2C ..] (dw's C, then db's C), and the partials
-// finished into dw and db by the last blocks to arrive (see the file
-// comment). F floats per load of the finish: 4 (C even, partial rows
-// 16-byte aligned) or 1.
+// layernorm_grad, rows on chip: dx, and the block's partial dw and db in
+// partials[blockIdx.x · 2C ..] (dw's C, then db's C).
 
-// The row kernel's register budget: 128 a thread up to 512 threads a
-// block (at least 512 threads an SM), so that two 256-thread blocks fit.
-template <int kBlockThreads>
-struct GradMinBlocks {
-  static constexpr int value = kBlockThreads <= 512 ? 512 / kBlockThreads : 1;
-};
-
-template <int T, int RPB, int E, int VW, int F>
-__global__ void __launch_bounds__(T* RPB, GradMinBlocks<T * RPB>::value)
+template <int T, int RPB, int E, int VW>
+__global__ void __launch_bounds__(T* RPB)
     layernorm_grad_rows(const __half* __restrict__ dY, const __half* __restrict__ X, const __half* __restrict__ W,
                         const float* __restrict__ mean, const float* __restrict__ rstd, __half* __restrict__ dX,
-                        float* partials, unsigned* counters, float* dw, float* db, int64_t R, int C) {
+                        float* __restrict__ partials, int64_t R, int C) {
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   using Slice = RowSlice<T, E, VW>;
-  // Whether a row's dy, x, mean and rstd are loaded while the row before
-  // is computed: up to 24 elements a thread the two rows fit the budget.
-  constexpr bool kPrefetch = E <= 24;
   __shared__ float red[T / 32];
   // The warps' partials combined, warp by warp (T = 32 only: T·E >= C).
   __shared__ float combined[RPB > 1 ? 2 * T * E : 1];
   const int t = threadIdx.x % T;
   const float n = static_cast<float>(C);
+  Slice w;
+  w.load(W, C, t, 0u);
   float sum_w[E], sum_b[E];
 #pragma unroll
   for (int i = 0; i < E; ++i) sum_w[i] = sum_b[i] = 0.0f;
-  auto load_row = [&](int64_t r, Slice& dy, Slice& x, float& m, float& s) {
-    m = VK_LDG(mean + r);
-    s = VK_LDG(rstd + r);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
+       r += static_cast<int64_t>(gridDim.x) * RPB) {
+    const float m = VK_LDG(mean + r), s = VK_LDG(rstd + r);
+    Slice dy, x;
     dy.load(dY + r * C, C, t, 0u);
     x.load(X + r * C, C, t, 0u);
-  };
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * RPB;
-  int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T;
-  Slice dy, x;
-  float m = 0.0f, s = 0.0f;
-  if (r < R) load_row(r, dy, x, m, s);
-  for (; r < R; r += stride) {
-    const int64_t next = r + stride;
-    Slice dy_next, x_next;
-    float m_next = 0.0f, s_next = 0.0f;
-    if (kPrefetch && next < R) load_row(next, dy_next, x_next, m_next, s_next);
-    // w from L1 for each row: registers kept for the rows in flight.
-    Slice w;
-    w.load(W, C, t, 0u);
     float a = 0.0f, c = 0.0f;
 #pragma unroll
     for (int i = 0; i < E; ++i) {
@@ -252,16 +212,6 @@ __global__ void __launch_bounds__(T* RPB, GradMinBlocks<T * RPB>::value)
       return (element(w.w, i) * element(dy.w, i) - a - xh * c) * s;
     };
     Slice::store(dX + r * C, C, t, [&](int i) { return pack(dx(2 * i), dx(2 * i + 1)); });
-    if (next < R) {
-      if (kPrefetch) {
-        dy = dy_next;
-        x = x_next;
-        m = m_next;
-        s = s_next;
-      } else {
-        load_row(next, dy, x, m, s);
-      }
-    }
   }
   float* out = partials + static_cast<int64_t>(blockIdx.x) * 2 * C;
   if (RPB == 1) {
@@ -273,43 +223,23 @@ __global__ void __launch_bounds__(T* RPB, GradMinBlocks<T * RPB>::value)
         out[C + col] = sum_b[i];
       }
     }
-  } else {
-    const int group = threadIdx.x / T;
-    for (int k = 0; k < RPB; ++k) {
-      if (group == k) {
+    return;
+  }
+  const int group = threadIdx.x / T;
+  for (int k = 0; k < RPB; ++k) {
+    if (group == k) {
 #pragma unroll
-        for (int i = 0; i < E; ++i) {
-          const int col = column_of<T, VW>(i, t);
-          if (col < C) {
-            combined[col] = k == 0 ? sum_w[i] : combined[col] + sum_w[i];
-            combined[C + col] = k == 0 ? sum_b[i] : combined[C + col] + sum_b[i];
-          }
+      for (int i = 0; i < E; ++i) {
+        const int col = column_of<T, VW>(i, t);
+        if (col < C) {
+          combined[col] = k == 0 ? sum_w[i] : combined[col] + sum_w[i];
+          combined[C + col] = k == 0 ? sum_b[i] : combined[C + col] + sum_b[i];
         }
       }
-      __syncthreads();
     }
-    for (int col = threadIdx.x; col < 2 * C; col += T * RPB) out[col] = combined[col];
+    __syncthreads();
   }
-  // The finish, in two levels of last_to_arrive: the last of each team of
-  // kFinishTeam blocks adds the team's partial rows in block order into the
-  // team's row, and the last team adds the teams' rows in team order into
-  // dw and db.
-  const unsigned blocks = gridDim.x;
-  const unsigned team = blockIdx.x / kFinishTeam, teams = (blocks + kFinishTeam - 1) / kFinishTeam;
-  const unsigned members = blocks - team * kFinishTeam < kFinishTeam ? blocks - team * kFinishTeam : kFinishTeam;
-  const int64_t width = 2 * static_cast<int64_t>(C);
-  float* team_rows = partials + blocks * width;
-  if (!last_to_arrive(counters + team, members)) return;
-  sum_partial_rows<T * RPB, F>(partials + team * kFinishTeam * width, members, width, 2 * C,
-                               [&](int j, float total) { team_rows[team * width + j] = total; });
-  if (!last_to_arrive(counters + teams, teams)) return;
-  sum_partial_rows<T * RPB, F>(team_rows, teams, width, 2 * C, [&](int j, float total) {
-    if (j < C) {
-      dw[j] = dw[j] + total;
-    } else {
-      db[j - C] = db[j - C] + total;
-    }
-  });
+  for (int col = threadIdx.x; col < 2 * C; col += T * RPB) out[col] = combined[col];
 }
 
 // layernorm_grad, long rows: dx only, a block a row, two passes over it.
@@ -457,56 +387,27 @@ struct Backward {
   cudaStream_t s;
 };
 
-// reduce_params adds the P rows of partials into dw and db (the long-row
-// path).
+// reduce_params adds the P rows of partials into dw and db.
 cudaError_t reduce_params(const Backward& a, const float* partials, int64_t P) {
   layernorm_grad_params<<<grid_for(ceil_div(a.C, kReduceColumns)), kReduceColumns * kReduceSlices, 0, a.s>>>(
       partials, P, a.C, a.dw, a.db);
   return cudaGetLastError();
 }
 
-// grad_counters returns at least count of last_to_arrive's counters.
-cudaError_t grad_counters(size_t count, cudaStream_t s, unsigned** out) {
-  static Counters counters;
-  return counters.get(count, s, out);
-}
-
-// resident_blocks is how many blocks of kernel, of threads threads, an SM
-// holds at once (at least 1), asked once per kernel.
-template <class Kernel>
-cudaError_t resident_blocks(Kernel kernel, int threads, int* cached, int* out) {
-  if (*cached == 0) {
-    int blocks = 0;
-    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0);
-    if (err != cudaSuccess) return err;
-    *cached = std::max(blocks, 1);
-  }
-  *out = *cached;
-  return cudaSuccess;
-}
-
-// launch_backward runs the row kernel on P blocks, all resident at once
-// (at most kGradBlocksPerSM an SM): every block walks the same number of
-// rows, give or take one, and none waits for a second wave.
 template <int T, int RPB, int E, int VW>
 cudaError_t launch_backward(const Backward& a) {
-  constexpr int F = VW == 8 ? 4 : 1;  // VW = 8: C is a multiple of 8
-  static int resident = 0;
-  int sms = 0, per_sm = 0;
+  int sms = 0;
   cudaError_t err = multiprocessors(&sms);
-  if (err == cudaSuccess) err = resident_blocks(layernorm_grad_rows<T, RPB, E, VW, F>, T * RPB, &resident, &per_sm);
   if (err != cudaSuccess) return err;
-  const int64_t P =
-      std::min(ceil_div(a.R, RPB), static_cast<int64_t>(std::min(per_sm, kGradBlocksPerSM)) * static_cast<int64_t>(sms));
-  const int64_t teams = ceil_div(P, kFinishTeam);
+  const int64_t P = std::min(ceil_div(a.R, RPB), static_cast<int64_t>(kGradBlocksPerSM) * sms);
   float* partials = nullptr;
-  unsigned* counters = nullptr;
-  err = partials_scratch(static_cast<size_t>((P + teams) * 2 * a.C) * sizeof(float), &partials);
-  if (err == cudaSuccess) err = grad_counters(static_cast<size_t>(teams + 1), a.s, &counters);
+  err = partials_scratch(static_cast<size_t>(P * 2 * a.C) * sizeof(float), &partials);
   if (err != cudaSuccess) return err;
-  layernorm_grad_rows<T, RPB, E, VW, F><<<static_cast<unsigned>(P), T * RPB, 0, a.s>>>(
-      a.dY, a.X, a.W, a.mean, a.rstd, a.dX, partials, counters, a.dw, a.db, a.R, static_cast<int>(a.C));
-  return cudaGetLastError();
+  layernorm_grad_rows<T, RPB, E, VW><<<static_cast<unsigned>(P), T * RPB, 0, a.s>>>(
+      a.dY, a.X, a.W, a.mean, a.rstd, a.dX, partials, a.R, static_cast<int>(a.C));
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  return reduce_params(a, partials, P);
 }
 
 cudaError_t backward_long(const Backward& a) {

@@ -40,11 +40,6 @@
 //   counters that pick the block which finishes a tile, cleared on the
 //   stream once, when allocated), when M > 256. cudaErrorMemoryAllocation
 //   when it cannot be had.
-// - layernorm_grad: 8 bytes per column per block of the row kernel (at most
-//   2 per SM) and per 16 such blocks (the partial dw and db), and 4 bytes
-//   per 16 blocks (counters, as bias_grad's); on the long-row path
-//   (C > 8,192), 8 bytes per column per strip of rows (at most 64).
-//   cudaErrorMemoryAllocation when it cannot be had.
 // The first gemm call on a device of compute capability 9.0 also copies one
 // int from the device (which synchronises it) to learn whether the sm_90a
 // kernels (gemm_sm90.cu) are loaded; later calls only enqueue.
