@@ -58,10 +58,12 @@
 // word, and for attention_grad 4·B·H·T bytes of D. cudaErrorMemoryAllocation
 // when it cannot be had.
 //
-// Variants (one so far; the speed bar is PyTorch's math
-// scaled_dot_product_attention at 16x1024x768x12, not yet measured here):
+// Variants (one so far; at 16x1024x768x12 on an H100, 51fc9cd, against
+// PyTorch's scaled_dot_product_attention in the math backend, f32):
 //   1. mma.sync tiles of 64, P and dS split into f16 halves, loads through
-//      registers (no cp.async), two backward kernels.
+//      registers (no cp.async), two backward kernels: forward 0.344 ms
+//      (13.3× SDPA math, 0.11 of the matmul floor), backward 1.223 ms
+//      (3.71×, 0.07).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
