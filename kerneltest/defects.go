@@ -176,7 +176,7 @@ var CPUDefects = []Mutation{
 		Op: "global_norm", Shapes: []string{"1000003"},
 	},
 	{
-		Name: "adamw without the bias corrections", File: "cpu/adamw.cc",
+		Name: "adamw without the bias corrections", File: "core/adamw.h",
 		Old: "s.step_size = static_cast<float>(lr / correction(beta1, t));\n  s.root2 = static_cast<float>(std::sqrt(correction(beta2, t)));",
 		New: "s.step_size = static_cast<float>(lr);\n  s.root2 = 1.0f;",
 		Op:  "adamw", Shapes: []string{"4099"},
@@ -584,7 +584,7 @@ var CUDADefects = []Mutation{
 		Op: "global_norm", Shapes: []string{"65536"},
 	},
 	{
-		Name: "adamw without the bias corrections", File: "cuda/adamw.cu",
+		Name: "adamw without the bias corrections", File: "core/adamw.h",
 		Old: "s.step_size = static_cast<float>(lr / correction(beta1, t));\n  s.root2 = static_cast<float>(std::sqrt(correction(beta2, t)));",
 		New: "s.step_size = static_cast<float>(lr);\n  s.root2 = 1.0f;",
 		Op:  "adamw", Shapes: []string{"4099", "65536"},

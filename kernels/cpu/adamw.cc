@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/adamw.h"
 #include "core/f16.h"
 
 namespace vkern {
@@ -35,28 +36,9 @@ namespace adamw_parts {
 constexpr size_t kChunk = 1 << 16;  // elements per task
 constexpr size_t kRun = 1024;       // param16 values converted at a time, on the stack
 
-// Scalars are the step's constants in binary32.
-struct Scalars {
-  float scale, decay, beta1, keep1, beta2, keep2, step_size, root2, eps;
-};
-
-// correction is 1 − βᵗ.
-inline double correction(double beta, double t) { return -std::expm1(t * std::log(beta)); }
-
-Scalars scalars_of(double lr, double beta1, double beta2, double eps, double weight_decay, double t,
-                   double grad_scale) {
-  Scalars s;
-  s.scale = static_cast<float>(grad_scale);
-  s.decay = static_cast<float>(std::fma(-lr, weight_decay, 1.0));
-  s.beta1 = static_cast<float>(beta1);
-  s.keep1 = static_cast<float>(1.0 - beta1);
-  s.beta2 = static_cast<float>(beta2);
-  s.keep2 = static_cast<float>(1.0 - beta2);
-  s.step_size = static_cast<float>(lr / correction(beta1, t));
-  s.root2 = static_cast<float>(std::sqrt(correction(beta2, t)));
-  s.eps = static_cast<float>(eps);
-  return s;
-}
+// The step's constants (core/adamw.h).
+using vkern::adamw_step::Scalars;
+using vkern::adamw_step::scalars_of;
 
 // step updates one element and returns its new param.
 inline float step(const Scalars& s, float& p, float grad, float& m, float& v) {
