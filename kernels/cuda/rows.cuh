@@ -2,10 +2,9 @@
 // (cross_entropy.cu) share: f16 pair arithmetic, a thread's slice of a row
 // held in registers (RowSlice: 16-byte accesses wherever a row starts, or
 // 2-byte ones; slots outside the row filled), and max and sum reductions
-// over the threads that own a row; and, for the column sums of bias_grad
-// and layernorm_grad, partial sums of many blocks finished in the same
-// kernel by the last block to arrive (last_to_arrive, sum_partial_rows,
-// Counters). Included into the cuda backend's unity build once, before all
+// over the threads that own a row; and, for bias_grad's column sums,
+// partial sums of many blocks finished in the same kernel by the last block
+// to arrive (last_to_arrive, sum_partial_rows, Counters). Included into the cuda backend's unity build once, before all
 // of them.
 #ifndef VKERN_CUDA_ROWS_CUH
 #define VKERN_CUDA_ROWS_CUH
