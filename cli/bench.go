@@ -86,9 +86,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, done := parseFlags(fs, args, benchHelp, stdout, stderr); done {
 		return code
 	}
+	set := setFlags(fs)
 	if *suite != "train" {
 		for _, name := range []string{"model", "batch", "context", "steps", "warmup", "seed"} {
-			if flagSet(fs, name) {
+			if set[name] {
 				fmt.Fprintf(stderr, "vkern bench: --%s is for --suite train, not %q\n", name, *suite)
 				return exitUsage
 			}
@@ -161,7 +162,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	case "train":
 		var cases []bench.TrainCase
-		if cases, err = trainCases(models, *batch, flagSet(fs, "batch"), *seqLen, *steps, *warmup); err == nil {
+		if cases, err = trainCases(models, *batch, set["batch"], *seqLen, *steps, *warmup); err == nil {
 			err = bench.CheckTrainAnchors(cases, trainAnchors)
 		}
 		if err != nil {
@@ -212,9 +213,6 @@ func trainCases(models []string, batch int, batchSet bool, seqLen, steps, warmup
 	if steps < 1 || warmup < 0 {
 		return nil, fmt.Errorf("--steps %d and --warmup %d: want at least 1 timed step and no negative warm-up", steps, warmup)
 	}
-	if batchSet && batch < 1 {
-		return nil, fmt.Errorf("--batch %d: want at least 1", batch)
-	}
 	if len(models) == 0 {
 		models = []string{"char", "gpt2"}
 	}
@@ -231,13 +229,6 @@ func trainCases(models []string, batch int, batchSet bool, seqLen, steps, warmup
 		cases = append(cases, c)
 	}
 	return cases, nil
-}
-
-// flagSet says whether the command line gave the flag called name.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }
 
 // opCases pairs each chosen op with each shape that fits it: the shapes

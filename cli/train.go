@@ -152,8 +152,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, done := parseFlags(fs, args, trainHelpText(), stdout, stderr); done {
 		return code
 	}
-	f.set = map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	f.set = setFlags(fs)
 	fail := func(code int, err error) int {
 		fmt.Fprintf(stderr, "vkern train: %v\n", err)
 		return code

@@ -194,6 +194,13 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return code
 }
 
+// setFlags are the names of the flags the command line gave.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
 // parseFlags parses args, printing help on --help. done says the command
 // should return code now.
 func parseFlags(fs *flag.FlagSet, args []string, help string, stdout, stderr io.Writer) (code int, done bool) {
