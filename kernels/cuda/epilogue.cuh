@@ -2,7 +2,7 @@
 // (gemm.cu's mma.sync and portable kernels, gemm_sm90.cu's wgmma kernels)
 // add to each element's finished f32 dot product before they store it.
 //
-// Epilogue<kBias, kAccumulate> adds bias[col] (f16, one per output column)
+// Epilogue<kAddBias, kAddOld> (kBias, kAccumulate) adds bias[col] (f16, one per output column)
 // when kBias (linear), then the element's old value when kAccumulate (an
 // f32 output added into: linear_grad_w), each in one binary32 addition
 // rounded to nearest: v = v + bias[col]; v = old + v. The kernels apply it
@@ -10,8 +10,11 @@
 // store, in a loop of its own (so that the old values' loads are issued
 // together, not each behind the previous element's store), and the stores
 // that follow are unchanged: each element is still read once, written once
-// and, for f16 outputs, rounded once. The oracle's epilogue bound
-// (oracle.MatMulWith) assumes exactly these additions.
+// and, for f16 outputs, rounded once. gemm_sm90.cu makes the same two
+// additions in the same order without apply: the tile's bias slice from
+// bias_pair, staged in shared memory, and the old values loaded 32 at a
+// time. The oracle's epilogue bound (oracle.MatMulWith) assumes exactly
+// these additions.
 //
 // Epilogue<false, false> (NoEpilogue: gemm and its gradients) adds nothing;
 // the kernels test kAny with if constexpr, so their code is unchanged.
