@@ -81,6 +81,7 @@
 
 #include "cuda/compat.h"
 #include "cuda/epilogue.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/ops.cuh"
 
 #if defined(VKERN_GEMM_TUNING)
@@ -211,46 +212,13 @@ constexpr int smem_bytes() {
          (TileShape<Cfg, kLDepth, true>::kHalves + TileShape<Cfg, kRDepth, false>::kHalves) * 2;
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes from global to shared; bytes < 16 reads that many and zero-fills
-// the rest (bytes = 0: nothing is read, src must still be a valid pointer).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes));
-}
-// 16 bytes from global to shared, all inside the matrix.
-__device__ __forceinline__ void cp_async_16_full(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __half* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// c += a · b for one m16n8k16 step: a row-major 16×16, b column-major 16×8.
-// (Not volatile: it only reads and writes registers, so the compiler may
-// interleave it with the next step's ldmatrix.)
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using vkern_mma::cp_async_16;
+using vkern_mma::cp_async_16_full;
+using vkern_mma::cp_async_commit;
+using vkern_mma::cp_async_wait;
+using vkern_mma::ldmatrix_x4;
+using vkern_mma::ldmatrix_x4_trans;
+using vkern_mma::mma_16816;
 
 // TileMap: which global element each 16-byte chunk of a kOuter × kInner
 // shared-memory tile holds: chunk c of the tile is row c / (kInner/8), halves
