@@ -51,18 +51,21 @@ func dotMagnitude(a, b []float64) (dot, magnitude float64) {
 //
 //   - rescaleTile: a kernel may rescale its running sums once for every 16
 //     keys of a row (online softmax over key tiles of at least 16).
-//   - splitRelative, splitAbsolute: a weight P ∈ [0, 1] may enter its
-//     products as the sum of two f16 values (hi = f16(P), lo =
-//     f16((P − hi)·2¹¹)·2⁻¹¹), which errs by at most 2⁻²²·P + 2⁻³⁶; the bounds
-//     allow twice the relative part. dS is split the same way after scaling
-//     by a power of two that puts its largest magnitude among the products of
-//     one tile row in [2¹⁴, 2¹⁵): 2⁻²²·|dS| + 2⁻⁵⁰ of that largest magnitude,
-//     at most the largest |dS| of the element's row (for dq) or column (for dk).
+//   - roundRelative, roundAbsolute: a weight P ∈ [0, 1] may enter its
+//     products rounded to f16 (to nearest), which errs by at most 2⁻¹¹·P
+//     where P is normal and by 2⁻²⁵ below 2⁻¹⁴ (half the subnormal
+//     spacing). dS may be rounded the same way after scaling by a power of
+//     two that puts its largest magnitude among the products of one tile row
+//     in [2¹⁴, 2¹⁵): 2⁻¹¹·|dS| + 2⁻²⁵·2⁻¹⁴ (roundScaled) of that largest
+//     magnitude, at most the largest |dS| of the element's row (for dq) or
+//     column (for dk). This is what flash-style kernels do, and it is
+//     what keeps their P·V and dS products single: the error it adds is
+//     that of the f16 outputs' own rounding.
 const (
 	rescaleTile   = 16
-	splitRelative = 0x1p-21
-	splitAbsolute = 0x1p-36
-	splitScaled   = 0x1p-50
+	roundRelative = 0x1p-11
+	roundAbsolute = 0x1p-25
+	roundScaled   = 0x1p-39
 )
 
 // AttentionForward is the reference of attention on qkv f16 (B·T)×3C: for
@@ -83,10 +86,10 @@ const (
 // [wⱼ⁻, wⱼ⁺], wⱼ± = 1/(1 + Σ_{k≠j} e^{b∓ₖ}/e^{b±ⱼ}), b±ⱼ = log eⱼ ± (Eⱼ + log(1±H)),
 // and since Σŵ = Σw = 1, |Σŵⱼvⱼ − y| ≤ Σⱼ Δwⱼ·|vⱼ − y|, Δwⱼ = max(wⱼ⁺ − wⱼ,
 // wⱼ − wⱼ⁻). The weighted sum and the division add K·Σⱼ wⱼ⁺|vⱼ| with K =
-// γ(2n + 2R + 8) + 2⁻²¹ (products, any-order sums, rescaled accumulators, the
-// denominator, the quotient, and a weight split into two f16 halves for
-// tensor cores), and 2⁻³⁵·|vⱼ| per key for the split's absolute error and
-// terms that underflow:
+// γ(2n + 2R + 8) + 2⁻¹¹ (products, any-order sums, rescaled accumulators, the
+// denominator, the quotient, and a weight rounded to f16 for tensor cores),
+// and 2⁻²⁴·|vⱼ| per key for that rounding's absolute error and terms that
+// underflow:
 //
 //	|ŷ − y| ≤ Σⱼ [Δwⱼ·|vⱼ − y| + (K·wⱼ⁺ + 2⁻³⁵)·|vⱼ|].
 //
@@ -208,7 +211,7 @@ func (r *attentionRow) forward(l AttentionLayout, q, k, v []float64, n int, boun
 	}
 	r.weightRanges(n)
 
-	k1 := Gamma(int64(2*n+2*rescales+8), U32) + splitRelative + 0x1p-40
+	k1 := Gamma(int64(2*n+2*rescales+8), U32) + roundRelative + 0x1p-40
 	for c := range y {
 		if math.IsNaN(y[c]) || math.IsInf(y[c], 0) {
 			yBound[c] = 0
@@ -220,7 +223,7 @@ func (r *attentionRow) forward(l AttentionLayout, q, k, v []float64, n int, boun
 				continue // weight 0 exactly, in every kernel
 			}
 			vj := v[j*l.D+c]
-			bound += r.dw[j]*math.Abs(vj-y[c]) + (k1*r.wmax[j]+2*splitAbsolute)*math.Abs(vj)
+			bound += r.dw[j]*math.Abs(vj-y[c]) + (k1*r.wmax[j]+2*roundAbsolute)*math.Abs(vj)
 		}
 		yBound[c] = boundOrInf(bound)
 	}
@@ -324,12 +327,12 @@ func boundOrInf(b float64) float64 {
 // P_err = P·Π + 2⁻¹⁴⁸, and |dŜ| ≤ M_S = |dS| + ε_S. Each output sums its
 // products (one rounding each), scaled by α (rounded, 3u):
 //
-//	|dv̂ⱼ − dvⱼ| ≤ Σᵢ (P_err + 2⁻²¹P̂ + 2⁻³⁶)|dyᵢ| + γ(2m+8)·Σᵢ P̂|dyᵢ|,
-//	|dq̂ᵢ − dqᵢ| ≤ α·[(1+4u)Σⱼ (ε_S + 2⁻²¹M_S)|kⱼ| + 2⁻⁵⁰·max_j M_S·Σⱼ|kⱼ| + γ(2n+8)·Σⱼ M_S|kⱼ|],
+//	|dv̂ⱼ − dvⱼ| ≤ Σᵢ (P_err + 2⁻¹¹P̂ + 2⁻²⁵)|dyᵢ| + γ(2m+8)·Σᵢ P̂|dyᵢ|,
+//	|dq̂ᵢ − dqᵢ| ≤ α·[(1+4u)Σⱼ (ε_S + 2⁻¹¹M_S)|kⱼ| + 2⁻³⁹·max_j M_S·Σⱼ|kⱼ| + γ(2n+8)·Σⱼ M_S|kⱼ|],
 //
-// and dk as dq over the column, with m = T − j terms; the 2⁻²¹ and 2⁻³⁶ (P)
-// and 2⁻⁵⁰ (dS) terms allow the split of P and of scaled dS into two f16
-// halves for tensor cores. The oracle's float64 error adds 2⁻⁴⁸ of the
+// and dk as dq over the column, with m = T − j terms; the 2⁻¹¹ and 2⁻²⁵ (P)
+// and 2⁻³⁹ (dS) terms allow P and scaled dS rounded to f16 for tensor
+// cores. The oracle's float64 error adds 2⁻⁴⁸ of the
 // arguments and 2⁻⁴⁰ of the magnitudes.
 //
 // IEEE specials follow the formula: NaN and infinities propagate through
@@ -387,7 +390,7 @@ func AttentionBackward(ctx context.Context, dy, qkv, y []uint16, lse []float32, 
 					mRow = math.Max(mRow, magS[j])
 					mCol[j] = math.Max(mCol[j], magS[j])
 
-					pErrV := pErr + splitRelative*pMag + splitAbsolute
+					pErrV := pErr + roundRelative*pMag + roundAbsolute
 					row := j * l.D
 					for c := 0; c < l.D; c++ {
 						ag := math.Abs(gi[c])
@@ -398,7 +401,7 @@ func AttentionBackward(ctx context.Context, dy, qkv, y []uint16, lse []float32, 
 				}
 				for j := 0; j <= i; j++ {
 					kj := k[j*l.D : (j+1)*l.D]
-					termErr := errS[j] + splitRelative*magS[j]
+					termErr := errS[j] + roundRelative*magS[j]
 					row := j * l.D
 					for c := 0; c < l.D; c++ {
 						aq, ak := math.Abs(qi[c]), math.Abs(kj[c])
@@ -417,7 +420,7 @@ func AttentionBackward(ctx context.Context, dy, qkv, y []uint16, lse []float32, 
 				for c := 0; c < l.D; c++ {
 					ref.Value[out+c] = l.Alpha * dq[c]
 					ref.Bound[out+c] = outputBound(ref.Value[out+c],
-						l.Alpha*((1+4*U32)*dqErr[c]+splitScaled*mRow*absK[c]+sumFactor*dqMag[c]))
+						l.Alpha*((1+4*U32)*dqErr[c]+roundScaled*mRow*absK[c]+sumFactor*dqMag[c]))
 				}
 			}
 			for j := 0; j < l.T; j++ {
@@ -427,7 +430,7 @@ func AttentionBackward(ctx context.Context, dy, qkv, y []uint16, lse []float32, 
 					at := j*l.D + c
 					ref.Value[out+l.C+c] = l.Alpha * dk[at]
 					ref.Bound[out+l.C+c] = outputBound(ref.Value[out+l.C+c],
-						l.Alpha*((1+4*U32)*dkErr[at]+splitScaled*mCol[j]*absQ[at]+sumFactor*dkMag[at]))
+						l.Alpha*((1+4*U32)*dkErr[at]+roundScaled*mCol[j]*absQ[at]+sumFactor*dkMag[at]))
 					ref.Value[out+2*l.C+c] = dv[at]
 					ref.Bound[out+2*l.C+c] = outputBound(dv[at], dvErr[at]+sumFactor*dvMag[at])
 				}

@@ -30,20 +30,15 @@ func exp2Off(x float32, rng *rand.Rand) float32 {
 	return e
 }
 
-// splitF16 is x as the two f16 halves a tensor-core kernel multiplies: hi +
-// lo·2⁻¹¹.
-func splitF16(x float32) (hi, lo float32) {
-	hi = f16.ToFloat32(f16.FromFloat32(x))
-	lo = f16.ToFloat32(f16.FromFloat32((x - hi) * 2048))
-	return hi, lo
-}
+// roundF16 is x rounded to f16, as a tensor-core kernel multiplies it.
+func roundF16(x float32) float32 { return f16.ToFloat32(f16.FromFloat32(x)) }
 
 // flashRow32 computes one query row the way a tiled GPU kernel does, in
 // binary32: scores in base 2 with α·log₂e folded into one constant, an
 // online max over key tiles with rescales, exp2 off by up to 2 ulps, and,
-// when split, P·V through f16 halves of P with the denominator summed from
-// P in binary32.
-func flashRow32(q, k, v []float32, d, n, tile int, split bool, rng *rand.Rand) (y []float32, lse float32) {
+// when round, P·V with P rounded to f16 and the denominator summed from P
+// in binary32.
+func flashRow32(q, k, v []float32, d, n, tile int, round bool, rng *rand.Rand) (y []float32, lse float32) {
 	scale2 := float32(1 / math.Sqrt(float64(d)) * math.Log2E)
 	m, l := float32(math.Inf(-1)), float32(0)
 	o := make([]float32, d)
@@ -71,26 +66,24 @@ func flashRow32(q, k, v []float32, d, n, tile int, split bool, rng *rand.Rand) (
 			sum += p[j-j0]
 		}
 		l = l*r + sum
-		// A tile whose V holds an infinity or a NaN takes the exact path: a
-		// split would make 0·Inf of the low half.
-		splitTile := split
+		// A tile whose V holds an infinity or a NaN takes the exact path, as
+		// the kernels route any input with one.
+		roundTile := round
 		for e := j0 * d; e < j1*d; e++ {
 			if math.IsNaN(float64(v[e])) || math.IsInf(float64(v[e]), 0) {
-				splitTile = false
+				roundTile = false
 			}
 		}
 		for c := 0; c < d; c++ {
-			var hiSum, loSum float32
+			var sum float32
 			for j := j0; j < j1; j++ {
-				if splitTile {
-					hi, lo := splitF16(p[j-j0])
-					hiSum += hi * v[j*d+c]
-					loSum += lo * v[j*d+c]
+				if roundTile {
+					sum += roundF16(p[j-j0]) * v[j*d+c]
 				} else {
-					hiSum += p[j-j0] * v[j*d+c]
+					sum += p[j-j0] * v[j*d+c]
 				}
 			}
-			o[c] = o[c]*r + (hiSum + loSum*(1.0/2048))
+			o[c] = o[c]*r + sum
 		}
 		m = mNew
 	}
@@ -133,9 +126,9 @@ func TestAttentionForwardBoundHoldsForTiledBinary32Kernels(t *testing.T) {
 					for i := 0; i < l.T; i++ {
 						for _, variant := range []struct {
 							tile  int
-							split bool
-						}{{1 << 20, false}, {16, true}, {64, false}} {
-							y32, lse32 := flashRow32(q[i*l.D:(i+1)*l.D], k, v, l.D, i+1, variant.tile, variant.split, rng)
+							round bool
+						}{{1 << 20, false}, {16, true}, {64, true}, {64, false}} {
+							y32, lse32 := flashRow32(q[i*l.D:(i+1)*l.D], k, v, l.D, i+1, variant.tile, variant.round, rng)
 							at := (b*l.H+h)*l.T + i
 							if want := lse.Value[at]; !math.IsNaN(want) {
 								e := math.Abs(float64(lse32) - want)
@@ -157,7 +150,7 @@ func TestAttentionForwardBoundHoldsForTiledBinary32Kernels(t *testing.T) {
 								}
 								e := math.Abs(got - want)
 								if !(e <= y.Bound[idx]) {
-									t.Fatalf("%s %s: y[b=%d h=%d i=%d c=%d] = %g, reference %g, error %g > bound %g (tile %d, split %v)", shape, dist, b, h, i, c, got, want, e, y.Bound[idx], variant.tile, variant.split)
+									t.Fatalf("%s %s: y[b=%d h=%d i=%d c=%d] = %g, reference %g, error %g > bound %g (tile %d, round %v)", shape, dist, b, h, i, c, got, want, e, y.Bound[idx], variant.tile, variant.round)
 								}
 								if y.Bound[idx] > 0 {
 									worstY = max(worstY, e/y.Bound[idx])
@@ -173,10 +166,10 @@ func TestAttentionForwardBoundHoldsForTiledBinary32Kernels(t *testing.T) {
 }
 
 // backward32 computes attention_grad for one head in binary32, as the cpu
-// kernel does, or, when split, with P and dS through f16 halves as a
+// kernel does, or, when round, with P and dS rounded to f16 as a
 // tensor-core kernel does: P as is (it lies in [0, 1]), dS scaled per row
-// of a 16-key tile (dq) or a 16-query tile (dk) by a power of two.
-func backward32(l AttentionLayout, q, k, v, g, y []float32, lse []float32, split bool, rng *rand.Rand) (dq, dk, dv []float32) {
+// of a 64-key tile (dq) or a 64-query tile (dk) by a power of two.
+func backward32(l AttentionLayout, q, k, v, g, y []float32, lse []float32, round bool, rng *rand.Rand) (dq, dk, dv []float32) {
 	d, t := l.D, l.T
 	scale := float32(1 / math.Sqrt(float64(d)))
 	scale2 := float32(1 / math.Sqrt(float64(d)) * math.Log2E)
@@ -198,9 +191,8 @@ func backward32(l AttentionLayout, q, k, v, g, y []float32, lse []float32, split
 			dp := dot(g[i*d:(i+1)*d], v[j*d:(j+1)*d])
 			dS[i*t+j] = p * (dp - dRow)
 			for c := 0; c < d; c++ {
-				if split && !math.IsNaN(float64(g[i*d+c])) && !math.IsInf(float64(g[i*d+c]), 0) {
-					hi, lo := splitF16(p)
-					dv[j*d+c] += hi*g[i*d+c] + (lo*g[i*d+c])*(1.0/2048)
+				if round && !math.IsNaN(float64(g[i*d+c])) && !math.IsInf(float64(g[i*d+c]), 0) {
+					dv[j*d+c] += roundF16(p) * g[i*d+c]
 				} else {
 					dv[j*d+c] += p * g[i*d+c]
 				}
@@ -209,10 +201,10 @@ func backward32(l AttentionLayout, q, k, v, g, y []float32, lse []float32, split
 	}
 	// dq[i] = Σⱼ dS[i,j]·k[j], dk[j] = Σᵢ dS[i,j]·q[i], scaled by α.
 	accumulate := func(out []float32, row int, terms func(x int) (float32, []float32), from, to int) {
-		const tile = 16
+		const tile = 64
 		for x0 := from; x0 < to; x0 += tile {
 			x1 := min(x0+tile, to)
-			if !split {
+			if !round {
 				for x := x0; x < x1; x++ {
 					w, vec := terms(x)
 					for c := 0; c < d; c++ {
@@ -245,14 +237,12 @@ func backward32(l AttentionLayout, q, k, v, g, y []float32, lse []float32, split
 				exp = e - 15
 			}
 			for c := 0; c < d; c++ {
-				var hiSum, loSum float32
+				var sum float32
 				for x := x0; x < x1; x++ {
 					w, vec := terms(x)
-					hi, lo := splitF16(float32(math.Ldexp(float64(w), -exp)))
-					hiSum += hi * vec[c]
-					loSum += lo * vec[c]
+					sum += roundF16(float32(math.Ldexp(float64(w), -exp))) * vec[c]
 				}
-				out[row*d+c] += float32(math.Ldexp(float64(hiSum+loSum*(1.0/2048)), exp))
+				out[row*d+c] += float32(math.Ldexp(float64(sum), exp))
 			}
 		}
 	}
@@ -291,8 +281,8 @@ func TestAttentionBackwardBoundHoldsForBinary32Kernels(t *testing.T) {
 					q, k, v := headF32(in[1].F16, l, 3*l.C, 0, b, h), headF32(in[1].F16, l, 3*l.C, 1, b, h), headF32(in[1].F16, l, 3*l.C, 2, b, h)
 					g, y := headF32(in[0].F16, l, l.C, 0, b, h), headF32(in[2].F16, l, l.C, 0, b, h)
 					lse := in[3].F32[(b*l.H+h)*l.T : (b*l.H+h+1)*l.T]
-					for _, split := range []bool{false, true} {
-						dq, dk, dv := backward32(l, q, k, v, g, y, lse, split, rng)
+					for _, round := range []bool{false, true} {
+						dq, dk, dv := backward32(l, q, k, v, g, y, lse, round, rng)
 						for part, got := range [][]float32{dq, dk, dv} {
 							for i := 0; i < l.T; i++ {
 								for c := 0; c < l.D; c++ {
@@ -301,13 +291,13 @@ func TestAttentionBackwardBoundHoldsForBinary32Kernels(t *testing.T) {
 									if math.IsNaN(want) || math.IsInf(want, 0) {
 										nonFinite++
 										if !(math.IsNaN(want) && math.IsNaN(have) || want == have) {
-											t.Fatalf("%s %s split=%v: part %d [b=%d h=%d t=%d c=%d] = %g, want %g", shape, dist, split, part, b, h, i, c, have, want)
+											t.Fatalf("%s %s round=%v: part %d [b=%d h=%d t=%d c=%d] = %g, want %g", shape, dist, round, part, b, h, i, c, have, want)
 										}
 										continue
 									}
 									e := math.Abs(have - want)
 									if !(e <= ref.Bound[idx]) {
-										t.Fatalf("%s %s split=%v: part %d [b=%d h=%d t=%d c=%d] = %g, reference %g, error %g > bound %g", shape, dist, split, part, b, h, i, c, have, want, e, ref.Bound[idx])
+										t.Fatalf("%s %s round=%v: part %d [b=%d h=%d t=%d c=%d] = %g, reference %g, error %g > bound %g", shape, dist, round, part, b, h, i, c, have, want, e, ref.Bound[idx])
 									}
 									if ref.Bound[idx] > 0 {
 										worst[part] = max(worst[part], e/ref.Bound[idx])
