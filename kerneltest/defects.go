@@ -633,7 +633,7 @@ var CUDADefects = []Mutation{
 	// finite distributions and the exact row kernels on special.
 	{
 		Name: "attention without the causal mask (tensor cores)", File: "cuda/attention.cu",
-		Old: "s[n][e] = diagonal && key > row[e / 2] ? vkern_rows::neg_inf() : s[n][e] * scale2;",
+		Old: "s[n][e] = mask && key > row[e / 2] ? vkern_rows::neg_inf() : s[n][e] * scale2;",
 		New: "s[n][e] = s[n][e] * scale2;",
 		Op:  "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
 	},
@@ -650,9 +650,15 @@ var CUDADefects = []Mutation{
 		Op:  "attention", Shapes: []string{"2x17x24x3"},
 	},
 	{
-		Name: "attention's P rounded to f16 once (the low half dropped)", File: "cuda/attention.cu",
-		Old: "out[n][e] += scaled<kShift>(sum_hi[e] + sum_lo[e] * (1.0f / 2048.0f), shift[e / 2]);",
-		New: "out[n][e] += scaled<kShift>(sum_hi[e], shift[e / 2]);",
+		Name: "attention's online pass rescales o but not the row sum (tensor cores)", File: "cuda/attention.cu",
+		Old: "l[r] *= rescale;",
+		New: "",
+		Op:  "attention", Shapes: []string{"1x200x64x1"},
+	},
+	{
+		Name: "attention's route misses infinities in v's key tiles (tensor cores)", File: "cuda/attention.cu",
+		Old: "flag_specials<DP, kTile, kBlock>(vs, flag);",
+		New: "",
 		Op:  "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
 	},
 	{
@@ -663,8 +669,8 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "attention_grad's dk without the scale (tensor cores)", File: "cuda/attention.cu",
-		Old: "out[a.C + c] = __float2half_rn(dk[n][2 * r + e] * scale);",
-		New: "out[a.C + c] = __float2half_rn(dk[n][2 * r + e]);",
+		Old: "const float dk_factor[2] = {scale, scale}, dv_factor[2] = {1.0f, 1.0f};",
+		New: "const float dk_factor[2] = {1.0f, 1.0f}, dv_factor[2] = {1.0f, 1.0f};",
 		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
 	},
 	{
@@ -674,15 +680,21 @@ var CUDADefects = []Mutation{
 		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
 	},
 	{
-		Name: "attention_grad's dk never scaled back from the split (tensor cores)", File: "cuda/attention.cu",
-		Old: "product_split<DP, true>(hi, lo, qs, lane, shift, dk);",
-		New: "product_split<DP, false>(hi, lo, qs, lane, shift, dk);",
+		Name: "attention_grad's dk never scaled back from its f16 range (tensor cores)", File: "cuda/attention.cu",
+		Old: "product<DP, true>(fa, qs, lane, shift, dk);",
+		New: "product<DP, false>(fa, qs, lane, shift, dk);",
 		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
 	},
 	{
 		Name: "attention_grad's dq without the causal mask (tensor cores)", File: "cuda/attention.cu",
 		Old: "p[n][e] = diagonal && j > row[e / 2] ? 0.0f : exp2f(p[n][e] * scale2 - lse2[e / 2]);",
 		New: "p[n][e] = exp2f(p[n][e] * scale2 - lse2[e / 2]);",
+		Op:  "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+	},
+	{
+		Name: "attention_grad's route misses infinities in dy (tensor cores)", File: "cuda/attention.cu",
+		Old: "found = found || special_halves(gs[e]) || special_halves(vs[e]);",
+		New: "found = found || special_halves(vs[e]);",
 		Op:  "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4"},
 	},
 	{

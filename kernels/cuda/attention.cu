@@ -6,27 +6,28 @@
 // Two paths:
 //
 // - Tensor cores (CUDA, compute capability 8.0 or more, head size D ≤ 128,
-//   padded to DP = 16, 32, 64 or 128 with zeros), for inputs that are all
-//   finite. Blocks of 4 warps own a 64-row tile of one (b, h); each warp 16
-//   rows. Tiles of 64 keys (or queries) pass through shared memory (rows
-//   padded by 16 bytes: the 32-bit fragment loads and ldmatrix are free of
-//   bank conflicts) and the products are mma.sync.m16n8k16 (f16 × f16 + f32).
-//   * forward_mma: one block per query tile, heaviest first; S = Q·Kᵀ per key
-//     tile, the causal mask on the diagonal tile, an online softmax (running
-//     max, rescales by exp2(m_old − m_new)), and O += P·V with P split into
-//     two f16 halves, hi = f16(p), lo = f16((p − hi)·2¹¹), whose products are
-//     summed apart and joined as hi·V + lo·V·2⁻¹¹: P·V then errs by 2⁻²²·P +
-//     2⁻³⁶ where one f16 P would err by 2⁻¹¹·P. The row sums l add P in f32.
+//   padded to DP = 16, 32, 64 or 128 with zeros), flash-style: no T×T matrix
+//   leaves the chip. Warps own 16 rows of a tile; tiles of 64 keys (or
+//   queries) stream through two stages of shared memory by cp.async, the
+//   next tile's copy in flight while this one is used (rows padded by 16
+//   bytes: ldmatrix and the 32-bit fragment loads are free of bank
+//   conflicts); the products are mma.sync.m16n8k16 (f16 × f16 + f32).
+//   * forward_mma: a block of 4 warps per 64-row query tile, heaviest first;
+//     S = Q·Kᵀ per key tile, the causal mask where a tile reaches past a
+//     warp's first row (a warp skips key tiles wholly after its rows), an
+//     online softmax (running max, rescales by exp2(m_old − m_new)), and O +=
+//     P·V with P rounded once to f16. The row sums l add P in f32.
 //   * backward: row_dots writes D = dy·y per row (f32 scratch); then
 //     backward_dkdv_mma, one block per key tile (the first, heaviest, first),
 //     walks the query tiles i ≥ j and keeps dk, dv in registers: Sᵀ = K·Qᵀ,
-//     dPᵀ = V·dYᵀ, P = exp2(s₂ − lse₂), dS = P(dP − D), dv += Pᵀ·dY (P split
-//     as above), dk += dSᵀ·Q; and backward_dq_mma, one block per query
-//     tile, walks the key tiles j ≤ i: S, dP, P, dS again, dq += dS·K. Every
-//     sum has one order: results are deterministic. dS, unbounded, is split
-//     after scaling each row of a warp's tile by the power of two that puts
-//     the row's largest |dS| in [2¹⁴, 2¹⁵) (frexpf, ldexpf: exact); the
-//     row's products are summed in f32 and scaled back.
+//     dPᵀ = V·dYᵀ, P = exp2(s₂ − lse₂), dS = P(dP − D), dv += Pᵀ·dY, dk +=
+//     dSᵀ·Q; and backward_dq_mma, one block per query tile, walks the key
+//     tiles j ≤ i: S, dP, P, dS again, dq += dS·K. Every sum has one order:
+//     results are deterministic. P enters its products rounded once to f16;
+//     dS, unbounded, is rounded once after scaling each row of a warp's tile
+//     by the power of two that puts the row's largest |dS| in [2¹⁴, 2¹⁵)
+//     (frexpf, ldexpf: exact), and the row's products are summed in f32 and
+//     scaled back.
 // - Exact rows (every other case: HIP, older GPUs, D > 128, and any call
 //   whose inputs hold an infinity or a NaN): one warp per row of a head,
 //   lanes across the head's columns (dot products reduced by shuffles), in
@@ -36,40 +37,52 @@
 //   pair. They follow the formula's IEEE rules exactly: a NaN or +Inf
 //   score, or a row of only −Inf scores, makes the row NaN; 0·Inf is NaN;
 //   pairs with j > i are never formed. (On tensor cores a masked key's
-//   infinite v would meet p = 0 inside one mma, and a split of p·Inf gives
-//   0·Inf from the low half: hence the route.)
+//   infinite v would meet p = 0 inside one mma: hence the route.)
 //
-// Which path a call takes is settled on the device: when the tensor-core
-// path applies, find_specials first scans the inputs (qkv; for the
-// backward also dy, y and lse) and sets a flag word in scratch; the
-// tensor-core kernels return at once when it is set, the exact ones at once
-// when it is clear. The host never waits.
+// Which path a call takes is settled on the device, without a pass of its
+// own: the flag word in scratch is cleared, and the tensor-core kernels set
+// it when a tile they copied holds an infinity or a NaN (each tile of q, k
+// and v is scanned by exactly one block: forward_mma its own query tile and
+// the key tiles that start inside it; backward_dkdv_mma its key tile and
+// the query tile on its diagonal), as row_dots does for dy, y and lse; the
+// exact kernels, launched after them, return at once when the flag is clear
+// and otherwise write every output again. The host never waits.
 //
 // Accuracy, against the oracle's bounds (oracle/attention.go): products of
 // f16 values are exact and mma.sync sums them in f32 (any order, fused);
 // α·log₂e is rounded once on the host; exp2f and log2f are within 2 and 1
 // ulps (the CUDA Math API's table; no -use_fast_math); the online pass
-// rescales once per 64 keys (the bound allows one per 16); P and dS enter
-// their tensor-core products split as described (the bound allows 2⁻²¹ of
-// each element, 2⁻³⁶ absolute for P and 2⁻⁵⁰ of the row's largest |dS| for
-// dS). f16 outputs are rounded once (__float2half_rn).
+// rescales once per 64 keys (the bound allows one per 16); P ∈ [0, 1]
+// rounded to f16 errs by 2⁻¹¹·P + 2⁻²⁵, and dS, scaled, by 2⁻¹¹·|dS| + 2⁻³⁹
+// of the largest |dS| of its tile row (the bound allows exactly these). f16
+// outputs are rounded once (__float2half_rn).
 //
 // Scratch (rows.cuh's ScratchBuffer, kept between calls): a 16-byte flag
 // word, and for attention_grad 4·B·H·T bytes of D. cudaErrorMemoryAllocation
 // when it cannot be had.
 //
-// Variants (one so far; at 16x1024x768x12 on an H100, 51fc9cd, against
-// PyTorch's scaled_dot_product_attention in the math backend, f32):
-//   1. mma.sync tiles of 64, P and dS split into f16 halves, loads through
-//      registers (no cp.async), two backward kernels: forward 0.344 ms
-//      (13.3× SDPA math, 0.11 of the matmul floor), backward 1.223 ms
-//      (3.71×, 0.07).
+// Variants (at 16x1024x768x12 on an H100, against PyTorch's
+// scaled_dot_product_attention in the math backend, f32, and its flash
+// backend, f16):
+//   1. (51fc9cd) mma.sync tiles of 64, P and dS split into two f16 halves
+//      each (products twice), loads through registers (no cp.async), the
+//      route by separate scans of every input: forward 0.344 ms (13.3× SDPA
+//      math, 0.11 of the matmul floor, 0.39× SDPA flash), backward 1.223 ms
+//      (3.71×, 0.07, 0.36× flash).
+//   2. P and scaled dS rounded once to f16, K/V (Q/dY) tiles in two cp.async
+//      stages, B fragments by ldmatrix, the route folded into the tiles'
+//      copies and row_dots (16-byte loads): not yet measured.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "cuda/compat.h"
+#include "cuda/mma.cuh"
 #include "cuda/rows.cuh"
+
+#if defined(VKERN_ATTENTION_LAB)
+int vk_attention_forward_warps = 4;  // bench/attention_lab.cu: forward_mma's warps, 4 or 8
+#endif
 
 namespace {
 namespace vkern_attention {
@@ -85,6 +98,7 @@ constexpr double kLog2eDouble = 1.4426950408889634;
 constexpr int kThreads = 128;  // every kernel: 4 warps a block
 constexpr int kRowCols = 4;    // columns per lane of one chunk of the exact kernels (128 a chunk)
 constexpr int kFlagBytes = 16;
+constexpr int kForwardWarps = 4;  // forward_mma's warps a block (16 query rows each)
 
 // Head views. Row t of sequence b of an operand whose rows hold width values
 // starts at (b·T + t)·width; head h of part p (q 0, k 1, v 2; y and dy have
@@ -110,38 +124,51 @@ __device__ __forceinline__ float head_dot(const __half* a, const __half* b, int6
 // ---------------------------------------------------------------------------
 // The route and D.
 
-// find_specials16 sets *flag when any of the n f16 values is an infinity or a
-// NaN (exponent bits all ones).
-__global__ void find_specials16(const unsigned short* __restrict__ x, int64_t n, unsigned* flag) {
-  bool found = false;
-  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads) {
-    found = found || (x[i] & 0x7c00u) == 0x7c00u;
-  }
-  if (found) atomicOr(flag, 1u);
-}
-
-__global__ void find_specials32(const unsigned* __restrict__ x, int64_t n, unsigned* flag) {
-  bool found = false;
-  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads) {
-    found = found || (x[i] & 0x7f800000u) == 0x7f800000u;
-  }
-  if (found) atomicOr(flag, 1u);
+// special_halves: whether either f16 of a pair is an infinity or a NaN
+// (exponent bits all ones).
+__device__ __forceinline__ bool special_halves(uint32_t w) {
+  return (w & 0x7c00u) == 0x7c00u || (w & 0x7c000000u) == 0x7c000000u;
 }
 
 // row_dots: dsum[(b·H + h)·T + t] = Σ_c dy·y over head h of token row
-// b·T + t, one thread per (row, head), in column order.
-__global__ void row_dots(const __half* __restrict__ dy, const __half* __restrict__ y, float* __restrict__ dsum,
-                         Heads a) {
+// b·T + t, one thread per (row, head), in column order: 16-byte loads when
+// vec8 (D, C multiples of 8, 16-byte aligned bases). With flag (the
+// tensor-core route), it also sets *flag when any value of dy, y or lse is
+// an infinity or a NaN: every one passes through here once.
+__global__ void row_dots(const __half* __restrict__ dy, const __half* __restrict__ y, const float* __restrict__ lse,
+                         float* __restrict__ dsum, Heads a, bool vec8, unsigned* __restrict__ flag) {
   const int64_t n = a.B * a.T * a.H;
+  bool found = false;
   for (int64_t idx = blockIdx.x * int64_t{kThreads} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * kThreads) {
     const int64_t row = idx / a.H, h = idx % a.H;
     const __half* g = dy + row * a.C + h * a.D;
     const __half* v = y + row * a.C + h * a.D;
     float sum = 0.0f;
-    for (int64_t c = 0; c < a.D; ++c) sum += __half2float(g[c]) * __half2float(v[c]);
-    const int64_t b = row / a.T, t = row % a.T;
-    dsum[(b * a.H + h) * a.T + t] = sum;
+    if (vec8) {
+      for (int64_t c = 0; c < a.D; c += 8) {
+        const uint4 gw = *reinterpret_cast<const uint4*>(g + c), vw = *reinterpret_cast<const uint4*>(v + c);
+        const uint32_t gs[4] = {gw.x, gw.y, gw.z, gw.w}, vs[4] = {vw.x, vw.y, vw.z, vw.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          found = found || special_halves(gs[e]) || special_halves(vs[e]);
+          const float2 gf = __half22float2(*reinterpret_cast<const __half2*>(&gs[e]));
+          const float2 vf = __half22float2(*reinterpret_cast<const __half2*>(&vs[e]));
+          sum += gf.x * vf.x;
+          sum += gf.y * vf.y;
+        }
+      }
+    } else {
+      for (int64_t c = 0; c < a.D; ++c) {
+        const unsigned short gb = __half_as_ushort(g[c]), vb = __half_as_ushort(v[c]);
+        found = found || (gb & 0x7c00u) == 0x7c00u || (vb & 0x7c00u) == 0x7c00u;
+        sum += __half2float(g[c]) * __half2float(v[c]);
+      }
+    }
+    const int64_t b = row / a.T, t = row % a.T, at = (b * a.H + h) * a.T + t;
+    dsum[at] = sum;
+    if (flag != nullptr) found = found || (__float_as_uint(lse[at]) & 0x7f800000u) == 0x7f800000u;
   }
+  if (flag != nullptr && found) atomicOr(flag, 1u);
 }
 
 // ---------------------------------------------------------------------------
@@ -266,48 +293,19 @@ __global__ void __launch_bounds__(kThreads)
 // Tensor cores.
 #if defined(VKERN_PTX_MMA)
 
-constexpr int kTile = 64;  // rows of a block's tile, and keys (queries) of a streamed tile
+using vkern_mma::cp_async_16;
+using vkern_mma::cp_async_4;
+using vkern_mma::cp_async_commit;
+using vkern_mma::cp_async_wait;
+using vkern_mma::ldmatrix_x4;
+using vkern_mma::ldmatrix_x4_trans;
+using vkern_mma::mma_16816;
+using vkern_mma::pack_f16;
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// ldmatrix_x4_trans: lanes 8m .. 8m + 7 give the rows of 8×8 matrix m; r[m]
-// receives its transposed fragment (stored rows 2·(lane % 4), +1 at column
-// lane / 4): the B operand of mma_16816 from a k-major tile.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __half* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// c += a · b for one m16n8k16 step: a row-major 16×16, b column-major 16×8.
-// Lane l (g = l / 4, t = l % 4) holds a as rows g and g + 8, columns 2t, 2t +
-// 1 and 2t + 8, 2t + 9 (a[0]: row g, a[1]: row g + 8, a[2], a[3] the same
-// rows 8 columns on), b as rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1) of
-// column g, and c as rows g (c[0], c[1]) and g + 8 (c[2], c[3]), columns 2t,
-// 2t + 1.
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+constexpr int kTile = 64;  // keys of a streamed key tile; rows (queries or keys) of a backward block
 
 // lds32 reads the two halves at p (4-byte aligned) as one fragment register.
 __device__ __forceinline__ uint32_t lds32(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-__device__ __forceinline__ uint32_t halves(__half lo, __half hi) {
-  return static_cast<uint32_t>(__half_as_ushort(lo)) | static_cast<uint32_t>(__half_as_ushort(hi)) << 16;
-}
-
-// split packs x0, x1 as f16 halves hi = f16(x), lo = f16((x − hi)·2¹¹), so
-// that x ≈ hi + lo·2⁻¹¹ within 2⁻²²|x| + 2⁻³⁶.
-__device__ __forceinline__ void split(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  const __half h0 = __float2half_rn(x0), h1 = __float2half_rn(x1);
-  hi = halves(h0, h1);
-  lo = halves(__float2half_rn((x0 - __half2float(h0)) * 2048.0f), __float2half_rn((x1 - __half2float(h1)) * 2048.0f));
-}
 
 // scaled is x·2^shift when kShift (ldexpf: exact, whatever the range), x
 // otherwise.
@@ -316,21 +314,123 @@ __device__ __forceinline__ float scaled(float x, int shift) {
   return kShift ? ldexpf(x, shift) : x;
 }
 
-// split_tile turns a warp's 16 × 64 accumulator tile x (8 n-tiles of 8
+// Shared-memory tiles: rows of DP halves, padded by 8 halves (16 bytes), so
+// that ldmatrix's eight 16-byte rows and a warp's 32-bit fragment loads
+// (rows g, columns 2t) fall in distinct banks.
+template <int DP>
+struct TileShape {
+  static constexpr int kLd = DP + 8;
+  static constexpr int kHalves = kTile * kLd;  // a tile of kTile rows
+  static constexpr int kSteps = DP / 16;       // k-steps of a product over the head's columns
+  static constexpr int kNTiles = DP / 8;       // n-tiles of an output row of DP columns
+};
+
+// copy_rows starts the copy of rows [row0, row0 + kRows) of a head (element
+// (t, c) at src[t·width + c]) into dst, zero past T and past D, by kBlock
+// threads: cp.async 16-byte copies when vec8 (D, C multiples of 8, 16-byte
+// aligned base; the caller commits and waits), else 2-byte loads and stores.
+template <int DP, int kRows, int kBlock>
+__device__ __forceinline__ void copy_rows(__half* dst, const __half* src, int64_t width, int64_t row0, int64_t T,
+                                          int64_t D, bool vec8) {
+  constexpr int kLd = TileShape<DP>::kLd;
+  if (vec8) {
+    for (int idx = threadIdx.x; idx < kRows * DP / 8; idx += kBlock) {
+      const int r = idx / (DP / 8), c = idx % (DP / 8) * 8;
+      const bool in = row0 + r < T && c < D;
+      cp_async_16(dst + r * kLd + c, in ? src + (row0 + r) * width + c : src, in ? 16 : 0);
+    }
+    return;
+  }
+  const unsigned short* s = reinterpret_cast<const unsigned short*>(src);
+  unsigned short* d = reinterpret_cast<unsigned short*>(dst);
+  for (int idx = threadIdx.x; idx < kRows * DP; idx += kBlock) {
+    const int r = idx / DP, c = idx % DP;
+    d[r * kLd + c] = row0 + r < T && c < D ? s[(row0 + r) * width + c] : 0;
+  }
+}
+
+// copy_floats starts the copy of src[row0 .. row0 + kTile) into dst, zero
+// past T (cp.async, 4 bytes a thread).
+__device__ __forceinline__ void copy_floats(float* dst, const float* src, int64_t row0, int64_t T) {
+  for (int r = threadIdx.x; r < kTile; r += kThreads) {
+    const bool in = row0 + r < T;
+    cp_async_4(dst + r, in ? src + row0 + r : src, in ? 4 : 0);
+  }
+}
+
+// flag_specials sets *flag when any of the kRows × DP halves of a tile in
+// shared memory is an infinity or a NaN (the route, folded into the tiles'
+// loads).
+template <int DP, int kRows, int kBlock>
+__device__ __forceinline__ void flag_specials(const __half* tile, unsigned* flag) {
+  constexpr int kLd = TileShape<DP>::kLd;
+  bool found = false;
+  for (int idx = threadIdx.x; idx < kRows * DP / 8; idx += kBlock) {
+    const uint4 v = *reinterpret_cast<const uint4*>(tile + idx / (DP / 8) * kLd + idx % (DP / 8) * 8);
+    found = found || special_halves(v.x) || special_halves(v.y) || special_halves(v.z) || special_halves(v.w);
+  }
+  if (found) atomicOr(flag, 1u);
+}
+
+// a_fragments loads the A fragments of rows row, row + 8 (row = warp·16 +
+// g) of a tile for every k-step over the head's columns.
+template <int DP>
+__device__ __forceinline__ void a_fragments(const __half* tile, int row, int t, uint32_t (&a)[DP / 16][4]) {
+  constexpr int kLd = TileShape<DP>::kLd;
+  const __half* p = tile + row * kLd + 2 * t;
+#pragma unroll
+  for (int k = 0; k < DP / 16; ++k) {
+    a[k][0] = lds32(p + k * 16);
+    a[k][1] = lds32(p + 8 * kLd + k * 16);
+    a[k][2] = lds32(p + k * 16 + 8);
+    a[k][3] = lds32(p + 8 * kLd + k * 16 + 8);
+  }
+}
+
+// scores: x[n] += A·Bᵀ for the warp's 16 rows against the tile's 64 rows
+// (n-tile n: tile rows 8n .. 8n + 7), over the head's columns. B's
+// fragments come by ldmatrix, two k-steps at a time (lane l addresses tile
+// row 8n + l % 8, columns 8·(l / 8) of the pair); DP = 16 has one k-step,
+// read as two 32-bit loads.
+template <int DP>
+__device__ __forceinline__ void scores(const uint32_t (&a)[DP / 16][4], const __half* tile, int lane,
+                                       float (&x)[8][4]) {
+  constexpr int kLd = TileShape<DP>::kLd;
+  if constexpr (DP == 16) {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const __half* p = tile + (n * 8 + g) * kLd + 2 * t;
+      mma_16816(x[n], a[0], lds32(p), lds32(p + 8));
+    }
+  } else {
+    const __half* p = tile + (lane % 8) * kLd + (lane / 8) * 8;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int kp = 0; kp < DP / 32; ++kp) {
+        uint32_t b[4];
+        ldmatrix_x4(b, p + n * 8 * kLd + kp * 32);
+        mma_16816(x[n], a[2 * kp], b[0], b[1]);
+        mma_16816(x[n], a[2 * kp + 1], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// round_tile turns a warp's 16 × 64 accumulator tile x (8 n-tiles of 8
 // columns), each row r of the thread (g, g + 8) scaled by 2^−shift[r] when
-// kShift, into the A fragments of the four 16-column k-steps: n-tiles 2k and
-// 2k + 1 make k-step k.
+// kShift, into the f16 A fragments of the four 16-column k-steps (n-tiles 2k
+// and 2k + 1 make k-step k), each element rounded once to nearest.
 template <bool kShift>
-__device__ __forceinline__ void split_tile(const float (&x)[8][4], const int (&shift)[2], uint32_t (&hi)[4][4],
-                                           uint32_t (&lo)[4][4]) {
+__device__ __forceinline__ void round_tile(const float (&x)[8][4], const int (&shift)[2], uint32_t (&a)[4][4]) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float(&n)[4] = x[2 * k + half];
-      split(scaled<kShift>(n[0], -shift[0]), scaled<kShift>(n[1], -shift[0]), hi[k][2 * half], lo[k][2 * half]);
-      split(scaled<kShift>(n[2], -shift[1]), scaled<kShift>(n[3], -shift[1]), hi[k][2 * half + 1],
-            lo[k][2 * half + 1]);
+      a[k][2 * half] = pack_f16(scaled<kShift>(n[0], -shift[0]), scaled<kShift>(n[1], -shift[0]));
+      a[k][2 * half + 1] = pack_f16(scaled<kShift>(n[2], -shift[1]), scaled<kShift>(n[3], -shift[1]));
     }
   }
 }
@@ -352,206 +452,191 @@ __device__ __forceinline__ void row_shift(const float (&x)[8][4], int (&shift)[2
   }
 }
 
-// Shared-memory tiles: kTile rows of DP halves, padded by 8 halves (16
-// bytes), so that a warp's 32-bit fragment loads (rows g, columns 2t) and
-// ldmatrix's eight 16-byte rows fall in distinct banks.
-template <int DP>
-struct TileShape {
-  static constexpr int kLd = DP + 8;
-  static constexpr int kHalves = kTile * kLd;
-  static constexpr int kSteps = DP / 16;  // k-steps of a product over the head's columns
-  static constexpr int kNTiles = DP / 8;  // n-tiles of an output row of DP columns
-};
-
-// load_tile copies rows [row0, row0 + kTile) of a head (element (t, c) at
-// src[t·width + c]) into dst, zero past T and past D: 16-byte copies when
-// vec8 (D, C multiples of 8, 16-byte aligned base), else 2-byte ones.
-template <int DP>
-__device__ __forceinline__ void load_tile(__half* dst, const __half* src, int64_t width, int64_t row0, int64_t T,
-                                          int64_t D, bool vec8) {
-  constexpr int kLd = TileShape<DP>::kLd;
-  if (vec8) {
-    constexpr int kChunks = kTile * DP / 8;
-    for (int idx = threadIdx.x; idx < kChunks; idx += kThreads) {
-      const int r = idx / (DP / 8), c = idx % (DP / 8) * 8;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (row0 + r < T && c < D) v = *reinterpret_cast<const uint4*>(src + (row0 + r) * width + c);
-      *reinterpret_cast<uint4*>(dst + r * kLd + c) = v;
-    }
-    return;
-  }
-  const unsigned short* s = reinterpret_cast<const unsigned short*>(src);
-  unsigned short* d = reinterpret_cast<unsigned short*>(dst);
-  for (int idx = threadIdx.x; idx < kTile * DP; idx += kThreads) {
-    const int r = idx / DP, c = idx % DP;
-    d[r * kLd + c] = row0 + r < T && c < D ? s[(row0 + r) * width + c] : 0;
-  }
-}
-
-// a_fragments loads the A fragments of rows row, row + 8 (row = warp·16 +
-// g) of a tile for every k-step over the head's columns.
-template <int DP>
-__device__ __forceinline__ void a_fragments(const __half* tile, int row, int t, uint32_t (&a)[DP / 16][4]) {
-  constexpr int kLd = TileShape<DP>::kLd;
-  const __half* p = tile + row * kLd + 2 * t;
-#pragma unroll
-  for (int k = 0; k < DP / 16; ++k) {
-    a[k][0] = lds32(p + k * 16);
-    a[k][1] = lds32(p + 8 * kLd + k * 16);
-    a[k][2] = lds32(p + k * 16 + 8);
-    a[k][3] = lds32(p + 8 * kLd + k * 16 + 8);
-  }
-}
-
-// scores: x[n] += A·Bᵀ for the warp's 16 rows against the tile's 64 rows
-// (n-tile n: tile rows 8n .. 8n + 7), over the head's columns: B's fragment
-// is two 32-bit loads from tile row 8n + g.
-template <int DP>
-__device__ __forceinline__ void scores(const uint32_t (&a)[DP / 16][4], const __half* tile, int g, int t,
-                                       float (&x)[8][4]) {
-  constexpr int kLd = TileShape<DP>::kLd;
-#pragma unroll
-  for (int n = 0; n < 8; ++n) {
-    const __half* p = tile + (n * 8 + g) * kLd + 2 * t;
-#pragma unroll
-    for (int k = 0; k < DP / 16; ++k) mma_16816(x[n], a[k], lds32(p + k * 16), lds32(p + k * 16 + 8));
-  }
-}
-
-// product_split: for each n-tile of DP columns, out[n] += (hi·B + lo·B·2⁻¹¹)
-// · 2^shift[row] (unscaled unless kShift), where B is the tile (64 rows of
-// the k dimension × DP), read transposed by ldmatrix.
+// product: for each n-tile of DP columns, out[n] += A·B, where B is the tile
+// (64 rows of the k dimension × DP, read transposed by ldmatrix; lane l
+// addresses row l of each 32-row half). With kShift the tile's product is
+// summed apart and added scaled by 2^shift[row] (undoing round_tile's
+// scale).
 template <int DP, bool kShift>
-__device__ __forceinline__ void product_split(const uint32_t (&hi)[4][4], const uint32_t (&lo)[4][4],
-                                              const __half* tile, int lane, const int (&shift)[2],
-                                              float (&out)[DP / 8][4]) {
+__device__ __forceinline__ void product(const uint32_t (&a)[4][4], const __half* tile, int lane, const int (&shift)[2],
+                                        float (&out)[DP / 8][4]) {
   constexpr int kLd = TileShape<DP>::kLd;
-  const __half* rows = tile + ((lane / 8) * 8 + lane % 8) * kLd;
+  const __half* rows = tile + lane * kLd;
 #pragma unroll
   for (int n = 0; n < DP / 8; ++n) {
-    float sum_hi[4] = {}, sum_lo[4] = {};
+    float sum[4] = {};
+    float(&acc)[4] = kShift ? sum : out[n];
 #pragma unroll
     for (int kp = 0; kp < 2; ++kp) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, rows + kp * 32 * kLd + n * 8);
-      mma_16816(sum_hi, hi[2 * kp], b[0], b[1]);
-      mma_16816(sum_lo, lo[2 * kp], b[0], b[1]);
-      mma_16816(sum_hi, hi[2 * kp + 1], b[2], b[3]);
-      mma_16816(sum_lo, lo[2 * kp + 1], b[2], b[3]);
+      mma_16816(acc, a[2 * kp], b[0], b[1]);
+      mma_16816(acc, a[2 * kp + 1], b[2], b[3]);
     }
+    if constexpr (kShift) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) out[n][e] += scaled<kShift>(sum_hi[e] + sum_lo[e] * (1.0f / 2048.0f), shift[e / 2]);
+      for (int e = 0; e < 4; ++e) out[n][e] += ldexpf(sum[e], shift[e / 2]);
+    }
   }
 }
 
+// store_rows writes a warp's 16 × DP accumulator tile, each element times
+// factor[row] rounded once to f16, to rows row[r] (< T) of out (row t's
+// column c at out[t·width + c]), columns below D: pairs as 32-bit stores when
+// pairs (D even, out 4-byte aligned, width even).
 template <int DP>
-__global__ void __launch_bounds__(kThreads)
+__device__ __forceinline__ void store_rows(const float (&x)[DP / 8][4], const float (&factor)[2], __half* out,
+                                           int64_t width, const int64_t (&row)[2], int64_t T, int64_t D, int t,
+                                           bool pairs) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= T) continue;
+    __half* o = out + row[r] * width;
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n) {
+      const int c = n * 8 + 2 * t;
+      const float v0 = x[n][2 * r] * factor[r], v1 = x[n][2 * r + 1] * factor[r];
+      if (pairs && c + 1 < D) {
+        *reinterpret_cast<__half2*>(o + c) = __floats2half2_rn(v0, v1);
+      } else {
+        if (c < D) o[c] = __float2half_rn(v0);
+        if (c + 1 < D) o[c + 1] = __float2half_rn(v1);
+      }
+    }
+  }
+}
+
+// forward_mma: a block of W warps owns kRows = 16·W query rows of one (b,
+// h), heaviest (last) tile first; the key and value tiles stream through two
+// stages of shared memory (the next pair's cp.async in flight while this
+// pair is used).
+template <int DP, int W>
+__global__ void __launch_bounds__(32 * W)
     forward_mma(const __half* __restrict__ qkv, __half* __restrict__ y, float* __restrict__ lse, Heads a,
-                float scale2, bool vec8, const unsigned* __restrict__ special) {
+                float scale2, bool vec8, unsigned* __restrict__ flag) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // the host never launches this below compute capability 8.0
 #else
-  if (*special != 0) return;
   using S = TileShape<DP>;
+  constexpr int kRows = 16 * W, kBlock = 32 * W;
   extern __shared__ uint4 attention_shared[];
   __half* qs = reinterpret_cast<__half*>(attention_shared);
-  __half* ks = qs + S::kHalves;
-  __half* vs = ks + S::kHalves;
+  __half* stages = qs + kRows * S::kLd;  // stage s: keys at + 2s·kHalves, values at + (2s + 1)·kHalves
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t width = 3 * a.C, tiles = ceil_div(a.T, kTile), heads = a.head_count();
+  const int64_t width = 3 * a.C, tiles = ceil_div(a.T, kRows), heads = a.head_count();
   const int no_shift[2] = {0, 0};
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
     const int64_t qt = tiles - 1 - item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;  // q of token 0; k at + C, v at + 2C
-    __syncthreads();  // the last item's reads of qs are done
-    load_tile<DP>(qs, base, width, qt * kTile, a.T, a.D, vec8);
-    __syncthreads();
+    const int64_t q0 = qt * kRows, end = q0 + kRows < a.T ? q0 + kRows : a.T;
+    const int64_t last = (end - 1) / kTile;  // key tiles 0 .. last
+    const int64_t first_row = q0 + warp * 16, row[2] = {first_row + g, first_row + g + 8};
+    __syncthreads();  // the last item's reads of every stage are done
+    copy_rows<DP, kRows, kBlock>(qs, base, width, q0, a.T, a.D, vec8);
+    copy_rows<DP, kTile, kBlock>(stages, base + a.C, width, 0, a.T, a.D, vec8);
+    copy_rows<DP, kTile, kBlock>(stages + S::kHalves, base + 2 * a.C, width, 0, a.T, a.D, vec8);
+    cp_async_commit();
     uint32_t qa[S::kSteps][4];
-    a_fragments<DP>(qs, warp * 16 + g, t, qa);
-    const int64_t row[2] = {qt * kTile + warp * 16 + g, qt * kTile + warp * 16 + g + 8};
     float o[S::kNTiles][4] = {};
     float m[2] = {vkern_rows::neg_inf(), vkern_rows::neg_inf()}, l[2] = {0.0f, 0.0f};
-    for (int64_t kt = 0; kt <= qt; ++kt) {
-      __syncthreads();  // the last tile's reads of ks and vs are done
-      load_tile<DP>(ks, base + a.C, width, kt * kTile, a.T, a.D, vec8);
-      load_tile<DP>(vs, base + 2 * a.C, width, kt * kTile, a.T, a.D, vec8);
-      __syncthreads();
-      float s[8][4] = {};
-      scores<DP>(qa, ks, g, t, s);
-      const bool diagonal = kt == qt;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t key = kt * kTile + n * 8 + 2 * t + (e & 1);
-          s[n][e] = diagonal && key > row[e / 2] ? vkern_rows::neg_inf() : s[n][e] * scale2;
-        }
+    for (int64_t kt = 0; kt <= last; ++kt) {
+      const __half* ks = stages + (kt & 1) * 2 * S::kHalves;
+      const __half* vs = ks + S::kHalves;
+      if (kt < last) {
+        __half* next = stages + (~kt & 1) * 2 * S::kHalves;
+        copy_rows<DP, kTile, kBlock>(next, base + a.C, width, (kt + 1) * kTile, a.T, a.D, vec8);
+        copy_rows<DP, kTile, kBlock>(next + S::kHalves, base + 2 * a.C, width, (kt + 1) * kTile, a.T, a.D, vec8);
       }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float largest = vkern_rows::neg_inf();
-#pragma unroll
-        for (int n = 0; n < 8; ++n) largest = fmaxf(largest, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-        largest = fmaxf(largest, VK_SHFL_XOR(largest, 1));
-        largest = fmaxf(largest, VK_SHFL_XOR(largest, 2));
-        const float m_new = fmaxf(m[r], largest);
-        const float m_use = m_new == vkern_rows::neg_inf() ? 0.0f : m_new;  // a row with no key yet
-        const float rescale = exp2f(m[r] - m_use);
-        m[r] = m_new;
-        l[r] *= rescale;
-#pragma unroll
-        for (int n = 0; n < S::kNTiles; ++n) {
-          o[n][2 * r] *= rescale;
-          o[n][2 * r + 1] *= rescale;
-        }
+      cp_async_commit();
+      cp_async_wait<1>();  // all but the group just started: this pair (and q)
+      __syncthreads();
+      if (kt == 0) {
+        a_fragments<DP>(qs, warp * 16 + g, t, qa);
+        flag_specials<DP, kRows, kBlock>(qs, flag);
+      }
+      if (kt * kTile >= q0) {  // the key tile of rows in this block's own query tile: scanned here, once
+        flag_specials<DP, kTile, kBlock>(ks, flag);
+        flag_specials<DP, kTile, kBlock>(vs, flag);
+      }
+      if (kt * kTile <= first_row + 15) {  // some key at or before some row of the warp's (same for the warp)
+        float s[8][4] = {};
+        scores<DP>(qa, ks, lane, s);
+        const bool mask = kt * kTile + kTile - 1 > first_row;
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
-          s[n][2 * r] = exp2f(s[n][2 * r] - m_use);
-          s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - m_use);
-          l[r] += s[n][2 * r] + s[n][2 * r + 1];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t key = kt * kTile + n * 8 + 2 * t + (e & 1);
+            s[n][e] = mask && key > row[e / 2] ? vkern_rows::neg_inf() : s[n][e] * scale2;
+          }
         }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float largest = vkern_rows::neg_inf();
+#pragma unroll
+          for (int n = 0; n < 8; ++n) largest = fmaxf(largest, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+          largest = fmaxf(largest, VK_SHFL_XOR(largest, 1));
+          largest = fmaxf(largest, VK_SHFL_XOR(largest, 2));
+          const float m_new = fmaxf(m[r], largest);
+          const float m_use = m_new == vkern_rows::neg_inf() ? 0.0f : m_new;  // a row with no key yet
+          const float rescale = exp2f(m[r] - m_use);
+          m[r] = m_new;
+          l[r] *= rescale;
+#pragma unroll
+          for (int n = 0; n < S::kNTiles; ++n) {
+            o[n][2 * r] *= rescale;
+            o[n][2 * r + 1] *= rescale;
+          }
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+            s[n][2 * r] = exp2f(s[n][2 * r] - m_use);
+            s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - m_use);
+            l[r] += s[n][2 * r] + s[n][2 * r + 1];
+          }
+        }
+        uint32_t pa[4][4];
+        round_tile<false>(s, no_shift, pa);
+        product<DP, false>(pa, vs, lane, no_shift, o);
       }
-      uint32_t phi[4][4], plo[4][4];
-      split_tile<false>(s, no_shift, phi, plo);
-      product_split<DP, false>(phi, plo, vs, lane, no_shift, o);
+      __syncthreads();  // this stage's reads are done before the next pair is copied over it
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       l[r] += VK_SHFL_XOR(l[r], 1);
       l[r] += VK_SHFL_XOR(l[r], 2);
       if (row[r] >= a.T) continue;
-      __half* out = y + (b * a.T + row[r]) * a.C + h * a.D;
 #pragma unroll
       for (int n = 0; n < S::kNTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = n * 8 + 2 * t + e;
-          if (c < a.D) out[c] = __float2half_rn(o[n][2 * r + e] / l[r]);
-        }
+        o[n][2 * r] /= l[r];
+        o[n][2 * r + 1] /= l[r];
       }
       if (t == 0) lse[bh * a.T + row[r]] = (m[r] + log2f(l[r])) * kLn2;
     }
+    const float one[2] = {1.0f, 1.0f};
+    store_rows<DP>(o, one, y + b * a.T * a.C + h * a.D, a.C, row, a.T, a.D, t, vec8);
   }
 #endif
 }
 
+// backward_dkdv_mma: a block of 4 warps owns a key tile of one (b, h) (the
+// first, heaviest, first) and keeps its dk and dv in registers while the
+// query tiles i ≥ j stream through two stages of shared memory (q, dy, and
+// the rows' lse and D): Sᵀ = K·Qᵀ, dPᵀ = V·dYᵀ, P = exp2(s₂ − lse₂), dS =
+// P(dP − D), dv += Pᵀ·dY, dk += dSᵀ·Q.
 template <int DP>
 __global__ void __launch_bounds__(kThreads)
     backward_dkdv_mma(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse,
                       const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale, float scale2,
-                      bool vec8, const unsigned* __restrict__ special) {
+                      bool vec8, unsigned* __restrict__ flag) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();
 #else
-  if (*special != 0) return;
   using S = TileShape<DP>;
+  constexpr int kStage = 2 * S::kHalves * 2 + 2 * kTile * 4;  // bytes: q, dy, lse, D
   extern __shared__ uint4 attention_shared[];
   __half* ks = reinterpret_cast<__half*>(attention_shared);
   __half* vs = ks + S::kHalves;
-  __half* qs = vs + S::kHalves;
-  __half* gs = qs + S::kHalves;
-  float* lse2s = reinterpret_cast<float*>(gs + S::kHalves);
-  float* ds = lse2s + kTile;
+  char* stages = reinterpret_cast<char*>(vs + S::kHalves);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t width = 3 * a.C, tiles = ceil_div(a.T, kTile), heads = a.head_count();
   const int no_shift[2] = {0, 0};
@@ -559,28 +644,48 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t kt = item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;
     const __half* dy_base = dy + b * a.T * a.C + h * a.D;
-    __syncthreads();  // the last item's reads of ks and vs are done
-    load_tile<DP>(ks, base + a.C, width, kt * kTile, a.T, a.D, vec8);
-    load_tile<DP>(vs, base + 2 * a.C, width, kt * kTile, a.T, a.D, vec8);
+    const float* lse_bh = lse + bh * a.T;
+    const float* dsum_bh = dsum + bh * a.T;
+    // stage_copy starts the copy of query tile qt's rows into stage st.
+    auto stage_copy = [&](int64_t qt, int st) {
+      char* p = stages + st * kStage;
+      copy_rows<DP, kTile, kThreads>(reinterpret_cast<__half*>(p), base, width, qt * kTile, a.T, a.D, vec8);
+      copy_rows<DP, kTile, kThreads>(reinterpret_cast<__half*>(p) + S::kHalves, dy_base, a.C, qt * kTile, a.T, a.D,
+                                     vec8);
+      float* rows = reinterpret_cast<float*>(p + 2 * S::kHalves * 2);
+      copy_floats(rows, lse_bh, qt * kTile, a.T);
+      copy_floats(rows + kTile, dsum_bh, qt * kTile, a.T);
+    };
+    __syncthreads();  // the last item's reads of every tile are done
+    copy_rows<DP, kTile, kThreads>(ks, base + a.C, width, kt * kTile, a.T, a.D, vec8);
+    copy_rows<DP, kTile, kThreads>(vs, base + 2 * a.C, width, kt * kTile, a.T, a.D, vec8);
+    stage_copy(kt, 0);
+    cp_async_commit();
     const int64_t key[2] = {kt * kTile + warp * 16 + g, kt * kTile + warp * 16 + g + 8};
+    uint32_t ka[S::kSteps][4], va[S::kSteps][4];
     float dk[S::kNTiles][4] = {}, dv[S::kNTiles][4] = {};
     for (int64_t qt = kt; qt < tiles; ++qt) {
-      __syncthreads();  // the last tile's reads of qs, gs, lse2s and ds are done
-      load_tile<DP>(qs, base, width, qt * kTile, a.T, a.D, vec8);
-      load_tile<DP>(gs, dy_base, a.C, qt * kTile, a.T, a.D, vec8);
-      for (int r = threadIdx.x; r < kTile; r += kThreads) {
-        const int64_t i = qt * kTile + r;
-        lse2s[r] = i < a.T ? lse[bh * a.T + i] * kLog2e : 0.0f;
-        ds[r] = i < a.T ? dsum[bh * a.T + i] : 0.0f;
-      }
+      const int st = static_cast<int>((qt - kt) & 1);
+      if (qt + 1 < tiles) stage_copy(qt + 1, st ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
       __syncthreads();
-      uint32_t ka[S::kSteps][4], va[S::kSteps][4];
-      a_fragments<DP>(ks, warp * 16 + g, t, ka);
-      a_fragments<DP>(vs, warp * 16 + g, t, va);
-      float p[8][4] = {}, dp[8][4] = {};  // Pᵀ and dPᵀ, then dSᵀ: rows keys, columns queries
-      scores<DP>(ka, qs, g, t, p);
-      scores<DP>(va, gs, g, t, dp);
+      const char* p = stages + st * kStage;
+      const __half* qs = reinterpret_cast<const __half*>(p);
+      const __half* gs = qs + S::kHalves;
+      const float* lse_s = reinterpret_cast<const float*>(p + 2 * S::kHalves * 2);
+      const float* ds = lse_s + kTile;
       const bool diagonal = qt == kt, last = qt == tiles - 1;
+      if (diagonal) {
+        a_fragments<DP>(ks, warp * 16 + g, t, ka);
+        a_fragments<DP>(vs, warp * 16 + g, t, va);
+        flag_specials<DP, kTile, kThreads>(ks, flag);
+        flag_specials<DP, kTile, kThreads>(vs, flag);
+        flag_specials<DP, kTile, kThreads>(qs, flag);  // query tile kt's q, once
+      }
+      float p_t[8][4] = {}, dp[8][4] = {};  // Pᵀ and dPᵀ, then dSᵀ: rows keys, columns queries
+      scores<DP>(ka, qs, lane, p_t);
+      scores<DP>(va, gs, lane, dp);
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
@@ -588,65 +693,54 @@ __global__ void __launch_bounds__(kThreads)
           const int col = n * 8 + 2 * t + (e & 1);
           const int64_t i = qt * kTile + col;
           const bool pair = (!diagonal || i >= key[e / 2]) && (!last || i < a.T);
-          p[n][e] = pair ? exp2f(p[n][e] * scale2 - lse2s[col]) : 0.0f;
-          dp[n][e] = p[n][e] * (dp[n][e] - ds[col]);
+          p_t[n][e] = pair ? exp2f(p_t[n][e] * scale2 - lse_s[col] * kLog2e) : 0.0f;
+          dp[n][e] = p_t[n][e] * (dp[n][e] - ds[col]);
         }
       }
-      uint32_t hi[4][4], lo[4][4];
-      split_tile<false>(p, no_shift, hi, lo);
-      product_split<DP, false>(hi, lo, gs, lane, no_shift, dv);
+      uint32_t fa[4][4];
+      round_tile<false>(p_t, no_shift, fa);
+      product<DP, false>(fa, gs, lane, no_shift, dv);
       int shift[2];
       row_shift(dp, shift);
-      split_tile<true>(dp, shift, hi, lo);
-      product_split<DP, true>(hi, lo, qs, lane, shift, dk);
+      round_tile<true>(dp, shift, fa);
+      product<DP, true>(fa, qs, lane, shift, dk);
+      __syncthreads();  // this stage's reads are done before the tile after next is copied over it
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (key[r] >= a.T) continue;
-      __half* out = dqkv + (b * a.T + key[r]) * width + h * a.D;
-#pragma unroll
-      for (int n = 0; n < S::kNTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = n * 8 + 2 * t + e;
-          if (c < a.D) {
-            out[a.C + c] = __float2half_rn(dk[n][2 * r + e] * scale);
-            out[2 * a.C + c] = __float2half_rn(dv[n][2 * r + e]);
-          }
-        }
-      }
-    }
+    const float dk_factor[2] = {scale, scale}, dv_factor[2] = {1.0f, 1.0f};
+    __half* out = dqkv + b * a.T * width + h * a.D;
+    store_rows<DP>(dk, dk_factor, out + a.C, width, key, a.T, a.D, t, vec8);
+    store_rows<DP>(dv, dv_factor, out + 2 * a.C, width, key, a.T, a.D, t, vec8);
   }
 #endif
 }
 
+// backward_dq_mma: a block of 4 warps owns a query tile (heaviest first) and
+// keeps its dq in registers while the key tiles j ≤ i stream through two
+// stages of shared memory: S, dP, P and dS again, dq += dS·K.
 template <int DP>
 __global__ void __launch_bounds__(kThreads)
     backward_dq_mma(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse,
                     const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale, float scale2,
-                    bool vec8, const unsigned* __restrict__ special) {
+                    bool vec8) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();
 #else
-  if (*special != 0) return;
   using S = TileShape<DP>;
   extern __shared__ uint4 attention_shared[];
   __half* qs = reinterpret_cast<__half*>(attention_shared);
   __half* gs = qs + S::kHalves;
-  __half* ks = gs + S::kHalves;
-  __half* vs = ks + S::kHalves;
+  __half* stages = gs + S::kHalves;  // stage s: keys at + 2s·kHalves, values at + (2s + 1)·kHalves
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t width = 3 * a.C, tiles = ceil_div(a.T, kTile), heads = a.head_count();
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
     const int64_t qt = tiles - 1 - item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;
-    __syncthreads();  // the last item's reads of qs and gs are done
-    load_tile<DP>(qs, base, width, qt * kTile, a.T, a.D, vec8);
-    load_tile<DP>(gs, dy + b * a.T * a.C + h * a.D, a.C, qt * kTile, a.T, a.D, vec8);
-    __syncthreads();
-    uint32_t qa[S::kSteps][4], ga[S::kSteps][4];
-    a_fragments<DP>(qs, warp * 16 + g, t, qa);
-    a_fragments<DP>(gs, warp * 16 + g, t, ga);
+    __syncthreads();  // the last item's reads of every tile are done
+    copy_rows<DP, kTile, kThreads>(qs, base, width, qt * kTile, a.T, a.D, vec8);
+    copy_rows<DP, kTile, kThreads>(gs, dy + b * a.T * a.C + h * a.D, a.C, qt * kTile, a.T, a.D, vec8);
+    copy_rows<DP, kTile, kThreads>(stages, base + a.C, width, 0, a.T, a.D, vec8);
+    copy_rows<DP, kTile, kThreads>(stages + S::kHalves, base + 2 * a.C, width, 0, a.T, a.D, vec8);
+    cp_async_commit();
     const int64_t row[2] = {qt * kTile + warp * 16 + g, qt * kTile + warp * 16 + g + 8};
     float lse2[2], d[2];
 #pragma unroll
@@ -654,15 +748,26 @@ __global__ void __launch_bounds__(kThreads)
       lse2[r] = row[r] < a.T ? lse[bh * a.T + row[r]] * kLog2e : 0.0f;
       d[r] = row[r] < a.T ? dsum[bh * a.T + row[r]] : 0.0f;
     }
+    uint32_t qa[S::kSteps][4], ga[S::kSteps][4];
     float dq[S::kNTiles][4] = {};
     for (int64_t kt = 0; kt <= qt; ++kt) {
-      __syncthreads();  // the last tile's reads of ks and vs are done
-      load_tile<DP>(ks, base + a.C, width, kt * kTile, a.T, a.D, vec8);
-      load_tile<DP>(vs, base + 2 * a.C, width, kt * kTile, a.T, a.D, vec8);
+      const __half* ks = stages + (kt & 1) * 2 * S::kHalves;
+      const __half* vs = ks + S::kHalves;
+      if (kt < qt) {
+        __half* next = stages + (~kt & 1) * 2 * S::kHalves;
+        copy_rows<DP, kTile, kThreads>(next, base + a.C, width, (kt + 1) * kTile, a.T, a.D, vec8);
+        copy_rows<DP, kTile, kThreads>(next + S::kHalves, base + 2 * a.C, width, (kt + 1) * kTile, a.T, a.D, vec8);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();
       __syncthreads();
+      if (kt == 0) {
+        a_fragments<DP>(qs, warp * 16 + g, t, qa);
+        a_fragments<DP>(gs, warp * 16 + g, t, ga);
+      }
       float p[8][4] = {}, dp[8][4] = {};  // P and dP, then dS
-      scores<DP>(qa, ks, g, t, p);
-      scores<DP>(ga, vs, g, t, dp);
+      scores<DP>(qa, ks, lane, p);
+      scores<DP>(ga, vs, lane, dp);
       const bool diagonal = kt == qt;
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
@@ -675,39 +780,29 @@ __global__ void __launch_bounds__(kThreads)
       }
       int shift[2];
       row_shift(dp, shift);
-      uint32_t hi[4][4], lo[4][4];
-      split_tile<true>(dp, shift, hi, lo);
-      product_split<DP, true>(hi, lo, ks, lane, shift, dq);
+      uint32_t fa[4][4];
+      round_tile<true>(dp, shift, fa);
+      product<DP, true>(fa, ks, lane, shift, dq);
+      __syncthreads();  // this stage's reads are done before the tile after next is copied over it
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (row[r] >= a.T) continue;
-      __half* out = dqkv + (b * a.T + row[r]) * width + h * a.D;
-#pragma unroll
-      for (int n = 0; n < S::kNTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = n * 8 + 2 * t + e;
-          if (c < a.D) out[c] = __float2half_rn(dq[n][2 * r + e] * scale);
-        }
-      }
-    }
+    const float dq_factor[2] = {scale, scale};
+    store_rows<DP>(dq, dq_factor, dqkv + b * a.T * width + h * a.D, width, row, a.T, a.D, t, vec8);
   }
 #endif
 }
 
 // Dynamic shared memory of each kernel, in bytes.
-template <int DP>
+template <int DP, int W>
 constexpr int forward_smem() {
-  return 3 * TileShape<DP>::kHalves * 2;
+  return (16 * W + 4 * kTile) * TileShape<DP>::kLd * 2;
 }
 template <int DP>
 constexpr int dkdv_smem() {
-  return 4 * TileShape<DP>::kHalves * 2 + 2 * kTile * 4;
+  return 2 * TileShape<DP>::kHalves * 2 + 2 * (2 * TileShape<DP>::kHalves * 2 + 2 * kTile * 4);
 }
 template <int DP>
 constexpr int dq_smem() {
-  return 4 * TileShape<DP>::kHalves * 2;
+  return 6 * TileShape<DP>::kHalves * 2;
 }
 
 // allow_smem raises a kernel's dynamic shared-memory limit to bytes, once
@@ -721,28 +816,37 @@ cudaError_t allow_smem(Kernel kernel, int bytes, int device, uint64_t* raised) {
   return err;
 }
 
-template <int DP>
-cudaError_t launch_forward_mma(const __half* qkv, __half* y, float* lse, Heads a, float scale2, bool vec8,
-                               const unsigned* special, int device, cudaStream_t s) {
+template <int DP, int W>
+cudaError_t launch_forward_warps(const __half* qkv, __half* y, float* lse, Heads a, float scale2, bool vec8,
+                                 unsigned* flag, int device, cudaStream_t s) {
   static uint64_t raised;
-  const cudaError_t err = allow_smem(forward_mma<DP>, forward_smem<DP>(), device, &raised);
+  const cudaError_t err = allow_smem(forward_mma<DP, W>, forward_smem<DP, W>(), device, &raised);
   if (err != cudaSuccess) return err;
-  const unsigned grid = grid_for(a.head_count() * ceil_div(a.T, kTile));
-  forward_mma<DP><<<grid, kThreads, forward_smem<DP>(), s>>>(qkv, y, lse, a, scale2, vec8, special);
+  const unsigned grid = grid_for(a.head_count() * ceil_div(a.T, 16 * W));
+  forward_mma<DP, W><<<grid, 32 * W, forward_smem<DP, W>(), s>>>(qkv, y, lse, a, scale2, vec8, flag);
   return cudaGetLastError();
 }
 
 template <int DP>
+cudaError_t launch_forward_mma(const __half* qkv, __half* y, float* lse, Heads a, float scale2, bool vec8,
+                               unsigned* flag, int device, cudaStream_t s) {
+#if defined(VKERN_ATTENTION_LAB)
+  if (vk_attention_forward_warps == 8) return launch_forward_warps<DP, 8>(qkv, y, lse, a, scale2, vec8, flag, device, s);
+#endif
+  return launch_forward_warps<DP, kForwardWarps>(qkv, y, lse, a, scale2, vec8, flag, device, s);
+}
+
+template <int DP>
 cudaError_t launch_backward_mma(const __half* dy, const __half* qkv, const float* lse, const float* dsum,
-                                __half* dqkv, Heads a, float scale, float scale2, bool vec8, const unsigned* special,
+                                __half* dqkv, Heads a, float scale, float scale2, bool vec8, unsigned* flag,
                                 int device, cudaStream_t s) {
   static uint64_t raised_dkdv, raised_dq;
   cudaError_t err = allow_smem(backward_dkdv_mma<DP>, dkdv_smem<DP>(), device, &raised_dkdv);
   if (err == cudaSuccess) err = allow_smem(backward_dq_mma<DP>, dq_smem<DP>(), device, &raised_dq);
   if (err != cudaSuccess) return err;
   const unsigned grid = grid_for(a.head_count() * ceil_div(a.T, kTile));
-  backward_dkdv_mma<DP><<<grid, kThreads, dkdv_smem<DP>(), s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, vec8, special);
-  backward_dq_mma<DP><<<grid, kThreads, dq_smem<DP>(), s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, vec8, special);
+  backward_dkdv_mma<DP><<<grid, kThreads, dkdv_smem<DP>(), s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, vec8, flag);
+  backward_dq_mma<DP><<<grid, kThreads, dq_smem<DP>(), s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, vec8);
   return cudaGetLastError();
 }
 
@@ -763,19 +867,10 @@ int padded_head(int64_t D) {
   return 0;
 }
 
-// clear_flag, scan16 and scan32 enqueue the route: the flag word cleared,
-// then set when an f16 (f32) input holds an infinity or a NaN.
+// clear_flag enqueues the route's start: the flag word cleared (the
+// tensor-core kernels and row_dots set it when they meet an infinity or a
+// NaN).
 cudaError_t clear_flag(unsigned* flag, cudaStream_t s) { return cudaMemsetAsync(flag, 0, sizeof(unsigned), s); }
-
-void scan16(const __half* x, int64_t n, unsigned* flag, cudaStream_t s) {
-  find_specials16<<<grid_for(std::min<int64_t>(ceil_div(n, kThreads), 4096)), kThreads, 0, s>>>(
-      reinterpret_cast<const unsigned short*>(x), n, flag);
-}
-
-void scan32(const float* x, int64_t n, unsigned* flag, cudaStream_t s) {
-  find_specials32<<<grid_for(std::min<int64_t>(ceil_div(n, kThreads), 4096)), kThreads, 0, s>>>(
-      reinterpret_cast<const unsigned*>(x), n, flag);
-}
 
 // tensor_cores says whether the current device (set in *device) runs the
 // tensor-core path: compute capability 8.0 or more, read once per device.
@@ -809,8 +904,7 @@ cudaError_t forward(const __half* qkv, __half* y, float* lse, Heads a, cudaStrea
     unsigned* flag = static_cast<unsigned*>(scratch);
     err = clear_flag(flag, s);
     if (err != cudaSuccess) return err;
-    scan16(qkv, a.B * a.T * 3 * a.C, flag, s);
-    const bool vec8 = a.D % 8 == 0 && aligned16(qkv);
+    const bool vec8 = a.D % 8 == 0 && aligned16(qkv) && aligned16(y);
     switch (dp) {
       case 16: err = launch_forward_mma<16>(qkv, y, lse, a, scale2, vec8, flag, device, s); break;
       case 32: err = launch_forward_mma<32>(qkv, y, lse, a, scale2, vec8, flag, device, s); break;
@@ -835,7 +929,7 @@ cudaError_t backward(const __half* dy, const __half* qkv, const __half* y, const
   if (err != cudaSuccess) return err;
   unsigned* flag = static_cast<unsigned*>(scratch);
   float* dsum = reinterpret_cast<float*>(static_cast<char*>(scratch) + kFlagBytes);
-  row_dots<<<blocks_for(rows), kThreads, 0, s>>>(dy, y, dsum, a);
+  const bool vec8 = a.D % 8 == 0 && aligned16(dy) && aligned16(y);
   const unsigned* special = nullptr;
 #if defined(VKERN_PTX_MMA)
   int device = 0;
@@ -843,21 +937,19 @@ cudaError_t backward(const __half* dy, const __half* qkv, const __half* y, const
   if (dp != 0 && tensor_cores(&device)) {
     err = clear_flag(flag, s);
     if (err != cudaSuccess) return err;
-    scan16(dy, a.B * a.T * a.C, flag, s);
-    scan16(qkv, a.B * a.T * 3 * a.C, flag, s);
-    scan16(y, a.B * a.T * a.C, flag, s);
-    scan32(lse, rows, flag, s);
-    const bool vec8 = a.D % 8 == 0 && aligned16(qkv) && aligned16(dy);
+    row_dots<<<blocks_for(rows), kThreads, 0, s>>>(dy, y, lse, dsum, a, vec8, flag);
+    const bool tiles16 = vec8 && aligned16(qkv) && aligned16(dqkv);
     switch (dp) {
-      case 16: err = launch_backward_mma<16>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, vec8, flag, device, s); break;
-      case 32: err = launch_backward_mma<32>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, vec8, flag, device, s); break;
-      case 64: err = launch_backward_mma<64>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, vec8, flag, device, s); break;
-      default: err = launch_backward_mma<128>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, vec8, flag, device, s); break;
+      case 16: err = launch_backward_mma<16>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, device, s); break;
+      case 32: err = launch_backward_mma<32>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, device, s); break;
+      case 64: err = launch_backward_mma<64>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, device, s); break;
+      default: err = launch_backward_mma<128>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, device, s); break;
     }
     if (err != cudaSuccess) return err;
     special = flag;
   }
 #endif
+  if (special == nullptr) row_dots<<<blocks_for(rows), kThreads, 0, s>>>(dy, y, lse, dsum, a, vec8, nullptr);
   const unsigned grid = blocks_for(rows * 32);
   backward_dq_rows<<<grid, kThreads, 0, s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, special);
   backward_dkdv_rows<<<grid, kThreads, 0, s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, special);
@@ -867,6 +959,7 @@ cudaError_t backward(const __half* dy, const __half* qkv, const __half* y, const
 }  // namespace vkern_attention
 }  // namespace
 
+#if !defined(VKERN_ATTENTION_LAB)
 namespace vkern {
 
 // The ops' entries (kernels.cu lists them).
@@ -887,3 +980,4 @@ cudaError_t run_attention_grad(const Call& c, unsigned long long*, cudaStream_t 
 }
 
 }  // namespace vkern
+#endif  // VKERN_ATTENTION_LAB

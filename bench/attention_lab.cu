@@ -1,0 +1,143 @@
+// attention_lab: kernels/cuda/attention.cu's tensor-core path timed alone,
+// in one process, at GPT-2's shape or any other: the forward at each block
+// size it can take (VKERN_ATTENTION_LAB builds both) and the backward, each
+// as milliseconds and as the rate of the causal products' flops. It is a
+// lab tool, not part of the server and not a check: verify and the planted
+// defects judge correctness; this prints the forward's largest difference
+// between its block sizes and the route's flag (which must stay 0 on these
+// finite inputs) so that a broken build is seen at once.
+//
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels \
+//        -o attention_lab bench/attention_lab.cu
+//   ./attention_lab                # B=16 T=1024 C=768 H=12
+//   ./attention_lab 8 2048 768 12
+//
+// Timing: blocks of kIters launches between CUDA events, the median of
+// kBlocks blocks.
+#define VKERN_ATTENTION_LAB 1
+#include "cuda/attention.cu"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+namespace {
+
+constexpr int kIters = 10, kBlocks = 7;
+
+#define CHECK_CUDA(x)                                                                    \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+template <class F>
+double median_ms(F launch) {
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  launch();  // warm-up
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<double> ms;
+  for (int b = 0; b < kBlocks; ++b) {
+    CHECK_CUDA(cudaEventRecord(start));
+    for (int i = 0; i < kIters; ++i) launch();
+    CHECK_CUDA(cudaEventRecord(stop));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t / kIters);
+  }
+  std::sort(ms.begin(), ms.end());
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  return ms[ms.size() / 2];
+}
+
+__half* device_halves(int64_t n, float sigma, std::mt19937_64& rng) {
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<__half> host(n);
+  for (auto& h : host) h = __float2half_rn(dist(rng));
+  __half* d = nullptr;
+  CHECK_CUDA(cudaMalloc(&d, n * sizeof(__half)));
+  CHECK_CUDA(cudaMemcpy(d, host.data(), n * sizeof(__half), cudaMemcpyHostToDevice));
+  return d;
+}
+
+std::vector<float> to_host(const __half* d, int64_t n) {
+  std::vector<__half> h(n);
+  CHECK_CUDA(cudaMemcpy(h.data(), d, n * sizeof(__half), cudaMemcpyDeviceToHost));
+  std::vector<float> f(n);
+  for (int64_t i = 0; i < n; ++i) f[i] = __half2float(h[i]);
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t B = 16, T = 1024, C = 768, H = 12;
+  if (argc == 5) {
+    B = atoll(argv[1]), T = atoll(argv[2]), C = atoll(argv[3]), H = atoll(argv[4]);
+  } else if (argc != 1) {
+    fprintf(stderr, "usage: attention_lab [B T C H]\n");
+    return 2;
+  }
+  if (B < 1 || T < 1 || H < 1 || C % H != 0) {
+    fprintf(stderr, "attention_lab: B=%lld T=%lld C=%lld H=%lld: want positive sizes and H dividing C\n",
+            (long long)B, (long long)T, (long long)C, (long long)H);
+    return 2;
+  }
+  const vkern_attention::Heads a{B, T, C, H, C / H};
+  std::mt19937_64 rng(7);
+  __half* qkv = device_halves(B * T * 3 * C, 1.0f, rng);
+  __half* dy = device_halves(B * T * C, 1e-3f, rng);
+  __half *y = nullptr, *y8 = nullptr, *dqkv = nullptr;
+  float* lse = nullptr;
+  CHECK_CUDA(cudaMalloc(&y, B * T * C * sizeof(__half)));
+  CHECK_CUDA(cudaMalloc(&y8, B * T * C * sizeof(__half)));
+  CHECK_CUDA(cudaMalloc(&dqkv, B * T * 3 * C * sizeof(__half)));
+  CHECK_CUDA(cudaMalloc(&lse, B * H * T * sizeof(float)));
+
+  // The causal products' flops: QKᵀ and PV over the T(T+1)/2 pairs, 2.5× that
+  // for the backward (its five products, two of them recomputed).
+  const double pairs = static_cast<double>(B) * H * T * (T + 1) / 2;
+  const double fwd_flops = 4.0 * pairs * a.D, bwd_flops = 2.5 * fwd_flops;
+  printf("attention_lab B=%lld T=%lld C=%lld H=%lld D=%lld\n", (long long)B, (long long)T, (long long)C,
+         (long long)H, (long long)a.D);
+  printf("%-22s %10s %10s\n", "kernel", "ms", "TFLOP/s");
+
+  double forward_ms[2] = {0, 0};
+  const int warps[2] = {4, 8};
+  for (int w = 0; w < 2; ++w) {
+    vk_attention_forward_warps = warps[w];
+    __half* out = w == 0 ? y : y8;
+    forward_ms[w] = median_ms([&] { CHECK_CUDA(vkern_attention::forward(qkv, out, lse, a, 0)); });
+    printf("forward, %d warps %9s %10.4f %10.1f\n", warps[w], "", forward_ms[w], fwd_flops / forward_ms[w] / 1e9);
+  }
+  vk_attention_forward_warps = 4;
+  CHECK_CUDA(vkern_attention::forward(qkv, y, lse, a, 0));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const double backward_ms =
+      median_ms([&] { CHECK_CUDA(vkern_attention::backward(dy, qkv, y, lse, dqkv, a, 0)); });
+  printf("%-22s %10.4f %10.1f\n", "backward", backward_ms, bwd_flops / backward_ms / 1e9);
+  CHECK_CUDA(cudaDeviceSynchronize());
+
+  const std::vector<float> y4h = to_host(y, B * T * C), y8h = to_host(y8, B * T * C);
+  double diff = 0, largest = 0;
+  for (size_t i = 0; i < y4h.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(y4h[i] - y8h[i])));
+    largest = std::max(largest, static_cast<double>(std::fabs(y4h[i])));
+  }
+  unsigned flag = 0;
+  void* scratch = nullptr;
+  CHECK_CUDA(vkern_attention::g_scratch.get(4, &scratch));
+  CHECK_CUDA(cudaMemcpy(&flag, scratch, sizeof(flag), cudaMemcpyDeviceToHost));
+  printf("forward 4 vs 8 warps: largest |difference| %.3g (largest |y| %.3g); route flag %u\n", diff, largest, flag);
+  return flag == 0 ? 0 : 1;
+}
