@@ -633,8 +633,8 @@ var CUDADefects = []Mutation{
 	// finite distributions and the exact row kernels on special.
 	{
 		Name: "attention without the causal mask (tensor cores)", File: "cuda/attention.cu",
-		Old: "s[n][e] = mask && key > row[e / 2] ? vkern_rows::neg_inf() : s[n][e] * scale2;",
-		New: "s[n][e] = s[n][e] * scale2;",
+		Old: "if (n * 8 + 2 * t + (e & 1) > r0 + 8 * (e / 2)) s[n][e] = vkern_rows::neg_inf();",
+		New: "",
 		Op:  "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
 	},
 	{
@@ -656,8 +656,8 @@ var CUDADefects = []Mutation{
 		Op:  "attention", Shapes: []string{"1x200x64x1"},
 	},
 	{
-		Name: "attention's route misses infinities in v's key tiles (tensor cores)", File: "cuda/attention.cu",
-		Old: "flag_specials<DP, kTile, kBlock>(vs, flag);",
+		Name: "attention's tiles never raise the route's flag (tensor cores)", File: "cuda/attention.cu",
+		Old: "if (found) atomicOr(flag, 1u);",
 		New: "",
 		Op:  "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
 	},
@@ -681,14 +681,14 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "attention_grad's dk never scaled back from its f16 range (tensor cores)", File: "cuda/attention.cu",
-		Old: "product<DP, true>(fa, qs, lane, shift, dk);",
-		New: "product<DP, false>(fa, qs, lane, shift, dk);",
+		Old: "product<DP, true, 4>(fa, qs, lane, shift, dk);",
+		New: "product<DP, false, 4>(fa, qs, lane, shift, dk);",
 		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
 	},
 	{
 		Name: "attention_grad's dq without the causal mask (tensor cores)", File: "cuda/attention.cu",
-		Old: "p[n][e] = diagonal && j > row[e / 2] ? 0.0f : exp2f(p[n][e] * scale2 - lse2[e / 2]);",
-		New: "p[n][e] = exp2f(p[n][e] * scale2 - lse2[e / 2]);",
+		Old: "p[n][e] = diagonal && j > r0 + 8 * (e / 2) ? 0.0f : exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));",
+		New: "p[n][e] = exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));",
 		Op:  "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4"},
 	},
 	{

@@ -69,9 +69,21 @@
 //      route by separate scans of every input: forward 0.344 ms (13.3× SDPA
 //      math, 0.11 of the matmul floor, 0.39× SDPA flash), backward 1.223 ms
 //      (3.71×, 0.07, 0.36× flash).
-//   2. P and scaled dS rounded once to f16, K/V (Q/dY) tiles in two cp.async
-//      stages, B fragments by ldmatrix, the route folded into the tiles'
-//      copies and row_dots (16-byte loads): not yet measured.
+//   2. (733e9b6) P and scaled dS rounded once to f16, K/V (Q/dY) tiles in
+//      two cp.async stages, B fragments by ldmatrix, the route folded into
+//      the tiles' copies and row_dots (16-byte loads): forward 0.313 ms
+//      (181 registers, two blocks an SM, 0.43× SDPA flash), backward 0.823
+//      ms (0.54× flash).
+//   3. forward: Q's A fragments by ldmatrix from shared memory each tile,
+//      three blocks an SM (__launch_bounds__, the largest carveout), p =
+//      exp2(fma(s, α₂, −m₂)) on unscaled scores, 32-bit tile offsets and
+//      masks; backward: the same copies and masks (ldexpf kept: a built
+//      power of two behind a range test made it 1.28× slower): forward
+//      0.177 ms (0.77× SDPA flash at 0.135), backward 0.806 ms (0.55× flash
+//      at 0.445); in the gpt2 step 0.185 and 0.837 ms a call (docs/
+//      attention-h100/). Tried and dropped: backward A fragments from shared
+//      memory (1.03 ms), sub-tiles of 32 (1.00–1.28 ms), the largest carveout
+//      for the backward (1.06 ms), a 128-row forward block (0.202 ms).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -304,11 +316,19 @@ using vkern_mma::pack_f16;
 
 constexpr int kTile = 64;  // keys of a streamed key tile; rows (queries or keys) of a backward block
 
+// forward_mma's register budget, as a macro for the lab (bench/attention_lab.cu
+// builds variants of it): blocks an SM it must fit.
+#if !defined(VKERN_ATTENTION_FORWARD_MIN_BLOCKS)
+#define VKERN_ATTENTION_FORWARD_MIN_BLOCKS 3
+#endif
+constexpr int kForwardMinBlocks = VKERN_ATTENTION_FORWARD_MIN_BLOCKS;
+
 // lds32 reads the two halves at p (4-byte aligned) as one fragment register.
 __device__ __forceinline__ uint32_t lds32(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// scaled is x·2^shift when kShift (ldexpf: exact, whatever the range), x
-// otherwise.
+// scaled is x·2^shift when kShift (ldexpf: exact, whatever the range; on
+// sm_90 it was faster than a multiplication by a built power of two behind a
+// range test, bench/attention_lab.cu), x otherwise.
 template <bool kShift>
 __device__ __forceinline__ float scaled(float x, int shift) {
   return kShift ? ldexpf(x, shift) : x;
@@ -321,7 +341,6 @@ template <int DP>
 struct TileShape {
   static constexpr int kLd = DP + 8;
   static constexpr int kHalves = kTile * kLd;  // a tile of kTile rows
-  static constexpr int kSteps = DP / 16;       // k-steps of a product over the head's columns
   static constexpr int kNTiles = DP / 8;       // n-tiles of an output row of DP columns
 };
 
@@ -329,23 +348,29 @@ struct TileShape {
 // (t, c) at src[t·width + c]) into dst, zero past T and past D, by kBlock
 // threads: cp.async 16-byte copies when vec8 (D, C multiples of 8, 16-byte
 // aligned base; the caller commits and waits), else 2-byte loads and stores.
+// Offsets inside a tile are 32-bit (width < 2³¹/kRows).
 template <int DP, int kRows, int kBlock>
-__device__ __forceinline__ void copy_rows(__half* dst, const __half* src, int64_t width, int64_t row0, int64_t T,
-                                          int64_t D, bool vec8) {
-  constexpr int kLd = TileShape<DP>::kLd;
+__device__ __forceinline__ void copy_rows(__half* dst, const __half* src, int width, int64_t row0, int64_t T, int D,
+                                          bool vec8) {
+  constexpr int kLd = TileShape<DP>::kLd, kChunks = kRows * DP / 8;
+  const __half* from = src + row0 * width;
+  const int left = T - row0 < kRows ? static_cast<int>(T - row0) : kRows;
   if (vec8) {
-    for (int idx = threadIdx.x; idx < kRows * DP / 8; idx += kBlock) {
+#pragma unroll
+    for (int k = 0; k < (kChunks + kBlock - 1) / kBlock; ++k) {
+      const int idx = threadIdx.x + k * kBlock;
+      if (kChunks % kBlock != 0 && idx >= kChunks) break;
       const int r = idx / (DP / 8), c = idx % (DP / 8) * 8;
-      const bool in = row0 + r < T && c < D;
-      cp_async_16(dst + r * kLd + c, in ? src + (row0 + r) * width + c : src, in ? 16 : 0);
+      const bool in = r < left && c < D;
+      cp_async_16(dst + r * kLd + c, in ? from + r * width + c : src, in ? 16 : 0);
     }
     return;
   }
-  const unsigned short* s = reinterpret_cast<const unsigned short*>(src);
+  const unsigned short* s = reinterpret_cast<const unsigned short*>(from);
   unsigned short* d = reinterpret_cast<unsigned short*>(dst);
   for (int idx = threadIdx.x; idx < kRows * DP; idx += kBlock) {
     const int r = idx / DP, c = idx % DP;
-    d[r * kLd + c] = row0 + r < T && c < D ? s[(row0 + r) * width + c] : 0;
+    d[r * kLd + c] = r < left && c < D ? s[r * width + c] : 0;
   }
 }
 
@@ -372,6 +397,43 @@ __device__ __forceinline__ void flag_specials(const __half* tile, unsigned* flag
   if (found) atomicOr(flag, 1u);
 }
 
+// scores: x[n] += A·Bᵀ for 16 rows of tile a (from row a_row) against kN·8
+// rows of tile b (n-tile n: rows 8n .. 8n + 7 from b), over the head's
+// columns. A's fragments come by ldmatrix (lanes 0–15 address rows a_row +
+// lane at column 0, lanes 16–31 the same rows at column 8), two k-steps at a
+// time, then B's (lane l addresses row 8n + l % 8, columns 8·(l / 8) of the
+// pair); DP = 16 has one k-step, B read as two 32-bit loads.
+template <int DP, int kN>
+__device__ __forceinline__ void scores(const __half* a, int a_row, const __half* b, int lane, float (&x)[kN][4]) {
+  constexpr int kLd = TileShape<DP>::kLd;
+  const __half* ap = a + (a_row + lane % 16) * kLd + (lane / 16) * 8;
+  if constexpr (DP == 16) {
+    uint32_t af[4];
+    ldmatrix_x4(af, ap);
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+      const __half* p = b + (n * 8 + g) * kLd + 2 * t;
+      mma_16816(x[n], af, lds32(p), lds32(p + 8));
+    }
+  } else {
+    const __half* bp = b + (lane % 8) * kLd + (lane / 8) * 8;
+#pragma unroll
+    for (int kp = 0; kp < DP / 32; ++kp) {
+      uint32_t a0[4], a1[4];
+      ldmatrix_x4(a0, ap + kp * 32);
+      ldmatrix_x4(a1, ap + kp * 32 + 16);
+#pragma unroll
+      for (int n = 0; n < kN; ++n) {
+        uint32_t bf[4];
+        ldmatrix_x4(bf, bp + n * 8 * kLd + kp * 32);
+        mma_16816(x[n], a0, bf[0], bf[1]);
+        mma_16816(x[n], a1, bf[2], bf[3]);
+      }
+    }
+  }
+}
+
 // a_fragments loads the A fragments of rows row, row + 8 (row = warp·16 +
 // g) of a tile for every k-step over the head's columns.
 template <int DP>
@@ -387,45 +449,43 @@ __device__ __forceinline__ void a_fragments(const __half* tile, int row, int t, 
   }
 }
 
-// scores: x[n] += A·Bᵀ for the warp's 16 rows against the tile's 64 rows
-// (n-tile n: tile rows 8n .. 8n + 7), over the head's columns. B's
-// fragments come by ldmatrix, two k-steps at a time (lane l addresses tile
-// row 8n + l % 8, columns 8·(l / 8) of the pair); DP = 16 has one k-step,
-// read as two 32-bit loads.
+// scores_held is scores with A's fragments already in registers (a, every
+// k-step), against the 64 rows of tile b.
 template <int DP>
-__device__ __forceinline__ void scores(const uint32_t (&a)[DP / 16][4], const __half* tile, int lane,
-                                       float (&x)[8][4]) {
+__device__ __forceinline__ void scores_held(const uint32_t (&a)[DP / 16][4], const __half* b, int lane,
+                                            float (&x)[8][4]) {
   constexpr int kLd = TileShape<DP>::kLd;
   if constexpr (DP == 16) {
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      const __half* p = tile + (n * 8 + g) * kLd + 2 * t;
+      const __half* p = b + (n * 8 + g) * kLd + 2 * t;
       mma_16816(x[n], a[0], lds32(p), lds32(p + 8));
     }
   } else {
-    const __half* p = tile + (lane % 8) * kLd + (lane / 8) * 8;
+    const __half* bp = b + (lane % 8) * kLd + (lane / 8) * 8;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
       for (int kp = 0; kp < DP / 32; ++kp) {
-        uint32_t b[4];
-        ldmatrix_x4(b, p + n * 8 * kLd + kp * 32);
-        mma_16816(x[n], a[2 * kp], b[0], b[1]);
-        mma_16816(x[n], a[2 * kp + 1], b[2], b[3]);
+        uint32_t bf[4];
+        ldmatrix_x4(bf, bp + n * 8 * kLd + kp * 32);
+        mma_16816(x[n], a[2 * kp], bf[0], bf[1]);
+        mma_16816(x[n], a[2 * kp + 1], bf[2], bf[3]);
       }
     }
   }
 }
 
-// round_tile turns a warp's 16 × 64 accumulator tile x (8 n-tiles of 8
-// columns), each row r of the thread (g, g + 8) scaled by 2^−shift[r] when
-// kShift, into the f16 A fragments of the four 16-column k-steps (n-tiles 2k
-// and 2k + 1 make k-step k), each element rounded once to nearest.
-template <bool kShift>
-__device__ __forceinline__ void round_tile(const float (&x)[8][4], const int (&shift)[2], uint32_t (&a)[4][4]) {
+// round_tile turns a warp's 16 × 8kN accumulator tile x (kN n-tiles of 8
+// columns, kN even), each row r of the thread (g, g + 8) scaled by
+// 2^−shift[r] when kShift, into the f16 A fragments of its kN/2 k-steps
+// (n-tiles 2k and 2k + 1 make k-step k), each element rounded once to
+// nearest.
+template <bool kShift, int kN>
+__device__ __forceinline__ void round_tile(const float (&x)[kN][4], const int (&shift)[2], uint32_t (&a)[kN / 2][4]) {
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < kN / 2; ++k) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float(&n)[4] = x[2 * k + half];
@@ -436,29 +496,34 @@ __device__ __forceinline__ void round_tile(const float (&x)[8][4], const int (&s
 }
 
 // row_shift sets shift[r] so that the largest |x| of the thread's row r
-// across its quad (the row's 64 columns) lies in [2¹⁴, 2¹⁵) once scaled by
+// across its quad (the row's 8kN columns) lies in [2¹⁴, 2¹⁵) once scaled by
 // 2^−shift[r]; 0 for a row of zeros.
-__device__ __forceinline__ void row_shift(const float (&x)[8][4], int (&shift)[2]) {
+template <int kN>
+__device__ __forceinline__ void row_shift(const float (&x)[kN][4], int (&shift)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float largest = 0.0f;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) largest = fmaxf(largest, fmaxf(fabsf(x[n][2 * r]), fabsf(x[n][2 * r + 1])));
+    for (int n = 0; n < kN; ++n) largest = fmaxf(largest, fmaxf(fabsf(x[n][2 * r]), fabsf(x[n][2 * r + 1])));
     largest = fmaxf(largest, VK_SHFL_XOR(largest, 1));
     largest = fmaxf(largest, VK_SHFL_XOR(largest, 2));
-    int e = 0;
-    if (largest > 0.0f) frexpf(largest, &e);  // largest in [2^(e−1), 2^e)
+    int e = 0;  // largest in [2^(e−1), 2^e)
+    if (largest >= 1.17549435e-38f) {
+      e = static_cast<int>(__float_as_uint(largest) >> 23 & 0xffu) - 126;  // normal (an infinity: unused)
+    } else if (largest > 0.0f) {
+      frexpf(largest, &e);
+    }
     shift[r] = largest > 0.0f ? e - 15 : 0;
   }
 }
 
-// product: for each n-tile of DP columns, out[n] += A·B, where B is the tile
-// (64 rows of the k dimension × DP, read transposed by ldmatrix; lane l
-// addresses row l of each 32-row half). With kShift the tile's product is
-// summed apart and added scaled by 2^shift[row] (undoing round_tile's
-// scale).
-template <int DP, bool kShift>
-__device__ __forceinline__ void product(const uint32_t (&a)[4][4], const __half* tile, int lane, const int (&shift)[2],
+// product: for each n-tile of DP columns, out[n] += A·B over kK k-steps (kK
+// even), where B is the tile (16·kK rows of the k dimension × DP, read
+// transposed by ldmatrix; lane l addresses row l of each 32-row pair of
+// k-steps). With kShift the product is summed apart and added scaled by
+// 2^shift[row] (undoing round_tile's scale).
+template <int DP, bool kShift, int kK>
+__device__ __forceinline__ void product(const uint32_t (&a)[kK][4], const __half* tile, int lane, const int (&shift)[2],
                                         float (&out)[DP / 8][4]) {
   constexpr int kLd = TileShape<DP>::kLd;
   const __half* rows = tile + lane * kLd;
@@ -467,7 +532,7 @@ __device__ __forceinline__ void product(const uint32_t (&a)[4][4], const __half*
     float sum[4] = {};
     float(&acc)[4] = kShift ? sum : out[n];
 #pragma unroll
-    for (int kp = 0; kp < 2; ++kp) {
+    for (int kp = 0; kp < kK / 2; ++kp) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, rows + kp * 32 * kLd + n * 8);
       mma_16816(acc, a[2 * kp], b[0], b[1]);
@@ -509,9 +574,10 @@ __device__ __forceinline__ void store_rows(const float (&x)[DP / 8][4], const fl
 // forward_mma: a block of W warps owns kRows = 16·W query rows of one (b,
 // h), heaviest (last) tile first; the key and value tiles stream through two
 // stages of shared memory (the next pair's cp.async in flight while this
-// pair is used).
+// pair is used). Scores stay unscaled until the exponent: p = exp2(s·α₂ −
+// m₂), one fused multiply-add, m₂ = (max s)·α₂ (α₂ > 0 keeps the max).
 template <int DP, int W>
-__global__ void __launch_bounds__(32 * W)
+__global__ void __launch_bounds__(32 * W, kForwardMinBlocks)
     forward_mma(const __half* __restrict__ qkv, __half* __restrict__ y, float* __restrict__ lse, Heads a,
                 float scale2, bool vec8, unsigned* __restrict__ flag) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -523,7 +589,8 @@ __global__ void __launch_bounds__(32 * W)
   __half* qs = reinterpret_cast<__half*>(attention_shared);
   __half* stages = qs + kRows * S::kLd;  // stage s: keys at + 2s·kHalves, values at + (2s + 1)·kHalves
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t width = 3 * a.C, tiles = ceil_div(a.T, kRows), heads = a.head_count();
+  const int width = static_cast<int>(3 * a.C), C = static_cast<int>(a.C), D = static_cast<int>(a.D);
+  const int64_t tiles = ceil_div(a.T, kRows), heads = a.head_count();
   const int no_shift[2] = {0, 0};
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
     const int64_t qt = tiles - 1 - item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
@@ -532,11 +599,10 @@ __global__ void __launch_bounds__(32 * W)
     const int64_t last = (end - 1) / kTile;  // key tiles 0 .. last
     const int64_t first_row = q0 + warp * 16, row[2] = {first_row + g, first_row + g + 8};
     __syncthreads();  // the last item's reads of every stage are done
-    copy_rows<DP, kRows, kBlock>(qs, base, width, q0, a.T, a.D, vec8);
-    copy_rows<DP, kTile, kBlock>(stages, base + a.C, width, 0, a.T, a.D, vec8);
-    copy_rows<DP, kTile, kBlock>(stages + S::kHalves, base + 2 * a.C, width, 0, a.T, a.D, vec8);
+    copy_rows<DP, kRows, kBlock>(qs, base, width, q0, a.T, D, vec8);
+    copy_rows<DP, kTile, kBlock>(stages, base + C, width, 0, a.T, D, vec8);
+    copy_rows<DP, kTile, kBlock>(stages + S::kHalves, base + 2 * C, width, 0, a.T, D, vec8);
     cp_async_commit();
-    uint32_t qa[S::kSteps][4];
     float o[S::kNTiles][4] = {};
     float m[2] = {vkern_rows::neg_inf(), vkern_rows::neg_inf()}, l[2] = {0.0f, 0.0f};
     for (int64_t kt = 0; kt <= last; ++kt) {
@@ -544,30 +610,28 @@ __global__ void __launch_bounds__(32 * W)
       const __half* vs = ks + S::kHalves;
       if (kt < last) {
         __half* next = stages + (~kt & 1) * 2 * S::kHalves;
-        copy_rows<DP, kTile, kBlock>(next, base + a.C, width, (kt + 1) * kTile, a.T, a.D, vec8);
-        copy_rows<DP, kTile, kBlock>(next + S::kHalves, base + 2 * a.C, width, (kt + 1) * kTile, a.T, a.D, vec8);
+        copy_rows<DP, kTile, kBlock>(next, base + C, width, (kt + 1) * kTile, a.T, D, vec8);
+        copy_rows<DP, kTile, kBlock>(next + S::kHalves, base + 2 * C, width, (kt + 1) * kTile, a.T, D, vec8);
       }
       cp_async_commit();
       cp_async_wait<1>();  // all but the group just started: this pair (and q)
       __syncthreads();
-      if (kt == 0) {
-        a_fragments<DP>(qs, warp * 16 + g, t, qa);
-        flag_specials<DP, kRows, kBlock>(qs, flag);
-      }
+      if (kt == 0) flag_specials<DP, kRows, kBlock>(qs, flag);
       if (kt * kTile >= q0) {  // the key tile of rows in this block's own query tile: scanned here, once
         flag_specials<DP, kTile, kBlock>(ks, flag);
         flag_specials<DP, kTile, kBlock>(vs, flag);
       }
       if (kt * kTile <= first_row + 15) {  // some key at or before some row of the warp's (same for the warp)
         float s[8][4] = {};
-        scores<DP>(qa, ks, lane, s);
-        const bool mask = kt * kTile + kTile - 1 > first_row;
+        scores<DP, 8>(qs, warp * 16, ks, lane, s);
+        if (kt * kTile + kTile - 1 > first_row) {  // keys after some row of the warp's: mask them
+          const int r0 = static_cast<int>(row[0] - kt * kTile);  // the thread's first row, as a key of the tile
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
+          for (int n = 0; n < 8; ++n) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int64_t key = kt * kTile + n * 8 + 2 * t + (e & 1);
-            s[n][e] = mask && key > row[e / 2] ? vkern_rows::neg_inf() : s[n][e] * scale2;
+            for (int e = 0; e < 4; ++e) {
+              if (n * 8 + 2 * t + (e & 1) > r0 + 8 * (e / 2)) s[n][e] = vkern_rows::neg_inf();
+            }
           }
         }
 #pragma unroll
@@ -577,7 +641,7 @@ __global__ void __launch_bounds__(32 * W)
           for (int n = 0; n < 8; ++n) largest = fmaxf(largest, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
           largest = fmaxf(largest, VK_SHFL_XOR(largest, 1));
           largest = fmaxf(largest, VK_SHFL_XOR(largest, 2));
-          const float m_new = fmaxf(m[r], largest);
+          const float m_new = fmaxf(m[r], largest * scale2);
           const float m_use = m_new == vkern_rows::neg_inf() ? 0.0f : m_new;  // a row with no key yet
           const float rescale = exp2f(m[r] - m_use);
           m[r] = m_new;
@@ -589,14 +653,14 @@ __global__ void __launch_bounds__(32 * W)
           }
 #pragma unroll
           for (int n = 0; n < 8; ++n) {
-            s[n][2 * r] = exp2f(s[n][2 * r] - m_use);
-            s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - m_use);
+            s[n][2 * r] = exp2f(fmaf(s[n][2 * r], scale2, -m_use));
+            s[n][2 * r + 1] = exp2f(fmaf(s[n][2 * r + 1], scale2, -m_use));
             l[r] += s[n][2 * r] + s[n][2 * r + 1];
           }
         }
         uint32_t pa[4][4];
-        round_tile<false>(s, no_shift, pa);
-        product<DP, false>(pa, vs, lane, no_shift, o);
+        round_tile<false, 8>(s, no_shift, pa);
+        product<DP, false, 4>(pa, vs, lane, no_shift, o);
       }
       __syncthreads();  // this stage's reads are done before the next pair is copied over it
     }
@@ -622,7 +686,8 @@ __global__ void __launch_bounds__(32 * W)
 // first, heaviest, first) and keeps its dk and dv in registers while the
 // query tiles i ≥ j stream through two stages of shared memory (q, dy, and
 // the rows' lse and D): Sᵀ = K·Qᵀ, dPᵀ = V·dYᵀ, P = exp2(s₂ − lse₂), dS =
-// P(dP − D), dv += Pᵀ·dY, dk += dSᵀ·Q.
+// P(dP − D), dv += Pᵀ·dY, dk += dSᵀ·Q. K's and V's A fragments stay in
+// registers.
 template <int DP>
 __global__ void __launch_bounds__(kThreads)
     backward_dkdv_mma(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse,
@@ -638,7 +703,8 @@ __global__ void __launch_bounds__(kThreads)
   __half* vs = ks + S::kHalves;
   char* stages = reinterpret_cast<char*>(vs + S::kHalves);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t width = 3 * a.C, tiles = ceil_div(a.T, kTile), heads = a.head_count();
+  const int width = static_cast<int>(3 * a.C), C = static_cast<int>(a.C), D = static_cast<int>(a.D);
+  const int64_t tiles = ceil_div(a.T, kTile), heads = a.head_count();
   const int no_shift[2] = {0, 0};
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
     const int64_t kt = item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
@@ -649,20 +715,19 @@ __global__ void __launch_bounds__(kThreads)
     // stage_copy starts the copy of query tile qt's rows into stage st.
     auto stage_copy = [&](int64_t qt, int st) {
       char* p = stages + st * kStage;
-      copy_rows<DP, kTile, kThreads>(reinterpret_cast<__half*>(p), base, width, qt * kTile, a.T, a.D, vec8);
-      copy_rows<DP, kTile, kThreads>(reinterpret_cast<__half*>(p) + S::kHalves, dy_base, a.C, qt * kTile, a.T, a.D,
-                                     vec8);
+      copy_rows<DP, kTile, kThreads>(reinterpret_cast<__half*>(p), base, width, qt * kTile, a.T, D, vec8);
+      copy_rows<DP, kTile, kThreads>(reinterpret_cast<__half*>(p) + S::kHalves, dy_base, C, qt * kTile, a.T, D, vec8);
       float* rows = reinterpret_cast<float*>(p + 2 * S::kHalves * 2);
       copy_floats(rows, lse_bh, qt * kTile, a.T);
       copy_floats(rows + kTile, dsum_bh, qt * kTile, a.T);
     };
     __syncthreads();  // the last item's reads of every tile are done
-    copy_rows<DP, kTile, kThreads>(ks, base + a.C, width, kt * kTile, a.T, a.D, vec8);
-    copy_rows<DP, kTile, kThreads>(vs, base + 2 * a.C, width, kt * kTile, a.T, a.D, vec8);
+    copy_rows<DP, kTile, kThreads>(ks, base + C, width, kt * kTile, a.T, D, vec8);
+    copy_rows<DP, kTile, kThreads>(vs, base + 2 * C, width, kt * kTile, a.T, D, vec8);
     stage_copy(kt, 0);
     cp_async_commit();
     const int64_t key[2] = {kt * kTile + warp * 16 + g, kt * kTile + warp * 16 + g + 8};
-    uint32_t ka[S::kSteps][4], va[S::kSteps][4];
+    uint32_t ka[DP / 16][4], va[DP / 16][4];
     float dk[S::kNTiles][4] = {}, dv[S::kNTiles][4] = {};
     for (int64_t qt = kt; qt < tiles; ++qt) {
       const int st = static_cast<int>((qt - kt) & 1);
@@ -675,35 +740,39 @@ __global__ void __launch_bounds__(kThreads)
       const __half* gs = qs + S::kHalves;
       const float* lse_s = reinterpret_cast<const float*>(p + 2 * S::kHalves * 2);
       const float* ds = lse_s + kTile;
-      const bool diagonal = qt == kt, last = qt == tiles - 1;
+      const bool diagonal = qt == kt;
       if (diagonal) {
-        a_fragments<DP>(ks, warp * 16 + g, t, ka);
-        a_fragments<DP>(vs, warp * 16 + g, t, va);
         flag_specials<DP, kTile, kThreads>(ks, flag);
         flag_specials<DP, kTile, kThreads>(vs, flag);
         flag_specials<DP, kTile, kThreads>(qs, flag);  // query tile kt's q, once
       }
+      if (diagonal) {
+        a_fragments<DP>(ks, warp * 16 + g, t, ka);
+        a_fragments<DP>(vs, warp * 16 + g, t, va);
+      }
+      // Queries left of the tile's rows in T: all of them but in the last tile.
+      const int valid = a.T - qt * kTile < kTile ? static_cast<int>(a.T - qt * kTile) : kTile;
       float p_t[8][4] = {}, dp[8][4] = {};  // Pᵀ and dPᵀ, then dSᵀ: rows keys, columns queries
-      scores<DP>(ka, qs, lane, p_t);
-      scores<DP>(va, gs, lane, dp);
+      scores_held<DP>(ka, qs, lane, p_t);
+      scores_held<DP>(va, gs, lane, dp);
+      const int k0 = warp * 16 + g;  // the thread's first key, in the tile
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int col = n * 8 + 2 * t + (e & 1);
-          const int64_t i = qt * kTile + col;
-          const bool pair = (!diagonal || i >= key[e / 2]) && (!last || i < a.T);
-          p_t[n][e] = pair ? exp2f(p_t[n][e] * scale2 - lse_s[col] * kLog2e) : 0.0f;
+          const bool pair = (!diagonal || col >= k0 + 8 * (e / 2)) && col < valid;
+          p_t[n][e] = pair ? exp2f(fmaf(p_t[n][e], scale2, -lse_s[col] * kLog2e)) : 0.0f;
           dp[n][e] = p_t[n][e] * (dp[n][e] - ds[col]);
         }
       }
       uint32_t fa[4][4];
-      round_tile<false>(p_t, no_shift, fa);
-      product<DP, false>(fa, gs, lane, no_shift, dv);
+      round_tile<false, 8>(p_t, no_shift, fa);
+      product<DP, false, 4>(fa, gs, lane, no_shift, dv);
       int shift[2];
-      row_shift(dp, shift);
-      round_tile<true>(dp, shift, fa);
-      product<DP, true>(fa, qs, lane, shift, dk);
+      row_shift<8>(dp, shift);
+      round_tile<true, 8>(dp, shift, fa);
+      product<DP, true, 4>(fa, qs, lane, shift, dk);
       __syncthreads();  // this stage's reads are done before the tile after next is copied over it
     }
     const float dk_factor[2] = {scale, scale}, dv_factor[2] = {1.0f, 1.0f};
@@ -716,7 +785,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // backward_dq_mma: a block of 4 warps owns a query tile (heaviest first) and
 // keeps its dq in registers while the key tiles j ≤ i stream through two
-// stages of shared memory: S, dP, P and dS again, dq += dS·K.
+// stages of shared memory: S, dP, P and dS again, dq += dS·K. Q's and dY's
+// A fragments stay in registers.
 template <int DP>
 __global__ void __launch_bounds__(kThreads)
     backward_dq_mma(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse,
@@ -731,15 +801,16 @@ __global__ void __launch_bounds__(kThreads)
   __half* gs = qs + S::kHalves;
   __half* stages = gs + S::kHalves;  // stage s: keys at + 2s·kHalves, values at + (2s + 1)·kHalves
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t width = 3 * a.C, tiles = ceil_div(a.T, kTile), heads = a.head_count();
+  const int width = static_cast<int>(3 * a.C), C = static_cast<int>(a.C), D = static_cast<int>(a.D);
+  const int64_t tiles = ceil_div(a.T, kTile), heads = a.head_count();
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
     const int64_t qt = tiles - 1 - item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;
     __syncthreads();  // the last item's reads of every tile are done
-    copy_rows<DP, kTile, kThreads>(qs, base, width, qt * kTile, a.T, a.D, vec8);
-    copy_rows<DP, kTile, kThreads>(gs, dy + b * a.T * a.C + h * a.D, a.C, qt * kTile, a.T, a.D, vec8);
-    copy_rows<DP, kTile, kThreads>(stages, base + a.C, width, 0, a.T, a.D, vec8);
-    copy_rows<DP, kTile, kThreads>(stages + S::kHalves, base + 2 * a.C, width, 0, a.T, a.D, vec8);
+    copy_rows<DP, kTile, kThreads>(qs, base, width, qt * kTile, a.T, D, vec8);
+    copy_rows<DP, kTile, kThreads>(gs, dy + b * a.T * a.C + h * a.D, C, qt * kTile, a.T, D, vec8);
+    copy_rows<DP, kTile, kThreads>(stages, base + C, width, 0, a.T, D, vec8);
+    copy_rows<DP, kTile, kThreads>(stages + S::kHalves, base + 2 * C, width, 0, a.T, D, vec8);
     cp_async_commit();
     const int64_t row[2] = {qt * kTile + warp * 16 + g, qt * kTile + warp * 16 + g + 8};
     float lse2[2], d[2];
@@ -748,15 +819,15 @@ __global__ void __launch_bounds__(kThreads)
       lse2[r] = row[r] < a.T ? lse[bh * a.T + row[r]] * kLog2e : 0.0f;
       d[r] = row[r] < a.T ? dsum[bh * a.T + row[r]] : 0.0f;
     }
-    uint32_t qa[S::kSteps][4], ga[S::kSteps][4];
+    uint32_t qa[DP / 16][4], ga[DP / 16][4];
     float dq[S::kNTiles][4] = {};
     for (int64_t kt = 0; kt <= qt; ++kt) {
       const __half* ks = stages + (kt & 1) * 2 * S::kHalves;
       const __half* vs = ks + S::kHalves;
       if (kt < qt) {
         __half* next = stages + (~kt & 1) * 2 * S::kHalves;
-        copy_rows<DP, kTile, kThreads>(next, base + a.C, width, (kt + 1) * kTile, a.T, a.D, vec8);
-        copy_rows<DP, kTile, kThreads>(next + S::kHalves, base + 2 * a.C, width, (kt + 1) * kTile, a.T, a.D, vec8);
+        copy_rows<DP, kTile, kThreads>(next, base + C, width, (kt + 1) * kTile, a.T, D, vec8);
+        copy_rows<DP, kTile, kThreads>(next + S::kHalves, base + 2 * C, width, (kt + 1) * kTile, a.T, D, vec8);
       }
       cp_async_commit();
       cp_async_wait<1>();
@@ -765,24 +836,25 @@ __global__ void __launch_bounds__(kThreads)
         a_fragments<DP>(qs, warp * 16 + g, t, qa);
         a_fragments<DP>(gs, warp * 16 + g, t, ga);
       }
-      float p[8][4] = {}, dp[8][4] = {};  // P and dP, then dS
-      scores<DP>(qa, ks, lane, p);
-      scores<DP>(ga, vs, lane, dp);
       const bool diagonal = kt == qt;
+      const int r0 = warp * 16 + g;  // the thread's first row, in the tile
+      float p[8][4] = {}, dp[8][4] = {};  // P and dP, then dS
+      scores_held<DP>(qa, ks, lane, p);
+      scores_held<DP>(ga, vs, lane, dp);
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int64_t j = kt * kTile + n * 8 + 2 * t + (e & 1);
-          p[n][e] = diagonal && j > row[e / 2] ? 0.0f : exp2f(p[n][e] * scale2 - lse2[e / 2]);
+          const int j = n * 8 + 2 * t + (e & 1);
+          p[n][e] = diagonal && j > r0 + 8 * (e / 2) ? 0.0f : exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));
           dp[n][e] = p[n][e] * (dp[n][e] - d[e / 2]);
         }
       }
       int shift[2];
-      row_shift(dp, shift);
+      row_shift<8>(dp, shift);
       uint32_t fa[4][4];
-      round_tile<true>(dp, shift, fa);
-      product<DP, true>(fa, ks, lane, shift, dq);
+      round_tile<true, 8>(dp, shift, fa);
+      product<DP, true, 4>(fa, ks, lane, shift, dq);
       __syncthreads();  // this stage's reads are done before the tile after next is copied over it
     }
     const float dq_factor[2] = {scale, scale};
@@ -805,13 +877,19 @@ constexpr int dq_smem() {
   return 6 * TileShape<DP>::kHalves * 2;
 }
 
-// allow_smem raises a kernel's dynamic shared-memory limit to bytes, once
-// per device (devices < 64).
+// allow_smem raises a kernel's dynamic shared-memory limit to bytes and,
+// with carveout, asks for the largest shared-memory carveout (the default
+// one holds two forward blocks an SM where their registers allow three; the
+// backward kernels, two a SM by their registers, keep the default and its
+// larger L1), once per device (devices < 64).
 template <class Kernel>
-cudaError_t allow_smem(Kernel kernel, int bytes, int device, uint64_t* raised) {
-  if (bytes <= 48 * 1024 || (*raised >> device & 1u)) return cudaSuccess;
-  const cudaError_t err =
-      cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+cudaError_t allow_smem(Kernel kernel, int bytes, bool carveout, int device, uint64_t* raised) {
+  if (*raised >> device & 1u) return cudaSuccess;
+  const void* k = reinterpret_cast<const void*>(kernel);
+  cudaError_t err = carveout ? cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100) : cudaSuccess;
+  if (err == cudaSuccess && bytes > 48 * 1024) {
+    err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  }
   if (err == cudaSuccess) *raised |= uint64_t{1} << device;
   return err;
 }
@@ -820,7 +898,7 @@ template <int DP, int W>
 cudaError_t launch_forward_warps(const __half* qkv, __half* y, float* lse, Heads a, float scale2, bool vec8,
                                  unsigned* flag, int device, cudaStream_t s) {
   static uint64_t raised;
-  const cudaError_t err = allow_smem(forward_mma<DP, W>, forward_smem<DP, W>(), device, &raised);
+  const cudaError_t err = allow_smem(forward_mma<DP, W>, forward_smem<DP, W>(), true, device, &raised);
   if (err != cudaSuccess) return err;
   const unsigned grid = grid_for(a.head_count() * ceil_div(a.T, 16 * W));
   forward_mma<DP, W><<<grid, 32 * W, forward_smem<DP, W>(), s>>>(qkv, y, lse, a, scale2, vec8, flag);
@@ -841,8 +919,8 @@ cudaError_t launch_backward_mma(const __half* dy, const __half* qkv, const float
                                 __half* dqkv, Heads a, float scale, float scale2, bool vec8, unsigned* flag,
                                 int device, cudaStream_t s) {
   static uint64_t raised_dkdv, raised_dq;
-  cudaError_t err = allow_smem(backward_dkdv_mma<DP>, dkdv_smem<DP>(), device, &raised_dkdv);
-  if (err == cudaSuccess) err = allow_smem(backward_dq_mma<DP>, dq_smem<DP>(), device, &raised_dq);
+  cudaError_t err = allow_smem(backward_dkdv_mma<DP>, dkdv_smem<DP>(), false, device, &raised_dkdv);
+  if (err == cudaSuccess) err = allow_smem(backward_dq_mma<DP>, dq_smem<DP>(), false, device, &raised_dq);
   if (err != cudaSuccess) return err;
   const unsigned grid = grid_for(a.head_count() * ceil_div(a.T, kTile));
   backward_dkdv_mma<DP><<<grid, kThreads, dkdv_smem<DP>(), s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, vec8, flag);
