@@ -24,18 +24,12 @@
 #include <random>
 #include <vector>
 
+#include "lab.cuh"
+
 namespace {
 
 constexpr int kIters = 10, kBlocks = 7;
 
-#define CHECK_CUDA(x)                                                                    \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
 
 template <class F>
 double median_ms(F launch) {

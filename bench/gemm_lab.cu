@@ -32,6 +32,8 @@
 #include <cstring>
 #include <vector>
 
+#include "lab.cuh"
+
 namespace {
 
 constexpr int kIters = 10, kBlocks = 7;
@@ -47,14 +49,6 @@ struct Case {
   int64_t M, N, K;  // the op's own dimensions (linear_grad_w: dW is K×N, summed over M)
 };
 
-#define CHECK_CUDA(x)                                                                \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                       \
-    }                                                                                \
-  } while (0)
 #define CHECK_CUBLAS(x)                                                  \
   do {                                                                   \
     cublasStatus_t s_ = (x);                                             \

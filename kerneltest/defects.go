@@ -681,8 +681,8 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "attention_grad's dk never scaled back from its f16 range (tensor cores)", File: "cuda/attention.cu",
-		Old: "product<DP, true, 4>(fa, qs, lane, shift, dk);",
-		New: "product<DP, false, 4>(fa, qs, lane, shift, dk);",
+		Old: "product<DP, true>(fa, qs, lane, shift, dk);",
+		New: "product<DP, false>(fa, qs, lane, shift, dk);",
 		Op:  "attention_grad", Shapes: []string{"2x17x24x3"},
 	},
 	{

@@ -374,6 +374,16 @@ __device__ __forceinline__ void copy_rows(__half* dst, const __half* src, int wi
   }
 }
 
+// copy_kv starts the copy of key tile row0 / kTile of a head into stage
+// (keys, then values kHalves on): base is the head's q of token 0, its k
+// C and its v 2C further.
+template <int DP, int kBlock>
+__device__ __forceinline__ void copy_kv(__half* stage, const __half* base, int C, int width, int64_t row0, int64_t T,
+                                        int D, bool vec8) {
+  copy_rows<DP, kTile, kBlock>(stage, base + C, width, row0, T, D, vec8);
+  copy_rows<DP, kTile, kBlock>(stage + TileShape<DP>::kHalves, base + 2 * C, width, row0, T, D, vec8);
+}
+
 // copy_floats starts the copy of src[row0 .. row0 + kTile) into dst, zero
 // past T (cp.async, 4 bytes a thread).
 __device__ __forceinline__ void copy_floats(float* dst, const float* src, int64_t row0, int64_t T) {
@@ -397,14 +407,14 @@ __device__ __forceinline__ void flag_specials(const __half* tile, unsigned* flag
   if (found) atomicOr(flag, 1u);
 }
 
-// scores: x[n] += A·Bᵀ for 16 rows of tile a (from row a_row) against kN·8
+// scores: x[n] += A·Bᵀ for 16 rows of tile a (from row a_row) against the 64
 // rows of tile b (n-tile n: rows 8n .. 8n + 7 from b), over the head's
 // columns. A's fragments come by ldmatrix (lanes 0–15 address rows a_row +
 // lane at column 0, lanes 16–31 the same rows at column 8), two k-steps at a
 // time, then B's (lane l addresses row 8n + l % 8, columns 8·(l / 8) of the
 // pair); DP = 16 has one k-step, B read as two 32-bit loads.
-template <int DP, int kN>
-__device__ __forceinline__ void scores(const __half* a, int a_row, const __half* b, int lane, float (&x)[kN][4]) {
+template <int DP>
+__device__ __forceinline__ void scores(const __half* a, int a_row, const __half* b, int lane, float (&x)[8][4]) {
   constexpr int kLd = TileShape<DP>::kLd;
   const __half* ap = a + (a_row + lane % 16) * kLd + (lane / 16) * 8;
   if constexpr (DP == 16) {
@@ -412,7 +422,7 @@ __device__ __forceinline__ void scores(const __half* a, int a_row, const __half*
     ldmatrix_x4(af, ap);
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int n = 0; n < kN; ++n) {
+    for (int n = 0; n < 8; ++n) {
       const __half* p = b + (n * 8 + g) * kLd + 2 * t;
       mma_16816(x[n], af, lds32(p), lds32(p + 8));
     }
@@ -424,7 +434,7 @@ __device__ __forceinline__ void scores(const __half* a, int a_row, const __half*
       ldmatrix_x4(a0, ap + kp * 32);
       ldmatrix_x4(a1, ap + kp * 32 + 16);
 #pragma unroll
-      for (int n = 0; n < kN; ++n) {
+      for (int n = 0; n < 8; ++n) {
         uint32_t bf[4];
         ldmatrix_x4(bf, bp + n * 8 * kLd + kp * 32);
         mma_16816(x[n], a0, bf[0], bf[1]);
@@ -477,15 +487,14 @@ __device__ __forceinline__ void scores_held(const uint32_t (&a)[DP / 16][4], con
   }
 }
 
-// round_tile turns a warp's 16 × 8kN accumulator tile x (kN n-tiles of 8
-// columns, kN even), each row r of the thread (g, g + 8) scaled by
-// 2^−shift[r] when kShift, into the f16 A fragments of its kN/2 k-steps
-// (n-tiles 2k and 2k + 1 make k-step k), each element rounded once to
-// nearest.
-template <bool kShift, int kN>
-__device__ __forceinline__ void round_tile(const float (&x)[kN][4], const int (&shift)[2], uint32_t (&a)[kN / 2][4]) {
+// round_tile turns a warp's 16 × 64 accumulator tile x (8 n-tiles of 8
+// columns), each row r of the thread (g, g + 8) scaled by 2^−shift[r] when
+// kShift, into the f16 A fragments of the four 16-column k-steps (n-tiles
+// 2k and 2k + 1 make k-step k), each element rounded once to nearest.
+template <bool kShift>
+__device__ __forceinline__ void round_tile(const float (&x)[8][4], const int (&shift)[2], uint32_t (&a)[4][4]) {
 #pragma unroll
-  for (int k = 0; k < kN / 2; ++k) {
+  for (int k = 0; k < 4; ++k) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float(&n)[4] = x[2 * k + half];
@@ -496,15 +505,14 @@ __device__ __forceinline__ void round_tile(const float (&x)[kN][4], const int (&
 }
 
 // row_shift sets shift[r] so that the largest |x| of the thread's row r
-// across its quad (the row's 8kN columns) lies in [2¹⁴, 2¹⁵) once scaled by
+// across its quad (the row's 64 columns) lies in [2¹⁴, 2¹⁵) once scaled by
 // 2^−shift[r]; 0 for a row of zeros.
-template <int kN>
-__device__ __forceinline__ void row_shift(const float (&x)[kN][4], int (&shift)[2]) {
+__device__ __forceinline__ void row_shift(const float (&x)[8][4], int (&shift)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float largest = 0.0f;
 #pragma unroll
-    for (int n = 0; n < kN; ++n) largest = fmaxf(largest, fmaxf(fabsf(x[n][2 * r]), fabsf(x[n][2 * r + 1])));
+    for (int n = 0; n < 8; ++n) largest = fmaxf(largest, fmaxf(fabsf(x[n][2 * r]), fabsf(x[n][2 * r + 1])));
     largest = fmaxf(largest, VK_SHFL_XOR(largest, 1));
     largest = fmaxf(largest, VK_SHFL_XOR(largest, 2));
     int e = 0;  // largest in [2^(e−1), 2^e)
@@ -517,13 +525,13 @@ __device__ __forceinline__ void row_shift(const float (&x)[kN][4], int (&shift)[
   }
 }
 
-// product: for each n-tile of DP columns, out[n] += A·B over kK k-steps (kK
-// even), where B is the tile (16·kK rows of the k dimension × DP, read
-// transposed by ldmatrix; lane l addresses row l of each 32-row pair of
-// k-steps). With kShift the product is summed apart and added scaled by
-// 2^shift[row] (undoing round_tile's scale).
-template <int DP, bool kShift, int kK>
-__device__ __forceinline__ void product(const uint32_t (&a)[kK][4], const __half* tile, int lane, const int (&shift)[2],
+// product: for each n-tile of DP columns, out[n] += A·B over four k-steps,
+// where B is the tile (64 rows of the k dimension × DP, read transposed by
+// ldmatrix; lane l addresses row l of each 32-row pair of k-steps). With
+// kShift the product is summed apart and added scaled by 2^shift[row]
+// (undoing round_tile's scale).
+template <int DP, bool kShift>
+__device__ __forceinline__ void product(const uint32_t (&a)[4][4], const __half* tile, int lane, const int (&shift)[2],
                                         float (&out)[DP / 8][4]) {
   constexpr int kLd = TileShape<DP>::kLd;
   const __half* rows = tile + lane * kLd;
@@ -532,7 +540,7 @@ __device__ __forceinline__ void product(const uint32_t (&a)[kK][4], const __half
     float sum[4] = {};
     float(&acc)[4] = kShift ? sum : out[n];
 #pragma unroll
-    for (int kp = 0; kp < kK / 2; ++kp) {
+    for (int kp = 0; kp < 2; ++kp) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, rows + kp * 32 * kLd + n * 8);
       mma_16816(acc, a[2 * kp], b[0], b[1]);
@@ -600,8 +608,7 @@ __global__ void __launch_bounds__(32 * W, kForwardMinBlocks)
     const int64_t first_row = q0 + warp * 16, row[2] = {first_row + g, first_row + g + 8};
     __syncthreads();  // the last item's reads of every stage are done
     copy_rows<DP, kRows, kBlock>(qs, base, width, q0, a.T, D, vec8);
-    copy_rows<DP, kTile, kBlock>(stages, base + C, width, 0, a.T, D, vec8);
-    copy_rows<DP, kTile, kBlock>(stages + S::kHalves, base + 2 * C, width, 0, a.T, D, vec8);
+    copy_kv<DP, kBlock>(stages, base, C, width, 0, a.T, D, vec8);
     cp_async_commit();
     float o[S::kNTiles][4] = {};
     float m[2] = {vkern_rows::neg_inf(), vkern_rows::neg_inf()}, l[2] = {0.0f, 0.0f};
@@ -609,9 +616,7 @@ __global__ void __launch_bounds__(32 * W, kForwardMinBlocks)
       const __half* ks = stages + (kt & 1) * 2 * S::kHalves;
       const __half* vs = ks + S::kHalves;
       if (kt < last) {
-        __half* next = stages + (~kt & 1) * 2 * S::kHalves;
-        copy_rows<DP, kTile, kBlock>(next, base + C, width, (kt + 1) * kTile, a.T, D, vec8);
-        copy_rows<DP, kTile, kBlock>(next + S::kHalves, base + 2 * C, width, (kt + 1) * kTile, a.T, D, vec8);
+        copy_kv<DP, kBlock>(stages + (~kt & 1) * 2 * S::kHalves, base, C, width, (kt + 1) * kTile, a.T, D, vec8);
       }
       cp_async_commit();
       cp_async_wait<1>();  // all but the group just started: this pair (and q)
@@ -623,7 +628,7 @@ __global__ void __launch_bounds__(32 * W, kForwardMinBlocks)
       }
       if (kt * kTile <= first_row + 15) {  // some key at or before some row of the warp's (same for the warp)
         float s[8][4] = {};
-        scores<DP, 8>(qs, warp * 16, ks, lane, s);
+        scores<DP>(qs, warp * 16, ks, lane, s);
         if (kt * kTile + kTile - 1 > first_row) {  // keys after some row of the warp's: mask them
           const int r0 = static_cast<int>(row[0] - kt * kTile);  // the thread's first row, as a key of the tile
 #pragma unroll
@@ -659,8 +664,8 @@ __global__ void __launch_bounds__(32 * W, kForwardMinBlocks)
           }
         }
         uint32_t pa[4][4];
-        round_tile<false, 8>(s, no_shift, pa);
-        product<DP, false, 4>(pa, vs, lane, no_shift, o);
+        round_tile<false>(s, no_shift, pa);
+        product<DP, false>(pa, vs, lane, no_shift, o);
       }
       __syncthreads();  // this stage's reads are done before the next pair is copied over it
     }
@@ -722,8 +727,7 @@ __global__ void __launch_bounds__(kThreads)
       copy_floats(rows + kTile, dsum_bh, qt * kTile, a.T);
     };
     __syncthreads();  // the last item's reads of every tile are done
-    copy_rows<DP, kTile, kThreads>(ks, base + C, width, kt * kTile, a.T, D, vec8);
-    copy_rows<DP, kTile, kThreads>(vs, base + 2 * C, width, kt * kTile, a.T, D, vec8);
+    copy_kv<DP, kThreads>(ks, base, C, width, kt * kTile, a.T, D, vec8);  // vs follows ks
     stage_copy(kt, 0);
     cp_async_commit();
     const int64_t key[2] = {kt * kTile + warp * 16 + g, kt * kTile + warp * 16 + g + 8};
@@ -767,12 +771,12 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       uint32_t fa[4][4];
-      round_tile<false, 8>(p_t, no_shift, fa);
-      product<DP, false, 4>(fa, gs, lane, no_shift, dv);
+      round_tile<false>(p_t, no_shift, fa);
+      product<DP, false>(fa, gs, lane, no_shift, dv);
       int shift[2];
-      row_shift<8>(dp, shift);
-      round_tile<true, 8>(dp, shift, fa);
-      product<DP, true, 4>(fa, qs, lane, shift, dk);
+      row_shift(dp, shift);
+      round_tile<true>(dp, shift, fa);
+      product<DP, true>(fa, qs, lane, shift, dk);
       __syncthreads();  // this stage's reads are done before the tile after next is copied over it
     }
     const float dk_factor[2] = {scale, scale}, dv_factor[2] = {1.0f, 1.0f};
@@ -809,8 +813,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the last item's reads of every tile are done
     copy_rows<DP, kTile, kThreads>(qs, base, width, qt * kTile, a.T, D, vec8);
     copy_rows<DP, kTile, kThreads>(gs, dy + b * a.T * a.C + h * a.D, C, qt * kTile, a.T, D, vec8);
-    copy_rows<DP, kTile, kThreads>(stages, base + C, width, 0, a.T, D, vec8);
-    copy_rows<DP, kTile, kThreads>(stages + S::kHalves, base + 2 * C, width, 0, a.T, D, vec8);
+    copy_kv<DP, kThreads>(stages, base, C, width, 0, a.T, D, vec8);
     cp_async_commit();
     const int64_t row[2] = {qt * kTile + warp * 16 + g, qt * kTile + warp * 16 + g + 8};
     float lse2[2], d[2];
@@ -825,9 +828,7 @@ __global__ void __launch_bounds__(kThreads)
       const __half* ks = stages + (kt & 1) * 2 * S::kHalves;
       const __half* vs = ks + S::kHalves;
       if (kt < qt) {
-        __half* next = stages + (~kt & 1) * 2 * S::kHalves;
-        copy_rows<DP, kTile, kThreads>(next, base + C, width, (kt + 1) * kTile, a.T, D, vec8);
-        copy_rows<DP, kTile, kThreads>(next + S::kHalves, base + 2 * C, width, (kt + 1) * kTile, a.T, D, vec8);
+        copy_kv<DP, kThreads>(stages + (~kt & 1) * 2 * S::kHalves, base, C, width, (kt + 1) * kTile, a.T, D, vec8);
       }
       cp_async_commit();
       cp_async_wait<1>();
@@ -851,10 +852,10 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       int shift[2];
-      row_shift<8>(dp, shift);
+      row_shift(dp, shift);
       uint32_t fa[4][4];
-      round_tile<true, 8>(dp, shift, fa);
-      product<DP, true, 4>(fa, ks, lane, shift, dq);
+      round_tile<true>(dp, shift, fa);
+      product<DP, true>(fa, ks, lane, shift, dq);
       __syncthreads();  // this stage's reads are done before the tile after next is copied over it
     }
     const float dq_factor[2] = {scale, scale};
