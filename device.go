@@ -156,7 +156,7 @@ func build(ctx context.Context, opts Options) (*Device, error) {
 	}
 	d := &Device{
 		backend: backend, reason: reason, compiler: compiler, store: store,
-		request: cache.Request{Files: files, Main: main, Compiler: compiler},
+		request: cache.Request{Files: files, Units: []string{main}, Compiler: compiler},
 	}
 	d.artifact, err = store.Build(ctx, d.request)
 	if errors.Is(err, cache.ErrBadEntry) {
