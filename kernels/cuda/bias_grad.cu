@@ -31,6 +31,7 @@
 // order); NaN and ±Inf follow the sums.
 #include <cstdint>
 
+#include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/rows.cuh"
 

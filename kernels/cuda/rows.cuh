@@ -2,7 +2,8 @@
 // (cross_entropy.cu) share: f16 pair arithmetic, a thread's slice of a row
 // held in registers (RowSlice: 16-byte or 2-byte accesses, columns past the
 // end filled), and max and sum reductions over the threads that own a row.
-// Included into the cuda backend's unity build once, before both.
+// Every unit that uses it includes it and gets its own copy (an unnamed
+// namespace), so no definition here is shared between units.
 #ifndef VKERN_CUDA_ROWS_CUH
 #define VKERN_CUDA_ROWS_CUH
 
