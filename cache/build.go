@@ -252,20 +252,18 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 }
 
 // compileUnits runs the compile commands argvs[i] of units[i] in dir, at
-// once, at most runtime.NumCPU() at a time, and returns each one's output
-// and how long it ran. The first compile to fail stops the others (each
-// in its own process group, killed whole) and is returned as a
-// *BuildError naming its unit; a compile that exits 0 without writing its
-// object objects[i] is such a failure too. A cancelled or expired ctx
-// stops them all and is returned (wrapped) in a *BuildError.
+// once, at most runtime.NumCPU() at a time, started in the units' order,
+// and returns each one's output and how long it ran. The first compile to
+// fail stops the others (each in its own process group, killed whole) and
+// is returned as a *BuildError naming its unit; a compile that exits 0
+// without writing its object objects[i] is such a failure too. A cancelled
+// or expired ctx stops them all and is returned (wrapped) in a *BuildError.
 func compileUnits(ctx context.Context, dir string, units []string, argvs [][]string, objects []string) (outputs [][]byte, seconds []float64, err error) {
 	uctx, stop := context.WithCancel(ctx)
 	defer stop()
 	outputs = make([][]byte, len(argvs))
 	seconds = make([]float64, len(argvs))
-	slots := make(chan struct{}, runtime.NumCPU())
 	var (
-		wg    sync.WaitGroup
 		mu    sync.Mutex
 		first *BuildError
 	)
@@ -277,30 +275,32 @@ func compileUnits(ctx context.Context, dir string, units []string, argvs [][]str
 			stop()
 		}
 	}
+	next := make(chan int, len(argvs))
 	for i := range argvs {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(runtime.NumCPU(), len(argvs)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			select {
-			case slots <- struct{}{}:
-				defer func() { <-slots }()
-			case <-uctx.Done():
-				return
-			}
-			if uctx.Err() != nil {
-				return
-			}
-			out, secs, err := runCompiler(uctx, dir, argvs[i])
-			outputs[i], seconds[i] = out, secs
-			switch {
-			case err != nil && ctx.Err() == nil && uctx.Err() != nil:
-				// Stopped because another unit failed first: not this unit's error.
-			case err != nil:
-				fail(&BuildError{Unit: units[i], Command: argvs[i], OutputTail: lastLines(out, buildErrorTailLines), FirstError: firstError(out), Err: err})
-			default:
-				if _, serr := os.Stat(filepath.Join(dir, filepath.FromSlash(objects[i]))); serr != nil {
-					fail(&BuildError{Unit: units[i], Command: argvs[i], OutputTail: lastLines(out, buildErrorTailLines),
-						Err: fmt.Errorf("the compiler exited 0 but wrote no %s", objects[i])})
+			for i := range next {
+				if uctx.Err() != nil {
+					return
+				}
+				out, secs, err := runCompiler(uctx, dir, argvs[i])
+				outputs[i], seconds[i] = out, secs
+				switch {
+				case err != nil && ctx.Err() == nil && uctx.Err() != nil:
+					// Stopped because another unit failed first: not this unit's error.
+				case err != nil:
+					fail(&BuildError{Unit: units[i], Command: argvs[i], OutputTail: lastLines(out, buildErrorTailLines), FirstError: firstError(out), Err: err})
+				default:
+					if _, serr := os.Stat(filepath.Join(dir, filepath.FromSlash(objects[i]))); serr != nil {
+						fail(&BuildError{Unit: units[i], Command: argvs[i], OutputTail: lastLines(out, buildErrorTailLines),
+							Err: fmt.Errorf("the compiler exited 0 but wrote no %s", objects[i])})
+					}
 				}
 			}
 		}()
@@ -310,7 +310,7 @@ func compileUnits(ctx context.Context, dir string, units []string, argvs [][]str
 		return nil, nil, first
 	}
 	if ctx.Err() != nil {
-		// Stopped before any compile could report it (all were waiting for a slot).
+		// Stopped between two compiles, before one could report it.
 		return nil, nil, &BuildError{Unit: units[0], Command: argvs[0], Err: fmt.Errorf("stopped: %w", ctx.Err())}
 	}
 	return outputs, seconds, nil

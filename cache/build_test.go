@@ -528,23 +528,28 @@ func TestUnitsCompileAtOnceThenLink(t *testing.T) {
 	}
 }
 
-// oneUnitFailsScript fails the compile of bad.cc at once, with a compiler
-// error line, and takes 30 s over every other unit.
+// oneUnitFailsScript fails the compile of bad.cc after 0.2 s, with a
+// compiler error line, and takes 30 s over every other unit.
 const oneUnitFailsScript = `#!/bin/sh
 PATH=/usr/bin:/bin
 for a in "$@"; do
   case "$a" in
-    src/bad.cc) echo 'src/bad.cc:3:7: error: expected ; before }' >&2; exit 1 ;;
+    src/bad.cc) sleep 0.2; echo 'src/bad.cc:3:7: error: expected ; before }' >&2; exit 1 ;;
   esac
 done
 sleep 30
 `
 
 func TestTheFirstFailingUnitStopsTheOthersAndIsReported(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU: the units compile one after another")
+	}
 	s, cc, _ := fakeSetup(t, oneUnitFailsScript)
-	r := unitsRequest(cc, 3)
+	// The units start in order, as many at once as there are CPUs: the
+	// failing one among the first, the slow ones after it still running.
+	r := unitsRequest(cc, runtime.NumCPU()-1)
 	r.Files["bad.cc"] = []byte("int bad() {\n  return\n}\n")
-	r.Units = append(r.Units, "bad.cc")
+	r.Units = append([]string{"bad.cc"}, r.Units...)
 	start := time.Now()
 	_, err := s.Build(context.Background(), r)
 	var be *BuildError
