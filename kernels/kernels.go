@@ -31,12 +31,14 @@
 //
 // Why the cpu op files share a unit: every g++ unit first pays about 0.4 s
 // (the standard headers, and the std:: templates it instantiates again),
-// about what most cpu op files cost themselves, so one unit per file took
-// twice the CPU time of a unity build (14 s against 6.5 s on a 2-core
-// machine, and no faster there); two units take about 7 s of CPU and
-// finish in the time of the larger, ops.cc. An nvcc unit costs tens of
-// seconds of device code, next to which its fixed cost is small, and a GPU
-// machine has cores for every unit.
+// about what most cpu op files cost themselves, so one unit per file would
+// take twice the CPU time of a single unit for the whole server (13-14 s
+// against 6.5 s at -O3) and be no faster on the 2-core machines vkern is
+// developed on; the two units take about 8.5 s of CPU (main.cc 3 s, ops.cc
+// 5.5 s) and finish with ops.cc. A GPU unit's fixed cost is larger (hipcc
+// about 2 s), but the GPU machine has a core for every unit, and there the
+// units themselves are long (the whole cuda server is 97-116 s of nvcc
+// work on the H100 machine).
 //
 // This package only hands out bytes; it does not compile, cache or run them
 // (see the toolchain, cache and kserver packages).
