@@ -751,6 +751,46 @@ func TestListAndClean(t *testing.T) {
 	})
 }
 
+// formatOneManifest is an entry's manifest as vkern wrote them before
+// units: one main file and one build command.
+const formatOneManifest = `{
+  "format": 1,
+  "key": "@KEY@",
+  "backend": "cpu",
+  "main": "cpu/main.cc",
+  "source_sha256": "8179791b06cbdf3fa8a7b4731866219249660b1edf2e926bce663bbfb11453c1",
+  "binary_sha256": "8179791b06cbdf3fa8a7b4731866219249660b1edf2e926bce663bbfb11453c1",
+  "compiler": {"name": "g++", "path": "/usr/bin/g++", "version": "g++ 12.2.0", "fingerprint": "f"},
+  "flags": ["-std=c++17", "-O3"],
+  "target": "test cpu",
+  "build_command": ["/usr/bin/g++", "-o", "server", "src/cpu/main.cc"],
+  "built_at": "2025-01-02T03:04:05Z",
+  "build_seconds": 6.5
+}
+`
+
+func TestAnEntryOfAnOlderVkernIsListedAndCleaned(t *testing.T) {
+	s, cc, _ := fakeSetup(t, fakeCompilerScript)
+	if _, err := s.Build(context.Background(), testRequest(cc)); err != nil {
+		t.Fatal(err)
+	}
+	old := strings.Repeat("a", 64)
+	if err := os.Mkdir(filepath.Join(s.Dir, old), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(s.Dir, old, manifestName), strings.Replace(formatOneManifest, "@KEY@", old, 1))
+	ms, err := s.List()
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("List = %d manifests, %v; want both entries, no error", len(ms), err)
+	}
+	if m := ms[1]; m.Key != old || m.Format != 1 || m.BuildSeconds != 6.5 || m.Compiler.Version != "g++ 12.2.0" {
+		t.Errorf("the older entry lists as %+v", m)
+	}
+	if n, err := s.Clean(); n != 2 || err != nil {
+		t.Errorf("Clean = %d, %v; want 2, nil", n, err)
+	}
+}
+
 func TestBuildWithTheRealCompiler(t *testing.T) {
 	ctx := context.Background()
 	cc, err := toolchain.DetectCPU(ctx)

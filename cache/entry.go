@@ -23,6 +23,12 @@ const (
 // manifestFormat is Manifest.Format for manifests this package writes.
 const manifestFormat = 2
 
+// oldestManifestFormat is the oldest Manifest.Format this package reads.
+// Format 1, from before units (one main file, one build command), is only
+// ever at keys of key format 1, which no build computes now: such an entry
+// is listed and cleaned, never used.
+const oldestManifestFormat = 1
+
 var (
 	// ErrBadEntry is wrapped by every error about an entry that exists but
 	// cannot be trusted; both ErrTampered and ErrCorrupt wrap it. Such an
@@ -142,8 +148,8 @@ func readManifest(dir, key string) (Manifest, error) {
 		return Manifest{}, fmt.Errorf("cache: %w: %s: %v; Rebuild replaces the entry (or run `vkern cache clean`)", ErrCorrupt, path, err)
 	}
 	switch {
-	case m.Format != manifestFormat:
-		err = fmt.Errorf("format %d, want %d", m.Format, manifestFormat)
+	case m.Format < oldestManifestFormat || m.Format > manifestFormat:
+		err = fmt.Errorf("format %d, want %d to %d", m.Format, oldestManifestFormat, manifestFormat)
 	case m.Key != key:
 		err = fmt.Errorf("it is for key %q, not %q", m.Key, key)
 	case !isSHA256Hex(m.BinarySHA256):
