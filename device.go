@@ -41,7 +41,9 @@ type Options struct {
 
 	// EditSources, for tests that plant defects, edits the kernel sources
 	// (by path, as kernels.Sources names them) before they are built; the
-	// edited build gets its own cache key.
+	// edited build gets its own cache key. The units compiled are the ones
+	// kernels.Sources listed, so an edit to a header reaches every unit
+	// that includes it.
 	EditSources func(files map[string][]byte) error
 	// GPU is the index of the GPU the server opens, among those visible
 	// (CUDA_VISIBLE_DEVICES): one server per GPU in a data-parallel run.
@@ -124,7 +126,7 @@ func build(ctx context.Context, opts Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, main, err := kernels.Sources(backend)
+	files, units, err := kernels.Sources(backend)
 	if err != nil {
 		return nil, fmt.Errorf("vkern: %w", err)
 	}
@@ -156,7 +158,7 @@ func build(ctx context.Context, opts Options) (*Device, error) {
 	}
 	d := &Device{
 		backend: backend, reason: reason, compiler: compiler, store: store,
-		request: cache.Request{Files: files, Main: main, Compiler: compiler},
+		request: cache.Request{Files: files, Units: units, Compiler: compiler},
 	}
 	d.artifact, err = store.Build(ctx, d.request)
 	if errors.Is(err, cache.ErrBadEntry) {

@@ -22,12 +22,14 @@ func buildServer(t *testing.T) string {
 		t.Skip("no g++ to build the kernel server with")
 	}
 	dir := t.TempDir()
-	main, err := kernels.Write(filepath.Join(dir, "src"), "cpu")
+	units, err := kernels.Write(filepath.Join(dir, "src"), "cpu")
 	if err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "server")
-	cmd := exec.Command(cxx, "-std=c++17", "-O1", "-pthread", "-I"+filepath.Join(dir, "src"), `-DVKERN_SOURCE_SHA256="bench-test"`, "-o", bin, main)
+	// g++ compiles each unit on its own and links them, as the builder does.
+	args := []string{"-std=c++17", "-O1", "-pthread", "-I" + filepath.Join(dir, "src"), `-DVKERN_SOURCE_SHA256="bench-test"`, "-o", bin}
+	cmd := exec.Command(cxx, append(args, units...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v: %v\n%s", cmd, err, out)
 	}

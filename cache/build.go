@@ -12,9 +12,12 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -26,9 +29,11 @@ const (
 	// while a discarded entry is deleted.
 	buildPrefix = ".build-"
 	trashPrefix = ".trash-"
-	// srcDirName is the folder inside a build folder that holds the sources.
+	// srcDirName is the folder inside a build folder that holds the sources,
+	// and objDirName the one that holds the units' objects.
 	srcDirName = "src"
-	// buildTimeout bounds one compiler run.
+	objDirName = "obj"
+	// buildTimeout bounds one compiler run (a unit's compile, or the link).
 	buildTimeout = 10 * time.Minute
 	// buildWaitDelay bounds how long the compiler's output pipes may stay
 	// open after it exits or is killed.
@@ -39,13 +44,17 @@ const (
 	sourceDefine = "VKERN_SOURCE_SHA256"
 )
 
-// BuildError is a failed compile. The build folder is gone by the time it
-// is returned; the command and the output are all that is left of it.
+// BuildError is a failed build: the first unit whose compile failed (the
+// others were stopped then), or the link. The build folder is gone by the
+// time it is returned; the command and the output are all that is left of
+// it.
 type BuildError struct {
-	// Command is the argv that ran, in the build folder: src/ held the
-	// sources and server was the output.
+	// Unit is the unit whose compile failed, or "" when the link failed.
+	Unit string
+	// Command is the argv that failed, in the build folder: src/ held the
+	// sources, obj/ the objects, and server was the link's output.
 	Command []string
-	// OutputTail is the last 40 lines of the compiler's stdout and stderr.
+	// OutputTail is the last 40 lines of that command's stdout and stderr.
 	OutputTail string
 	// FirstError is the first line of the output that reports an error
 	// ("file:line:col: error: …", nvcc's "file(line): error: …", a
@@ -65,8 +74,12 @@ func (e *BuildError) Error() string {
 	if e.FirstError != "" {
 		first = "\nfirst error: " + e.FirstError
 	}
-	return fmt.Sprintf("cache: build failed: %v%s\ncommand: %s\ncompiler output (last %d lines at most):\n%s",
-		e.Err, first, quoteArgs(e.Command), buildErrorTailLines, out)
+	step := "linking"
+	if e.Unit != "" {
+		step = "compiling " + e.Unit
+	}
+	return fmt.Sprintf("cache: build failed: %s: %v%s\ncommand: %s\ncompiler output (last %d lines at most):\n%s",
+		step, e.Err, first, quoteArgs(e.Command), buildErrorTailLines, out)
 }
 
 func (e *BuildError) Unwrap() error { return e.Err }
@@ -153,17 +166,37 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 		return nil, err
 	}
 	sourceSHA := SourceSHA256(r.Files)
-	argv := r.Compiler.Command(srcDirName, r.Main, binaryName, map[string]string{sourceDefine: sourceSHA})
-	output, seconds, err := runCompiler(ctx, tmp, argv)
-	if err != nil {
-		return nil, &BuildError{Command: argv, OutputTail: lastLines(output, buildErrorTailLines), FirstError: firstError(output), Err: err}
+	defines := map[string]string{sourceDefine: sourceSHA}
+	objects := make([]string, len(r.Units))
+	commands := make([][]string, len(r.Units), len(r.Units)+1)
+	for i, u := range r.Units {
+		objects[i] = path.Join(objDirName, u+".o")
+		if err := os.MkdirAll(filepath.Join(tmp, filepath.FromSlash(path.Dir(objects[i]))), 0o755); err != nil {
+			return nil, fmt.Errorf("cache: making the object folder for %s: %w", u, err)
+		}
+		commands[i] = r.Compiler.CompileCommand(srcDirName, u, objects[i], defines)
 	}
-	if err := os.RemoveAll(src); err != nil {
-		return nil, fmt.Errorf("cache: removing the sources from the build folder: %w", err)
+	start := time.Now()
+	outputs, unitSeconds, err := compileUnits(ctx, tmp, r.Units, commands, objects)
+	if err != nil {
+		return nil, err
+	}
+	link := r.Compiler.LinkCommand(objects, binaryName)
+	commands = append(commands, link)
+	linkOutput, linkSeconds, err := runCompiler(ctx, tmp, link)
+	outputs = append(outputs, linkOutput)
+	if err != nil {
+		return nil, &BuildError{Command: link, OutputTail: lastLines(linkOutput, buildErrorTailLines), FirstError: firstError(linkOutput), Err: err}
+	}
+	seconds := time.Since(start).Seconds()
+	for _, dir := range []string{src, filepath.Join(tmp, objDirName)} {
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, fmt.Errorf("cache: removing the sources and objects from the build folder: %w", err)
+		}
 	}
 	binarySHA, err := syncAndHash(filepath.Join(tmp, binaryName))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, &BuildError{Command: argv, OutputTail: lastLines(output, buildErrorTailLines),
+		return nil, &BuildError{Command: link, OutputTail: lastLines(linkOutput, buildErrorTailLines),
 			Err: fmt.Errorf("the compiler exited 0 but wrote no %s", binaryName)}
 	}
 	if err != nil {
@@ -172,25 +205,27 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 
 	c := r.Compiler
 	m := Manifest{
-		Format:       manifestFormat,
-		Key:          key,
-		Backend:      c.Backend,
-		Main:         r.Main,
-		SourceSHA256: sourceSHA,
-		BinarySHA256: binarySHA,
-		Compiler:     CompilerInfo{Name: c.Name, Path: c.Path, Version: c.Version, Fingerprint: c.Fingerprint},
-		Flags:        append([]string(nil), c.Flags...),
-		Target:       c.Target,
-		BuildCommand: argv,
-		BuiltAt:      time.Now().UTC(),
-		BuildSeconds: seconds,
-		Replaced:     replaced,
+		Format:        manifestFormat,
+		Key:           key,
+		Backend:       c.Backend,
+		Units:         append([]string(nil), r.Units...),
+		SourceSHA256:  sourceSHA,
+		BinarySHA256:  binarySHA,
+		Compiler:      CompilerInfo{Name: c.Name, Path: c.Path, Version: c.Version, Fingerprint: c.Fingerprint},
+		Flags:         append([]string(nil), c.Flags...),
+		Target:        c.Target,
+		BuildCommands: commands,
+		BuiltAt:       time.Now().UTC(),
+		BuildSeconds:  seconds,
+		UnitSeconds:   unitSeconds,
+		LinkSeconds:   linkSeconds,
+		Replaced:      replaced,
 	}
 	manifest, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("cache: encoding the manifest: %w", err)
 	}
-	if err := writeFileSync(filepath.Join(tmp, buildLogName), output); err != nil {
+	if err := writeFileSync(filepath.Join(tmp, buildLogName), buildLog(commands, outputs)); err != nil {
 		return nil, err
 	}
 	if err := writeFileSync(filepath.Join(tmp, manifestName), append(manifest, '\n')); err != nil {
@@ -214,6 +249,85 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 		return nil, err
 	}
 	return &Artifact{Key: key, Dir: final, Binary: filepath.Join(final, binaryName), Manifest: m}, nil
+}
+
+// compileUnits runs the compile commands argvs[i] of units[i] in dir, at
+// once, at most runtime.NumCPU() at a time, started in the units' order,
+// and returns each one's output and how long it ran. The first compile to
+// fail stops the others (each in its own process group, killed whole) and
+// is returned as a *BuildError naming its unit; a compile that exits 0
+// without writing its object objects[i] is such a failure too. A cancelled
+// or expired ctx stops them all and is returned (wrapped) in a *BuildError.
+func compileUnits(ctx context.Context, dir string, units []string, argvs [][]string, objects []string) (outputs [][]byte, seconds []float64, err error) {
+	uctx, stop := context.WithCancel(ctx)
+	defer stop()
+	outputs = make([][]byte, len(argvs))
+	seconds = make([]float64, len(argvs))
+	var (
+		mu    sync.Mutex
+		first *BuildError
+	)
+	fail := func(e *BuildError) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = e
+			stop()
+		}
+	}
+	next := make(chan int, len(argvs))
+	for i := range argvs {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(runtime.NumCPU(), len(argvs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if uctx.Err() != nil {
+					return
+				}
+				out, secs, err := runCompiler(uctx, dir, argvs[i])
+				outputs[i], seconds[i] = out, secs
+				switch {
+				case err != nil && ctx.Err() == nil && uctx.Err() != nil:
+					// Stopped because another unit failed first: not this unit's error.
+				case err != nil:
+					fail(&BuildError{Unit: units[i], Command: argvs[i], OutputTail: lastLines(out, buildErrorTailLines), FirstError: firstError(out), Err: err})
+				default:
+					if _, serr := os.Stat(filepath.Join(dir, filepath.FromSlash(objects[i]))); serr != nil {
+						fail(&BuildError{Unit: units[i], Command: argvs[i], OutputTail: lastLines(out, buildErrorTailLines),
+							Err: fmt.Errorf("the compiler exited 0 but wrote no %s", objects[i])})
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, nil, first
+	}
+	if ctx.Err() != nil {
+		// Stopped between two compiles, before one could report it.
+		return nil, nil, &BuildError{Unit: units[0], Command: argvs[0], Err: fmt.Errorf("stopped: %w", ctx.Err())}
+	}
+	return outputs, seconds, nil
+}
+
+// buildLog is the build.log of an entry: each command, as a shell would
+// read it back, followed by its output, in the order of commands.
+func buildLog(commands [][]string, outputs [][]byte) []byte {
+	var b bytes.Buffer
+	for i, argv := range commands {
+		fmt.Fprintf(&b, "$ %s\n", quoteArgs(argv))
+		b.Write(outputs[i])
+		if len(outputs[i]) > 0 && !bytes.HasSuffix(outputs[i], []byte("\n")) {
+			b.WriteByte('\n')
+		}
+	}
+	return b.Bytes()
 }
 
 // runCompiler runs argv in dir and returns its combined output and how long

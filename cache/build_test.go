@@ -3,9 +3,11 @@ package cache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -15,19 +17,33 @@ import (
 )
 
 // fakeCompilerScript is a stand-in C++ compiler: it appends one line to the
-// counter file per build, sleeps, and writes an executable "binary" that
-// records its arguments to -o.
+// counter file per run, "<pid> compile" or "<pid> link" (a run with -c
+// compiles), sleeps when compiling, and writes to -o an "object" that
+// records its arguments, or when linking an executable "binary" that
+// records its own and holds the objects' text.
 const fakeCompilerScript = `#!/bin/sh
 PATH=/usr/bin:/bin
 out=
 prev=
+mode=link
 for a in "$@"; do
   if [ "$prev" = "-o" ]; then out="$a"; fi
+  if [ "$a" = "-c" ]; then mode=compile; fi
   prev="$a"
 done
-echo "$$" >> '@COUNTER@'
-sleep @SLEEP@
-printf '#!/bin/sh\n# built by: %s\necho fake server\n' "$*" > "$out"
+echo "$$ $mode" >> '@COUNTER@'
+if [ $mode = compile ]; then
+  sleep @SLEEP@
+  printf '# compiled by: %s\n' "$*" > "$out"
+  exit 0
+fi
+{
+  printf '#!/bin/sh\n# linked by: %s\n' "$*"
+  for a in "$@"; do
+    case "$a" in *.o) cat "$a" ;; esac
+  done
+  echo 'echo fake server'
+} > "$out"
 chmod +x "$out"
 `
 
@@ -72,7 +88,7 @@ func testRequest(c *toolchain.Compiler) Request {
 			"main.cc":          []byte("#include \"kernels/answer.h\"\nint main() { return kAnswer - 42; }\n"),
 			"kernels/answer.h": []byte("static const int kAnswer = 42;\n"),
 		},
-		Main:     "main.cc",
+		Units:    []string{"main.cc"},
 		Compiler: c,
 	}
 }
@@ -102,8 +118,14 @@ func writeScript(t *testing.T, path, script, counter, sleep string) {
 	}
 }
 
-// builds counts the lines in the fake compiler's counter file.
+// builds counts the builds the fake compiler did: its links.
 func builds(t *testing.T, counter string) int {
+	t.Helper()
+	return runs(t, counter, "link")
+}
+
+// runs counts the fake compiler's runs of one mode, compile or link.
+func runs(t *testing.T, counter, mode string) int {
 	t.Helper()
 	b, err := os.ReadFile(counter)
 	if errors.Is(err, os.ErrNotExist) {
@@ -112,7 +134,7 @@ func builds(t *testing.T, counter string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Count(string(b), "\n")
+	return strings.Count(string(b), " "+mode+"\n")
 }
 
 // dirNames lists dir.
@@ -139,8 +161,8 @@ func TestBuildOnceThenHit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("the first build compiles once and publishes a complete entry", func(t *testing.T) {
-		if n := builds(t, counter); n != 1 {
-			t.Errorf("compiler ran %d times, want 1", n)
+		if n, c := builds(t, counter), runs(t, counter, "compile"); n != 1 || c != 1 {
+			t.Errorf("compiler linked %d times and compiled %d, want once each", n, c)
 		}
 		if got, want := dirNames(t, s.Dir), []string{Key(r)}; !slices.Equal(got, want) {
 			t.Errorf("store holds %q, want only the entry %q (no lock file, no build folder)", got, want)
@@ -164,14 +186,17 @@ func TestBuildOnceThenHit(t *testing.T) {
 		}{
 			{"Key", m.Key, Key(r)},
 			{"Backend", m.Backend, "cpu"},
-			{"Main", m.Main, "main.cc"},
+			{"Units", strings.Join(m.Units, " "), "main.cc"},
 			{"SourceSHA256", m.SourceSHA256, SourceSHA256(r.Files)},
 			{"BinarySHA256", m.BinarySHA256, sum},
 			{"Compiler", m.Compiler, CompilerInfo{Name: "fakecc", Path: cc.Path, Version: "fakecc 1.0", Fingerprint: "fakecc-fingerprint"}},
 			{"Flags", strings.Join(m.Flags, " "), "-std=c++17 -O3 -pthread"},
 			{"Target", m.Target, cc.Target},
-			{"BuildCommand", strings.Join(m.BuildCommand, " "),
-				cc.Path + ` -std=c++17 -O3 -pthread -I src -DVKERN_SOURCE_SHA256="` + SourceSHA256(r.Files) + `" -o server src/main.cc`},
+			{"BuildCommands", len(m.BuildCommands), 2},
+			{"the compile", strings.Join(m.BuildCommands[0], " "),
+				cc.Path + ` -std=c++17 -O3 -pthread -I src -DVKERN_SOURCE_SHA256="` + SourceSHA256(r.Files) + `" -c -o obj/main.cc.o src/main.cc`},
+			{"the link", strings.Join(m.BuildCommands[1], " "), cc.Path + ` -std=c++17 -O3 -pthread -o server obj/main.cc.o`},
+			{"UnitSeconds", len(m.UnitSeconds), 1},
 			{"Replaced", m.Replaced, ""},
 		}
 		for _, c := range checks {
@@ -179,8 +204,9 @@ func TestBuildOnceThenHit(t *testing.T) {
 				t.Errorf("Manifest.%s = %v, want %v", c.field, c.got, c.want)
 			}
 		}
-		if time.Since(m.BuiltAt) > time.Minute || m.BuildSeconds <= 0 {
-			t.Errorf("BuiltAt %v, BuildSeconds %v", m.BuiltAt, m.BuildSeconds)
+		if time.Since(m.BuiltAt) > time.Minute || m.BuildSeconds <= 0 || m.UnitSeconds[0] <= 0 || m.LinkSeconds <= 0 ||
+			m.BuildSeconds < m.UnitSeconds[0]+m.LinkSeconds {
+			t.Errorf("BuiltAt %v, BuildSeconds %v, UnitSeconds %v, LinkSeconds %v", m.BuiltAt, m.BuildSeconds, m.UnitSeconds, m.LinkSeconds)
 		}
 	})
 	t.Run("the source hash reaches the compiler as a string define", func(t *testing.T) {
@@ -388,15 +414,16 @@ func TestFailedBuildsLeaveNothingBehind(t *testing.T) {
 		notWant []string
 	}{
 		{
-			name:    "a compiler error reports the last 40 lines of output and the command",
-			script:  failingCompilerScript,
-			want:    []string{"exit status 1\nfirst error: src/main.cc:1:1: error: problem 001", "problem 061", "problem 100", "-o server src/main.cc", "'-DVKERN_SOURCE_SHA256=\""},
+			name:   "a compiler error reports the last 40 lines of output and the command",
+			script: failingCompilerScript,
+			want: []string{"build failed: compiling main.cc: exit status 1\nfirst error: src/main.cc:1:1: error: problem 001",
+				"problem 061", "problem 100", "-c -o obj/main.cc.o src/main.cc", "'-DVKERN_SOURCE_SHA256=\""},
 			notWant: []string{"problem 060"},
 		},
 		{
-			name:   "a compiler that writes no binary is a failed build",
+			name:   "a compiler that writes no object is a failed build",
 			script: silentCompilerScript,
-			want:   []string{"exited 0 but wrote no server", "(no output)"},
+			want:   []string{"compiling main.cc: the compiler exited 0 but wrote no obj/main.cc.o", "(no output)"},
 		},
 	}
 	for _, tt := range tests {
@@ -441,6 +468,137 @@ func TestCancelledBuildKillsTheCompilerAndLeavesNothing(t *testing.T) {
 	}
 	if left := dirNames(t, s.Dir); len(left) != 0 {
 		t.Errorf("cancelled build left %q in the store", left)
+	}
+}
+
+// unitsRequest is testRequest with n units, unit0.cc … unit<n-1>.cc.
+func unitsRequest(c *toolchain.Compiler, n int) Request {
+	r := testRequest(c)
+	r.Units = nil
+	for i := range n {
+		u := fmt.Sprintf("unit%d.cc", i)
+		r.Files[u] = []byte(fmt.Sprintf("int unit%d() { return %d; }\n", i, i))
+		r.Units = append(r.Units, u)
+	}
+	return r
+}
+
+func TestUnitsCompileAtOnceThenLink(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU: the units compile one after another")
+	}
+	tools := t.TempDir()
+	counter := filepath.Join(tools, "builds")
+	compiler := filepath.Join(tools, "fakecc")
+	writeScript(t, compiler, fakeCompilerScript, counter, "0.5")
+	s, err := Open(filepath.Join(t.TempDir(), "cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := compilerAt(compiler)
+	units := min(runtime.NumCPU(), 4)
+	r := unitsRequest(cc, units)
+	a, err := s.Build(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, c := builds(t, counter), runs(t, counter, "compile"); n != 1 || c != units {
+		t.Errorf("compiler linked %d times and compiled %d, want 1 and %d", n, c, units)
+	}
+	m := a.Manifest
+	// One after another the compiles would take units × 0.5 s.
+	if m.BuildSeconds >= float64(units)*0.5 {
+		t.Errorf("%d units of 0.5 s each took %.2f s to build: they did not compile at once", units, m.BuildSeconds)
+	}
+	if !slices.Equal(m.Units, r.Units) || len(m.UnitSeconds) != units || len(m.BuildCommands) != units+1 {
+		t.Fatalf("manifest units %q, unit seconds %v, %d commands", m.Units, m.UnitSeconds, len(m.BuildCommands))
+	}
+	link := m.BuildCommands[units]
+	for i, u := range r.Units {
+		if obj := "obj/" + u + ".o"; link[len(link)-units+i] != obj || !slices.Contains(m.BuildCommands[i], "src/"+u) {
+			t.Errorf("unit %s: compile %q, link %q; want src/%s compiled to %s and linked in unit order", u, m.BuildCommands[i], link, u, obj)
+		}
+	}
+	b, err := os.ReadFile(a.Binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(b), "# compiled by:") != units {
+		t.Errorf("the fake binary holds %d objects, want %d:\n%s", strings.Count(string(b), "# compiled by:"), units, b)
+	}
+}
+
+// oneUnitFailsScript fails the compile of bad.cc after 0.2 s, with a
+// compiler error line, and takes 30 s over every other unit.
+const oneUnitFailsScript = `#!/bin/sh
+PATH=/usr/bin:/bin
+for a in "$@"; do
+  case "$a" in
+    src/bad.cc) sleep 0.2; echo 'src/bad.cc:3:7: error: expected ; before }' >&2; exit 1 ;;
+  esac
+done
+sleep 30
+`
+
+func TestTheFirstFailingUnitStopsTheOthersAndIsReported(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU: the units compile one after another")
+	}
+	s, cc, _ := fakeSetup(t, oneUnitFailsScript)
+	// The units start in order, as many at once as there are CPUs: the
+	// failing one among the first, the slow ones after it still running.
+	r := unitsRequest(cc, runtime.NumCPU()-1)
+	r.Files["bad.cc"] = []byte("int bad() {\n  return\n}\n")
+	r.Units = append([]string{"bad.cc"}, r.Units...)
+	start := time.Now()
+	_, err := s.Build(context.Background(), r)
+	var be *BuildError
+	if !errors.As(err, &be) {
+		t.Fatalf("Build = %v, want a *BuildError", err)
+	}
+	if elapsed := time.Since(start); elapsed > 10*time.Second {
+		t.Errorf("Build took %v: the other units were not stopped", elapsed)
+	}
+	if be.Unit != "bad.cc" || be.FirstError != "src/bad.cc:3:7: error: expected ; before }" || be.Command[len(be.Command)-1] != "src/bad.cc" {
+		t.Errorf("BuildError unit %q, first error %q, command %q; want bad.cc's", be.Unit, be.FirstError, be.Command)
+	}
+	if want := "cache: build failed: compiling bad.cc: exit status 1\nfirst error: src/bad.cc:3:7: error: expected ; before }\n"; !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error starts\n%s\nwant\n%s", err, want)
+	}
+	if left := dirNames(t, s.Dir); len(left) != 0 {
+		t.Errorf("failed build left %q in the store", left)
+	}
+}
+
+// linkFailsScript compiles (writes the object) and fails every link with a
+// linker's error.
+const linkFailsScript = `#!/bin/sh
+PATH=/usr/bin:/bin
+out=
+prev=
+for a in "$@"; do
+  if [ "$prev" = "-o" ]; then out="$a"; fi
+  if [ "$a" = "-c" ]; then compile=1; fi
+  prev="$a"
+done
+if [ -n "$compile" ]; then : > "$out"; exit 0; fi
+echo "/usr/bin/ld: obj/main.cc.o: in function main: undefined reference to \` + "`" + `vkern::run_probe'" >&2
+echo "collect2: error: ld returned 1 exit status" >&2
+exit 1
+`
+
+func TestAFailedLinkIsReportedWithItsFirstError(t *testing.T) {
+	s, cc, _ := fakeSetup(t, linkFailsScript)
+	_, err := s.Build(context.Background(), testRequest(cc))
+	var be *BuildError
+	if !errors.As(err, &be) {
+		t.Fatalf("Build = %v, want a *BuildError", err)
+	}
+	if be.Unit != "" || !strings.Contains(be.FirstError, "undefined reference to `vkern::run_probe'") || !slices.Contains(be.Command, "server") {
+		t.Errorf("BuildError unit %q, first error %q, command %q; want the link's", be.Unit, be.FirstError, be.Command)
+	}
+	if !strings.HasPrefix(err.Error(), "cache: build failed: linking: exit status 1\nfirst error: ") {
+		t.Errorf("error:\n%v", err)
 	}
 }
 
@@ -492,7 +650,9 @@ func TestBuildRejectsBadRequests(t *testing.T) {
 		{"a request without a compiler is refused", func(r *Request) { r.Compiler = nil }, "toolchain.Detect"},
 		{"a compiler without a path is refused", func(r *Request) { r.Compiler = &toolchain.Compiler{Backend: "cpu"} }, "incomplete"},
 		{"a request without files is refused", func(r *Request) { r.Files = nil }, "no source files"},
-		{"a main file that is not among the files is refused", func(r *Request) { r.Main = "server.cc" }, `Main "server.cc" is not one of the 2 source files (kernels/answer.h, main.cc)`},
+		{"a unit that is not among the files is refused", func(r *Request) { r.Units = []string{"main.cc", "server.cc"} }, `unit "server.cc" is not one of the 2 source files (kernels/answer.h, main.cc)`},
+		{"a request without units is refused", func(r *Request) { r.Units = nil }, "no units to compile"},
+		{"a unit listed twice is refused", func(r *Request) { r.Units = []string{"main.cc", "main.cc"} }, `unit "main.cc" is listed twice`},
 		{"a source path that climbs out is refused", func(r *Request) { r.Files["../evil.h"] = nil }, `"../evil.h" must be relative`},
 		{"an absolute source path is refused", func(r *Request) { r.Files["/etc/evil.h"] = nil }, `"/etc/evil.h" must be relative`},
 		{"an unclean source path is refused", func(r *Request) { r.Files["kernels/../x.h"] = nil }, `"kernels/../x.h" must be relative`},
@@ -591,6 +751,46 @@ func TestListAndClean(t *testing.T) {
 	})
 }
 
+// formatOneManifest is an entry's manifest as vkern wrote them before
+// units: one main file and one build command.
+const formatOneManifest = `{
+  "format": 1,
+  "key": "@KEY@",
+  "backend": "cpu",
+  "main": "cpu/main.cc",
+  "source_sha256": "8179791b06cbdf3fa8a7b4731866219249660b1edf2e926bce663bbfb11453c1",
+  "binary_sha256": "8179791b06cbdf3fa8a7b4731866219249660b1edf2e926bce663bbfb11453c1",
+  "compiler": {"name": "g++", "path": "/usr/bin/g++", "version": "g++ 12.2.0", "fingerprint": "f"},
+  "flags": ["-std=c++17", "-O3"],
+  "target": "test cpu",
+  "build_command": ["/usr/bin/g++", "-o", "server", "src/cpu/main.cc"],
+  "built_at": "2025-01-02T03:04:05Z",
+  "build_seconds": 6.5
+}
+`
+
+func TestAnEntryOfAnOlderVkernIsListedAndCleaned(t *testing.T) {
+	s, cc, _ := fakeSetup(t, fakeCompilerScript)
+	if _, err := s.Build(context.Background(), testRequest(cc)); err != nil {
+		t.Fatal(err)
+	}
+	old := strings.Repeat("a", 64)
+	if err := os.Mkdir(filepath.Join(s.Dir, old), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(s.Dir, old, manifestName), strings.Replace(formatOneManifest, "@KEY@", old, 1))
+	ms, err := s.List()
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("List = %d manifests, %v; want both entries, no error", len(ms), err)
+	}
+	if m := ms[1]; m.Key != old || m.Format != 1 || m.BuildSeconds != 6.5 || m.Compiler.Version != "g++ 12.2.0" {
+		t.Errorf("the older entry lists as %+v", m)
+	}
+	if n, err := s.Clean(); n != 2 || err != nil {
+		t.Errorf("Clean = %d, %v; want 2, nil", n, err)
+	}
+}
+
 func TestBuildWithTheRealCompiler(t *testing.T) {
 	ctx := context.Background()
 	cc, err := toolchain.DetectCPU(ctx)
@@ -604,15 +804,17 @@ func TestBuildWithTheRealCompiler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Two units, as the kernel server: main calls a function of the other.
 	r := Request{
 		Files: map[string][]byte{
 			"main.cc": []byte(`#include <cstdio>
 #include "kernels/greeting.h"
-int main() { std::printf("%s %s\n", kGreeting, VKERN_SOURCE_SHA256); }
+int main() { std::printf("%s %s\n", greeting(), VKERN_SOURCE_SHA256); }
 `),
-			"kernels/greeting.h": []byte(`static const char kGreeting[] = "hello from vkern";` + "\n"),
+			"kernels/greeting.h":  []byte("const char* greeting();\n"),
+			"kernels/greeting.cc": []byte(`#include "kernels/greeting.h"` + "\nconst char* greeting() { return \"hello from vkern\"; }\n"),
 		},
-		Main:     "main.cc",
+		Units:    []string{"main.cc", "kernels/greeting.cc"},
 		Compiler: cc,
 	}
 	a, err := s.Build(ctx, r)

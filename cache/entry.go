@@ -21,7 +21,13 @@ const (
 )
 
 // manifestFormat is Manifest.Format for manifests this package writes.
-const manifestFormat = 1
+const manifestFormat = 2
+
+// oldestManifestFormat is the oldest Manifest.Format this package reads.
+// Format 1, from before units (one main file, one build command), is only
+// ever at keys of key format 1, which no build computes now: such an entry
+// is listed and cleaned, never used.
+const oldestManifestFormat = 1
 
 var (
 	// ErrBadEntry is wrapped by every error about an entry that exists but
@@ -38,14 +44,15 @@ var (
 
 // Manifest describes one entry; it is stored as manifest.json beside the binary.
 type Manifest struct {
-	// Format is the manifest layout version (1).
+	// Format is the manifest layout version (2).
 	Format int `json:"format"`
 	// Key is the entry's key, the name of its folder.
 	Key string `json:"key"`
 	// Backend is the backend the binary serves ("cpu").
 	Backend string `json:"backend"`
-	// Main is the source file that was compiled.
-	Main string `json:"main"`
+	// Units are the translation units that were compiled, each to an
+	// object of its own, and linked (Request.Units).
+	Units []string `json:"units"`
 	// SourceSHA256 is SourceSHA256 of the sources; the binary was built with
 	// it as the string macro VKERN_SOURCE_SHA256 and reports it in its HELLO.
 	SourceSHA256 string `json:"source_sha256"`
@@ -57,13 +64,21 @@ type Manifest struct {
 	Flags []string `json:"flags"`
 	// Target is the CPU the binary was built for (toolchain.Compiler.Target).
 	Target string `json:"target"`
-	// BuildCommand is the argv that built it, run in the build folder, so
-	// its paths are relative to that folder ("src/…", "server").
-	BuildCommand []string `json:"build_command"`
+	// BuildCommands are the argvs that built it, run in the build folder,
+	// so their paths are relative to that folder ("src/…", "obj/…",
+	// "server"): one compile per unit, in Units' order, then the link.
+	BuildCommands [][]string `json:"build_commands"`
 	// BuiltAt is when the build finished.
 	BuiltAt time.Time `json:"built_at"`
-	// BuildSeconds is how long the compiler ran.
+	// BuildSeconds is how long the build took, from the first compile's
+	// start to the link's end.
 	BuildSeconds float64 `json:"build_seconds"`
+	// UnitSeconds is how long each unit's compile ran, in Units' order. The
+	// units compile at once, as many as there are CPUs, so with CPUs enough
+	// the build takes about the largest of these plus LinkSeconds.
+	UnitSeconds []float64 `json:"unit_seconds"`
+	// LinkSeconds is how long the link ran.
+	LinkSeconds float64 `json:"link_seconds"`
 	// Replaced says why a previous entry under this key was discarded by
 	// Rebuild; empty when there was none.
 	Replaced string `json:"replaced,omitempty"`
@@ -133,8 +148,8 @@ func readManifest(dir, key string) (Manifest, error) {
 		return Manifest{}, fmt.Errorf("cache: %w: %s: %v; Rebuild replaces the entry (or run `vkern cache clean`)", ErrCorrupt, path, err)
 	}
 	switch {
-	case m.Format != manifestFormat:
-		err = fmt.Errorf("format %d, want %d", m.Format, manifestFormat)
+	case m.Format < oldestManifestFormat || m.Format > manifestFormat:
+		err = fmt.Errorf("format %d, want %d to %d", m.Format, oldestManifestFormat, manifestFormat)
 	case m.Key != key:
 		err = fmt.Errorf("it is for key %q, not %q", m.Key, key)
 	case !isSHA256Hex(m.BinarySHA256):

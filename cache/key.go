@@ -17,15 +17,18 @@ import (
 // keyFormat opens every key's hash input. Change it whenever the encoding
 // below or the layout of an entry changes, so that old entries are simply
 // never found again instead of being misread.
-const keyFormat = "vkern-cache-key/1"
+const keyFormat = "vkern-cache-key/2"
 
 // Request is what to build.
 type Request struct {
 	// Files maps each source file's path, relative and slash-separated
 	// ("cpu/gemm.cc"), to its content.
 	Files map[string][]byte
-	// Main is the file to compile, one of the Files keys; it includes the rest.
-	Main string
+	// Units are the translation units, each one of the Files keys: each is
+	// compiled to an object of its own, all at once, and the objects are
+	// linked in this order into the server (kernels.Sources lists them).
+	// What a unit includes is among the Files.
+	Units []string
 	// Compiler builds it; see toolchain.Detect.
 	Compiler *toolchain.Compiler
 }
@@ -53,7 +56,8 @@ func SourceSHA256(files map[string][]byte) string {
 // sequence of length-prefixed strings (big-endian uint64 length, then the
 // bytes): keyFormat ("vkern-cache-key/1"), SourceSHA256(r.Files), the
 // compiler's Fingerprint, the number of flags as a bare big-endian uint64
-// followed by each flag, Target, Backend, and Main. Flags are in the
+// followed by each flag, Target, Backend, and the number of units as a
+// bare big-endian uint64 followed by each unit, in order. Flags are in the
 // fingerprint already; they are hashed again so that the key does not rest on
 // how a fingerprint was computed. A nil Compiler hashes as empty fields (Build
 // rejects such a request before it gets that far).
@@ -73,7 +77,10 @@ func Key(r Request) string {
 	}
 	writeBytes(h, []byte(target))
 	writeBytes(h, []byte(backend))
-	writeBytes(h, []byte(r.Main))
+	writeCount(h, len(r.Units))
+	for _, u := range r.Units {
+		writeBytes(h, []byte(u))
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -111,13 +118,23 @@ func (r Request) validate() error {
 			return fmt.Errorf("cache: source path %q must be relative, clean, slash-separated and inside the source folder (like \"cpu/gemm.cc\")", p)
 		}
 	}
-	if _, ok := r.Files[r.Main]; !ok {
-		names := make([]string, 0, len(r.Files))
-		for p := range r.Files {
-			names = append(names, p)
+	if len(r.Units) == 0 {
+		return fmt.Errorf("cache: the request has no units to compile; kernels.Sources lists them")
+	}
+	seen := make(map[string]bool, len(r.Units))
+	for _, u := range r.Units {
+		if _, ok := r.Files[u]; !ok {
+			names := make([]string, 0, len(r.Files))
+			for p := range r.Files {
+				names = append(names, p)
+			}
+			sort.Strings(names)
+			return fmt.Errorf("cache: unit %q is not one of the %d source files (%s)", u, len(names), strings.Join(names, ", "))
 		}
-		sort.Strings(names)
-		return fmt.Errorf("cache: Main %q is not one of the %d source files (%s)", r.Main, len(names), strings.Join(names, ", "))
+		if seen[u] {
+			return fmt.Errorf("cache: unit %q is listed twice; each unit is compiled once", u)
+		}
+		seen[u] = true
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ func baseKeyRequest() Request {
 			"cpu/gemm.h":  []byte("// gemm\n"),
 			"cpu/empty.h": {},
 		},
-		Main: "main.cc",
+		Units: []string{"main.cc"},
 		Compiler: &toolchain.Compiler{
 			Backend:     "cpu",
 			Name:        "g++",
@@ -36,7 +36,7 @@ func cloneRequest(r Request) Request {
 	}
 	c := *r.Compiler
 	c.Flags = slices.Clone(c.Flags)
-	return Request{Files: files, Main: r.Main, Compiler: &c}
+	return Request{Files: files, Units: slices.Clone(r.Units), Compiler: &c}
 }
 
 func TestSourceSHA256(t *testing.T) {
@@ -99,7 +99,7 @@ func TestKey(t *testing.T) {
 		}
 	})
 	t.Run("the encoding is pinned, so a change to it is a deliberate one", func(t *testing.T) {
-		const want = "5b6b7f08436c36e096f5f7c95a784f82e746c599a8e4895f81be219ff02f50ec"
+		const want = "c07dfec42e05de0d55e483ffd7b79d684027c92cdd3a00fced37faae20dbbc9b"
 		if baseKey != want {
 			t.Errorf("Key = %s, want %s (if the encoding changed on purpose, update this and keyFormat)", baseKey, want)
 		}
@@ -115,7 +115,9 @@ func TestKey(t *testing.T) {
 			delete(r.Files, "cpu/gemm.h")
 		}},
 		{"an added source file changes the key", func(r *Request) { r.Files["cpu/softmax.h"] = nil }},
-		{"another main file changes the key", func(r *Request) { r.Main = "cpu/gemm.h" }},
+		{"another unit changes the key", func(r *Request) { r.Units = []string{"cpu/gemm.h"} }},
+		{"an added unit changes the key", func(r *Request) { r.Units = append(r.Units, "cpu/gemm.h") }},
+		{"units in another order change the key", func(r *Request) { r.Units = []string{"cpu/gemm.h", "main.cc"} }},
 		{"another compiler fingerprint changes the key", func(r *Request) { r.Compiler.Fingerprint = "6" + r.Compiler.Fingerprint[1:] }},
 		{"another arch flag changes the key", func(r *Request) { r.Compiler.Flags[2] = "-mcpu=native" }},
 		{"reordered flags change the key", func(r *Request) { r.Compiler.Flags[0], r.Compiler.Flags[1] = r.Compiler.Flags[1], r.Compiler.Flags[0] }},

@@ -15,10 +15,13 @@ import (
 // reference). Its files join the embedded ones in every build of that
 // backend, and so the cache key: under DeclaredDir, at their own paths,
 // each opened by a #line directive that gives the compiler's messages
-// the path the program declared it by. The files with the backend's
-// extension (.cc for cpu, .cu for cuda) are compiled into the server after
-// the built-in kernels; the others (headers) are there for them to
-// include, by paths relative to the including file.
+// the path the program declared it by. Each file with the backend's
+// extension (.cc for cpu, .cu for cuda) is a translation unit of the
+// server (Sources), opened by the #include of the backend's prelude
+// headers (core/backend.h, core/f16.h and cpu/device.h on the cpu;
+// core/backend.h, cuda/compat.h and cuda/ops.cuh on a GPU) before its
+// #line; the others (headers) are there for them to include, by paths
+// relative to the including file.
 type Declared struct {
 	// Op is the op's name. One of the compiled files must define its
 	// entry point at the start of a line, in namespace vkern:
@@ -155,16 +158,23 @@ func DeclaredBackends(op string) []string {
 }
 
 // declaredFiles adds every file declared for backend's family to files,
-// under DeclaredDir, and returns the paths added.
+// under DeclaredDir: each opened by a #line directive, and those with the
+// backend's extension, each a unit, first by the backend's prelude.
 func declaredFiles(backend string, files map[string][]byte) {
 	declaredMu.RLock()
 	defer declaredMu.RUnlock()
+	bd := backendDirs[backend]
 	for _, d := range declared {
 		if d.Backend != backendFamily(backend) {
 			continue
 		}
 		for p, data := range d.Files {
 			var b bytes.Buffer
+			if strings.HasSuffix(p, bd.ext) {
+				for _, h := range bd.prelude {
+					fmt.Fprintf(&b, "#include %q  // vkern's prelude for declared kernel files\n", h)
+				}
+			}
 			fmt.Fprintf(&b, "#line 1 %q\n", p)
 			b.Write(data)
 			files[DeclaredPath(p)] = b.Bytes()

@@ -72,25 +72,29 @@ func TestCheckDeclaredRefusesBadSourcesNamingTheFix(t *testing.T) {
 }
 
 // TestDeclaredSourcesJoinTheBuild declares a cpu kernel with a mistake on
-// its line 3 and compiles the server's sources: the compiler must name the
-// declared path and line. The kernel list is checked for an op with a
-// kernel and one without.
+// its line 3 and compiles it, a unit of the server's: the compiler must
+// name the declared path and line. The kernel list is checked for an op
+// with a kernel and one without, and for the declaration of its entry.
 func TestDeclaredSourcesJoinTheBuild(t *testing.T) {
 	isolateDeclared(t)
 	broken := strings.Replace(probeKernel, "return Result::OK();", "return Result::OK()", 1)
 	if err := Declare(Declared{Op: "probe", Backend: "cpu", Files: map[string][]byte{"kernels/cpu/probe.cc": []byte(broken)}}); err != nil {
 		t.Fatal(err)
 	}
-	files, main, err := Sources("cpu")
+	files, units, err := Sources("cpu")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := string(files[DeclaredPath("kernels/cpu/probe.cc")])
-	if !strings.HasPrefix(got, "#line 1 \"kernels/cpu/probe.cc\"\n") || !strings.HasSuffix(got, broken) {
+	unit := DeclaredPath("kernels/cpu/probe.cc")
+	got := string(files[unit])
+	prelude := "#include \"core/backend.h\"  // vkern's prelude for declared kernel files\n" +
+		"#include \"core/f16.h\"  // vkern's prelude for declared kernel files\n" +
+		"#include \"cpu/device.h\"  // vkern's prelude for declared kernel files\n"
+	if !strings.HasPrefix(got, prelude+"#line 1 \"kernels/cpu/probe.cc\"\n") || !strings.HasSuffix(got, broken) {
 		t.Errorf("the declared file among the sources:\n%s", got)
 	}
-	if inc := string(files["cpu/op_files.inc"]); !strings.HasSuffix(inc, "#include \"user/kernels/cpu/probe.cc\"\n") {
-		t.Errorf("op_files.inc does not end with the declared file:\n%s", inc)
+	if len(units) == 0 || units[len(units)-1] != unit {
+		t.Errorf("units %q do not end with the declared file %s", units, unit)
 	}
 	if cuda, _, _ := Sources("cuda"); cuda[DeclaredPath("kernels/cpu/probe.cc")] != nil {
 		t.Errorf("a cpu file among the cuda sources")
@@ -107,6 +111,9 @@ func TestDeclaredSourcesJoinTheBuild(t *testing.T) {
 	list := string(kernelList(files, []*op.Op{op.Softmax, probe}, "cpu", "cpu", ".cc"))
 	if !strings.Contains(list, `{op_softmax::kId, "softmax", run_softmax},`) || !strings.Contains(list, `{op_probe::kId, "probe", run_probe},`) {
 		t.Errorf("the kernel list lacks an entry:\n%s", list)
+	}
+	if !strings.Contains(list, "Result run_probe(const Call& c, uint64_t* problem);\n") {
+		t.Errorf("the kernel list does not declare run_probe:\n%s", list)
 	}
 	list = string(kernelList(files, []*op.Op{op.Softmax, probe}, "cuda", "cuda", ".cu"))
 	if !strings.Contains(list, "case op_probe::kId:\n      return \"probe was declared with cpu kernel sources only, none for cuda\";") {
@@ -125,7 +132,7 @@ func TestDeclaredSourcesJoinTheBuild(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out, err := exec.Command(cxx, "-std=c++17", "-fsyntax-only", "-I"+dir, filepath.Join(dir, main)).CombinedOutput()
+	out, err := exec.Command(cxx, "-std=c++17", "-fsyntax-only", "-I"+dir, filepath.Join(dir, unit)).CombinedOutput()
 	if err == nil {
 		t.Fatal("the broken kernel compiled")
 	}

@@ -11,13 +11,34 @@
 //	cuda/   the CUDA backend (and HIP, through cuda/compat.h): device
 //	        buffers, one stream, the same ops
 //
-// A backend's main file is a unity file that includes everything it needs, so
-// a build is one compiler call:
+// A backend's server is several translation units (Sources' units): the
+// main file (the core, the device and the op dispatch); the op kernel files
+// of the backend's folder, those that no source file includes by name
+// (gemm.cu includes gemm_sm90.cu), each a unit of its own on cuda and hip,
+// and all in one generated unit, cpu/ops.cc, on the cpu; and each kernel
+// file of an op declared outside vkern. What units share is in headers,
+// and kernel_list.inc declares every run_<op> for the dispatch. The
+// builder compiles the units at once, one compiler process each, and links
+// the objects:
 //
 //	$CXX -std=c++17 -O3 -march=native -pthread -I<dir> \
-//	    -DVKERN_SOURCE_SHA256=\"<hex>\" -o server <dir>/cpu/main.cc
+//	    -DVKERN_SOURCE_SHA256=\"<hex>\" -c -o <unit>.o <dir>/<unit>    (every unit)
+//	$CXX -std=c++17 -O3 -march=native -pthread -o server <unit>.o …
 //
-// where <dir> holds the files of Sources at their relative paths.
+// where <dir> holds the files of Sources at their relative paths. So a
+// build takes about as long as its largest unit, where one unity file took
+// the sum of them all.
+//
+// Why the cpu op files share a unit: every g++ unit first pays about 0.4 s
+// (the standard headers, and the std:: templates it instantiates again),
+// about what most cpu op files cost themselves, so one unit per file would
+// take twice the CPU time of a single unit for the whole server (13-14 s
+// against 6.5 s at -O3) and be no faster on the 2-core machines vkern is
+// developed on; the two units take about 8.5 s of CPU (main.cc 3 s, ops.cc
+// 5.5 s) and finish with ops.cc. A GPU unit's fixed cost is larger (hipcc
+// about 2 s), but the GPU machine has a core for every unit, and there the
+// units themselves are long (the whole cuda server is 97-116 s of nvcc
+// work on the H100 machine).
 //
 // This package only hands out bytes; it does not compile, cache or run them
 // (see the toolchain, cache and kserver packages).
@@ -36,29 +57,46 @@ import (
 	"github.com/vkern/vkern/op"
 )
 
-//go:embed core/*.h core/*.cc cpu/*.cc cuda/*.cu cuda/*.cuh cuda/*.h
+//go:embed core/*.h core/*.cc cpu/*.h cpu/*.cc cuda/*.cu cuda/*.cuh cuda/*.h
 var sources embed.FS
 
 // backendDirs lists, per backend, the folders whose files make up its
-// server, and its main file.
+// server, its main file, and what a declared kernel file is compiled after.
 var backendDirs = map[string]struct {
 	dirs []string
 	main string
 	ext  string // the kernel files' extension
+	// prelude are the headers a declared kernel file's unit includes
+	// before the file: what package userop's doc promises such a file
+	// may use without including anything (Call and the op names, the f16
+	// conversions and cpu_pool on the cpu, compat.h's names on a GPU).
+	prelude []string
+	// opsUnit, when set, is the generated unit that includes every op
+	// kernel file of the folder; when empty each is a unit of its own.
+	opsUnit string
 }{
-	"cpu": {dirs: []string{"core", "cpu"}, main: "cpu/main.cc", ext: ".cc"},
+	"cpu": {dirs: []string{"core", "cpu"}, main: "cpu/main.cc", ext: ".cc",
+		prelude: []string{"core/backend.h", "core/f16.h", "cpu/device.h"}, opsUnit: "cpu/ops.cc"},
 	// HIP compiles the cuda sources through cuda/compat.h.
-	"cuda": {dirs: []string{"core", "cuda"}, main: "cuda/main.cu", ext: ".cu"},
-	"hip":  {dirs: []string{"core", "cuda"}, main: "cuda/main.cu", ext: ".cu"},
+	"cuda": {dirs: []string{"core", "cuda"}, main: "cuda/main.cu", ext: ".cu",
+		prelude: []string{"core/backend.h", "cuda/compat.h", "cuda/ops.cuh"}},
+	"hip": {dirs: []string{"core", "cuda"}, main: "cuda/main.cu", ext: ".cu",
+		prelude: []string{"core/backend.h", "cuda/compat.h", "cuda/ops.cuh"}},
 }
 
 // Sources returns the kernel-server sources of backend, keyed by their path
 // relative to the build folder ("core/server.cc", "cpu/gemm.cc", ...), and
-// the one file to compile. "cuda" and "hip" share one set of sources.
-func Sources(backend string) (files map[string][]byte, mainFile string, err error) {
+// its translation units: the files to compile, each into an object of its
+// own, which are then linked into the server (see the package doc). The
+// units are the main file first, then the backend's op kernel files (the
+// other kernel files of its folder that no source file includes by name) in
+// name order, or on the cpu the generated cpu/ops.cc that includes them,
+// then the declared kernel files (DeclaredDir), in name order. "cuda" and
+// "hip" share one set of sources.
+func Sources(backend string) (files map[string][]byte, units []string, err error) {
 	b, ok := backendDirs[backend]
 	if !ok {
-		return nil, "", fmt.Errorf("kernels: unknown backend %q (backends with sources: %s)", backend, backendList())
+		return nil, nil, fmt.Errorf("kernels: unknown backend %q (backends with sources: %s)", backend, backendList())
 	}
 	files = make(map[string][]byte)
 	for _, dir := range b.dirs {
@@ -74,84 +112,113 @@ func Sources(backend string) (files map[string][]byte, mainFile string, err erro
 			return nil
 		})
 		if err != nil {
-			return nil, "", fmt.Errorf("kernels: reading the embedded %s sources: %w", backend, err)
+			return nil, nil, fmt.Errorf("kernels: reading the embedded %s sources: %w", backend, err)
 		}
 	}
 	if _, ok := files[b.main]; !ok {
-		return nil, "", fmt.Errorf("kernels: the %s main file %s is not embedded", backend, b.main)
+		return nil, nil, fmt.Errorf("kernels: the %s main file %s is not embedded", backend, b.main)
 	}
 	declaredFiles(backend, files)
 	ops := op.All()
 	table, err := OpTable(ops)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	files[OpTablePath] = table
 	dir := path.Dir(b.main)
-	files[dir+"/op_files.inc"] = opFiles(files, b.main, dir, b.ext)
 	files[dir+"/kernel_list.inc"] = kernelList(files, ops, backend, dir, b.ext)
-	return files, b.main, nil
+	opFiles, declared := kernelFiles(files, b.main, dir, b.ext)
+	units = []string{b.main}
+	if b.opsUnit != "" {
+		if _, ok := files[b.opsUnit]; ok {
+			return nil, nil, fmt.Errorf("kernels: %s is generated, but a %s source file has that name; rename it", b.opsUnit, backend)
+		}
+		files[b.opsUnit] = opsUnit(opFiles)
+		units = append(units, b.opsUnit)
+	} else {
+		units = append(units, opFiles...)
+	}
+	return files, append(units, declared...), nil
 }
 
 // Write writes the sources of backend into dir at their relative paths, and
-// returns the path of the file to compile; tests that build a server by
-// hand use it.
-func Write(dir, backend string) (mainPath string, err error) {
-	files, main, err := Sources(backend)
+// returns the paths of its translation units (Sources), in order; tests that
+// build a server by hand use it (g++ compiles and links them in one call).
+func Write(dir, backend string) (unitPaths []string, err error) {
+	files, units, err := Sources(backend)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	for p, data := range files {
 		full := filepath.Join(dir, filepath.FromSlash(p))
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return "", fmt.Errorf("kernels: %w", err)
+			return nil, fmt.Errorf("kernels: %w", err)
 		}
 		if err := os.WriteFile(full, data, 0o644); err != nil {
-			return "", fmt.Errorf("kernels: %w", err)
+			return nil, fmt.Errorf("kernels: %w", err)
 		}
 	}
-	return filepath.Join(dir, filepath.FromSlash(main)), nil
+	for _, u := range units {
+		unitPaths = append(unitPaths, filepath.Join(dir, filepath.FromSlash(u)))
+	}
+	return unitPaths, nil
 }
 
-// opFiles writes <dir>/op_files.inc: an #include of every kernel file in dir
-// (extension ext) that the main file does not include by name, in name
-// order, then of every declared file with that extension (DeclaredDir), in
-// name order. The main file includes it after the backend's own files and
-// before kernels.cc (or .cu), which finds the entries in kernel_list.inc
-// (kernelList): a new op's kernel file needs no line anywhere else.
-func opFiles(files map[string][]byte, main, dir, ext string) []byte {
-	named := map[string]bool{main: true}
-	for _, line := range strings.Split(string(files[main]), "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "#include \""); ok {
-			named[strings.TrimSuffix(rest, "\"")] = true
+// kernelFiles lists, in name order, the op kernel files among files: those
+// in dir with extension ext, other than main, that no file includes by name
+// (#include "dir/name.ext"), and the declared files with that extension. A
+// file included by name is part of the unit that includes it: main.cc
+// includes device.cc and kernels.cc, and gemm.cu includes gemm_sm90.cu,
+// whose kernels only gemm.cu launches. So a new op's kernel file needs no
+// line anywhere else.
+func kernelFiles(files map[string][]byte, main, dir, ext string) (ops, declared []string) {
+	included := map[string]bool{}
+	for p, data := range files {
+		if strings.HasPrefix(p, DeclaredDir+"/") {
+			continue // declared files include by relative paths, never a built-in kernel file
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "#include \""); ok {
+				name, _, _ := strings.Cut(rest, "\"")
+				included[name] = true
+			}
 		}
 	}
-	var names, declared []string
 	for p := range files {
 		switch {
-		case path.Dir(p) == dir && strings.HasSuffix(p, ext) && !named[p]:
-			names = append(names, p)
+		case p == main:
+		case path.Dir(p) == dir && strings.HasSuffix(p, ext) && !included[p]:
+			ops = append(ops, p)
 		case strings.HasPrefix(p, DeclaredDir+"/") && strings.HasSuffix(p, ext):
 			declared = append(declared, p)
 		}
 	}
-	sort.Strings(names)
+	sort.Strings(ops)
 	sort.Strings(declared)
+	return ops, declared
+}
+
+// opsUnit writes the unit that compiles the op kernel files opFiles
+// together (backendDirs' opsUnit): an #include of each, in order. Each
+// file includes what it uses itself, and so compiles alone too.
+func opsUnit(opFiles []string) []byte {
 	var b strings.Builder
-	b.WriteString("// Generated by vkern (kernels.Sources): the op kernel files the main file does\n// not include by name, then the kernel files of ops declared outside vkern.\n")
-	for _, n := range append(names, declared...) {
-		fmt.Fprintf(&b, "#include %q\n", n)
+	b.WriteString("// Generated by vkern (kernels.Sources): the op kernel files, compiled as one\n// translation unit (see package kernels' doc for why).\n")
+	for _, f := range opFiles {
+		fmt.Fprintf(&b, "#include %q\n", f)
 	}
 	return []byte(b.String())
 }
 
 // kernelList writes <dir>/kernel_list.inc, which kernels.cc (or .cu)
-// includes: kKernels, the entry of every registered op whose entry point
-// run_<name> a kernel file of the backend defines (entryPattern), in
-// wire-id order, and missing_kernel_reason, which says for each other op
-// why it has none, for its NOT_SUPPORTED answer. Built-in and declared ops
-// are listed alike: a backend has a kernel for an op exactly when its
-// sources define the op's entry point.
+// includes inside namespace vkern: the declaration of every registered op's
+// entry point run_<name> that a kernel file of the backend defines
+// (entryPattern; the file is a unit of its own, so kernels.cc sees only the
+// declaration), kKernels, their entries in wire-id order, and
+// missing_kernel_reason, which says for each other op why it has none, for
+// its NOT_SUPPORTED answer. Built-in and declared ops are listed alike: a
+// backend has a kernel for an op exactly when its sources define the op's
+// entry point.
 func kernelList(files map[string][]byte, ops []*op.Op, backend, dir, ext string) []byte {
 	family := backendFamily(backend)
 	defined := map[string]bool{}
@@ -163,14 +230,21 @@ func kernelList(files map[string][]byte, ops []*op.Op, backend, dir, ext string)
 		}
 	}
 	var b strings.Builder
-	b.WriteString("// Generated by vkern (kernels.Sources): the entry of every op whose run_<name>\n// a kernel file of this backend defines, in wire-id order.\n")
-	b.WriteString("// clang-format off\nconstexpr Entry kKernels[] = {\n")
-	var missing []*op.Op
+	b.WriteString("// Generated by vkern (kernels.Sources): the declaration and the entry of every\n// op whose run_<name> a kernel file of this backend defines, in wire-id order.\n")
+	b.WriteString("// clang-format off\n")
+	var have, missing []*op.Op
 	for _, o := range ops {
-		if !defined[o.Name] {
+		if defined[o.Name] {
+			have = append(have, o)
+		} else {
 			missing = append(missing, o)
-			continue
 		}
+	}
+	for _, o := range have {
+		fmt.Fprintf(&b, entrySignature[family]+";\n", o.Name)
+	}
+	b.WriteString("\nconstexpr Entry kKernels[] = {\n")
+	for _, o := range have {
 		fmt.Fprintf(&b, "    {op_%s::kId, %q, run_%s},\n", o.Name, o.Name, o.Name)
 	}
 	b.WriteString("};\n// clang-format on\n\n// Why an op has no kernel here.\nconst char* missing_kernel_reason(uint32_t op_id) {\n  switch (op_id) {\n")

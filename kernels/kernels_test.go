@@ -1,24 +1,24 @@
 package kernels
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
 
 func TestSourcesCPUHoldsTheCoreAndTheBackend(t *testing.T) {
-	files, main, err := Sources("cpu")
+	files, units, err := Sources("cpu")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if main != "cpu/main.cc" {
-		t.Errorf("main file %q, want cpu/main.cc", main)
+	if want := []string{"cpu/main.cc", "cpu/ops.cc"}; !slices.Equal(units, want) {
+		t.Errorf("units %q, want %q", units, want)
 	}
 	for _, want := range []string{
 		"core/protocol.h", "core/backend.h", "core/ops.h", "core/f16.h", "core/server.cc",
-		"cpu/main.cc", "cpu/device.cc", "cpu/convert.cc", "cpu/gemm.cc", "cpu/softmax.cc",
+		"cpu/main.cc", "cpu/device.cc", "cpu/device.h", "cpu/convert.h", "cpu/gemm.cc", "cpu/softmax.cc",
 	} {
 		if len(files[want]) == 0 {
 			t.Errorf("Sources(cpu) lacks %s", want)
@@ -32,16 +32,16 @@ func TestSourcesCPUHoldsTheCoreAndTheBackend(t *testing.T) {
 }
 
 func TestSourcesCUDAAndHIPShareOneSet(t *testing.T) {
-	cuda, cudaMain, err := Sources("cuda")
+	cuda, cudaUnits, err := Sources("cuda")
 	if err != nil {
 		t.Fatal(err)
 	}
-	hip, hipMain, err := Sources("hip")
+	hip, hipUnits, err := Sources("hip")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cudaMain != "cuda/main.cu" || hipMain != cudaMain {
-		t.Errorf("main files %q and %q, want cuda/main.cu for both", cudaMain, hipMain)
+	if len(cudaUnits) == 0 || cudaUnits[0] != "cuda/main.cu" || !slices.Equal(hipUnits, cudaUnits) {
+		t.Errorf("units %q and %q, want the same for both, cuda/main.cu first", cudaUnits, hipUnits)
 	}
 	for _, want := range []string{"core/server.cc", "cuda/main.cu", "cuda/device.cu", "cuda/compat.h", "cuda/ops.cuh", "cuda/gemm.cu", "cuda/softmax.cu"} {
 		if len(cuda[want]) == 0 || string(cuda[want]) != string(hip[want]) {
@@ -66,25 +66,26 @@ func TestSourcesRefusesOtherBackends(t *testing.T) {
 }
 
 // TestSourcesCompileWithoutWarnings builds the cpu server as the builder
-// does, plus -Wall -Wextra -Werror, with every C++ compiler found.
+// does, each unit on its own and then linked (g++ and clang++ do both in
+// one call), plus -Wall -Wextra -Werror, with every C++ compiler found. It
+// also compiles each op kernel file alone: cpu/ops.cc compiles them as one
+// unit, which must not hide a file that relies on another's includes or
+// helpers.
 func TestSourcesCompileWithoutWarnings(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles the kernel server")
 	}
-	files, main, err := Sources("cpu")
+	dir := t.TempDir()
+	units, err := Write(dir, "cpu")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	for path, data := range files {
-		full := filepath.Join(dir, filepath.FromSlash(path))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	files, _, err := Sources("cpu")
+	if err != nil {
+		t.Fatal(err)
 	}
+	opFiles, _ := kernelFiles(files, "cpu/main.cc", "cpu", ".cc")
+	strict := []string{"-std=c++17", "-O3", "-march=native", "-pthread", "-I" + dir, `-DVKERN_SOURCE_SHA256="test"`, "-Wall", "-Wextra", "-Werror"}
 	found := 0
 	for _, cxx := range []string{"g++", "clang++"} {
 		path, err := exec.LookPath(cxx)
@@ -93,11 +94,20 @@ func TestSourcesCompileWithoutWarnings(t *testing.T) {
 		}
 		found++
 		t.Run(cxx, func(t *testing.T) {
-			cmd := exec.Command(path, "-std=c++17", "-O3", "-march=native", "-pthread", "-I"+dir,
-				`-DVKERN_SOURCE_SHA256="test"`, "-Wall", "-Wextra", "-Werror",
-				"-o", filepath.Join(dir, "server-"+cxx), filepath.Join(dir, main))
+			cmd := exec.Command(path, append(append(strict, "-o", filepath.Join(dir, "server-"+cxx)), units...)...)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+			}
+		})
+		if found > 1 {
+			continue
+		}
+		t.Run(cxx+" compiles each op kernel file alone", func(t *testing.T) {
+			for _, f := range opFiles {
+				cmd := exec.Command(path, append(strict, "-fsyntax-only", filepath.Join(dir, filepath.FromSlash(f)))...)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Errorf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+				}
 			}
 		})
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestVectorMathAccuracy holds cpu/vmath.cc to the accuracy its comment
+// TestVectorMathAccuracy holds cpu/vmath.h to the accuracy its comment
 // states, which the oracles' bounds are built on: exp_run within 2⁻²³ of
 // e^x relatively (an ulp where e^x is subnormal), tanh_run within 1.5·2⁻²³,
 // and every special value right. It checks every 13th binary32 bit pattern
@@ -32,7 +32,7 @@ func TestVectorMathAccuracy(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "cpu"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cpu", "vmath.cc"), files["cpu/vmath.cc"], 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "cpu", "vmath.h"), files["cpu/vmath.h"], 0o644); err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "vmath_check")
@@ -61,10 +61,10 @@ func TestVectorMathAccuracy(t *testing.T) {
 	}
 	t.Logf("stride %s: exp within %.4f·2⁻²³ (worst at %g), tanh within %.4f·2⁻²³ (worst at %g)", stride, got.Exp, got.ExpAt, got.Tanh, got.TanhAt)
 	if got.Exp > 1 {
-		t.Errorf("exp_run errs by %.4f·2⁻²³ at x = %g; vmath.cc states at most 1", got.Exp, got.ExpAt)
+		t.Errorf("exp_run errs by %.4f·2⁻²³ at x = %g; vmath.h states at most 1", got.Exp, got.ExpAt)
 	}
 	if got.Tanh > 1.5 {
-		t.Errorf("tanh_run errs by %.4f·2⁻²³ at x = %g; vmath.cc states at most 1.5", got.Tanh, got.TanhAt)
+		t.Errorf("tanh_run errs by %.4f·2⁻²³ at x = %g; vmath.h states at most 1.5", got.Tanh, got.TanhAt)
 	}
 	if got.Bad != 0 {
 		t.Errorf("%d arguments got a wrong special value (NaN, +Inf, 0)", got.Bad)

@@ -276,13 +276,13 @@ var CPUDefects = []Mutation{
 		Op: "gemm_grad_b", Shapes: []string{"4100x7x40"},
 	},
 	{
-		Name: "f16 outputs rounded half away from zero (eight-lane conversion)", File: "cpu/convert.cc",
+		Name: "f16 outputs rounded half away from zero (eight-lane conversion)", File: "cpu/convert.h",
 		Old: "const u32x8 normal = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;",
 		New: "const u32x8 normal = (rebiased + 0x1000u) >> 13;",
 		Op:  "softmax_grad", Shapes: []string{"64x1000"},
 	},
 	{
-		Name: "f16 outputs rounded toward zero (eight-lane conversion)", File: "cpu/convert.cc",
+		Name: "f16 outputs rounded toward zero (eight-lane conversion)", File: "cpu/convert.h",
 		Old: "const u32x8 normal = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;",
 		New: "const u32x8 normal = rebiased >> 13;",
 		Op:  "softmax", Shapes: []string{"64x1000"},

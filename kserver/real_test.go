@@ -51,15 +51,16 @@ func buildRealServer(t testing.TB) string {
 			return
 		}
 		src := filepath.Join(realDir, "src")
-		main, err := kernels.Write(src, "cpu")
+		units, err := kernels.Write(src, "cpu")
 		if err != nil {
 			realErr = err
 			return
 		}
 		bin := filepath.Join(realDir, "server")
-		// -O1: the tests exercise the process, not the kernels' speed.
-		cmd := exec.Command(cxx, "-std=c++17", "-O1", "-pthread", "-I"+src,
-			`-DVKERN_SOURCE_SHA256="`+realSourceSHA+`"`, "-o", bin, main)
+		// -O1: the tests exercise the process, not the kernels' speed. g++
+		// compiles each unit on its own and links them, as the builder does.
+		args := []string{"-std=c++17", "-O1", "-pthread", "-I" + src, `-DVKERN_SOURCE_SHA256="` + realSourceSHA + `"`, "-o", bin}
+		cmd := exec.Command(cxx, append(args, units...)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			realErr = fmt.Errorf("%v: %v\n%s", cmd, err, out)
 			return

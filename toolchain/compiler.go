@@ -28,11 +28,11 @@
 // detecting again is cheap. A compiler replaced in place (new size or
 // modification time) is probed afresh. Failed probes are not kept.
 //
-// The package does not build the server (package cache runs Command, under a
-// lock, into its store), does not install compilers or drivers, and does not
-// judge whether a compiler is new enough for the kernels or knows the
-// architecture it is asked for: a compiler that cannot build them fails in the
-// build, with its own message.
+// The package does not build the server (package cache runs CompileCommand
+// and LinkCommand, under a lock, into its store), does not install compilers
+// or drivers, and does not judge whether a compiler is new enough for the
+// kernels or knows the architecture it is asked for: a compiler that cannot
+// build them fails in the build, with its own message.
 package toolchain
 
 import (
@@ -121,11 +121,12 @@ type Compiler struct {
 	Fingerprint string
 }
 
-// Command returns the argv that builds the kernel server: Invoke (or Path
-// when Invoke is empty), Flags, -I srcDir, one -D per define in sorted key
-// order, -o out, and srcDir/mainFile. For cuda and hip the source file is
-// preceded by "-x cu" or "-x hip", so that it is compiled as GPU code
-// whatever its extension (the GPU main file is a .cu).
+// CompileCommand returns the argv that compiles one translation unit of the
+// kernel server to an object file: Invoke (or Path when Invoke is empty),
+// Flags, -I srcDir, one -D per define in sorted key order, -c, -o obj, and
+// srcDir/unit. For cuda and hip the source file is preceded by "-x cu" or
+// "-x hip", so that it is compiled as GPU code whatever its extension (the
+// GPU units are .cu files). LinkCommand then links the objects.
 //
 // Every define becomes a C string literal, so -DVKERN_SOURCE_SHA256 arrives
 // in the code as "3f9a…". The argv is meant for exec, not a shell. Keys are
@@ -138,12 +139,8 @@ type Compiler struct {
 // " _.,:/+-=" is written as a C octal escape whose backslash is doubled
 // ("\042"); the shell halves the backslash and the compiler reads the byte.
 // A value of hex digits (a digest) is the same in every form.
-func (c *Compiler) Command(srcDir, mainFile, out string, defines map[string]string) []string {
-	exe := c.Invoke
-	if exe == "" {
-		exe = c.Path
-	}
-	argv := []string{exe}
+func (c *Compiler) CompileCommand(srcDir, unit, obj string, defines map[string]string) []string {
+	argv := []string{c.exe()}
 	argv = append(argv, c.Flags...)
 	argv = append(argv, "-I", srcDir)
 	keys := make([]string, 0, len(defines))
@@ -158,14 +155,34 @@ func (c *Compiler) Command(srcDir, mainFile, out string, defines map[string]stri
 	for _, k := range keys {
 		argv = append(argv, "-D"+k+"="+literal(defines[k]))
 	}
-	argv = append(argv, "-o", out)
+	argv = append(argv, "-c", "-o", obj)
 	switch c.Backend {
 	case BackendCUDA:
 		argv = append(argv, "-x", "cu")
 	case BackendHIP:
 		argv = append(argv, "-x", "hip")
 	}
-	return append(argv, filepath.Join(srcDir, mainFile))
+	return append(argv, filepath.Join(srcDir, unit))
+}
+
+// LinkCommand returns the argv that links the objects CompileCommand made
+// into the kernel server out: Invoke (or Path), Flags, -o out, and the
+// objects in order. The flags are the compile's, so that the driver links
+// what it compiled for (-pthread; nvcc and hipcc add their runtimes, and
+// nvcc needs no device link: no unit calls another's device code).
+func (c *Compiler) LinkCommand(objects []string, out string) []string {
+	argv := []string{c.exe()}
+	argv = append(argv, c.Flags...)
+	argv = append(argv, "-o", out)
+	return append(argv, objects...)
+}
+
+// exe is the program a command starts: Invoke, or Path when Invoke is empty.
+func (c *Compiler) exe() string {
+	if c.Invoke != "" {
+		return c.Invoke
+	}
+	return c.Path
 }
 
 // cStringLiteral quotes s as a C string literal.
@@ -175,7 +192,7 @@ func cStringLiteral(s string) string {
 }
 
 // nvccStringLiteral quotes s as a C string literal that survives nvcc's
-// shell: see Command.
+// shell: see CompileCommand.
 func nvccStringLiteral(s string) string {
 	var b strings.Builder
 	b.WriteByte('"')

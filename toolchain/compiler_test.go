@@ -43,7 +43,7 @@ func TestFingerprint(t *testing.T) {
 	}
 }
 
-func TestCommand(t *testing.T) {
+func TestCompileCommand(t *testing.T) {
 	c := &Compiler{
 		Path:   "/usr/lib/llvm-15/bin/clang",
 		Invoke: "/usr/bin/clang++",
@@ -61,28 +61,28 @@ func TestCommand(t *testing.T) {
 			c:       c,
 			defines: map[string]string{"VKERN_SOURCE_SHA256": "abc123", "A_FIRST": "x"},
 			want: []string{"/usr/bin/clang++", "-std=c++17", "-O3", "-march=native", "-pthread",
-				"-I", "src", `-DA_FIRST="x"`, `-DVKERN_SOURCE_SHA256="abc123"`, "-o", "server", "src/cpu/main.cc"},
+				"-I", "src", `-DA_FIRST="x"`, `-DVKERN_SOURCE_SHA256="abc123"`, "-c", "-o", "main.o", "src/cpu/main.cc"},
 		},
 		{
 			name:    "quotes, backslashes and newlines in a define are escaped",
 			c:       c,
 			defines: map[string]string{"NOTE": "say \"hi\"\\\nbye"},
 			want: []string{"/usr/bin/clang++", "-std=c++17", "-O3", "-march=native", "-pthread",
-				"-I", "src", `-DNOTE="say \"hi\"\\\nbye"`, "-o", "server", "src/cpu/main.cc"},
+				"-I", "src", `-DNOTE="say \"hi\"\\\nbye"`, "-c", "-o", "main.o", "src/cpu/main.cc"},
 		},
 		{
 			name: "a compiler without Invoke is run by its Path",
 			c:    &Compiler{Path: "/opt/fake/cc", Flags: []string{"-O2"}},
-			want: []string{"/opt/fake/cc", "-O2", "-I", "src", "-o", "server", "src/cpu/main.cc"},
+			want: []string{"/opt/fake/cc", "-O2", "-I", "src", "-c", "-o", "main.o", "src/cpu/main.cc"},
 		},
 		{
-			name: "nvcc gets its flags, the defines, and -x cu before the .cu file",
+			name: "nvcc gets its flags, the defines, -c, and -x cu before the .cu file",
 			c: &Compiler{Backend: BackendCUDA, Path: "/usr/local/cuda-13.0/bin/nvcc", Invoke: "/usr/local/cuda/bin/nvcc",
 				Flags: []string{"-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-pthread"}},
 			main:    "cuda/main.cu",
 			defines: map[string]string{"VKERN_SOURCE_SHA256": "abc123"},
 			want: []string{"/usr/local/cuda/bin/nvcc", "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-pthread",
-				"-I", "src", `-DVKERN_SOURCE_SHA256="abc123"`, "-o", "server", "-x", "cu", "src/cuda/main.cu"},
+				"-I", "src", `-DVKERN_SOURCE_SHA256="abc123"`, "-c", "-o", "main.o", "-x", "cu", "src/cuda/main.cu"},
 		},
 		{
 			name:    "for nvcc every byte of a define but letters, digits and a few marks is a doubled-backslash octal escape",
@@ -91,16 +91,16 @@ func TestCommand(t *testing.T) {
 			defines: map[string]string{"NOTE": "say \"hi\" \\ $HOME `id` 100%\n", "VKERN_SOURCE_SHA256": "3f9a_0c2b-1.2:x/y+z=w,v"},
 			want: []string{"/usr/local/cuda/bin/nvcc", "-O3", "-I", "src",
 				`-DNOTE="say \\042hi\\042 \\134 \\044HOME \\140id\\140 100\\045\\012"`,
-				`-DVKERN_SOURCE_SHA256="3f9a_0c2b-1.2:x/y+z=w,v"`, "-o", "server", "-x", "cu", "src/cuda/main.cu"},
+				`-DVKERN_SOURCE_SHA256="3f9a_0c2b-1.2:x/y+z=w,v"`, "-c", "-o", "main.o", "-x", "cu", "src/cuda/main.cu"},
 		},
 		{
-			name: "hipcc gets one --offload-arch per architecture and -x hip before the .cu file",
+			name: "hipcc gets one --offload-arch per architecture, -c, and -x hip before the .cu file",
 			c: &Compiler{Backend: BackendHIP, Path: "/usr/bin/hipcc",
 				Flags: []string{"-std=c++17", "-O3", "--offload-arch=gfx1030", "--offload-arch=gfx90a", "-pthread"}},
 			main:    "cuda/main.cu",
 			defines: map[string]string{"VKERN_SOURCE_SHA256": "abc123"},
 			want: []string{"/usr/bin/hipcc", "-std=c++17", "-O3", "--offload-arch=gfx1030", "--offload-arch=gfx90a", "-pthread",
-				"-I", "src", `-DVKERN_SOURCE_SHA256="abc123"`, "-o", "server", "-x", "hip", "src/cuda/main.cu"},
+				"-I", "src", `-DVKERN_SOURCE_SHA256="abc123"`, "-c", "-o", "main.o", "-x", "hip", "src/cuda/main.cu"},
 		},
 	}
 	for _, tt := range tests {
@@ -109,9 +109,36 @@ func TestCommand(t *testing.T) {
 			if main == "" {
 				main = "cpu/main.cc"
 			}
-			got := tt.c.Command("src", main, "server", tt.defines)
+			got := tt.c.CompileCommand("src", main, "main.o", tt.defines)
 			if !slices.Equal(got, tt.want) {
-				t.Errorf("Command =\n%q\nwant\n%q", got, tt.want)
+				t.Errorf("CompileCommand =\n%q\nwant\n%q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLinkCommand(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		c    *Compiler
+		want []string
+	}{
+		{"g++ links with its flags and the objects in order",
+			&Compiler{Backend: BackendCPU, Path: "/usr/bin/x86_64-linux-gnu-g++-12", Invoke: "/usr/bin/g++",
+				Flags: []string{"-std=c++17", "-O3", "-march=native", "-pthread"}},
+			[]string{"/usr/bin/g++", "-std=c++17", "-O3", "-march=native", "-pthread", "-o", "server", "obj/b.o", "obj/a.o"}},
+		{"nvcc links without -x cu, which would make the objects sources",
+			&Compiler{Backend: BackendCUDA, Path: "/usr/local/cuda/bin/nvcc",
+				Flags: []string{"-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-pthread"}},
+			[]string{"/usr/local/cuda/bin/nvcc", "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-pthread",
+				"-o", "server", "obj/b.o", "obj/a.o"}},
+		{"hipcc links without -x hip",
+			&Compiler{Backend: BackendHIP, Path: "/usr/bin/hipcc", Flags: []string{"-O3", "--offload-arch=gfx90a", "-pthread"}},
+			[]string{"/usr/bin/hipcc", "-O3", "--offload-arch=gfx90a", "-pthread", "-o", "server", "obj/b.o", "obj/a.o"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.c.LinkCommand([]string{"obj/b.o", "obj/a.o"}, "server"); !slices.Equal(got, tt.want) {
+				t.Errorf("LinkCommand =\n%q\nwant\n%q", got, tt.want)
 			}
 		})
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -513,9 +515,43 @@ const realCompilerNote = "say \"hi\" \\ $HOME `id` it's 100%\tdone\nnext"
 var defineCheck = `constexpr bool same(const char* a, const char* b) { return *a == *b && (*a == 0 || same(a + 1, b + 1)); }
 static_assert(same(VKERN_TEST_NOTE, ` + cStringLiteral(realCompilerNote) + `), "VKERN_TEST_NOTE arrived changed");`
 
+// buildUnits writes units (path under src/ → source) into a new folder,
+// compiles each with c.CompileCommand, VKERN_TEST_NOTE defined as
+// realCompilerNote, and links the objects into server with c.LinkCommand,
+// as package cache builds the kernel server. It returns the folder.
+func buildUnits(t *testing.T, c *Compiler, units map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	var objects []string
+	for _, unit := range slices.Sorted(maps.Keys(units)) {
+		full := filepath.Join(dir, "src", filepath.FromSlash(unit))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(units[unit]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		obj := strings.TrimSuffix(path.Base(unit), path.Ext(unit)) + ".o"
+		objects = append(objects, obj)
+		run(t, dir, c.CompileCommand("src", unit, obj, map[string]string{"VKERN_TEST_NOTE": realCompilerNote}))
+	}
+	run(t, dir, c.LinkCommand(objects, "server"))
+	return dir
+}
+
+// run runs argv in dir and fails the test, quoting the output, if it fails.
+func run(t *testing.T, dir string, argv []string) {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%q failed: %v\n%s", argv, err, out)
+	}
+}
+
 // TestDetectCUDAOnTheRealGPU runs where nvcc and an NVIDIA GPU are: it
-// detects them for real, then builds a small kernel with Command's argv and
-// runs it, which shows that nvcc takes the flags, that the define arrives
+// detects them for real, then builds a small kernel with CompileCommand's
+// and LinkCommand's argvs (two units, as the server) and runs it, which shows that nvcc takes the flags, that the define arrives
 // unchanged through nvcc's shell, and that the -gencode target runs on the
 // device. It skips elsewhere.
 func TestDetectCUDAOnTheRealGPU(t *testing.T) {
@@ -538,34 +574,29 @@ func TestDetectCUDAOnTheRealGPU(t *testing.T) {
 		t.Errorf("incomplete GPU: %+v", g)
 	}
 
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "src", "cuda"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	program := `#include <cstdio>
-#include <cuda_runtime.h>
+	// Two units, as the kernel server is built: the kernel and its launch
+	// in one, main in the other.
+	dir := buildUnits(t, c, map[string]string{
+		"cuda/put.cu": `#include <cuda_runtime.h>
 ` + defineCheck + `
 __global__ void put(int* p) { p[threadIdx.x] = 40 + threadIdx.x; }
+void launch_put(int* p) { put<<<1, 3>>>(p); }
+`,
+		"cuda/main.cu": `#include <cstdio>
+#include <cuda_runtime.h>
+void launch_put(int* p);
 int main() {
   int* d = nullptr; int h[3] = {0, 0, 0};
   if (cudaMalloc(&d, sizeof h) != cudaSuccess) return 2;
-  put<<<1, 3>>>(d);
+  launch_put(d);
   cudaError_t e = cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
   if (e != cudaSuccess) { std::printf("%s\n", cudaGetErrorName(e)); return 3; }
   std::printf("%s|%d %d %d\n", VKERN_TEST_NOTE, h[0], h[1], h[2]);
   return 0;
 }
-`
-	if err := os.WriteFile(filepath.Join(dir, "src", "cuda", "main.cu"), []byte(program), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`,
+	})
 	note := realCompilerNote
-	argv := c.Command("src", "cuda/main.cu", "server", map[string]string{"VKERN_TEST_NOTE": note})
-	build := exec.Command(argv[0], argv[1:]...)
-	build.Dir = dir
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("%q failed: %v\n%s", argv, err, out)
-	}
 	out, err := exec.Command(filepath.Join(dir, "server")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("the built program failed: %v\n%s", err, out)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -330,10 +329,11 @@ func TestParseHIPArch(t *testing.T) {
 }
 
 // TestHIPBuildsWithTheRealHipcc runs where hipcc is installed (CI installs
-// Debian's): it builds a small kernel for gfx1030 and gfx90a with Command's
-// argv, which shows that hipcc takes the flags and that the define arrives
-// unchanged (a static_assert compares it with the value). No AMD
-// GPU is needed, or used: the program is built, not run on a device.
+// Debian's): it builds a small kernel for gfx1030 and gfx90a with
+// CompileCommand's and LinkCommand's argvs (two units, as the server),
+// which shows that hipcc takes the flags and that the define arrives
+// unchanged (a static_assert compares it with the value). No AMD GPU is
+// needed, or used: the program is built, not run on a device.
 func TestHIPBuildsWithTheRealHipcc(t *testing.T) {
 	t.Setenv(hipArchEnv, "gfx1030,gfx90a")
 	c, err := DetectHIP(context.Background())
@@ -344,26 +344,17 @@ func TestHIPBuildsWithTheRealHipcc(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("found %s (%s) at %s, flags %q", c.Name, c.Version, c.Path, c.Flags)
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "src", "hip"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	program := `#include <cstdio>
-#include <hip/hip_runtime.h>
+	dir := buildUnits(t, c, map[string]string{
+		"hip/put.cu": `#include <hip/hip_runtime.h>
 ` + defineCheck + `
 __global__ void put(int* p) { p[threadIdx.x] = 40 + threadIdx.x; }
-int main() { std::printf("%s\n", VKERN_TEST_NOTE); return put == nullptr; }
-`
-	if err := os.WriteFile(filepath.Join(dir, "src", "hip", "main.cu"), []byte(program), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	argv := c.Command("src", "hip/main.cu", "server", map[string]string{"VKERN_TEST_NOTE": realCompilerNote})
-	build := exec.Command(argv[0], argv[1:]...)
-	build.Dir = dir
-	out, err := build.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%q failed: %v\n%s", argv, err, out)
-	}
+bool has_put() { return put != nullptr; }
+`,
+		"hip/main.cu": `#include <cstdio>
+bool has_put();
+int main() { std::printf("%s\n", VKERN_TEST_NOTE); return has_put() ? 0 : 1; }
+`,
+	})
 	binary, err := os.ReadFile(filepath.Join(dir, "server"))
 	if err != nil {
 		t.Fatal(err)

@@ -28,13 +28,17 @@
 // It reads its dimensions and parameters as c.dim(op_<name>::param::R) and
 // c.real(op_<name>::param::eps), and its buffers as
 // c.ptr<const uint16_t>(op_<name>::buf::x) (f16 as bits on the cpu, __half
-// on a GPU): names generated from the contract. It is compiled into the
-// server after the built-in kernels, in the same translation unit, so it
-// can use the server's helpers: on the cpu, f16_to_f32 and f32_to_f16
-// (core/f16.h, round to nearest even) and
-// cpu_pool().parallel_for(tasks, [&](size_t task, unsigned worker) {…});
-// on a GPU, cuda/compat.h's names, which HIP maps. A CUDA entry enqueues
-// its kernels on s and returns cudaGetLastError() without waiting.
+// on a GPU): names generated from the contract. Each kernel file is a
+// translation unit of the server of its own, compiled after the server's
+// headers for kernels, so it can use their helpers without including
+// them: on the cpu, f16_to_f32 and f32_to_f16 (core/f16.h, round to
+// nearest even) and
+// cpu_pool().parallel_for(tasks, [&](size_t task, unsigned worker) {…})
+// (cpu/device.h); on a GPU, cuda/compat.h's names, which HIP maps. Helpers
+// of the built-in kernel files are not among them: a file that wants one
+// includes its header (cpu/convert.h, cuda/rows.cuh), and a helper shared
+// by two declared files goes in a header of the op's own. A CUDA entry
+// enqueues its kernels on s and returns cudaGetLastError() without waiting.
 //
 // Declare checks all three and adds them to the registries the build, the
 // server, verify and bench read, beside the built-in ops: nothing else in

@@ -1,7 +1,9 @@
 // What a backend implements for the server core (server.cc).
 //
-// A build holds exactly one backend: the backend's unity file (cpu/main.cc,
-// later cuda/main.cu) includes the core and defines every function below.
+// A build holds exactly one backend: its main unit (cpu/main.cc or
+// cuda/main.cu) includes the core and the backend's device file, which
+// defines every function below (kernels.cc or .cu, backend_op_names and the
+// generated missing_kernel_reason).
 // The core owns the handle table, the wire format and all validation; a
 // backend sees only well-formed requests: live buffers, offset + length
 // inside the buffer, shapes that match the op table (ops.h).

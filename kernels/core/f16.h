@@ -30,7 +30,7 @@ inline float float_from_bits(uint32_t u) {
 }
 
 // Both conversions compute every case and then select one, so the same steps
-// vectorise lane by lane (cpu/convert.cc does that for whole runs; a compiler
+// vectorise lane by lane (cpu/convert.h does that for whole runs; a compiler
 // may still turn the scalar selects into branches).
 
 // f16_to_f32 is exact: every binary16 value, subnormals and signed zeros

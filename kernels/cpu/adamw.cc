@@ -26,8 +26,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/backend.h"
 #include "core/adamw.h"
 #include "core/f16.h"
+#include "cpu/convert.h"
+#include "cpu/device.h"
 
 namespace vkern {
 namespace {

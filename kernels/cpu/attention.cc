@@ -36,10 +36,9 @@
 // maximum). Every binary32 operation rounds once; GCC
 // may fuse a multiply and an add, which the oracle's bounds allow.
 //
-// exp is vmath.cc's exp_run (within 2⁻²³ relatively, where the oracle
+// exp is vmath.h's exp_run (within 2⁻²³ relatively, where the oracle
 // allows 2 ulps); log is logf, once a row. The row helpers (max_of, sum_of,
-// dot_of) are softmax.cc's; main.cc includes both files before the op
-// files.
+// dot_of) are rows.h's, shared with softmax.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -47,7 +46,12 @@
 #include <cstring>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/f16.h"
+#include "cpu/convert.h"
+#include "cpu/device.h"
+#include "cpu/rows.h"
+#include "cpu/vmath.h"
 
 namespace vkern {
 namespace {

@@ -1,7 +1,7 @@
 // bias_grad on the CPU: db f32 N += the column sums of dy f16 M×N.
 //
 // The columns go to the pool in strips of kStrip. A task walks the rows in
-// order, converting its strip of each row to binary32 in bulk (convert.cc),
+// order, converting its strip of each row to binary32 in bulk (convert.h),
 // and sums them in the structure the oracle's bound follows
 // (oracle.BiasGradRowBlock; the cuda kernel has the same): each block of
 // kRowBlock rows from row 0 summed from zero in ascending row order; then
@@ -17,9 +17,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/backend.h"
+#include "core/f16.h"
+#include "cpu/convert.h"
+#include "cpu/device.h"
+
 namespace vkern {
 namespace {
-namespace column_sums {  // the unity build shares one anonymous namespace
+namespace column_sums {  // cpu/ops.cc, one unit of every op file, shares one anonymous namespace
 
 constexpr size_t kStrip = 64;     // columns per task: 128 bytes of each row
 constexpr size_t kRowBlock = 64;  // rows per block sum: oracle.BiasGradRowBlock

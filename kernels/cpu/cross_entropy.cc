@@ -13,7 +13,7 @@
 //
 //   m        = max_j x_j
 //   e_j      = expf(x_j − m)                kept in f32, never rounded to f16
-//   s        = Σ_j e_j                      in softmax.cc's fixed order
+//   s        = Σ_j e_j                      in rows.h's fixed order
 //   loss     = (m − x_l) + logf(s)          unscaled: the mean loss is Σ loss / n
 //   dLogit_j = f16(e_j · (c / s) − [j = l]·c),   c = f32(grad_scale/n)
 //
@@ -25,15 +25,19 @@
 // the whole gradient row are NaN; with m finite, x_l = −Inf gives
 // m − x_l = +Inf, a loss of +Inf, and e_l = 0, so dLogit_l = −c.
 //
-// The row helpers (max_of, sum_of, rows_per_task) are softmax.cc's; main.cc
-// includes that file first.
+// The row helpers (max_of, sum_of, rows_per_task) are rows.h's, shared with
+// softmax.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
+#include "core/backend.h"
 #include "core/f16.h"
+#include "cpu/convert.h"
+#include "cpu/device.h"
+#include "cpu/rows.h"
 
 namespace vkern {
 namespace {

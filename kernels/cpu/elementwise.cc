@@ -2,13 +2,13 @@
 // inside.
 //
 // The N elements go to the pool in chunks of kChunk; each chunk is converted
-// to binary32 in runs of kRun (convert.cc, eight lanes at a time), computed,
+// to binary32 in runs of kRun (convert.h, eight lanes at a time), computed,
 // and rounded once to f16. Chunks are independent, so the result does not
 // depend on the number of threads.
 //
 // Facts relied on: binary32 arithmetic rounded to nearest (no fast-math;
 // GCC may fuse a multiply and an add, which rounds once where the bound
-// counts two); tanh is vmath.cc's tanh_run, within 1.5·2⁻²³ relatively of
+// counts two); tanh is vmath.h's tanh_run, within 1.5·2⁻²³ relatively of
 // tanh over every binary32 argument, where the oracle's bound allows 4;
 // ±Inf and NaN follow the formulas
 // (gelu(−Inf) = ½·(−Inf)·0 = NaN, as the reference). add may run in place:
@@ -18,7 +18,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/backend.h"
 #include "core/f16.h"
+#include "cpu/convert.h"
+#include "cpu/device.h"
+#include "cpu/vmath.h"
 
 namespace vkern {
 namespace {
@@ -42,7 +46,7 @@ void for_runs(size_t n, const Fn& fn) {
 }
 
 // gelu_run replaces v[0, n) by gelu(v): t = c·(x + k·x³) and ½x(1 + tanh t)
-// per element, tanh over the run (vmath.cc).
+// per element, tanh over the run (vmath.h).
 inline void gelu_run(float* v, size_t n) {
   float t[kRun];
   for (size_t i = 0; i < n; ++i) t[i] = kGeluC * (v[i] + kGeluK * v[i] * v[i] * v[i]);

@@ -3,7 +3,7 @@
 //
 // embedding: x[p] = f16(f32(wte[tokens[p]]) + f32(wpe[p mod T])), for the
 // N = B·T positions p = b·T + t. The pool runs blocks of whole positions;
-// each row is converted to binary32 in runs of kRunChannels (convert.cc),
+// each row is converted to binary32 in runs of kRunChannels (convert.h),
 // added, and rounded once to f16.
 //
 // embedding_grad: dwte[v] += Σ dx[p] over the positions p holding token v,
@@ -37,7 +37,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/backend.h"
 #include "core/f16.h"
+#include "cpu/convert.h"
+#include "cpu/device.h"
 
 namespace vkern {
 namespace {

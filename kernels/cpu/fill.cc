@@ -4,6 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/backend.h"
+#include "cpu/device.h"
+
 namespace vkern {
 
 Result run_fill(const Call& c, uint64_t*) {

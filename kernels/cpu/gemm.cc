@@ -55,7 +55,10 @@
 #include <cstring>
 #include <string>
 
+#include "core/backend.h"
 #include "core/f16.h"
+#include "cpu/convert.h"
+#include "cpu/device.h"
 
 #if defined(__FMA__) && defined(__AVX__)
 #include <immintrin.h>

@@ -19,6 +19,9 @@
 #include <limits>
 #include <vector>
 
+#include "core/backend.h"
+#include "cpu/device.h"
+
 namespace vkern {
 namespace {
 namespace global_norm_parts {

@@ -2,7 +2,7 @@
 // statistics and the parameter gradients f32, binary32 inside.
 //
 // layernorm: the pool runs blocks of whole rows. Each worker converts a row
-// to f32 in its own scratch (convert.cc, eight lanes at a time) and takes
+// to f32 in its own scratch (convert.h, eight lanes at a time) and takes
 // two passes over it:
 //
 //   m    = (Σ_j x_j) / C
@@ -24,9 +24,8 @@
 // by row, rows in ascending order. No atomics and no per-thread partials:
 // the result does not depend on the thread count.
 //
-// Sums run in softmax.cc's fixed order (sum_of, dot_of: 8 interleaved
-// partial sums, then the tail), so results are deterministic; main.cc
-// includes softmax.cc before this file.
+// Sums run in rows.h's fixed order (sum_of, dot_of: 8 interleaved partial
+// sums, then the tail), so results are deterministic.
 //
 // IEEE facts relied on (sqrtf correctly rounded, glibc; no fast-math, no
 // flush-to-zero): a NaN or an infinity in a row of x makes m or v NaN or
@@ -41,7 +40,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/f16.h"
+#include "cpu/convert.h"
+#include "cpu/device.h"
+#include "cpu/rows.h"
 
 namespace vkern {
 namespace {

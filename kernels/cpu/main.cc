@@ -1,25 +1,23 @@
-// The cpu backend's unity file: the only file the builder compiles.
+// The cpu backend's main translation unit: the server core, the device (its
+// buffers and pool, device.cc, and its collectives, collective.cc) and the op
+// dispatch. The op kernel files (gemm.cc, softmax.cc, …) are compiled
+// together in one more unit, cpu/ops.cc, which kernels.Sources generates,
+// and each declared op's kernel file is a unit of its own; the builder
+// compiles the units at once, one compiler process each, and links the
+// objects:
 //
 //   $CXX -std=c++17 -O3 -march=native -pthread -I<dir>
-//        -DVKERN_SOURCE_SHA256=\"<hex>\" -o server <dir>/cpu/main.cc
+//        -DVKERN_SOURCE_SHA256=\"<hex>\" -c -o <unit>.o <dir>/<unit>   (each unit)
+//   $CXX -std=c++17 -O3 -march=native -pthread -o server <unit>.o …
 //
-// (one command line; <dir> holds core/ and cpu/).
-//
-// One translation unit keeps the build to a single compiler call and lets the
-// compiler inline across the core and the kernels.
-// Order matters: the kernels use the pool and scratch (device.cc) and the
-// bulk conversions (convert.cc); cross_entropy.cc uses softmax.cc's row
-// helpers; kernels.cc, the list of every op's entry, comes last.
+// (<dir> holds core/ and cpu/). What the units share is in headers:
+// cpu/device.h (the pool and scratch), cpu/convert.h, cpu/vmath.h and
+// cpu/rows.h (inline helpers), and the run_<op> declarations in
+// kernel_list.inc, which kernels.cc includes.
 // clang-format off
 #include "core/server.cc"
 #include "cpu/device.cc"
 #include "cpu/collective.cc"
-#include "cpu/convert.cc"
-#include "cpu/vmath.cc"
-#include "cpu/gemm.cc"
-#include "cpu/softmax.cc"
-#include "cpu/cross_entropy.cc"
-#include "cpu/op_files.inc"
 #include "cpu/kernels.cc"
 // clang-format on
 

@@ -1,7 +1,7 @@
 // softmax and softmax_grad on the CPU: f16 in, f16 out, f32 inside.
 //
 // Rows are independent: the pool runs blocks of whole rows. Each worker
-// converts a row to f32 in its own scratch (8 lanes at a time, convert.cc),
+// converts a row to f32 in its own scratch (8 lanes at a time, convert.h),
 // computes there, and converts the result back once. Per row of C elements:
 //
 //   softmax       m   = max_j x_j
@@ -32,65 +32,14 @@
 #include <cstring>
 #include <limits>
 
+#include "core/backend.h"
 #include "core/f16.h"
+#include "cpu/convert.h"
+#include "cpu/device.h"
+#include "cpu/rows.h"
 
 namespace vkern {
 namespace {
-
-typedef float f32x8_row __attribute__((vector_size(32)));
-
-// max_of returns the largest of n values; NaNs are skipped (x > m is false).
-float max_of(const float* v, size_t n) {
-  const float lowest = -std::numeric_limits<float>::infinity();
-  f32x8_row m8 = {lowest, lowest, lowest, lowest, lowest, lowest, lowest, lowest};
-  size_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    f32x8_row x;
-    std::memcpy(&x, v + j, sizeof x);
-    m8 = x > m8 ? x : m8;
-  }
-  float m = lowest;
-  for (int lane = 0; lane < 8; ++lane) m = m8[lane] > m ? m8[lane] : m;
-  for (; j < n; ++j) m = v[j] > m ? v[j] : m;
-  return m;
-}
-
-// sum_of returns Σ v_j in the fixed order described above.
-float sum_of(const float* v, size_t n) {
-  f32x8_row s8 = {};
-  size_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    f32x8_row x;
-    std::memcpy(&x, v + j, sizeof x);
-    s8 += x;
-  }
-  float s = 0.0f;
-  for (int lane = 0; lane < 8; ++lane) s += s8[lane];
-  for (; j < n; ++j) s += v[j];
-  return s;
-}
-
-// dot_of returns Σ a_j·b_j in the same order as sum_of.
-float dot_of(const float* a, const float* b, size_t n) {
-  f32x8_row s8 = {};
-  size_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    f32x8_row x, y;
-    std::memcpy(&x, a + j, sizeof x);
-    std::memcpy(&y, b + j, sizeof y);
-    s8 += x * y;
-  }
-  float s = 0.0f;
-  for (int lane = 0; lane < 8; ++lane) s += s8[lane];
-  for (; j < n; ++j) s += a[j] * b[j];
-  return s;
-}
-
-// rows_per_task splits rows into enough blocks for the pool to balance.
-size_t rows_per_task(const ThreadPool& pool, size_t rows) {
-  const size_t tasks = std::min(rows, size_t{8} * pool.size());
-  return (rows + tasks - 1) / tasks;
-}
 
 // softmax_row: values holds cols floats of the worker's scratch.
 void softmax_row(const uint16_t* x, uint16_t* y, size_t cols, float* values) {

@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/backend.h"
 #include "core/adamw.h"
 #include "cuda/compat.h"
 #include "cuda/rows.cuh"

@@ -88,6 +88,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/mma.cuh"
 #include "cuda/rows.cuh"

@@ -50,6 +50,7 @@
 // M > 256.
 #include <cstdint>
 
+#include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/rows.cuh"
 

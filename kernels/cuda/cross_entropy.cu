@@ -70,6 +70,7 @@
 // rows 8 bytes per row per segment.
 #include <cstdint>
 
+#include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/ops.cuh"
 #include "cuda/rows.cuh"

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/ops.cuh"
 

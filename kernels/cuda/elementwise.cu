@@ -18,6 +18,7 @@
 //   1. grid-stride, 16-byte accesses where aligned.
 #include <cstdint>
 
+#include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/rows.cuh"
 

@@ -67,6 +67,7 @@
 //      positions and an ordered combine (backward). Not yet timed on a GPU.
 #include <cstdint>
 
+#include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/rows.cuh"
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/rows.cuh"
 

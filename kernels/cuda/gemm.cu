@@ -79,9 +79,11 @@
 // choose_config) for every shape; -1 keeps the normal choice.
 #include <cstdint>
 
+#include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/epilogue.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/gemm_sm90.cu"  // its wgmma kernels, which only this file launches
 #include "cuda/ops.cuh"
 
 #if defined(VKERN_GEMM_TUNING)

@@ -33,6 +33,7 @@
 //      partials.
 #include <cstdint>
 
+#include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/rows.cuh"
 

@@ -73,6 +73,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/rows.cuh"
 

@@ -1,19 +1,24 @@
-// The cuda backend's unity file: the only file the builder compiles, with
+// The cuda backend's main translation unit: the server core, the device
+// (device.cu, and its collectives through NCCL, nccl.cu) and the op
+// dispatch. Every other .cu file of cuda/ (one per op, or a few: gemm.cu
+// includes gemm_sm90.cu) is a translation unit of its own, and so is each
+// declared op's kernel file; kernels.Sources lists them (Units), the builder
+// compiles them at once, one nvcc each, and links the objects:
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xcompiler=-pthread
-//        -I<dir> -DVKERN_SOURCE_SHA256=\"<hex>\" -o server -x cu <dir>/cuda/main.cu
+//        -I<dir> -DVKERN_SOURCE_SHA256=\"<hex>\" -c -o <unit>.o -x cu <dir>/<unit>   (each unit)
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xcompiler=-pthread -o server <unit>.o …
 //
 // (the arch from the GPU's own compute capability; <dir> holds core/ and
-// cuda/). The same files build for AMD GPUs with hipcc through compat.h.
+// cuda/). Device code never calls across units (no -rdc): each unit's
+// kernels are launched from its own host code, and units share only
+// headers (ops.cuh, rows.cuh, epilogue.cuh) and the run_<op> declarations
+// in kernel_list.inc. The same files build for AMD GPUs with hipcc through
+// compat.h.
 // clang-format off
 #include "core/server.cc"
 #include "cuda/nccl.cu"
 #include "cuda/device.cu"
-#include "cuda/gemm_sm90.cu"
-#include "cuda/gemm.cu"
-#include "cuda/softmax.cu"
-#include "cuda/cross_entropy.cu"
-#include "cuda/op_files.inc"
 #include "cuda/kernels.cu"
 // clang-format on
 

@@ -4,8 +4,9 @@
 // 2-byte ones; slots outside the row filled), and max and sum reductions
 // over the threads that own a row; and, for bias_grad's column sums,
 // partial sums of many blocks finished in the same kernel by the last block
-// to arrive (last_to_arrive, sum_partial_rows, Counters). Included into the cuda backend's unity build once, before all
-// of them.
+// to arrive (last_to_arrive, sum_partial_rows, Counters). Every unit that
+// uses it includes it and gets its own copy (an unnamed namespace), so no
+// definition here is shared between units.
 #ifndef VKERN_CUDA_ROWS_CUH
 #define VKERN_CUDA_ROWS_CUH
 

@@ -131,6 +131,7 @@
 // Scratch (the segmented path only): see ops.cuh.
 #include <cstdint>
 
+#include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/ops.cuh"
 #include "cuda/rows.cuh"

@@ -1,4 +1,4 @@
-// vmath_check runs cpu/vmath.cc's exp_run and tanh_run over binary32
+// vmath_check runs cpu/vmath.h's exp_run and tanh_run over binary32
 // arguments and prints, as one line of JSON, the worst error of each against
 // the float64 functions:
 //
@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/vmath.cc"
+#include "cpu/vmath.h"
 
 namespace {
 

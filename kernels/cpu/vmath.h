@@ -30,6 +30,13 @@
 // binary32, tanh_run gives ±1 exactly, so that 1 − T² is 0 there as the
 // derivative needs (GELU's backward would otherwise see 2⁻²³ for 0 and
 // overflow where it should give 0, or Inf where it should give NaN).
+//
+// A header: the kernel files that need exp or tanh include it, and each
+// translation unit gets its own copy of these functions (an unnamed
+// namespace), so no definition is shared between units.
+#ifndef VKERN_CPU_VMATH_H
+#define VKERN_CPU_VMATH_H
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -96,12 +103,13 @@ inline void map_run(float* v, size_t n, F f) {
   }
 }
 
-}  // namespace
-
 // exp_run replaces v[0, n) by e^v.
 inline void exp_run(float* v, size_t n) { map_run(v, n, exp8); }
 
 // tanh_run replaces v[0, n) by tanh v.
 inline void tanh_run(float* v, size_t n) { map_run(v, n, tanh8); }
 
+}  // namespace
 }  // namespace vkern
+
+#endif  // VKERN_CPU_VMATH_H

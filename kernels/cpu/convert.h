@@ -7,6 +7,14 @@
 // aarch64; a target without SIMD gets scalar code from the same source.
 // No vector is passed to or returned from a function (that would change the
 // ABI on targets without 32-byte registers).
+//
+// A header: every kernel file that converts runs includes it. The
+// functions are inline and use only the lane types (aliases of the
+// compiler's vector types) and core/f16.h, so each translation unit's copy
+// is the same definition.
+#ifndef VKERN_CPU_CONVERT_H
+#define VKERN_CPU_CONVERT_H
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -68,3 +76,5 @@ inline void f32_to_f16_run(const float* src, uint16_t* dst, size_t n) {
 }
 
 }  // namespace vkern
+
+#endif  // VKERN_CPU_CONVERT_H
