@@ -71,7 +71,7 @@ type topActs struct {
 type backActs struct {
 	dres, dtmp, dh, datt *vkern.Buffer // M×C
 	dqkv                 *vkern.Buffer // M×3C
-	dgelu, dfc           *vkern.Buffer // M×4C
+	dfc                  *vkern.Buffer // M×4C
 }
 
 // slab plans one allocation cut into views.
@@ -246,7 +246,6 @@ func (m *Model) planActs(s *slab, at func(**vkern.Buffer) **vkern.Buffer) {
 		f16(p, M*C)
 	}
 	f16(&b.dqkv, 3*M*C)
-	f16(&b.dgelu, 4*M*C)
 	f16(&b.dfc, 4*M*C)
 	m.tokens, m.targets = make([]*vkern.Buffer, m.K), make([]*vkern.Buffer, m.K)
 	for k := 0; k < m.K; k++ {

@@ -39,6 +39,13 @@ func dims(d ...int) []int64 {
 
 var noBias = []op.Setting{{Name: "bias", Value: 0}}
 
+// withGELU makes linear the MLP's c_fc and GELU in one pass (its output
+// gelu(x·W + b), the pre-activation kept for the backward) and
+// linear_grad_x the gradient through c_proj and the GELU (dy·Wᵀ times
+// gelu′(pre)): no elementwise op reads a product back (op.Linear,
+// op.LinearGradX).
+var withGELU = []op.Setting{{Name: "gelu", Value: 1}}
+
 // forward adds the forward of b sequences of t tokens (b ≤ B, t ≤ T) from
 // micro-batch slot k's tokens to the logits: embedding, the blocks
 // (pre-LayerNorm attention and MLP, each added into the residual stream),
@@ -57,14 +64,13 @@ func (m *Model) forward(p *program, k, b, t int) {
 			next = m.layers[l+1].x
 		}
 		p.add(op.LayerNorm, dims(M, C), nil, a.x, w[bl.ln1w], w[bl.ln1b], a.h1, a.mean1, a.rstd1)
-		p.add(op.Linear, dims(M, 3*C, C), nil, a.h1, w[bl.attnW], w[bl.attnB], a.qkv)
+		p.add(op.Linear, dims(M, 3*C, C), nil, a.h1, w[bl.attnW], w[bl.attnB], a.qkv, nil)
 		p.add(op.Attention, dims(b, t, C, c.Heads), nil, a.qkv, a.att, a.lse)
-		p.add(op.Linear, dims(M, C, C), nil, a.att, w[bl.projW], w[bl.projB], top.proj)
+		p.add(op.Linear, dims(M, C, C), nil, a.att, w[bl.projW], w[bl.projB], top.proj, nil)
 		p.add(op.Add, dims(M*C), nil, a.x, top.proj, a.xmid)
 		p.add(op.LayerNorm, dims(M, C), nil, a.xmid, w[bl.ln2w], w[bl.ln2b], a.h2, a.mean2, a.rstd2)
-		p.add(op.Linear, dims(M, 4*C, C), nil, a.h2, w[bl.fcW], w[bl.fcB], a.fc)
-		p.add(op.GELU, dims(4*M*C), nil, a.fc, a.gelu)
-		p.add(op.Linear, dims(M, C, 4*C), nil, a.gelu, w[bl.mlpW], w[bl.mlpB], top.proj)
+		p.add(op.Linear, dims(M, 4*C, C), withGELU, a.h2, w[bl.fcW], w[bl.fcB], a.gelu, a.fc)
+		p.add(op.Linear, dims(M, C, 4*C), nil, a.gelu, w[bl.mlpW], w[bl.mlpB], top.proj, nil)
 		p.add(op.Add, dims(M*C), nil, a.xmid, top.proj, next)
 	}
 	p.add(op.LayerNorm, dims(M, C), nil, top.x, w[m.lay.lnfW], w[m.lay.lnfB], top.hf, top.mean, top.rstd)
@@ -104,17 +110,17 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int)) {
 	// The head, over Vp: dhf = dlogits·wte (linear without a bias), dwte
 	// += dlogitsᵀ·hf, whose padded rows get sums of zeros, exactly 0 (the
 	// padded columns of dlogits are 0); then ln_f.
-	p.add(op.Linear, dims(M, C, c.Vp()), noBias, top.dlogits, w[m.lay.wte], nil, bk.dh)
+	p.add(op.Linear, dims(M, C, c.Vp()), noBias, top.dlogits, w[m.lay.wte], nil, bk.dh, nil)
 	p.add(op.LinearGradW, dims(M, C, c.Vp()), nil, top.dlogits, top.hf, g[m.lay.wte])
 	p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, top.x, w[m.lay.lnfW], top.mean, top.rstd, bk.dres, g[m.lay.lnfW], g[m.lay.lnfB])
 	done(p, len(m.layers))
 	for l := len(m.layers) - 1; l >= 0; l-- {
 		a, bl := &m.layers[l], m.lay.blocks[l]
-		// MLP: c_proj (K = 4C, N = C), GELU, c_fc (K = C, N = 4C), ln_2.
-		p.add(op.GemmGradA, dims(M, C, 4*C), nil, bk.dres, w[bl.mlpW], bk.dgelu)
+		// MLP: c_proj (K = 4C, N = C) with the GELU's gradient in its
+		// epilogue, c_fc (K = C, N = 4C), ln_2.
+		p.add(op.LinearGradX, dims(M, C, 4*C), withGELU, bk.dres, w[bl.mlpW], a.fc, bk.dfc)
 		p.add(op.LinearGradW, dims(M, C, 4*C), nil, a.gelu, bk.dres, g[bl.mlpW])
 		p.add(op.BiasGrad, dims(M, C), nil, bk.dres, g[bl.mlpB])
-		p.add(op.GELUGrad, dims(4*M*C), nil, a.fc, bk.dgelu, bk.dfc)
 		p.add(op.GemmGradA, dims(M, 4*C, C), nil, bk.dfc, w[bl.fcW], bk.dh)
 		p.add(op.LinearGradW, dims(M, 4*C, C), nil, a.h2, bk.dfc, g[bl.fcW])
 		p.add(op.BiasGrad, dims(M, 4*C), nil, bk.dfc, g[bl.fcB])

@@ -231,9 +231,10 @@ func TestTrainingLowersTheValidationLoss(t *testing.T) {
 	}
 }
 
-// TestLiveVerificationStopsAtAWrongCall: with a defect planted in the gelu
-// kernel, a checked step fails with an error that names the step, the op
-// and the wrong element, where an unchecked step would have trained on.
+// TestLiveVerificationStopsAtAWrongCall: with a defect planted in the GELU
+// (cpu/gelu.h, which the step reaches through linear's GELU epilogue), a
+// checked step fails with an error that names the step, the call and the
+// wrong element, where an unchecked step would have trained on.
 func TestLiveVerificationStopsAtAWrongCall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a server with a planted defect")
@@ -257,7 +258,7 @@ func TestLiveVerificationStopsAtAWrongCall(t *testing.T) {
 	if err == nil {
 		t.Fatal("a checked step passed with the gelu defect planted")
 	}
-	for _, want := range []string{"step 1", "gelu ", "y["} {
+	for _, want := range []string{"step 1", "linear ", "gelu=1", "y["} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error does not name %q: %v", want, err)
 		}

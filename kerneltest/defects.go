@@ -95,17 +95,17 @@ var CPUDefects = []Mutation{
 		Op: "add", Shapes: []string{"4099"},
 	},
 	{
-		Name: "gelu with x² where x³ belongs", File: "cpu/elementwise.cc",
+		Name: "gelu with x² where x³ belongs", File: "cpu/gelu.h",
 		Old: "t[i] = kGeluC * (v[i] + kGeluK * v[i] * v[i] * v[i]);", New: "t[i] = kGeluC * (v[i] + kGeluK * v[i] * v[i]);",
 		Op: "gelu", Shapes: []string{"4099"},
 	},
 	{
-		Name: "gelu with erf where the tanh approximation belongs", File: "cpu/elementwise.cc",
+		Name: "gelu with erf where the tanh approximation belongs", File: "cpu/gelu.h",
 		Old: "v[i] = 0.5f * v[i] * (1.0f + t[i]);", New: "v[i] = 0.5f * v[i] * (1.0f + std::erf(v[i] * 0.70710678f));",
 		Op: "gelu", Shapes: []string{"4099", "65536"},
 	},
 	{
-		Name: "gelu_grad with 1 − T where 1 − T² belongs", File: "cpu/elementwise.cc",
+		Name: "gelu_grad with 1 − T where 1 − T² belongs", File: "cpu/gelu.h",
 		Old: "const float sech2 = 1.0f - T[i] * T[i];", New: "const float sech2 = 1.0f - T[i];",
 		Op: "gelu_grad", Shapes: []string{"4099"},
 	},
@@ -121,7 +121,7 @@ var CPUDefects = []Mutation{
 		Op:  "fill", Shapes: []string{"1000003:value=0.1"},
 	},
 	{
-		Name: "gelu_grad without the ½ of its first term", File: "cpu/elementwise.cc",
+		Name: "gelu_grad without the ½ of its first term", File: "cpu/gelu.h",
 		Old: "x[i] = dy[i] * (0.5f * (1.0f + T[i]) + 0.5f * x[i] * sech2 * inner);", New: "x[i] = dy[i] * ((1.0f + T[i]) + 0.5f * x[i] * sech2 * inner);",
 		Op: "gelu_grad", Shapes: []string{"4099"},
 	},
@@ -372,6 +372,38 @@ var CPUDefects = []Mutation{
 		New: "product(pool, scratch, Operand::row_major(x, M), Operand::row_major(dy, N), K, N, M, out);",
 		Op:  "linear_grad_w", Shapes: []string{"33x33x33"},
 	},
+	// The GELU epilogues: linear's forward (pre and gelu of it) and
+	// linear_grad_x's gelu′.
+	{
+		Name: "linear's GELU stores gelu of the sum as pre too", File: "cpu/gemm.cc",
+		Old: "f32_to_f16_run(values, out.pre_out + at, nr);\n        gelu_run(values, nr);",
+		New: "gelu_run(values, nr);\n        f32_to_f16_run(values, out.pre_out + at, nr);",
+		Op:  "linear", Shapes: []string{"17x31x129:gelu=1", "33x70x40:gelu=1"},
+	},
+	{
+		Name: "linear's GELU applied before the bias", File: "cpu/gemm.cc",
+		Old: "if (out.bias != nullptr) value += bias[j];\n        values[j] = value;\n      }\n      const size_t at",
+		New: "values[j] = value;\n      }\n      if (out.pre_out != nullptr) gelu_run(values, nr);\n      for (size_t j = 0; j < nr; ++j) if (out.bias != nullptr) values[j] += bias[j];\n      const size_t at",
+		Op:  "linear", Shapes: []string{"17x31x129:gelu=1", "33x70x40:gelu=1"},
+	},
+	{
+		Name: "linear_grad_x multiplies by gelu(pre) where gelu′(pre) belongs", File: "cpu/gemm.cc",
+		Old: "gelu_grad_run(x, values, nr);\n        std::memcpy(values, x, nr * sizeof(float));",
+		New: "gelu_run(x, nr);\n        for (size_t j = 0; j < nr; ++j) values[j] *= x[j];",
+		Op:  "linear_grad_x", Shapes: []string{"17x31x129:gelu=1", "64x48x80:gelu=1"},
+	},
+	{
+		Name: "linear_grad_x ignores its gelu switch", File: "cpu/gemm.cc",
+		Old: "const uint16_t* pre = c.dim(param::gelu) == 1 ? c.ptr<const uint16_t>(buf::pre) : nullptr;",
+		New: "const uint16_t* pre = nullptr;",
+		Op:  "linear_grad_x", Shapes: []string{"17x31x129:gelu=1", "3x1000x5:gelu=1"},
+	},
+	{
+		Name: "linear_grad_x's gelu′ read from the row's first pre-activations", File: "cpu/gemm.cc",
+		Old: "f16_to_f32_run(out.pre_in + at, x, nr);",
+		New: "f16_to_f32_run(out.pre_in + row * out.cols, x, nr);",
+		Op:  "linear_grad_x", Shapes: []string{"17x31x129:gelu=1", "64x48x80:gelu=1"},
+	},
 	{
 		Name: "bias_grad drops the last row", File: "cpu/bias_grad.cc",
 		Old: "for (size_t i = b0 + 1; i < b1; ++i) {", New: "for (size_t i = b0 + 1; i < std::min(b1, rows - 1); ++i) {",
@@ -501,17 +533,17 @@ var CUDADefects = []Mutation{
 		Op:  "add", Shapes: []string{"65536"},
 	},
 	{
-		Name: "gelu with x² where x³ belongs", File: "cuda/elementwise.cu",
+		Name: "gelu with x² where x³ belongs", File: "cuda/gelu.cuh",
 		Old: "const float t = kGeluC * (x + kGeluK * x * x * x);", New: "const float t = kGeluC * (x + kGeluK * x * x);",
 		Op: "gelu", Shapes: []string{"4099", "65536"},
 	},
 	{
-		Name: "gelu with erf where the tanh approximation belongs", File: "cuda/elementwise.cu",
+		Name: "gelu with erf where the tanh approximation belongs", File: "cuda/gelu.cuh",
 		Old: "return 0.5f * x * (1.0f + tanhf(t));", New: "return 0.5f * x * (1.0f + erff(x * 0.70710678f));",
 		Op: "gelu", Shapes: []string{"4099", "65536"},
 	},
 	{
-		Name: "gelu_grad with 1 − T where 1 − T² belongs", File: "cuda/elementwise.cu",
+		Name: "gelu_grad with 1 − T where 1 − T² belongs", File: "cuda/gelu.cuh",
 		Old: "const float sech2 = 1.0f - T * T;", New: "const float sech2 = 1.0f - T;",
 		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
 	},
@@ -526,7 +558,7 @@ var CUDADefects = []Mutation{
 		Op: "fill", Shapes: []string{"1000003:value=0.1"},
 	},
 	{
-		Name: "gelu_grad without the ½ of its first term", File: "cuda/elementwise.cu",
+		Name: "gelu_grad without the ½ of its first term", File: "cuda/gelu.cuh",
 		Old: "return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);", New: "return dy * ((1.0f + T) + 0.5f * x * sech2 * inner);",
 		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
 	},

@@ -264,7 +264,18 @@ type MatmulSpec struct {
 	// Accumulate names an Int parameter: when it is 1 the output is
 	// added into (β = 1), when 0 overwritten. Empty: always overwritten.
 	Accumulate string
+	// GELU names an Int parameter: when it is 1 the product passes through
+	// GPT-2's tanh GELU, in the direction Pre's role says. Pre an output
+	// (the forward): Pre = the product (with the bias), and the op's first
+	// output = gelu of it. Pre an input (the backward): the output = the
+	// product times gelu′(Pre), Pre holding the forward's pre-activations.
+	// Pre is f16 of the output's shape, empty when GELU is 0.
+	GELU, Pre string
 }
+
+// Linear says whether the op's output at s is affine in each factor (no
+// GELU): what the Freivalds projections of a sampled check rely on.
+func (m *MatmulSpec) Linear(s Shape) bool { return m.GELU == "" || s.Int(m.GELU) == 0 }
 
 // Op is an operation's contract.
 type Op struct {
@@ -299,7 +310,8 @@ type Op struct {
 	Anchor string
 	// ExactOnIntegers says that on small whole-number inputs every binary32
 	// intermediate is exact, so the output must match the reference bit
-	// for bit (the "integer" distribution is then an exact check).
+	// for bit (the "integer" distribution is then an exact check); a
+	// product through a GELU (MatmulSpec.GELU set to 1) never is.
 	ExactOnIntegers bool
 	// NoExactRounding, when set, says why no input makes this op's results
 	// exact values that its f16 outputs must round (verify's "rounding"
@@ -601,6 +613,21 @@ func (o *Op) resolve() error {
 			}
 			if outs := o.Outputs(); len(outs) != 1 || outs[0].Role != InOut || outs[0].DType != F32 {
 				return fmt.Errorf("op: %s: a product that accumulates (%s) needs one output, f32, with the role InOut", o.Name, m.Accumulate)
+			}
+		}
+		if (m.GELU == "") != (m.Pre == "") {
+			return fmt.Errorf("op: %s: the product's GELU switch %q and pre-activation operand %q come together", o.Name, m.GELU, m.Pre)
+		}
+		if m.GELU != "" {
+			if i, ok := o.index[m.GELU]; !ok || i < len(o.Dims) || o.Params[i-len(o.Dims)].Kind != Int {
+				return fmt.Errorf("op: %s: the product's GELU switch %q is not a whole-number parameter", o.Name, m.GELU)
+			}
+			p := o.operand(m.Pre)
+			if p == nil || p.DType != F16 || p.Role == InOut {
+				return fmt.Errorf("op: %s: the product's pre-activation %q is not an f16 input or output", o.Name, m.Pre)
+			}
+			if outs := o.Outputs(); outs[0].DType != F16 || outs[0].Name == m.Pre || m.Accumulate != "" {
+				return fmt.Errorf("op: %s: a product with GELU writes its result first, in f16, and does not accumulate", o.Name)
 			}
 		}
 	}

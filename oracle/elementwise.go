@@ -153,22 +153,30 @@ func geluCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) ([]*
 // ½·Inf·0·i = NaN; a finite x with dy = ±Inf gives ±Inf·g.
 func geluGradCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) ([]*Reference, error) {
 	xs, dys := in[0].F16, in[1].F16
-	g6, g2 := Gamma(6, u24), Gamma(2, u24)
 	return elementwise(ctx, len(xs), func(k int) (float64, float64) {
 		x, dy := f16.ToFloat64(xs[k]), f16.ToFloat64(dys[k])
-		_, T, e := geluParts(x)
-		sv := 1 - T*T
-		iv := geluC * (1 + 3*geluK*x*x)
-		g := 0.5*(1+T) + 0.5*x*sv*iv
+		g, eg := geluGradFactor(x)
 		v := dy * g
-		aT, as := math.Abs(T), math.Abs(sv)
-		es := (2*aT+e)*e + u24*(aT+e)*(aT+e)
-		es += u24 * (as + es)
-		ei := g6 * iv
-		e2 := 0.5 * math.Abs(x) * (es*iv + as*ei + es*ei + g2*(as+es)*(iv+ei))
-		e1 := 0.5 * (e + u24*(math.Abs(1+T)+e))
-		eg := e1 + e2 + u24*(math.Abs(g)+e1+e2)
 		ad := math.Abs(dy)
-		return v, ad*eg + u24*ad*(math.Abs(g)+eg) + own(v) + own(ad*0.5*math.Abs(x)*as*iv)
+		return v, ad*eg + u24*ad*(math.Abs(g)+eg) + own(v)
 	})
+}
+
+// geluGradFactor is gelu′(x) = g for an exact x, and e_g, how far a binary32
+// kernel's ĝ may lie from it (geluGradCompute's derivation), the float64
+// error of g's second term included.
+func geluGradFactor(x float64) (g, eg float64) {
+	g6, g2 := Gamma(6, u24), Gamma(2, u24)
+	_, T, e := geluParts(x)
+	sv := 1 - T*T
+	iv := geluC * (1 + 3*geluK*x*x)
+	g = 0.5*(1+T) + 0.5*x*sv*iv
+	aT, as := math.Abs(T), math.Abs(sv)
+	es := (2*aT+e)*e + u24*(aT+e)*(aT+e)
+	es += u24 * (as + es)
+	ei := g6 * iv
+	e2 := 0.5 * math.Abs(x) * (es*iv + as*ei + es*ei + g2*(as+es)*(iv+ei))
+	e1 := 0.5 * (e + u24*(math.Abs(1+T)+e))
+	eg = e1 + e2 + u24*(math.Abs(g)+e1+e2)
+	return g, eg + own(0.5*math.Abs(x)*as*iv)
 }

@@ -8,13 +8,14 @@ import (
 	"github.com/vkern/vkern/op"
 )
 
-// linear, linear_nt and linear_grad_w are members of the matrix-product
-// family: their reference is matmulCompute's (MatMulWith of the factors as
-// Factors views them, linear_nt's W transposed; then the bias, or
-// linear_grad_w's initial dW), their inputs matmulGenerate's, and their
-// bound MatMulWith's. bias_grad has a reference of its own.
+// linear, linear_nt, linear_grad_w and linear_grad_x are members of the
+// matrix-product family: their reference is matmulCompute's (MatMulWith of
+// the factors as Factors views them, linear_nt's and linear_grad_x's W
+// transposed; then the bias, or linear_grad_w's initial dW; then a GELU,
+// geluOfInexact or geluGradOfInexact), their inputs matmulGenerate's, and
+// their bound MatMulWith's. bias_grad has a reference of its own.
 func init() {
-	for _, o := range []*op.Op{op.Linear, op.LinearNT, op.LinearGradW} {
+	for _, o := range []*op.Op{op.Linear, op.LinearNT, op.LinearGradW, op.LinearGradX} {
 		mustRegister(o, Spec{Compute: matmulCompute, Generate: matmulGenerate})
 	}
 	mustRegister(op.BiasGrad, Spec{Compute: biasGradCompute, Generate: biasGradGenerate})

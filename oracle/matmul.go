@@ -114,6 +114,17 @@ func MatMul(ctx context.Context, x, y Matrix, acc Accumulation) (*Reference, err
 // and the generators keep C₀ far below 2¹²⁸, so no binary32 result
 // overflows where the float64 one is finite.
 func MatMulWith(ctx context.Context, x, y Matrix, ep Epilogue, acc Accumulation) (*Reference, error) {
+	refs, err := matMulWith(ctx, x, y, ep, acc)
+	if err != nil {
+		return nil, err
+	}
+	return refs[0], nil
+}
+
+// matMulWith is MatMulWith with every reference the epilogue makes: the
+// output's, then under GELUForward the pre-activation's (the value before
+// the GELU, as MatMulWith bounds it).
+func matMulWith(ctx context.Context, x, y Matrix, ep Epilogue, acc Accumulation) ([]*Reference, error) {
 	m, l, n := x.Rows, x.Cols, y.Cols
 	// Pack X row-major and Y into column panels of panelWidth, both as
 	// float64 with their magnitudes alongside, so the inner loop reads
@@ -152,6 +163,10 @@ func MatMulWith(ctx context.Context, x, y Matrix, ep Epilogue, acc Accumulation)
 	}
 	terms := ep.Terms()
 	orderFree := Gamma(int64(l+terms), U32) // the bound before it followed the structure
+	var pre *Reference                      // GELUForward: the value before the GELU
+	if ep.GELU == GELUForward {
+		pre = &Reference{Value: make([]float64, m*n), Bound: make([]float64, m*n), Typical: make([]float64, m*n)}
+	}
 	var mu sync.Mutex
 	var tightening tighteningSums
 	err := parallelRows(ctx, m, l*n, func(lo, hi int) {
@@ -193,10 +208,18 @@ func MatMulWith(ctx context.Context, x, y Matrix, ep Epilogue, acc Accumulation)
 						if terms > 0 {
 							v, bound, typical, magnitude = ep.finish(i, j, v, bound, magnitude, l, acc.Kind != AnyOrder)
 						}
+						part.note(orderFree*magnitude, bound)
+						switch ep.GELU {
+						case GELUForward:
+							pre.Value[i*n+j], pre.Bound[i*n+j], pre.Typical[i*n+j] = v, bound, typical
+							v, bound, typical = geluOfInexact(v, bound, typical)
+						case GELUBackward:
+							row, col := ep.place(i, j)
+							v, bound, typical = geluGradOfInexact(f16.ToFloat64(ep.Pre[row*ep.Cols+col]), v, bound, typical)
+						}
 						ref.Value[i*n+j] = v
 						ref.Bound[i*n+j] = bound
 						ref.Typical[i*n+j] = typical
-						part.note(orderFree*magnitude, bound)
 					}
 				}
 			}
@@ -206,7 +229,11 @@ func MatMulWith(ctx context.Context, x, y Matrix, ep Epilogue, acc Accumulation)
 		return nil, err
 	}
 	ref.Tightening = tightening.summary()
-	return ref, nil
+	if pre != nil {
+		pre.Tightening = ref.Tightening
+		return []*Reference{ref, pre}, nil
+	}
+	return []*Reference{ref}, nil
 }
 
 // mulPanel adds, for the four columns of one packed panel, the dot products
@@ -287,7 +314,12 @@ func (m Matrix) bits(i, j int) uint16 {
 type Epilogue struct {
 	Bias []uint16  // f16 bits, one per column of the whole output; nil: none
 	Init []float32 // the whole output's initial values, row-major; nil: none
-	Cols int       // columns of the whole output: Init's row length
+	Cols int       // columns of the whole output: Init's and Pre's row length
+	// GELU, after the additions: GELUForward gives two references, the
+	// value so far (the op's pre-activation output) and gelu of it (its
+	// first output); GELUBackward multiplies the value by gelu′(Pre).
+	GELU GELUEpilogue
+	Pre  []uint16 // GELUBackward: the whole output's pre-activations (f16 bits), row-major
 
 	rows, cols []int // the whole output's rows and columns this view holds; nil: all
 }
@@ -306,7 +338,66 @@ func EpilogueOf(o *op.Op, s op.Shape, inputs []Input) Epilogue {
 	if m.Accumulate != "" && s.Int(m.Accumulate) == 1 {
 		ep.Init = inputs[inputIndex(o, o.Outputs()[0].Name)].F32
 	}
+	if !m.Linear(s) {
+		ep.GELU = GELUForward
+		if p, _ := o.Operand(m.Pre); p.Role == op.In {
+			ep.GELU, ep.Pre = GELUBackward, inputs[inputIndex(o, m.Pre)].F16
+		}
+	}
 	return ep
+}
+
+// GELUEpilogue is the GELU a matmul-family op applies to its product
+// (op.MatmulSpec.GELU), if any.
+type GELUEpilogue uint8
+
+const (
+	NoGELU       GELUEpilogue = iota
+	GELUForward               // out = gelu(v), pre = v
+	GELUBackward              // out = v·gelu′(pre)
+)
+
+// geluSlope bounds |gelu′| over the reals: its supremum is 1.12899…, near
+// x = 1.4185 (gelu′ tends to 1 as x → ∞ and to 0 as x → −∞;
+// TestGELUConstants checks it on a fine grid).
+const geluSlope = 1.13
+
+// geluOfInexact is the reference of a kernel's binary32 gelu(v̂) where the
+// kernel's v̂ is within e of the exact v: the value gelu(v), its bound and
+// its typical error (typical, v̂'s). The kernel evaluates gelu at v̂ as the
+// gelu op does (geluCompute), within ½|v̂|·(E_S + u₂₄·(|1 + T̂| + E_S)) of
+// gelu(v̂), E_S = E + u₂₄·(|1 + T̂| + E), E the tanh error of geluParts,
+// which over every argument is at most 0.448·γ₂₄(8) + 2⁻²¹·(1 + 0.448·γ₂₄(8))
+// (max s·sech²(s) < 0.448); and |1 + T̂| ≤ 2, |v̂| ≤ |v| + e. gelu(v̂) is within
+// geluSlope·e of gelu(v). Specials follow IEEE as in geluCompute: NaN stays
+// NaN, +Inf gives +Inf and −Inf NaN.
+func geluOfInexact(v, e, typical float64) (value, bound, newTypical float64) {
+	_, T, _ := geluParts(v)
+	value = 0.5 * v * (1 + T)
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return value, 0, 0
+	}
+	theta := Gamma(8, u24)
+	eMax := 0.448*theta + tanhRelative*(1+0.448*theta)
+	eS := eMax + u24*(2+eMax)
+	eval := 0.5 * (math.Abs(v) + e) * (eS + u24*(2+eS))
+	return value, eval + geluSlope*e + own(value), geluSlope*typical + eval
+}
+
+// geluGradOfInexact is the reference of a kernel's binary32 v̂·ĝ, ĝ its
+// gelu′(x) for an exact f16 x (geluGradFactor: within e_g of g) and v̂
+// within e of the exact v: |v̂·ĝ·(1 + δ) − v·g| ≤ e_g·(|v| + e) + |g|·e +
+// u₂₄·(|g| + e_g)·(|v| + e). Specials follow IEEE in float64 as the kernel's
+// binary32: x = ±Inf makes g NaN, a NaN v stays NaN.
+func geluGradOfInexact(x, v, e, typical float64) (value, bound, newTypical float64) {
+	g, eg := geluGradFactor(x)
+	value = v * g
+	if math.IsInf(v, 0) || math.IsNaN(value) {
+		return value, 0, 0
+	}
+	av, ag := math.Abs(v)+e, math.Abs(g)
+	bound = eg*av + ag*e + u24*(ag+eg)*av + own(value)
+	return value, bound, ag*typical + eg*av
 }
 
 // Terms is the number of terms the epilogue adds to each element.
@@ -515,11 +606,16 @@ func init() {
 func matmulCompute(ctx context.Context, s op.Shape, in []Input, a Arithmetic) ([]*Reference, error) {
 	o := s.Op()
 	x, y := Factors(o, s, in)
-	ref, err := MatMulWith(ctx, x, y, EpilogueOf(o, s, in), a.Dot)
+	refs, err := matMulWith(ctx, x, y, EpilogueOf(o, s, in), a.Dot)
 	if err != nil {
 		return nil, err
 	}
-	return []*Reference{ref}, nil
+	// An op with a forward GELU has its pre-activation output, empty
+	// without the GELU.
+	for len(refs) < len(o.Outputs()) {
+		refs = append(refs, &Reference{})
+	}
+	return refs, nil
 }
 
 // matmulGenerate draws a matmul-family op's inputs: each distribution's
@@ -617,6 +713,9 @@ func RoundingApplies(o *op.Op, s op.Shape) (bool, string) {
 		return false, o.NoExactRounding
 	}
 	if o.Matmul != nil {
+		if !o.Matmul.Linear(s) {
+			return false, "GELU's tanh makes no result exact"
+		}
 		if l := s.Int(o.Matmul.Depth); l >= exactSumLimit {
 			return false, fmt.Sprintf("a reduction of %d terms can reach 2^24 even with inputs of ±1, where binary32 sums stop being exact", l)
 		}

@@ -57,7 +57,7 @@ func Check(ctx context.Context, o *op.Op, s op.Shape, inputs []oracle.Input, out
 		if o.Independent != "" {
 			return checkSlices(ctx, o, s, inputs, outs, arith, opts)
 		}
-		if o.Matmul != nil && len(o.Outputs()) == 1 {
+		if o.Matmul != nil && len(o.Outputs()) == 1 && o.Matmul.Linear(s) {
 			c := Case{Op: o, Shape: s, Seed: opts.Seed, Sampled: true}
 			st, err := sampledCheck(ctx, c, Mode{}, inputs, outs[0], arith.Dot)
 			if err != nil {

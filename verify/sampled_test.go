@@ -106,3 +106,38 @@ func TestSampledChecksCatchAnUnwrittenElement(t *testing.T) {
 		}
 	}
 }
+
+// A product through a GELU is not affine, so a sampled case of it is
+// checked on whole slices of its rows, never by Freivalds' projections: a
+// correct kernel passes, and one element of the output doubled (plus one)
+// in every row is caught.
+func TestSampledGELUProductsAreCheckedBySlices(t *testing.T) {
+	geluOps := []*op.Op{op.Linear, op.LinearGradX}
+	res := mustRun(t, goKernels{}, sampledCases(t, geluOps, "40x50x60:gelu=1", "70x20x33:gelu=1"))
+	for _, r := range res.Cases {
+		if r.Verdict != Passed {
+			t.Errorf("%s: %s: %s", r.Case, r.Verdict, r.Reason)
+		}
+		if r.Stats.Sample != nil {
+			t.Errorf("%s was checked by Freivalds' projections: %+v", r.Case, r.Stats.Sample)
+		}
+	}
+	moved := goKernels{mutate: func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+		rows, cols := int(s.Dims[0]), int(s.Dims[1])
+		if o == op.LinearGradX {
+			cols = int(s.Dims[2])
+		}
+		for i := 0; i < rows; i++ {
+			out[i*cols+i%cols] = 2*out[i*cols+i%cols] + 1
+		}
+	}}
+	res = mustRun(t, moved, sampledCases(t, geluOps, "40x50x60:gelu=1"))
+	for _, r := range res.Cases {
+		// Under wide, products of ±10⁴ reach 10⁹: the positive ones
+		// overflow f16 and the negative ones' GELU is 0 within ½|v|·4 ulps
+		// of tanhf near −1 (hundreds), so doubling hides there.
+		if r.Dist != oracle.Special && r.Dist != oracle.Wide && r.Verdict != Incorrect {
+			t.Errorf("%s with one element a row doubled: %s, want incorrect", r.Case, r.Verdict)
+		}
+	}
+}

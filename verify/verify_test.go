@@ -96,11 +96,23 @@ func (g goKernels) RunOp(ctx context.Context, o *op.Op, s op.Shape, buffers [][]
 	return time.Microsecond, nil
 }
 
+// goGELU and goGELUGrad are GPT-2's tanh GELU and its derivative in
+// float32, tanh rounded from float64's.
+func goGELU(x float32) float32 {
+	t := float32(0.7978845608) * (x + float32(0.044715)*x*x*x)
+	return 0.5 * x * (1 + float32(math.Tanh(float64(t))))
+}
+
+func goGELUGrad(x float32) float32 {
+	T := float32(math.Tanh(float64(float32(0.7978845608) * (x + float32(0.044715)*x*x*x))))
+	return 0.5*(1+T) + 0.5*x*(1-T*T)*float32(0.7978845608)*(1+3*float32(0.044715)*x*x)
+}
+
 func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
 	switch o {
 	case op.Linear:
 		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
-		bias := s.Int("bias") == 1
+		bias, gelu := s.Int("bias") == 1, s.Int("gelu") == 1
 		for i := 0; i < m; i++ {
 			for j := 0; j < n; j++ {
 				var acc float32
@@ -111,6 +123,24 @@ func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
 					acc += in[2][j]
 				}
 				out[i*n+j] = acc
+				if gelu { // y, then pre
+					out[m*n+i*n+j], out[i*n+j] = acc, goGELU(acc)
+				}
+			}
+		}
+	case op.LinearGradX:
+		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
+		gelu := s.Int("gelu") == 1
+		for i := 0; i < m; i++ {
+			for j := 0; j < k; j++ {
+				var acc float32
+				for t := 0; t < n; t++ {
+					acc += in[0][i*n+t] * in[1][j*n+t]
+				}
+				if gelu {
+					acc *= goGELUGrad(in[2][i*k+j])
+				}
+				out[i*k+j] = acc
 			}
 		}
 	case op.LinearGradW:
@@ -239,11 +269,11 @@ func crossEntropyGo(s op.Shape, x, labels, out []float32, subtractMax, countIgno
 }
 
 // goOps are the ops goKernels implements: the six of the first release, and
-// the matmul family's members with an epilogue (linear's bias,
-// linear_grad_w's accumulation), whose sampled checks verify must get
-// right. The others are shown by the C++ kernels' conformance suite
-// (kerneltest).
-var goOps = []*op.Op{op.Gemm, op.GemmGradA, op.GemmGradB, op.Softmax, op.SoftmaxGrad, op.CrossEntropy, op.Linear, op.LinearGradW}
+// the matmul family's members with an epilogue (linear's bias and GELU,
+// linear_grad_w's accumulation, linear_grad_x's GELU gradient), whose
+// sampled and sliced checks verify must get right. The others are shown by
+// the C++ kernels' conformance suite (kerneltest).
+var goOps = []*op.Op{op.Gemm, op.GemmGradA, op.GemmGradB, op.Softmax, op.SoftmaxGrad, op.CrossEntropy, op.Linear, op.LinearGradW, op.LinearGradX}
 
 func quickPlan(t *testing.T) []Case {
 	t.Helper()

@@ -8,9 +8,9 @@
 //
 // Facts relied on: binary32 arithmetic rounded to nearest (no fast-math;
 // GCC may fuse a multiply and an add, which rounds once where the bound
-// counts two); tanh is vmath.h's tanh_run, within 1.5·2⁻²³ relatively of
-// tanh over every binary32 argument, where the oracle's bound allows 4;
-// ±Inf and NaN follow the formulas
+// counts two); GELU is gelu.h's, with vmath.h's tanh_run, within
+// 1.5·2⁻²³ relatively of tanh over every binary32 argument, where the
+// oracle's bound allows 4; ±Inf and NaN follow the formulas
 // (gelu(−Inf) = ½·(−Inf)·0 = NaN, as the reference). add may run in place:
 // y's buffer may be a's, and each element is read before it is written.
 #include <algorithm>
@@ -22,17 +22,13 @@
 #include "core/f16.h"
 #include "cpu/convert.h"
 #include "cpu/device.h"
-#include "cpu/vmath.h"
+#include "cpu/gelu.h"
 
 namespace vkern {
 namespace {
 
 constexpr size_t kChunk = 1 << 16;  // elements per task
-constexpr size_t kRun = 1024;       // elements converted at a time, on the stack
-
-// GELU's constants in binary32: √(2/π) and 0.044715.
-constexpr float kGeluC = 0.7978845608f;
-constexpr float kGeluK = 0.044715f;
+constexpr size_t kRun = kGeluRun;   // elements converted at a time, on the stack
 
 // for_runs calls fn(first, count) over [0, n) in runs of at most kRun
 // elements, the runs of one chunk on one worker.
@@ -43,28 +39,6 @@ void for_runs(size_t n, const Fn& fn) {
     const size_t end = std::min(n, (chunk + 1) * kChunk);
     for (size_t i = chunk * kChunk; i < end; i += kRun) fn(i, std::min(kRun, end - i));
   });
-}
-
-// gelu_run replaces v[0, n) by gelu(v): t = c·(x + k·x³) and ½x(1 + tanh t)
-// per element, tanh over the run (vmath.h).
-inline void gelu_run(float* v, size_t n) {
-  float t[kRun];
-  for (size_t i = 0; i < n; ++i) t[i] = kGeluC * (v[i] + kGeluK * v[i] * v[i] * v[i]);
-  tanh_run(t, n);
-  for (size_t i = 0; i < n; ++i) v[i] = 0.5f * v[i] * (1.0f + t[i]);
-}
-
-// gelu_grad_run replaces x[0, n) by dy·gelu'(x): with T = tanh t,
-// ½(1 + T) + ½x·(1 − T²)·c·(1 + 3k·x²).
-inline void gelu_grad_run(float* x, const float* dy, size_t n) {
-  float T[kRun];
-  for (size_t i = 0; i < n; ++i) T[i] = kGeluC * (x[i] + kGeluK * x[i] * x[i] * x[i]);
-  tanh_run(T, n);
-  for (size_t i = 0; i < n; ++i) {
-    const float sech2 = 1.0f - T[i] * T[i];
-    const float inner = kGeluC * (1.0f + 3.0f * kGeluK * x[i] * x[i]);
-    x[i] = dy[i] * (0.5f * (1.0f + T[i]) + 0.5f * x[i] * sech2 * inner);
-  }
 }
 
 }  // namespace

@@ -8,12 +8,14 @@
 //   gemm           A     B     K      C  f32 M×N
 //   gemm_grad_a    dC    Bᵀ    N      dA f16 M×K
 //   gemm_grad_b    Aᵀ    dC    M      dB f16 K×N
-//   linear         x     W     K      y  f16 M×N       + b[col]   (bias = 1)
+//   linear         x     W     K      y  f16 M×N       + b[col]   (bias = 1),
+//                                                      then gelu, with pre = the sum (gelu = 1)
 //   linear_nt      x     Wᵀ    K      y  f16 M×N       + b[col]   (bias = 1)
 //   linear_grad_w  xᵀ    dy    M      dW f32 K×N       dW_old +   (accumulate = 1)
+//   linear_grad_x  dy    Wᵀ    N      dx f16 M×K       · gelu′(pre) (gelu = 1)
 //
 // A transposed operand is only a different read order while packing, so one
-// f32 micro-kernel serves all six.
+// f32 micro-kernel serves all seven.
 //
 // Blocking (the GotoBLAS/BLIS scheme, sized for a 32 KiB L1 and >= 512 KiB L2):
 //
@@ -47,7 +49,10 @@
 //   (converted from f16, exact) in one f32 addition, then the old value of
 //   an accumulated f32 output in another (old + sum), both rounded to
 //   nearest, before the one store. The oracle's epilogue bound
-//   (oracle.MatMulWith) assumes exactly these two additions.
+//   (oracle.MatMulWith) assumes exactly these two additions. A GELU comes
+//   last, on the f32 value, with gelu.h's expressions: the forward stores
+//   the value rounded to f16 as pre and gelu of it as the output, the
+//   backward multiplies it by gelu′(pre) (gelu_grad_run, dy = the value).
 // - Every index that multiplies two dimensions is size_t (64-bit).
 #include <algorithm>
 #include <cstddef>
@@ -59,6 +64,7 @@
 #include "core/f16.h"
 #include "cpu/convert.h"
 #include "cpu/device.h"
+#include "cpu/gelu.h"
 
 #if defined(__FMA__) && defined(__AVX__)
 #include <immintrin.h>
@@ -99,7 +105,10 @@ struct Operand {
 // (row, col) of the current row and column block at
 // sums[(row − sums_row0) · sums_cols + col − sums_col0]. The epilogue adds
 // bias[col] (f16, cols of them) when bias is set, and adds into c32 instead
-// of overwriting it when accumulate is set.
+// of overwriting it when accumulate is set; then, for an f16 output, the
+// GELU: with pre_out set, the element goes to pre_out (f16, rows × cols) and
+// gelu of it to c16; with pre_in set, c16 gets it times gelu′(pre_in's
+// element).
 struct Output {
   float* c32;
   uint16_t* c16;
@@ -110,7 +119,9 @@ struct Output {
   size_t sums_col0;
   size_t sums_cols;
   const uint16_t* bias = nullptr;
-  bool accumulate = false;  // c32 only
+  bool accumulate = false;           // c32 only
+  uint16_t* pre_out = nullptr;       // c16 only
+  const uint16_t* pre_in = nullptr;  // c16 only
 };
 
 // VKERN_MULTIPLY_ADD(acc, a, b) sets acc = acc + a·b. The products are exact
@@ -235,7 +246,17 @@ void finish_tile(const Output& out, const float* tile, size_t row0, size_t col0,
         if (out.bias != nullptr) value += bias[j];
         values[j] = value;
       }
-      f32_to_f16_run(values, out.c16 + row * out.cols + col0, nr);
+      const size_t at = row * out.cols + col0;
+      if (out.pre_out != nullptr) {
+        f32_to_f16_run(values, out.pre_out + at, nr);
+        gelu_run(values, nr);
+      } else if (out.pre_in != nullptr) {
+        float x[kNR];
+        f16_to_f32_run(out.pre_in + at, x, nr);
+        gelu_grad_run(x, values, nr);
+        std::memcpy(values, x, nr * sizeof(float));
+      }
+      f32_to_f16_run(values, out.c16 + at, nr);
     }
   }
 }
@@ -337,12 +358,23 @@ void gemm_grad_b(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const ui
 }
 
 // y = x · W + b: x M×K and W K×N as gemm's A and B, y f16; b (N) is
-// nullptr when the bias is off.
+// nullptr when the bias is off. With pre (M×N) not null, pre = x · W + b
+// and y = gelu of it.
 void linear(ThreadPool& pool, Scratch& scratch, const uint16_t* x, const uint16_t* w, const uint16_t* b, uint16_t* y,
-            size_t M, size_t N, size_t K) {
+            uint16_t* pre, size_t M, size_t N, size_t K) {
   Output out{nullptr, y, M, N, nullptr, 0, 0, 0};
   out.bias = b;
+  out.pre_out = pre;
   product(pool, scratch, Operand::row_major(x, K), Operand::row_major(w, N), M, N, K, out);
+}
+
+// dx = dy · Wᵀ: gemm_grad_a's product (W stored K×N, so Wᵀ is its
+// transposed view), dx f16 M×K; with pre (M×K) not null, times gelu′(pre).
+void linear_grad_x(ThreadPool& pool, Scratch& scratch, const uint16_t* dy, const uint16_t* w, const uint16_t* pre,
+                   uint16_t* dx, size_t M, size_t N, size_t K) {
+  Output out{nullptr, dx, M, K, nullptr, 0, 0, 0};
+  out.pre_in = pre;
+  product(pool, scratch, Operand::row_major(dy, N), Operand::transpose_of(w, N), M, K, N, out);
 }
 
 // y = x · Wᵀ + b: W is stored N×K (torch.nn.functional.linear's weight),
@@ -389,8 +421,17 @@ Result run_gemm_grad_b(const Call& c, uint64_t*) {
 Result run_linear(const Call& c, uint64_t*) {
   using namespace op_linear;
   const uint16_t* b = c.dim(param::bias) == 1 ? c.ptr<const uint16_t>(buf::b) : nullptr;
+  uint16_t* pre = c.dim(param::gelu) == 1 ? c.ptr<uint16_t>(buf::pre) : nullptr;
   linear(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::x), c.ptr<const uint16_t>(buf::W), b,
-         c.ptr<uint16_t>(buf::y), c.dim(param::M), c.dim(param::N), c.dim(param::K));
+         c.ptr<uint16_t>(buf::y), pre, c.dim(param::M), c.dim(param::N), c.dim(param::K));
+  return Result::OK();
+}
+
+Result run_linear_grad_x(const Call& c, uint64_t*) {
+  using namespace op_linear_grad_x;
+  const uint16_t* pre = c.dim(param::gelu) == 1 ? c.ptr<const uint16_t>(buf::pre) : nullptr;
+  linear_grad_x(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::dy), c.ptr<const uint16_t>(buf::W), pre,
+                c.ptr<uint16_t>(buf::dx), c.dim(param::M), c.dim(param::N), c.dim(param::K));
   return Result::OK();
 }
 

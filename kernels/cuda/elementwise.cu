@@ -7,9 +7,9 @@
 // element (Scalar). Memory-bound: the floor is the operands' bytes over the
 // copy bandwidth.
 //
-// Facts relied on: tanhf is CUDA's accurate tanh (within 2 ulps, the CUDA
-// Math API's table; no -use_fast_math), which the oracle's bound allows
-// twice over; nvcc may fuse a multiply and an add, which rounds once where
+// Facts relied on: GELU is gelu.cuh's, with tanhf, CUDA's accurate tanh
+// (within 2 ulps, the CUDA Math API's table; no -use_fast_math), which the
+// oracle's bound allows twice over; nvcc may fuse a multiply and an add, which rounds once where
 // the bound counts two; f16 results are rounded once (__float2half_rn).
 // add may run in place (y = a): every element is read before it is written,
 // by the same thread.
@@ -20,6 +20,7 @@
 
 #include "core/backend.h"
 #include "cuda/compat.h"
+#include "cuda/gelu.cuh"
 #include "cuda/rows.cuh"
 
 namespace {
@@ -28,27 +29,16 @@ namespace vkern_elementwise {
 using namespace vkern_rows;
 
 constexpr int kThreads = 256;
-constexpr float kGeluC = 0.7978845608f;  // √(2/π)
-constexpr float kGeluK = 0.044715f;
-
 struct Add {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
 
 struct Gelu {
-  __device__ float operator()(float x, float) const {
-    const float t = kGeluC * (x + kGeluK * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(t));
-  }
+  __device__ float operator()(float x, float) const { return vkern_gelu::gelu(x); }
 };
 
 struct GeluGrad {
-  __device__ float operator()(float x, float dy) const {
-    const float T = tanhf(kGeluC * (x + kGeluK * x * x * x));
-    const float sech2 = 1.0f - T * T;
-    const float inner = kGeluC * (1.0f + 3.0f * kGeluK * x * x);
-    return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);
-  }
+  __device__ float operator()(float x, float dy) const { return vkern_gelu::gelu_grad(x, dy); }
 };
 
 // scalar: out[i] = f(a[i], b[i]) (b may be null: f ignores it).

@@ -1,22 +1,26 @@
 // The matmul family's epilogue on the GPU: what the product kernels
 // (gemm.cu's mma.sync and portable kernels, gemm_sm90.cu's wgmma kernels)
-// add to each element's finished f32 dot product before they store it.
+// do to each element's finished f32 dot product before they store it.
 //
-// Epilogue<kAddBias, kAddOld> (kBias, kAccumulate) adds bias[col] (f16, one per output column)
-// when kBias (linear), then the element's old value when kAccumulate (an
-// f32 output added into: linear_grad_w), each in one binary32 addition
-// rounded to nearest: v = v + bias[col]; v = old + v. The kernels apply it
-// to the accumulator registers after the last product and before any
+// Epilogue<kAddBias, kAddOld, kGelu> adds bias[col] (f16, one per output
+// column) when kBias (linear), then the element's old value when
+// kAccumulate (an f32 output added into: linear_grad_w), each in one
+// binary32 addition rounded to nearest: v = v + bias[col]; v = old + v.
+// Then the GELU (gelu.cuh's expressions, as the cpu backend's): kGelu ==
+// kGeluForward stores v rounded to f16 as pre's element and goes on with
+// gelu(v) (linear with gelu = 1); kGelu == kGeluBackward goes on with
+// v·gelu′(pre's element) (linear_grad_x with gelu = 1). The kernels apply
+// it to the accumulator registers after the last product and before any
 // store, in a loop of its own (so that the old values' loads are issued
 // together, not each behind the previous element's store), and the stores
 // that follow are unchanged: each element is still read once, written once
-// and, for f16 outputs, rounded once. gemm_sm90.cu makes the same two
+// and, for f16 outputs, rounded once. gemm_sm90.cu makes the same
 // additions in the same order without apply: the tile's bias slice from
 // bias_pair, staged in shared memory, and the old values loaded 32 at a
-// time. The oracle's epilogue bound (oracle.MatMulWith) assumes exactly
-// these additions.
+// time; then gelu_pairs. The oracle's epilogue bound (oracle.MatMulWith)
+// assumes exactly these steps.
 //
-// Epilogue<false, false> (NoEpilogue: gemm and its gradients) adds nothing;
+// Epilogue<false, false> (NoEpilogue: gemm and its gradients) does nothing;
 // the kernels test kAny with if constexpr, so their code is unchanged.
 #ifndef VKERN_CUDA_EPILOGUE_CUH
 #define VKERN_CUDA_EPILOGUE_CUH
@@ -24,15 +28,20 @@
 #include <cstdint>
 
 #include "cuda/compat.h"
+#include "cuda/gelu.cuh"
 
 namespace {
 namespace vkern_epilogue {
 
-template <bool kAddBias, bool kAddOld>
+constexpr int kNoGelu = 0, kGeluForward = 1, kGeluBackward = 2;
+
+template <bool kAddBias, bool kAddOld, int kGeluKind = kNoGelu>
 struct Epilogue {
   static constexpr bool kBias = kAddBias, kAccumulate = kAddOld;
-  static constexpr bool kAny = kBias || kAccumulate;
-  const __half* bias;  // the output's cols halves when kBias; else unused
+  static constexpr int kGelu = kGeluKind;
+  static constexpr bool kAny = kBias || kAccumulate || kGelu != kNoGelu;
+  const __half* bias;    // the output's cols halves when kBias; else unused
+  __half* pre = nullptr;  // rows × cols, like the output, when kGelu: written (forward) or read (backward)
 
   // The bias of columns col and col + 1 as two f16 in one word (low half
   // first), 0 for a column past the last: for kernels that stage a tile's
@@ -44,7 +53,7 @@ struct Epilogue {
     return lo | hi << 16;
   }
 
-  // v plus the epilogue's terms for element (row, col) of out, a row-major
+  // v after the epilogue's steps for element (row, col) of out, a row-major
   // matrix of cols columns; (row, col) must lie inside it.
   template <typename Out>
   __device__ __forceinline__ float apply(float v, const Out* out, int64_t row, int64_t col, int64_t cols) const {
@@ -55,7 +64,45 @@ struct Epilogue {
       static_assert(sizeof(Out) == sizeof(float), "only f32 outputs are added into");
       v = out[row * cols + col] + v;
     }
-    return v;
+    return gelu(v, row * cols + col);
+  }
+
+  // v after the GELU step alone, for element index at (row · cols + col).
+  __device__ __forceinline__ float gelu(float v, int64_t at) const {
+    if constexpr (kGelu == kGeluForward) {
+      pre[at] = __float2half_rn(v);
+      return vkern_gelu::gelu(v);
+    } else if constexpr (kGelu == kGeluBackward) {
+      return vkern_gelu::gelu_grad(__half2float(pre[at]), v);
+    } else {
+      return v;
+    }
+  }
+
+  // The GELU step for the elements (row, col) and (row, col + 1), v0 and v1,
+  // either of which may lie past the last column (then left alone); with
+  // paired, the pair is one aligned 4-byte access of pre (cols is even and
+  // pre 4-byte aligned).
+  __device__ __forceinline__ void gelu_pair(float& v0, float& v1, int64_t row, int64_t col, int64_t cols,
+                                            bool paired) const {
+    if constexpr (kGelu != kNoGelu) {
+      const int64_t at = row * cols + col;
+      if (paired && col + 1 < cols) {
+        __half2* p = reinterpret_cast<__half2*>(pre + at);
+        if constexpr (kGelu == kGeluForward) {
+          *p = __floats2half2_rn(v0, v1);
+          v0 = vkern_gelu::gelu(v0);
+          v1 = vkern_gelu::gelu(v1);
+        } else {
+          const float2 x = __half22float2(*p);
+          v0 = vkern_gelu::gelu_grad(x.x, v0);
+          v1 = vkern_gelu::gelu_grad(x.y, v1);
+        }
+        return;
+      }
+      if (col < cols) v0 = gelu(v0, at);
+      if (col + 1 < cols) v1 = gelu(v1, at + 1);
+    }
   }
 };
 

@@ -850,14 +850,36 @@ cudaError_t vk_gemm_grad_b(const __half* A, const __half* dC, __half* dB, int64_
 }
 
 // y = x · W (+ b): as vk_gemm, with an f16 output and the bias (N halves)
-// added in the epilogue when b is not null.
-cudaError_t vk_linear(const __half* x, const __half* W, const __half* b, __half* y, int64_t M, int64_t N, int64_t K,
-                      cudaStream_t s) {
+// added in the epilogue when b is not null; with pre (M×N) not null, pre =
+// x · W (+ b) and y = gelu of it.
+cudaError_t vk_linear(const __half* x, const __half* W, const __half* b, __half* y, __half* pre, int64_t M, int64_t N,
+                      int64_t K, cudaStream_t s) {
+  using vkern_epilogue::Epilogue;
+  using vkern_epilogue::kGeluForward;
   // L = x (M×K, depth-contiguous), R = W (K×N, column-contiguous).
+  if (pre != nullptr) {
+    if (b != nullptr) {
+      return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s, Epilogue<true, false, kGeluForward>{b, pre});
+    }
+    return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s, Epilogue<false, false, kGeluForward>{nullptr, pre});
+  }
   if (b != nullptr) {
-    return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s, vkern_epilogue::Epilogue<true, false>{b});
+    return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s, Epilogue<true, false>{b});
   }
   return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s);
+}
+
+// dx = dy · Wᵀ, W stored K×N: gemm_grad_a's product; with pre (M×K) not
+// null, times gelu′(pre) in the epilogue.
+cudaError_t vk_linear_grad_x(const __half* dy, const __half* W, const __half* pre, __half* dx, int64_t M, int64_t N,
+                             int64_t K, cudaStream_t s) {
+  // L = dy (M×N, depth N contiguous), R = Wᵀ: R(n, k) = W[k·N + n], depth-contiguous.
+  if (pre != nullptr) {
+    return vkern_gemm::product<true, true>(
+        dy, N, W, N, dx, M, K, N, s,
+        vkern_epilogue::Epilogue<false, false, vkern_epilogue::kGeluBackward>{nullptr, const_cast<__half*>(pre)});
+  }
+  return vkern_gemm::product<true, true>(dy, N, W, N, dx, M, K, N, s);
 }
 
 // y = x · Wᵀ (+ b), W stored N×K: gemm_grad_a's layouts (both operands
@@ -910,8 +932,16 @@ cudaError_t run_gemm_grad_b(const Call& c, unsigned long long*, cudaStream_t s) 
 cudaError_t run_linear(const Call& c, unsigned long long*, cudaStream_t s) {
   using namespace op_linear;
   const __half* b = c.params[param::bias] == 1 ? c.ptr<const __half>(buf::b) : nullptr;
-  return vk_linear(c.ptr<const __half>(buf::x), c.ptr<const __half>(buf::W), b, c.ptr<__half>(buf::y),
+  __half* pre = c.params[param::gelu] == 1 ? c.ptr<__half>(buf::pre) : nullptr;
+  return vk_linear(c.ptr<const __half>(buf::x), c.ptr<const __half>(buf::W), b, c.ptr<__half>(buf::y), pre,
                    c.params[param::M], c.params[param::N], c.params[param::K], s);
+}
+
+cudaError_t run_linear_grad_x(const Call& c, unsigned long long*, cudaStream_t s) {
+  using namespace op_linear_grad_x;
+  const __half* pre = c.params[param::gelu] == 1 ? c.ptr<const __half>(buf::pre) : nullptr;
+  return vk_linear_grad_x(c.ptr<const __half>(buf::dy), c.ptr<const __half>(buf::W), pre, c.ptr<__half>(buf::dx),
+                          c.params[param::M], c.params[param::N], c.params[param::K], s);
 }
 
 cudaError_t run_linear_nt(const Call& c, unsigned long long*, cudaStream_t s) {

@@ -570,6 +570,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           for (int i = 0; i < 4 * kChunkJ; ++i) acc[4 * j0 + i] = old[i] + acc[4 * j0 + i];
         }
       }
+      if constexpr (Epi::kGelu != vkern_epilogue::kNoGelu) {
+        // The GELU step, a pair of columns at a time: pre's pair written
+        // (forward) or read (backward) in one 4-byte access where aligned.
+        const bool paired = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(epi.pre) & 3) == 0;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int64_t r = row + 8 * h;
+            if (r < rows) epi.gelu_pair(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], r, col + 8 * j, cols, paired);
+          }
+        }
+      }
       const bool interior = m0 + BM <= rows && n0 + BN <= cols;
       if (Cfg::kStagedEpilogue && interior && rows_aligned16) {
         // Through this warp's 16 × 128-byte buffer, one chunk of 128 bytes

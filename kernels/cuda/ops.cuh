@@ -64,9 +64,15 @@ cudaError_t vk_gemm_grad_b(const __half* A, const __half* dC, __half* dB, int64_
                            cudaStream_t s);
 
 // y (f16, M×N) = x (M×K) · W (K×N) + b, the bias b (N) added to every row
-// in the epilogue; b null: no bias.
-cudaError_t vk_linear(const __half* x, const __half* W, const __half* b, __half* y, int64_t M, int64_t N, int64_t K,
-                      cudaStream_t s);
+// in the epilogue; b null: no bias. pre (f16, M×N) not null: pre = that
+// sum and y = gelu of it.
+cudaError_t vk_linear(const __half* x, const __half* W, const __half* b, __half* y, __half* pre, int64_t M, int64_t N,
+                      int64_t K, cudaStream_t s);
+
+// dx (f16, M×K) = dy (M×N) · Wᵀ, where W is stored K×N; pre (f16, M×K) not
+// null: times gelu′(pre).
+cudaError_t vk_linear_grad_x(const __half* dy, const __half* W, const __half* pre, __half* dx, int64_t M, int64_t N,
+                             int64_t K, cudaStream_t s);
 
 // y (f16, M×N) = x (M×K) · Wᵀ + b, where W is stored N×K, the bias b (N)
 // added to every row in the epilogue; b null: no bias.
