@@ -155,17 +155,18 @@ func geluGradCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) 
 	xs, dys := in[0].F16, in[1].F16
 	return elementwise(ctx, len(xs), func(k int) (float64, float64) {
 		x, dy := f16.ToFloat64(xs[k]), f16.ToFloat64(dys[k])
-		g, eg := geluGradFactor(x)
+		g, eg, second := geluGradFactor(x)
 		v := dy * g
 		ad := math.Abs(dy)
-		return v, ad*eg + u24*ad*(math.Abs(g)+eg) + own(v)
+		return v, ad*eg + u24*ad*(math.Abs(g)+eg) + own(v) + own(ad*second)
 	})
 }
 
-// geluGradFactor is gelu′(x) = g for an exact x, and e_g, how far a binary32
-// kernel's ĝ may lie from it (geluGradCompute's derivation), the float64
-// error of g's second term included.
-func geluGradFactor(x float64) (g, eg float64) {
+// geluGradFactor is gelu′(x) = g for an exact x, e_g, how far a binary32
+// kernel's ĝ may lie from it (geluGradCompute's derivation), and the
+// magnitude ½|x|·|s|·i of g's second term, whose float64 error (own) a
+// caller adds for the product it forms with g.
+func geluGradFactor(x float64) (g, eg, second float64) {
 	g6, g2 := Gamma(6, u24), Gamma(2, u24)
 	_, T, e := geluParts(x)
 	sv := 1 - T*T
@@ -178,5 +179,5 @@ func geluGradFactor(x float64) (g, eg float64) {
 	e2 := 0.5 * math.Abs(x) * (es*iv + as*ei + es*ei + g2*(as+es)*(iv+ei))
 	e1 := 0.5 * (e + u24*(math.Abs(1+T)+e))
 	eg = e1 + e2 + u24*(math.Abs(g)+e1+e2)
-	return g, eg + own(0.5*math.Abs(x)*as*iv)
+	return g, eg, 0.5 * math.Abs(x) * as * iv
 }

@@ -15,7 +15,7 @@ func TestGELUConstants(t *testing.T) {
 	var slope, peak float64
 	for i := -200000; i <= 200000; i++ {
 		x := float64(i) * 1e-4
-		g, _ := geluGradFactor(x)
+		g, _, _ := geluGradFactor(x)
 		slope = max(slope, math.Abs(g))
 		if x > 0 {
 			c := 1 / math.Cosh(x)

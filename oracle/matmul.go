@@ -390,13 +390,13 @@ func geluOfInexact(v, e, typical float64) (value, bound, newTypical float64) {
 // u₂₄·(|g| + e_g)·(|v| + e). Specials follow IEEE in float64 as the kernel's
 // binary32: x = ±Inf makes g NaN, a NaN v stays NaN.
 func geluGradOfInexact(x, v, e, typical float64) (value, bound, newTypical float64) {
-	g, eg := geluGradFactor(x)
+	g, eg, second := geluGradFactor(x)
 	value = v * g
 	if math.IsInf(v, 0) || math.IsNaN(value) {
 		return value, 0, 0
 	}
 	av, ag := math.Abs(v)+e, math.Abs(g)
-	bound = eg*av + ag*e + u24*(ag+eg)*av + own(value)
+	bound = eg*av + ag*e + u24*(ag+eg)*av + own(value) + own(av*second)
 	return value, bound, ag*typical + eg*av
 }
 
