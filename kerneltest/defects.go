@@ -388,8 +388,8 @@ var CPUDefects = []Mutation{
 	},
 	{
 		Name: "linear_grad_x multiplies by gelu(pre) where gelu′(pre) belongs", File: "cpu/gemm.cc",
-		Old: "gelu_grad_run(x, values, nr);\n        std::memcpy(values, x, nr * sizeof(float));",
-		New: "gelu_run(x, nr);\n        for (size_t j = 0; j < nr; ++j) values[j] *= x[j];",
+		Old: "gelu_grad_run(pre, values, nr);  // pre becomes values·gelu′(pre)\n        result = pre;",
+		New: "gelu_run(pre, nr);\n        for (size_t j = 0; j < nr; ++j) values[j] *= pre[j];",
 		Op:  "linear_grad_x", Shapes: []string{"17x31x129:gelu=1", "64x48x80:gelu=1"},
 	},
 	{
@@ -400,8 +400,8 @@ var CPUDefects = []Mutation{
 	},
 	{
 		Name: "linear_grad_x's gelu′ read from the row's first pre-activations", File: "cpu/gemm.cc",
-		Old: "f16_to_f32_run(out.pre_in + at, x, nr);",
-		New: "f16_to_f32_run(out.pre_in + row * out.cols, x, nr);",
+		Old: "f16_to_f32_run(out.pre_in + at, pre, nr);",
+		New: "f16_to_f32_run(out.pre_in + row * out.cols, pre, nr);",
 		Op:  "linear_grad_x", Shapes: []string{"17x31x129:gelu=1", "64x48x80:gelu=1"},
 	},
 	{

@@ -122,25 +122,10 @@ func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
 				if bias {
 					acc += in[2][j]
 				}
+				if gelu { // pre, the output after y
+					out[m*n+i*n+j], acc = acc, goGELU(acc)
+				}
 				out[i*n+j] = acc
-				if gelu { // y, then pre
-					out[m*n+i*n+j], out[i*n+j] = acc, goGELU(acc)
-				}
-			}
-		}
-	case op.LinearGradX:
-		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
-		gelu := s.Int("gelu") == 1
-		for i := 0; i < m; i++ {
-			for j := 0; j < k; j++ {
-				var acc float32
-				for t := 0; t < n; t++ {
-					acc += in[0][i*n+t] * in[1][j*n+t]
-				}
-				if gelu {
-					acc *= goGELUGrad(in[2][i*k+j])
-				}
-				out[i*k+j] = acc
 			}
 		}
 	case op.LinearGradW:
@@ -158,7 +143,7 @@ func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
 				out[i*n+j] = acc
 			}
 		}
-	case op.Gemm, op.GemmGradA, op.GemmGradB:
+	case op.Gemm, op.GemmGradA, op.GemmGradB, op.LinearGradX:
 		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
 		// Every op as rows×cols outputs, each a sum of length l of x(i,t)·y(t,j).
 		var rows, cols, l int
@@ -168,7 +153,7 @@ func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
 			rows, cols, l = m, n, k
 			x = func(i, t int) float32 { return in[0][i*k+t] }
 			y = func(t, j int) float32 { return in[1][t*n+j] }
-		case op.GemmGradA:
+		case op.GemmGradA, op.LinearGradX:
 			rows, cols, l = m, k, n
 			x = func(i, t int) float32 { return in[0][i*n+t] }
 			y = func(t, j int) float32 { return in[1][j*n+t] }
@@ -182,6 +167,9 @@ func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
 				var acc float32
 				for t := 0; t < l; t++ {
 					acc += x(i, t) * y(t, j)
+				}
+				if o == op.LinearGradX && s.Int("gelu") == 1 {
+					acc *= goGELUGrad(in[2][i*cols+j])
 				}
 				out[i*cols+j] = acc
 			}

@@ -247,16 +247,17 @@ void finish_tile(const Output& out, const float* tile, size_t row0, size_t col0,
         values[j] = value;
       }
       const size_t at = row * out.cols + col0;
+      float pre[kNR];
+      const float* result = values;
       if (out.pre_out != nullptr) {
         f32_to_f16_run(values, out.pre_out + at, nr);
         gelu_run(values, nr);
       } else if (out.pre_in != nullptr) {
-        float x[kNR];
-        f16_to_f32_run(out.pre_in + at, x, nr);
-        gelu_grad_run(x, values, nr);
-        std::memcpy(values, x, nr * sizeof(float));
+        f16_to_f32_run(out.pre_in + at, pre, nr);
+        gelu_grad_run(pre, values, nr);  // pre becomes values·gelu′(pre)
+        result = pre;
       }
-      f32_to_f16_run(values, out.c16 + at, nr);
+      f32_to_f16_run(result, out.c16 + at, nr);
     }
   }
 }
