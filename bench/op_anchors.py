@@ -23,8 +23,16 @@ into one). Where PyTorch has no call that adds into an f32 accumulator, the
 anchor adds with one more call, and an alternate under another op name
 leaves that call out. Alternates are for reading, never matched:
 
-  linear              F.linear(x, w, b), w N×K as nn.Linear holds it (cuBLAS)
+  linear              F.linear(x, w, b), w N×K as nn.Linear holds it (cuBLAS);
+                      with gelu=1, F.linear then F.gelu(approximate="tanh")
+                      (pre and y, as vkern writes them)
     linear_kn         torch.addmm(b, x, W) / x @ W, W K×N as vkern holds it
+    linear_product    with gelu=1: F.linear alone
+    linear_addmm_gelu with gelu=1: torch._addmm_activation(use_gelu=True),
+                      cuBLASLt's fused GELU epilogue (y only, no pre)
+  linear_grad_x       dy.mm(w), w N×K (nn.Linear's input gradient); with
+                      gelu=1 then aten.gelu_backward(approximate="tanh")
+    linear_grad_x_product  with gelu=1: the product alone
   linear_nt           F.linear(x, w, b), w N×K: linear_nt's own layout (cuBLAS)
   linear_grad_w       dW.add_(torch.mm(x.T, dy, out_dtype=float32)): cuBLAS
                       with f32 output, then the += (torch.addmm cannot add
@@ -122,12 +130,52 @@ def f_linear(name, shape, dims, p):
 
 
 def linear(shape, dims, p):
+    if int(p.get("gelu", 0)):
+        return linear_gelu(shape, dims, p)
     x, w, b, nbytes, flops = f_linear("linear", shape, dims, p)
     wkn = w.t().contiguous()
     if b is not None:
         emit("linear_kn", shape, "torch.addmm(b, x, W), W K×N", bench(lambda: torch.addmm(b, x, wkn)), nbytes, flops)
     else:
         emit("linear_kn", shape, "x @ W, W K×N", bench(lambda: x @ wkn), nbytes, flops)
+
+
+def linear_gelu(shape, dims, p):
+    """linear with gelu=1 writes pre = x·W + b and y = gelu(pre): PyTorch's
+    eager MLP does it as F.linear then F.gelu, which is the anchor."""
+    m, n, k = dims
+    bias = int(p.get("bias", 1))
+    x, w = randn(m, k), randn(n, k)
+    b = randn(n) if bias else None
+    nbytes, flops = 2 * (m * k + k * n + bias * n + 2 * m * n), 2.0 * m * n * k
+    plus = " + bias" if bias else ""
+
+    def both():
+        pre = F.linear(x, w, b)
+        return pre, F.gelu(pre, approximate="tanh")
+    emit("linear", shape, f"F.linear (cuBLAS), weight N×K{plus}, then F.gelu(approximate=\"tanh\")", bench(both), nbytes, flops)
+    emit("linear_product", shape, f"F.linear alone{plus}", bench(lambda: F.linear(x, w, b)), nbytes, flops)
+    if b is not None:
+        # cuBLASLt's own GELU epilogue (tanh form), which writes y but not pre.
+        emit("linear_addmm_gelu", shape, "torch._addmm_activation(b, x, W, use_gelu=True), no pre",
+             bench(lambda: torch._addmm_activation(b, x, w.t(), use_gelu=True)), nbytes, flops)
+
+
+def linear_grad_x(shape, dims, p):
+    """dx = dy·Wᵀ, times gelu′(pre) with gelu=1: nn.Linear's input gradient
+    (dy.mm(w), w N×K as nn.Linear holds it), then aten.gelu_backward."""
+    m, n, k = dims
+    gelu = int(p.get("gelu", 0))
+    dy, w = randn(m, n), randn(n, k)
+    pre = randn(m, k) if gelu else None
+    nbytes, flops = 2 * (m * n + k * n + (1 + gelu) * m * k), 2.0 * m * n * k
+    if gelu:
+        def both():
+            return torch.ops.aten.gelu_backward(dy.mm(w), pre, approximate="tanh")
+        emit("linear_grad_x", shape, 'dy.mm(w) (cuBLAS), then aten.gelu_backward(approximate="tanh")', bench(both), nbytes, flops)
+        emit("linear_grad_x_product", shape, "dy.mm(w) alone", bench(lambda: dy.mm(w)), nbytes, flops)
+    else:
+        emit("linear_grad_x", shape, "dy.mm(w) (cuBLAS), w N×K", bench(lambda: dy.mm(w)), nbytes, flops)
 
 
 def linear_nt(shape, dims, p):
@@ -337,7 +385,7 @@ def adamw(shape, dims, p):
 
 # Each anchor and its shape syntax in vkern (op/*.go).
 ANCHORS = {f.__name__: (f, syntax) for f, syntax in (
-    (linear, "MxNxK[:bias=0|1]"), (linear_nt, "MxNxK[:bias=0|1]"), (linear_grad_w, "MxNxK[:accumulate=0|1]"), (bias_grad, "MxN"),
+    (linear, "MxNxK[:bias=0|1,gelu=0|1]"), (linear_grad_x, "MxNxK[:gelu=0|1]"), (linear_nt, "MxNxK[:bias=0|1]"), (linear_grad_w, "MxNxK[:accumulate=0|1]"), (bias_grad, "MxN"),
     (attention, "BxTxCxH"), (attention_backward, "BxTxCxH"),
     (layernorm, "RxC[:eps=E]"), (layernorm_backward, "RxC"),
     (embedding, "BxTxCxV"), (embedding_backward, "BxTxCxV"),

@@ -753,6 +753,39 @@ var CUDADefects = []Mutation{
 		New: "__device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rz(v); }",
 		Op:  "gemm_grad_b", Shapes: []string{"64x48x80", "4096x48x80"},
 	},
+	// The GELU epilogues (epilogue.cuh): the Hopper kernels take the paired
+	// path at aligned shapes (even columns), gemm.cu's mma.sync kernels and
+	// odd column counts the one-element path.
+	{
+		Name: "Hopper: linear's GELU stores gelu of the sum as pre too", File: "cuda/epilogue.cuh",
+		Old: "*p = __floats2half2_rn(v0, v1);\n          v0 = vkern_gelu::gelu(v0);\n          v1 = vkern_gelu::gelu(v1);",
+		New: "v0 = vkern_gelu::gelu(v0);\n          v1 = vkern_gelu::gelu(v1);\n          *p = __floats2half2_rn(v0, v1);",
+		Op:  "linear", Shapes: []string{"64x128x96:gelu=1", "256x64x256:gelu=1,bias=0"},
+	},
+	{
+		Name: "Hopper: linear_grad_x's pair of pre-activations read crosswise", File: "cuda/epilogue.cuh",
+		Old: "v0 = vkern_gelu::gelu_grad(x.x, v0);\n          v1 = vkern_gelu::gelu_grad(x.y, v1);",
+		New: "v0 = vkern_gelu::gelu_grad(x.y, v0);\n          v1 = vkern_gelu::gelu_grad(x.x, v1);",
+		Op:  "linear_grad_x", Shapes: []string{"64x48x80:gelu=1", "256x256x64:gelu=1"},
+	},
+	{
+		Name: "linear's GELU leaves pre unwritten (one-element path)", File: "cuda/epilogue.cuh",
+		Old: "pre[at] = __float2half_rn(v);\n      return vkern_gelu::gelu(v);",
+		New: "return vkern_gelu::gelu(v);",
+		Op:  "linear", Shapes: []string{"17x31x129:gelu=1", "40x41x4100:gelu=1,bias=0"},
+	},
+	{
+		Name: "linear_grad_x's gelu′ of its own product where pre belongs (one-element path)", File: "cuda/epilogue.cuh",
+		Old: "return vkern_gelu::gelu_grad(__half2float(pre[at]), v);",
+		New: "return vkern_gelu::gelu_grad(v, v);",
+		Op:  "linear_grad_x", Shapes: []string{"17x31x129:gelu=1", "3x1000x5:gelu=1"},
+	},
+	{
+		Name: "linear_grad_x ignores its gelu switch", File: "cuda/gemm.cu",
+		Old: "const __half* pre = c.params[param::gelu] == 1 ? c.ptr<const __half>(buf::pre) : nullptr;",
+		New: "const __half* pre = nullptr;",
+		Op:  "linear_grad_x", Shapes: []string{"64x48x80:gelu=1", "17x31x129:gelu=1"},
+	},
 	{
 		Name: "f16 row stores round toward zero", File: "cuda/rows.cuh",
 		Old: "return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |\n         static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16;",
