@@ -1,7 +1,8 @@
 // gemm_lab: the Hopper GEMM variants of kernels/cuda/gemm_sm90.cu timed
 // against cublasGemmEx on the products a GPT-2 step runs, in one process, so
 // that a variant's ratio and the dispatcher's choice can be read off one
-// table. It is a lab tool, not part of the server: it compiles gemm.cu with
+// table. It is a lab tool, not part of the server: it compiles the matmul
+// family's units (gemm.cu, linear.cu, linear_nt.cu, linear_grad.cu) with
 // the tuning hook (VKERN_GEMM_TUNING, which also builds the variants the
 // dispatcher never picks) and without the server's op entries
 // (VKERN_GEMM_LAB).
@@ -20,8 +21,10 @@
 // time means nothing.
 #define VKERN_GEMM_TUNING 1
 #define VKERN_GEMM_LAB 1
-#include "cuda/gemm_sm90.cu"
 #include "cuda/gemm.cu"
+#include "cuda/linear.cu"
+#include "cuda/linear_grad.cu"
+#include "cuda/linear_nt.cu"
 
 #include <cublas_v2.h>
 

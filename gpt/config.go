@@ -62,7 +62,7 @@ func (c Config) Validate() error {
 // nanoGPT pad GPT-2's 50257 to 50304: a row of Vp halves is a whole number
 // of 128-byte lines, so every row of the logits and of their gradient
 // starts 16-byte aligned, which the GPU GEMMs' TMA and 16-byte copies
-// (kernels/cuda/gemm.cu) and cross_entropy's vector loads need; at V = 50257
+// (kernels/cuda/gemm.cuh) and cross_entropy's vector loads need; at V = 50257
 // the head's three GEMMs pad their operands into scratch or take a slower
 // path.
 const vocabAlign = 64

@@ -14,7 +14,7 @@
 // A backend's server is several translation units (Sources' units): the
 // main file (the core, the device and the op dispatch); the op kernel files
 // of the backend's folder, those that no source file includes by name
-// (gemm.cu includes gemm_sm90.cu), each a unit of its own on cuda and hip,
+// (gemm.cuh includes gemm_sm90.cu), each a unit of its own on cuda and hip,
 // and all in one generated unit, cpu/ops.cc, on the cpu; and each kernel
 // file of an op declared outside vkern. What units share is in headers,
 // and kernel_list.inc declares every run_<op> for the dispatch. The
@@ -168,8 +168,8 @@ func Write(dir, backend string) (unitPaths []string, err error) {
 // in dir with extension ext, other than main, that no file includes by name
 // (#include "dir/name.ext"), and the declared files with that extension. A
 // file included by name is part of the unit that includes it: main.cc
-// includes device.cc and kernels.cc, and gemm.cu includes gemm_sm90.cu,
-// whose kernels only gemm.cu launches. So a new op's kernel file needs no
+// includes device.cc and kernels.cc, and gemm.cuh includes gemm_sm90.cu,
+// whose kernels only gemm.cuh's product launches. So a new op's kernel file needs no
 // line anywhere else.
 func kernelFiles(files map[string][]byte, main, dir, ext string) (ops, declared []string) {
 	included := map[string]bool{}

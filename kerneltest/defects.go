@@ -423,18 +423,18 @@ var CPUDefects = []Mutation{
 
 // CUDADefects plant the cpu suite's kinds of defect in the CUDA kernels.
 // On a Hopper GPU every GEMM whose operands are 16-byte aligned runs the
-// TMA + wgmma kernels of gemm_sm90.cu, so the defects in gemm.cu's mma.sync
+// TMA + wgmma kernels of gemm_sm90.cu, so the defects in gemm.cuh's mma.sync
 // kernels run at shapes with a row length that is not a multiple of 8 (81,
 // 47), and the Hopper kernels get defects of their own at aligned shapes.
 var CUDADefects = []Mutation{
 	{
-		Name: "output elements left unwritten", File: "cuda/gemm.cu",
+		Name: "output elements left unwritten", File: "cuda/gemm.cuh",
 		Old: "if (row < rows) store_pair(out, row, col, cols, pairs_aligned, acc[i][j][0], acc[i][j][1]);",
 		New: "if (row < rows && (row | col) != 0) store_pair(out, row, col, cols, pairs_aligned, acc[i][j][0], acc[i][j][1]);",
 		Op:  "gemm", Shapes: []string{"64x48x81"},
 	},
 	{
-		Name: "f32 output rounded through f16", File: "cuda/gemm.cu",
+		Name: "f32 output rounded through f16", File: "cuda/gemm.cuh",
 		Old: "*reinterpret_cast<float2*>(p) = make_float2(v0, v1);",
 		New: "*reinterpret_cast<float2*>(p) = make_float2(__half2float(__float2half_rn(v0)), __half2float(__float2half_rn(v1)));",
 		Op:  "gemm", Shapes: []string{"64x48x81"},
@@ -446,7 +446,7 @@ var CUDADefects = []Mutation{
 		Op:  "gemm", Shapes: []string{"17x31x129"},
 	},
 	{
-		Name: "off-by-one row", File: "cuda/gemm.cu",
+		Name: "off-by-one row", File: "cuda/gemm.cuh",
 		Old: "const int64_t row = m0 + warp_m + i * 16 + (lane >> 2);",
 		New: "const int64_t row = m0 + warp_m + i * 16 + (lane >> 2) + (m0 + warp_m + i * 16 + (lane >> 2) + 9 < rows ? 1 : 0);",
 		Op:  "gemm_grad_a", Shapes: []string{"64x47x80"},
@@ -754,7 +754,7 @@ var CUDADefects = []Mutation{
 		Op:  "gemm_grad_b", Shapes: []string{"64x48x80", "4096x48x80"},
 	},
 	// The GELU epilogues (epilogue.cuh): the Hopper kernels take the paired
-	// path at aligned shapes (even columns), gemm.cu's mma.sync kernels and
+	// path at aligned shapes (even columns), gemm.cuh's mma.sync kernels and
 	// odd column counts the one-element path.
 	{
 		Name: "Hopper: linear's GELU stores gelu of the sum as pre too", File: "cuda/epilogue.cuh",
@@ -781,7 +781,7 @@ var CUDADefects = []Mutation{
 		Op:  "linear_grad_x", Shapes: []string{"17x31x129:gelu=1", "3x1000x5:gelu=1"},
 	},
 	{
-		Name: "linear_grad_x ignores its gelu switch", File: "cuda/gemm.cu",
+		Name: "linear_grad_x ignores its gelu switch", File: "cuda/linear_grad.cu",
 		Old: "const __half* pre = c.params[param::gelu] == 1 ? c.ptr<const __half>(buf::pre) : nullptr;",
 		New: "const __half* pre = nullptr;",
 		Op:  "linear_grad_x", Shapes: []string{"64x48x80:gelu=1", "17x31x129:gelu=1"},
@@ -853,7 +853,7 @@ var CUDADefects = []Mutation{
 		Op:  "linear", Shapes: []string{"64x48x80", "64x47x80"},
 	},
 	{
-		Name: "linear's bias added twice (mma.sync)", File: "cuda/gemm.cu",
+		Name: "linear's bias added twice (mma.sync)", File: "cuda/gemm.cuh",
 		Old: "if (r < rows && c < cols) acc[i][j][e] = epi.apply(acc[i][j][e], out, r, c, cols);",
 		New: "if (r < rows && c < cols) acc[i][j][e] = epi.apply(epi.apply(acc[i][j][e], out, r, c, cols), out, r, c, cols);",
 		Op:  "linear", Shapes: []string{"64x47x80"},
@@ -877,13 +877,13 @@ var CUDADefects = []Mutation{
 		Op:  "linear_grad_w", Shapes: []string{"64x48x80", "256x256x256"},
 	},
 	{
-		Name: "linear_nt with W where Wᵀ belongs", File: "cuda/gemm.cu",
+		Name: "linear_nt with W where Wᵀ belongs", File: "cuda/linear_nt.cu",
 		Old: "return vkern_gemm::product<true, true>(x, K, W, K, y, M, N, K, s, vkern_epilogue::Epilogue<true, false>{b});",
 		New: "return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s, vkern_epilogue::Epilogue<true, false>{b});",
 		Op:  "linear_nt", Shapes: []string{"64x48x80", "64x48x81"},
 	},
 	{
-		Name: "linear_nt's bias skipped", File: "cuda/gemm.cu",
+		Name: "linear_nt's bias skipped", File: "cuda/linear_nt.cu",
 		Old: "const __half* b = c.params[param::bias] == 1 ? c.ptr<const __half>(buf::b) : nullptr;\n  return vk_linear_nt(",
 		New: "const __half* b = nullptr;\n  return vk_linear_nt(",
 		Op:  "linear_nt", Shapes: []string{"64x48x80", "64x48x81"},
@@ -894,7 +894,7 @@ var CUDADefects = []Mutation{
 		Op: "linear_grad_w", Shapes: []string{"64x48x80", "64x47x80"},
 	},
 	{
-		Name: "linear_grad_w adds into dW when it should overwrite", File: "cuda/gemm.cu",
+		Name: "linear_grad_w adds into dW when it should overwrite", File: "cuda/linear_grad.cu",
 		Old: "c.params[param::accumulate] == 1,", New: "true,",
 		Op: "linear_grad_w", Shapes: []string{"64x48x80:accumulate=0"},
 	},

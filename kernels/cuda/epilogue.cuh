@@ -1,5 +1,5 @@
 // The matmul family's epilogue on the GPU: what the product kernels
-// (gemm.cu's mma.sync and portable kernels, gemm_sm90.cu's wgmma kernels)
+// (gemm.cuh's mma.sync and portable kernels, gemm_sm90.cu's wgmma kernels)
 // do to each element's finished f32 dot product before they store it.
 //
 // Epilogue<kAddBias, kAddOld, kGelu> adds bias[col] (f16, one per output

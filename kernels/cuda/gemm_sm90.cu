@@ -1,5 +1,5 @@
 // gemm, gemm_grad_a, gemm_grad_b, linear and linear_grad_w on Hopper (compute
-// capability 9.0, built for sm_90a): the product Out = L · R of gemm.cu (see
+// capability 9.0, built for sm_90a): the product Out = L · R of gemm.cuh (see
 // its table of the five ops, their operand layouts and epilogues) with the
 // bulk tensor copy engine (TMA) and warpgroup MMA (wgmma).
 //
@@ -33,14 +33,14 @@
 // Facts relied on:
 // - An f16·f16 product is exact in f32 and wgmma adds in f32, so integer
 //   inputs whose partial sums stay below 2²⁴ give exact results (as in
-//   gemm.cu).
+//   gemm.cuh).
 // - TMA zero-fills every element of a box outside the tensor (past the last
 //   row, column or depth term), so padded terms add +0 to sums that are
 //   stored and Inf/NaN inputs propagate as in the plain loop; accumulators of
 //   rows and columns past the edge are never stored. The full barrier counts
 //   the whole box's bytes, filled or not.
 // - TMA needs a 16-byte-aligned base and row strides that are multiples of 16
-//   bytes (row length a multiple of 8 halves). gemm.cu sends only such
+//   bytes (row length a multiple of 8 halves). gemm.cuh sends only such
 //   operands here (padding others into scratch first, or taking the mma.sync
 //   path).
 // - The tensor-map coordinates are int32: the dispatcher sends no matrix with
@@ -111,7 +111,7 @@ struct Config {
 // interleaved in one process on an H100 (gemm / grad_a / grad_b; 4k = 4096³,
 // L = 8192×4096×11008, 1k = 1024³), in the final lab run unless marked (b):
 // an earlier run the same day, quoted with the comparison it was made
-// against. The dispatcher (gemm.cu, choose_sm90) uses WideS, MediumS and
+// against. The dispatcher (gemm.cuh, choose_sm90) uses WideS, MediumS and
 // NarrowS. The epilogue's loads (bench/gemm_lab.cu, against cublasGemmEx
 // without a bias, GPT-2's products at M = 16384): with the bias loaded per
 // element, linear 16384×2304×768 took ~150 µs in vkern bench against

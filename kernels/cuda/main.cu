@@ -1,7 +1,8 @@
 // The cuda backend's main translation unit: the server core, the device
 // (device.cu, and its collectives through NCCL, nccl.cu) and the op
-// dispatch. Every other .cu file of cuda/ (one per op, or a few: gemm.cu
-// includes gemm_sm90.cu) is a translation unit of its own, and so is each
+// dispatch. Every other .cu file of cuda/ (one per op, or a few: the
+// matmul family's are gemm.cu, linear.cu, linear_nt.cu and linear_grad.cu,
+// sharing gemm.cuh) is a translation unit of its own, and so is each
 // declared op's kernel file; kernels.Sources lists them (Units), the builder
 // compiles them at once, one nvcc each, and links the objects:
 //

@@ -1,0 +1,52 @@
+// linear_grad_w and linear_grad_x on the GPU: gemm.cuh's product in
+// gemm_grad_b's layouts with an f32 output that may be added into
+// (linear_grad_w), and in gemm_grad_a's with the GELU's backward step
+// (linear_grad_x).
+#include "cuda/gemm.cuh"
+
+// dx = dy · Wᵀ, W stored K×N: gemm_grad_a's product; with pre (M×K) not
+// null, times gelu′(pre) in the epilogue.
+cudaError_t vk_linear_grad_x(const __half* dy, const __half* W, const __half* pre, __half* dx, int64_t M, int64_t N,
+                             int64_t K, cudaStream_t s) {
+  // L = dy (M×N, depth N contiguous), R = Wᵀ: R(n, k) = W[k·N + n], depth-contiguous.
+  if (pre != nullptr) {
+    return vkern_gemm::product<true, true>(
+        dy, N, W, N, dx, M, K, N, s,
+        vkern_epilogue::Epilogue<false, false, vkern_epilogue::kGeluBackward>{nullptr, const_cast<__half*>(pre)});
+  }
+  return vkern_gemm::product<true, true>(dy, N, W, N, dx, M, K, N, s);
+}
+
+// dW = xᵀ · dy, or dW += xᵀ · dy when accumulate: as vk_gemm_grad_b, with
+// an f32 output that the epilogue adds into.
+cudaError_t vk_linear_grad_w(const __half* x, const __half* dy, float* dW, int64_t M, int64_t N, int64_t K,
+                             bool accumulate, cudaStream_t s) {
+  // L = xᵀ: L(k, m) = x[m·K + k], row-contiguous; R = dy (M×N, column-contiguous).
+  if (accumulate) {
+    return vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s,
+                                             vkern_epilogue::Epilogue<false, true>{nullptr});
+  }
+  return vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s);
+}
+
+// The ops' entries (kernels.cu lists them); bench/gemm_lab.cu builds this
+// file without them.
+#if !defined(VKERN_GEMM_LAB)
+namespace vkern {
+
+cudaError_t run_linear_grad_x(const Call& c, unsigned long long*, cudaStream_t s) {
+  using namespace op_linear_grad_x;
+  const __half* pre = c.params[param::gelu] == 1 ? c.ptr<const __half>(buf::pre) : nullptr;
+  return vk_linear_grad_x(c.ptr<const __half>(buf::dy), c.ptr<const __half>(buf::W), pre, c.ptr<__half>(buf::dx),
+                          c.params[param::M], c.params[param::N], c.params[param::K], s);
+}
+
+cudaError_t run_linear_grad_w(const Call& c, unsigned long long*, cudaStream_t s) {
+  using namespace op_linear_grad_w;
+  return vk_linear_grad_w(c.ptr<const __half>(buf::x), c.ptr<const __half>(buf::dy), c.ptr<float>(buf::dW),
+                          c.params[param::M], c.params[param::N], c.params[param::K], c.params[param::accumulate] == 1,
+                          s);
+}
+
+}  // namespace vkern
+#endif  // VKERN_GEMM_LAB
