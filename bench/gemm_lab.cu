@@ -80,13 +80,13 @@ struct Buffers {
 cudaError_t run_vkern(const Case& c, const Buffers& x) {
   switch (c.kind) {
     case kLinear:
-      return vk_linear(x.a, x.b, nullptr, static_cast<__half*>(x.out), nullptr, c.M, c.N, c.K, 0);
+      return vk_linear(x.a, x.b, nullptr, nullptr, static_cast<__half*>(x.out), nullptr, c.M, c.N, c.K, 0);
     case kLinearNT:
       return vk_linear_nt(x.a, x.b, nullptr, static_cast<__half*>(x.out), c.M, c.N, c.K, 0);
     case kLinearGradW:
       return vk_linear_grad_w(x.a, x.b, static_cast<float*>(x.out), c.M, c.N, c.K, false, 0);
     case kLinearBias:
-      return vk_linear(x.a, x.b, x.bias, static_cast<__half*>(x.out), nullptr, c.M, c.N, c.K, 0);
+      return vk_linear(x.a, x.b, x.bias, nullptr, static_cast<__half*>(x.out), nullptr, c.M, c.N, c.K, 0);
     case kLinearGradWAdd:
       return vk_linear_grad_w(x.a, x.b, static_cast<float*>(x.out), c.M, c.N, c.K, true, 0);
   }

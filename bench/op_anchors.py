@@ -27,7 +27,9 @@ leaves that call out. Alternates are for reading, never matched:
                       with gelu=1, F.linear then F.gelu(approximate="tanh")
                       (pre and y, as vkern writes them)
     linear_kn         torch.addmm(b, x, W) / x @ W, W K×N as vkern holds it
-    linear_product    with gelu=1: F.linear alone
+    linear_product    with gelu=1 or residual=1: F.linear alone
+                      with residual=1, the anchor is r + F.linear(x, w, b)
+                      (nanoGPT's x = x + c_proj(h))
     linear_addmm_gelu with gelu=1: torch._addmm_activation(use_gelu=True),
                       cuBLASLt's fused GELU epilogue (y only, no pre)
   linear_grad_x       dy.mm(w), w N×K (nn.Linear's input gradient); with
@@ -132,6 +134,8 @@ def f_linear(name, shape, dims, p):
 def linear(shape, dims, p):
     if int(p.get("gelu", 0)):
         return linear_gelu(shape, dims, p)
+    if int(p.get("residual", 0)):
+        return linear_residual(shape, dims, p)
     x, w, b, nbytes, flops = f_linear("linear", shape, dims, p)
     wkn = w.t().contiguous()
     if b is not None:
@@ -159,6 +163,19 @@ def linear_gelu(shape, dims, p):
         # cuBLASLt's own GELU epilogue (tanh form), which writes y but not pre.
         emit("linear_addmm_gelu", shape, "torch._addmm_activation(b, x, W, use_gelu=True), no pre",
              bench(lambda: torch._addmm_activation(b, x, w.t(), use_gelu=True)), nbytes, flops)
+
+
+def linear_residual(shape, dims, p):
+    """linear with residual=1 writes y = x·W + b + r: nanoGPT's
+    x = x + self.c_proj(h), F.linear then the add, is the anchor."""
+    m, n, k = dims
+    bias = int(p.get("bias", 1))
+    x, w, r = randn(m, k), randn(n, k), randn(m, n)
+    b = randn(n) if bias else None
+    nbytes, flops = 2 * (m * k + k * n + bias * n + 2 * m * n), 2.0 * m * n * k
+    plus = " + bias" if bias else ""
+    emit("linear", shape, f"r + F.linear(x, w{', b' if bias else ''}) (cuBLAS, then the add)", bench(lambda: r + F.linear(x, w, b)), nbytes, flops)
+    emit("linear_product", shape, f"F.linear alone{plus}", bench(lambda: F.linear(x, w, b)), nbytes, flops)
 
 
 def linear_grad_x(shape, dims, p):
@@ -385,7 +402,7 @@ def adamw(shape, dims, p):
 
 # Each anchor and its shape syntax in vkern (op/*.go).
 ANCHORS = {f.__name__: (f, syntax) for f, syntax in (
-    (linear, "MxNxK[:bias=0|1,gelu=0|1]"), (linear_grad_x, "MxNxK[:gelu=0|1]"), (linear_nt, "MxNxK[:bias=0|1]"), (linear_grad_w, "MxNxK[:accumulate=0|1]"), (bias_grad, "MxN"),
+    (linear, "MxNxK[:bias=0|1,gelu=0|1,residual=0|1]"), (linear_grad_x, "MxNxK[:gelu=0|1]"), (linear_nt, "MxNxK[:bias=0|1]"), (linear_grad_w, "MxNxK[:accumulate=0|1]"), (bias_grad, "MxN"),
     (attention, "BxTxCxH"), (attention_backward, "BxTxCxH"),
     (layernorm, "RxC[:eps=E]"), (layernorm_backward, "RxC"),
     (embedding, "BxTxCxV"), (embedding_backward, "BxTxCxV"),

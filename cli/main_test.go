@@ -90,13 +90,14 @@ func TestBenchListPrintsEachCaseWithItsAnchorName(t *testing.T) {
 		"attention_grad attention_backward 16x1024x768x12",
 		"linear linear 16384x2304x768",
 		"linear linear 16384x3072x768:gelu=1",
+		"linear linear 16384x768x3072:residual=1",
 		"linear linear 16384x768x50304:bias=0",
 		"linear linear 16384x768x50257:bias=0",
 		"fill fill 124475904",
 	}
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
-	if len(lines) != 9 {
-		t.Errorf("%d cases listed, want 9 (1 attention_grad, 7 linear, 1 fill):\n%s", len(lines), stdout)
+	if len(lines) != 11 {
+		t.Errorf("%d cases listed, want 11 (1 attention_grad, 9 linear, 1 fill):\n%s", len(lines), stdout)
 	}
 	for _, w := range want {
 		if !strings.Contains("\n"+stdout, "\n"+w+"\n") {

@@ -64,7 +64,6 @@ type topActs struct {
 	// headBias is the head's constant bias, f16 Vp: 0 for the V tokens,
 	// −Inf for the padded columns, whose logits it makes −Inf.
 	headBias *vkern.Buffer
-	proj     *vkern.Buffer // M×C scratch: a projection before the residual add
 }
 
 // backActs: the backward's scratch, reused by every block.
@@ -240,7 +239,6 @@ func (m *Model) planActs(s *slab, at func(**vkern.Buffer) **vkern.Buffer) {
 	f16(&t.logits, M*Vp)
 	f16(&t.dlogits, M*Vp)
 	f16(&t.headBias, Vp)
-	f16(&t.proj, M*C)
 	b := &m.back
 	for _, p := range []**vkern.Buffer{&b.dres, &b.dtmp, &b.dh, &b.datt} {
 		f16(p, M*C)

@@ -46,9 +46,14 @@ var noBias = []op.Setting{{Name: "bias", Value: 0}}
 // op.LinearGradX).
 var withGELU = []op.Setting{{Name: "gelu", Value: 1}}
 
+// withResidual makes linear a block's c_proj and its residual connection
+// in one pass: x_next = x + (h·W + b), the sum rounded once.
+var withResidual = []op.Setting{{Name: "residual", Value: 1}}
+
 // forward adds the forward of b sequences of t tokens (b ≤ B, t ≤ T) from
 // micro-batch slot k's tokens to the logits: embedding, the blocks
-// (pre-LayerNorm attention and MLP, each added into the residual stream),
+// (pre-LayerNorm attention and MLP, each added into the residual stream by
+// its c_proj),
 // ln_f, and the head tied to wte over the padded vocabulary (logits M×Vp =
 // ln_f(x)·wteᵀ + headBias, linear_nt with W = wte, Vp×C): the padded
 // columns' logits are −Inf. The embedding reads wte's first V rows (a
@@ -64,14 +69,12 @@ func (m *Model) forward(p *program, k, b, t int) {
 			next = m.layers[l+1].x
 		}
 		p.add(op.LayerNorm, dims(M, C), nil, a.x, w[bl.ln1w], w[bl.ln1b], a.h1, a.mean1, a.rstd1)
-		p.add(op.Linear, dims(M, 3*C, C), nil, a.h1, w[bl.attnW], w[bl.attnB], a.qkv, nil)
+		p.add(op.Linear, dims(M, 3*C, C), nil, a.h1, w[bl.attnW], w[bl.attnB], nil, a.qkv, nil)
 		p.add(op.Attention, dims(b, t, C, c.Heads), nil, a.qkv, a.att, a.lse)
-		p.add(op.Linear, dims(M, C, C), nil, a.att, w[bl.projW], w[bl.projB], top.proj, nil)
-		p.add(op.Add, dims(M*C), nil, a.x, top.proj, a.xmid)
+		p.add(op.Linear, dims(M, C, C), withResidual, a.att, w[bl.projW], w[bl.projB], a.x, a.xmid, nil)
 		p.add(op.LayerNorm, dims(M, C), nil, a.xmid, w[bl.ln2w], w[bl.ln2b], a.h2, a.mean2, a.rstd2)
-		p.add(op.Linear, dims(M, 4*C, C), withGELU, a.h2, w[bl.fcW], w[bl.fcB], a.gelu, a.fc)
-		p.add(op.Linear, dims(M, C, 4*C), nil, a.gelu, w[bl.mlpW], w[bl.mlpB], top.proj, nil)
-		p.add(op.Add, dims(M*C), nil, a.xmid, top.proj, next)
+		p.add(op.Linear, dims(M, 4*C, C), withGELU, a.h2, w[bl.fcW], w[bl.fcB], nil, a.gelu, a.fc)
+		p.add(op.Linear, dims(M, C, 4*C), withResidual, a.gelu, w[bl.mlpW], w[bl.mlpB], a.xmid, next, nil)
 	}
 	p.add(op.LayerNorm, dims(M, C), nil, top.x, w[m.lay.lnfW], w[m.lay.lnfB], top.hf, top.mean, top.rstd)
 	p.add(op.LinearNT, dims(M, c.Vp(), C), nil, top.hf, w[m.lay.wte], top.headBias, top.logits)
@@ -110,7 +113,7 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int)) {
 	// The head, over Vp: dhf = dlogits·wte (linear without a bias), dwte
 	// += dlogitsᵀ·hf, whose padded rows get sums of zeros, exactly 0 (the
 	// padded columns of dlogits are 0); then ln_f.
-	p.add(op.Linear, dims(M, C, c.Vp()), noBias, top.dlogits, w[m.lay.wte], nil, bk.dh, nil)
+	p.add(op.Linear, dims(M, C, c.Vp()), noBias, top.dlogits, w[m.lay.wte], nil, nil, bk.dh, nil)
 	p.add(op.LinearGradW, dims(M, C, c.Vp()), nil, top.dlogits, top.hf, g[m.lay.wte])
 	p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, top.x, w[m.lay.lnfW], top.mean, top.rstd, bk.dres, g[m.lay.lnfW], g[m.lay.lnfB])
 	done(p, len(m.layers))

@@ -150,6 +150,9 @@ func Reference(ctx context.Context, cfg Config, b int, master, m1, m2 []float32,
 		}
 		return oracle.Input{F16: out}
 	}
+	// linear's residual operand where its switch is off (the residual
+	// connections are in c_proj's epilogue, as the program has them).
+	noResidual := oracle.Input{F16: []uint16{}}
 	grads := make([]oracle.Input, len(lay.tensors))
 	for i, t := range lay.tensors {
 		grads[i] = oracle.Input{F32: make([]float32, t.elements())}
@@ -167,17 +170,15 @@ func Reference(ctx context.Context, cfg Config, b int, master, m1, m2 []float32,
 			a.x = x
 			o := r.run(op.LayerNorm, dims(M, C), nil, a.x, w(bl.ln1w), w(bl.ln1b))
 			a.h1, a.mean1, a.rstd1 = o[0], o[1], o[2]
-			a.qkv = r.run(op.Linear, dims(M, 3*C, C), nil, a.h1, w(bl.attnW), w(bl.attnB))[0]
+			a.qkv = r.run(op.Linear, dims(M, 3*C, C), nil, a.h1, w(bl.attnW), w(bl.attnB), noResidual)[0]
 			o = r.run(op.Attention, dims(b, T, C, H), nil, a.qkv)
 			a.att, a.lse = o[0], o[1]
-			proj := r.run(op.Linear, dims(M, C, C), nil, a.att, w(bl.projW), w(bl.projB))[0]
-			a.xmid = r.run(op.Add, dims(M*C), nil, a.x, proj)[0]
+			a.xmid = r.run(op.Linear, dims(M, C, C), withResidual, a.att, w(bl.projW), w(bl.projB), a.x)[0]
 			o = r.run(op.LayerNorm, dims(M, C), nil, a.xmid, w(bl.ln2w), w(bl.ln2b))
 			a.h2, a.mean2, a.rstd2 = o[0], o[1], o[2]
-			a.fc = r.run(op.Linear, dims(M, 4*C, C), nil, a.h2, w(bl.fcW), w(bl.fcB))[0]
+			a.fc = r.run(op.Linear, dims(M, 4*C, C), nil, a.h2, w(bl.fcW), w(bl.fcB), noResidual)[0]
 			a.gelu = r.run(op.GELU, dims(4*M*C), nil, a.fc)[0]
-			mlp := r.run(op.Linear, dims(M, C, 4*C), nil, a.gelu, w(bl.mlpW), w(bl.mlpB))[0]
-			x = r.run(op.Add, dims(M*C), nil, a.xmid, mlp)[0]
+			x = r.run(op.Linear, dims(M, C, 4*C), withResidual, a.gelu, w(bl.mlpW), w(bl.mlpB), a.xmid)[0]
 		}
 		o := r.run(op.LayerNorm, dims(M, C), nil, x, w(lay.lnfW), w(lay.lnfB))
 		hf, meanf, rstdf := o[0], o[1], o[2]
@@ -187,7 +188,7 @@ func Reference(ctx context.Context, cfg Config, b int, master, m1, m2 []float32,
 
 		// Backward: every gradient added into its accumulator.
 		acc := func(i int, in oracle.Input) { grads[i] = in }
-		dh := r.run(op.Linear, dims(M, C, V), noBias, dlogits, w(lay.wte), oracle.Input{F16: []uint16{}})[0]
+		dh := r.run(op.Linear, dims(M, C, V), noBias, dlogits, w(lay.wte), oracle.Input{F16: []uint16{}}, noResidual)[0]
 		acc(lay.wte, r.run(op.LinearGradW, dims(M, C, V), nil, dlogits, hf, grads[lay.wte])[0])
 		o = r.run(op.LayerNormGrad, dims(M, C), nil, dh, x, w(lay.lnfW), meanf, rstdf, grads[lay.lnfW], grads[lay.lnfB])
 		dres := o[0]

@@ -387,6 +387,16 @@ var CPUDefects = []Mutation{
 		Op:  "linear", Shapes: []string{"17x31x129:gelu=1", "33x70x40:gelu=1"},
 	},
 	{
+		Name: "linear's residual left out", File: "cpu/gemm.cc",
+		Old: "for (size_t j = 0; j < nr; ++j) values[j] += r[j];", New: "",
+		Op: "linear", Shapes: []string{"17x31x129:residual=1", "33x70x40:residual=1"},
+	},
+	{
+		Name: "linear's residual read from the row's first columns", File: "cpu/gemm.cc",
+		Old: "f16_to_f32_run(out.residual + at, r, nr);", New: "f16_to_f32_run(out.residual + row * out.cols, r, nr);",
+		Op: "linear", Shapes: []string{"17x31x129:residual=1", "33x70x40:residual=1"},
+	},
+	{
 		Name: "linear_grad_x multiplies by gelu(pre) where gelu′(pre) belongs", File: "cpu/gemm.cc",
 		Old: "gelu_grad_run(pre, values, nr);  // pre becomes values·gelu′(pre)\n        result = pre;",
 		New: "gelu_run(pre, nr);\n        for (size_t j = 0; j < nr; ++j) values[j] *= pre[j];",
@@ -779,6 +789,24 @@ var CUDADefects = []Mutation{
 		Old: "return vkern_gelu::gelu_grad(__half2float(pre[at]), v);",
 		New: "return vkern_gelu::gelu_grad(v, v);",
 		Op:  "linear_grad_x", Shapes: []string{"17x31x129:gelu=1", "3x1000x5:gelu=1"},
+	},
+	{
+		Name: "Hopper: linear's residual pairs read crosswise", File: "cuda/gemm_sm90.cu",
+		Old: "acc[4 * (j0 + jj) + 2 * h] = acc[4 * (j0 + jj) + 2 * h] + r[2 * jj + h].x;",
+		New: "acc[4 * (j0 + jj) + 2 * h] = acc[4 * (j0 + jj) + 2 * h] + r[2 * jj + h].y;",
+		Op:  "linear", Shapes: []string{"64x128x96:residual=1", "256x64x256:residual=1,bias=0"},
+	},
+	{
+		Name: "linear's residual read from the row above (one-element path)", File: "cuda/epilogue.cuh",
+		Old: "if constexpr (kResidual) v = v + __half2float(residual[row * cols + col]);",
+		New: "if constexpr (kResidual) v = v + __half2float(residual[(row > 0 ? row - 1 : 0) * cols + col]);",
+		Op:  "linear", Shapes: []string{"17x31x129:residual=1", "40x41x4100:residual=1,bias=0"},
+	},
+	{
+		Name: "linear ignores its residual switch", File: "cuda/linear.cu",
+		Old: "const __half* r = c.params[param::residual] == 1 ? c.ptr<const __half>(buf::r) : nullptr;",
+		New: "const __half* r = nullptr;",
+		Op:  "linear", Shapes: []string{"64x128x96:residual=1", "17x31x129:residual=1"},
 	},
 	{
 		Name: "linear_grad_x ignores its gelu switch", File: "cuda/linear_grad.cu",

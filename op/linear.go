@@ -6,31 +6,37 @@ package op
 // With gelu 1 it is the MLP's c_fc and its GELU in one pass: pre f16 M×N =
 // x·W + b, the pre-activation gelu_grad needs, and y = gelu(x·W + b) from
 // the same f32 value (rounded once each), so nothing reads pre back to
-// apply the GELU.
+// apply the GELU. With residual 1 it is a block's output projection and
+// its residual connection in one pass: y = x·W + b + r, r f16 M×N the
+// residual stream, added in f32 and rounded once (not with gelu).
 var Linear = builtinOp(&Op{
 	ID: 14, Name: "linear", Math: "y = x·W + b (or gelu of it, pre keeping x·W + b), f32 accumulation, one rounding to f16", Dims: []Dim{
 		{"M", "rows of x and y: tokens"}, {"N", "columns of W and y: output features"}, {"K", "the reduction: input features"}},
 	Params: []Param{
 		{Name: "bias", Kind: Int, Min: 0, Max: 1, Default: 1, Meaning: "1: add b to every row; 0: no bias (b is empty)"},
 		{Name: "gelu", Kind: Int, Min: 0, Max: 1, Default: 0, Meaning: "1: y = gelu(x·W + b) and pre = x·W + b; 0: y = x·W + b (pre is empty)"},
+		{Name: "residual", Kind: Int, Min: 0, Max: 1, Default: 0, Meaning: "1: y = x·W + b + r, the residual stream r added in the same pass (not with gelu); 0: r is empty"},
 	},
 	Operands: []Operand{
 		{Name: "x", DType: F16, Rows: X("M"), Cols: X("K"), Role: In},
 		{Name: "W", DType: F16, Rows: X("K"), Cols: X("N"), Role: In},
 		{Name: "b", DType: F16, Rows: X("bias"), Cols: X("N"), Role: In},
+		{Name: "r", DType: F16, Rows: X("M", "residual"), Cols: X("N"), Role: In},
 		{Name: "y", DType: F16, Rows: X("M"), Cols: X("N"), Role: Out},
 		{Name: "pre", DType: F16, Rows: X("M", "gelu"), Cols: X("N"), Role: Out},
 	},
 	Reduces: X("K"), Independent: "M", Flops: matmulFlops, ExactOnIntegers: true, Anchor: "linear",
-	Matmul: &MatmulSpec{L: "x", R: "W", Rows: "M", Cols: "N", Depth: "K", Bias: "b", GELU: "gelu", Pre: "pre"},
+	Matmul: &MatmulSpec{L: "x", R: "W", Rows: "M", Cols: "N", Depth: "K", Bias: "b", GELU: "gelu", Pre: "pre", Residual: "residual", ResidualIn: "r"},
 	Shapes: Shapes{
-		Quick:   []string{"1x1x1", "17x31x129", "3x1000x5:bias=0", "64x48x80", "24x24x4100", "33x70x40:gelu=1"},
-		Default: []string{"1x1x1", "17x31x129", "17x31x129:bias=0", "3x1000x5", "128x96x200", "40x40x4100", "40x4100x40:bias=0", "4100x40x40", "17x31x129:gelu=1", "128x96x200:gelu=1", "40x40x4100:gelu=1,bias=0"},
-		// GPT-2 124M at B·T = 16·1024: c_attn, attn c_proj, mlp c_fc
-		// (with its GELU, as package gpt runs it, and without), mlp c_proj,
-		// and the lm_head's backward dlnf = dlogits·wte, over the padded
-		// vocabulary (package gpt) and the real one.
-		Bench: []string{"16384x2304x768", "16384x768x768", "16384x3072x768:gelu=1", "16384x3072x768", "16384x768x3072", "16384x768x50304:bias=0", "16384x768x50257:bias=0"},
+		Quick:   []string{"1x1x1", "17x31x129", "3x1000x5:bias=0", "64x48x80", "24x24x4100", "33x70x40:gelu=1", "33x70x40:residual=1"},
+		Default: []string{"1x1x1", "17x31x129", "17x31x129:bias=0", "3x1000x5", "128x96x200", "40x40x4100", "40x4100x40:bias=0", "4100x40x40", "17x31x129:gelu=1", "128x96x200:gelu=1", "40x40x4100:gelu=1,bias=0", "17x31x129:residual=1", "128x96x200:residual=1", "40x4100x40:residual=1,bias=0"},
+		// GPT-2 124M at B·T = 16·1024: c_attn, attn c_proj (with the
+		// residual, as package gpt runs it, and without), mlp c_fc (with
+		// its GELU, as package gpt runs it, and without), mlp c_proj (with
+		// the residual and without), and the lm_head's backward dlnf =
+		// dlogits·wte, over the padded vocabulary (package gpt) and the
+		// real one.
+		Bench: []string{"16384x2304x768", "16384x768x768:residual=1", "16384x768x768", "16384x3072x768:gelu=1", "16384x3072x768", "16384x768x3072:residual=1", "16384x768x3072", "16384x768x50304:bias=0", "16384x768x50257:bias=0"},
 	},
 })
 

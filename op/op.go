@@ -271,6 +271,12 @@ type MatmulSpec struct {
 	// product times gelu′(Pre), Pre holding the forward's pre-activations.
 	// Pre is f16 of the output's shape, empty when GELU is 0.
 	GELU, Pre string
+	// Residual names an Int parameter: when it is 1 the f16 input
+	// ResidualIn, of the output's shape, is added to every element after
+	// the bias (the residual stream of a transformer block, y = x + x·W +
+	// b, in the product's epilogue); empty rows of ResidualIn when 0. Not
+	// with GELU on (Validate refuses the pair) nor with Accumulate.
+	Residual, ResidualIn string
 }
 
 // Linear says whether the op's output at s is affine in each factor (no
@@ -628,6 +634,20 @@ func (o *Op) resolve() error {
 			}
 			if outs := o.Outputs(); outs[0].DType != F16 || outs[0].Name == m.Pre || m.Accumulate != "" {
 				return fmt.Errorf("op: %s: a product with GELU writes its result first, in f16, and does not accumulate", o.Name)
+			}
+		}
+		if (m.Residual == "") != (m.ResidualIn == "") {
+			return fmt.Errorf("op: %s: the product's residual switch %q and residual operand %q come together", o.Name, m.Residual, m.ResidualIn)
+		}
+		if m.Residual != "" {
+			if i, ok := o.index[m.Residual]; !ok || i < len(o.Dims) || o.Params[i-len(o.Dims)].Kind != Int {
+				return fmt.Errorf("op: %s: the product's residual switch %q is not a whole-number parameter", o.Name, m.Residual)
+			}
+			if p := o.operand(m.ResidualIn); p == nil || p.DType != F16 || p.Role != In {
+				return fmt.Errorf("op: %s: the product's residual %q is not an f16 input", o.Name, m.ResidualIn)
+			}
+			if outs := o.Outputs(); outs[0].DType != F16 || m.Accumulate != "" {
+				return fmt.Errorf("op: %s: a product with a residual writes an f16 output and does not accumulate", o.Name)
 			}
 		}
 	}

@@ -288,6 +288,10 @@ func (o *Op) Validate(s Shape) error {
 			return err
 		}
 	}
+	if m := o.Matmul; m != nil && m.GELU != "" && m.Residual != "" && s.Int(m.GELU) == 1 && s.Int(m.Residual) == 1 {
+		return fmt.Errorf("%s: shape %s sets both %s=1 and %s=1; the GELU would take the residual stream in its input: "+
+			"add the residual in a product of its own, or set one of them to 0", o.Name, s, m.GELU, m.Residual)
+	}
 	for _, pair := range o.Divides {
 		a, b := s.Int(pair[0]), s.Int(pair[1])
 		if b%a != 0 {

@@ -36,6 +36,7 @@ func TestEpilogueBoundsHoldForSimulatedKernels(t *testing.T) {
 			a, b := randomF16(rng, m*k, dist), randomF16(rng, k*n, dist)
 			bias := make([]uint16, n)
 			init := make([]float32, m*n)
+			residual := make([]uint16, m*n)
 			for j := range bias {
 				bias[j] = f16.FromFloat64(math.Ldexp(rng.NormFloat64(), rng.IntN(30)-15))
 			}
@@ -49,14 +50,20 @@ func TestEpilogueBoundsHoldForSimulatedKernels(t *testing.T) {
 			for i := 0; i < m; i++ {
 				for j := 0; j < n; j++ {
 					switch (i*n + j) % 3 {
-					case 0: // cancels the dot product and the bias
+					case 0: // cancels the dot product and the bias (the residual to f16's precision, where it has the range)
 						init[i*n+j] = -rnBlocked32(products(i, j), k) - f16.ToFloat32(bias[j])
+						residual[i*n+j] = f16.FromFloat64(float64(init[i*n+j]))
+						if math.IsInf(f16.ToFloat64(residual[i*n+j]), 0) {
+							residual[i*n+j] = f16.FromFloat64(math.Ldexp(rng.NormFloat64(), rng.IntN(30)-15))
+						}
 					default:
 						init[i*n+j] = float32(math.Ldexp(rng.NormFloat64(), rng.IntN(40)-20))
+						residual[i*n+j] = f16.FromFloat64(math.Ldexp(rng.NormFloat64(), rng.IntN(30)-15))
 					}
 				}
 			}
-			for _, ep := range []Epilogue{{Bias: bias, Cols: n}, {Init: init, Cols: n}, {Bias: bias, Init: init, Cols: n}} {
+			for _, ep := range []Epilogue{{Bias: bias, Cols: n}, {Init: init, Cols: n}, {Bias: bias, Init: init, Cols: n},
+				{Residual: residual, Cols: n}, {Bias: bias, Residual: residual, Cols: n}} {
 				for name, sm := range sims {
 					ref, err := MatMulWith(context.Background(), Matrix{a, m, k, false}, Matrix{b, k, n, false}, ep, sm.acc)
 					if err != nil {
@@ -74,6 +81,11 @@ func TestEpilogueBoundsHoldForSimulatedKernels(t *testing.T) {
 							if ep.Init != nil {
 								got = init[i*n+j] + got
 								extra = append(extra, init[i*n+j])
+							}
+							if ep.Residual != nil {
+								r := f16.ToFloat32(residual[i*n+j])
+								got += r
+								extra = append(extra, r)
 							}
 							results := []float32{got}
 							if sm.acc.Kind == AnyOrder {
@@ -114,6 +126,12 @@ func TestEpilogueViewsFollowTheSample(t *testing.T) {
 	for i := range ep.Init {
 		ep.Init[i] = float32(rng.NormFloat64())
 	}
+	checkEpilogueViews(t, a, b, m, n, k, ep)
+	checkEpilogueViews(t, a, b, m, n, k, Epilogue{Bias: ep.Bias, Residual: randomF16(rng, m*n, "normal"), Cols: n})
+}
+
+func checkEpilogueViews(t *testing.T, a, b []uint16, m, n, k int, ep Epilogue) {
+	t.Helper()
 	x, y := Matrix{a, m, k, false}, Matrix{b, k, n, false}
 	whole, err := MatMulWith(context.Background(), x, y, ep, Accumulation{})
 	if err != nil {

@@ -308,13 +308,15 @@ func (m Matrix) bits(i, j int) uint16 {
 
 // Epilogue is what a matmul-family op adds to each element of its product
 // after the dot product (op.MatmulSpec): an f16 bias, one per output
-// column, and the output's initial values C₀ when the op adds into its
-// output. The zero Epilogue adds nothing (gemm and its gradients). A view
-// (SelectRows, SelectCols) follows the product's sampled rows or columns.
+// column, then the output's initial values C₀ when the op adds into its
+// output, or an f16 residual of the output's shape. The zero Epilogue adds
+// nothing (gemm and its gradients). A view (SelectRows, SelectCols)
+// follows the product's sampled rows or columns.
 type Epilogue struct {
-	Bias []uint16  // f16 bits, one per column of the whole output; nil: none
-	Init []float32 // the whole output's initial values, row-major; nil: none
-	Cols int       // columns of the whole output: Init's and Pre's row length
+	Bias     []uint16  // f16 bits, one per column of the whole output; nil: none
+	Init     []float32 // the whole output's initial values, row-major; nil: none
+	Residual []uint16  // f16 bits of the whole output's shape, row-major; nil: none
+	Cols     int       // columns of the whole output: Init's, Residual's and Pre's row length
 	// GELU, after the additions: GELUForward gives two references, the
 	// value so far (the op's pre-activation output) and gelu of it (its
 	// first output); GELUBackward multiplies the value by gelu′(Pre).
@@ -325,8 +327,9 @@ type Epilogue struct {
 }
 
 // EpilogueOf returns the epilogue of a matmul-family op at s, as a view of
-// its inputs: the bias operand when it is not empty, and the output's
-// initial values when the op's accumulate parameter is 1.
+// its inputs: the bias operand when it is not empty, the output's initial
+// values when the op's accumulate parameter is 1, and the residual operand
+// when its switch is 1.
 func EpilogueOf(o *op.Op, s op.Shape, inputs []Input) Epilogue {
 	m := o.Matmul
 	ep := Epilogue{Cols: int(s.Int(m.Cols))}
@@ -337,6 +340,9 @@ func EpilogueOf(o *op.Op, s op.Shape, inputs []Input) Epilogue {
 	}
 	if m.Accumulate != "" && s.Int(m.Accumulate) == 1 {
 		ep.Init = inputs[inputIndex(o, o.Outputs()[0].Name)].F32
+	}
+	if m.Residual != "" && s.Int(m.Residual) == 1 {
+		ep.Residual = inputs[inputIndex(o, m.ResidualIn)].F16
 	}
 	if !m.Linear(s) {
 		ep.GELU = GELUForward
@@ -406,7 +412,7 @@ func (e Epilogue) Terms() int {
 	if e.Bias != nil {
 		n++
 	}
-	if e.Init != nil {
+	if e.Init != nil || e.Residual != nil {
 		n++
 	}
 	return n
@@ -449,13 +455,22 @@ func (e Epilogue) place(i, j int) (row, col int) {
 }
 
 // term returns the k-th epilogue term of element (i, j) of the view: the
-// bias first, then the initial value.
+// bias first, then the initial value or the residual.
 func (e Epilogue) term(k, i, j int) float64 {
 	row, col := e.place(i, j)
 	if k == 0 && e.Bias != nil {
 		return f16.ToFloat64(e.Bias[col])
 	}
-	return float64(e.Init[row*e.Cols+col])
+	return e.old(row, col)
+}
+
+// old is the term after the bias at (row, col) of the whole output: its
+// initial value, or its residual.
+func (e Epilogue) old(row, col int) float64 {
+	if e.Init != nil {
+		return float64(e.Init[row*e.Cols+col])
+	}
+	return f16.ToFloat64(e.Residual[row*e.Cols+col])
 }
 
 // finish adds the epilogue's terms to element (i, j) of the view, whose dot
@@ -506,7 +521,7 @@ func Project(ctx context.Context, x, y Matrix, v []float64) (*Projection, error)
 
 // ProjectWith is Project for a product with an epilogue (ep's view must be
 // the whole output): the bias adds bias·v to every row and the initial
-// values C₀·v, in O(M·N) more operations.
+// values (or the residual) C₀·v, in O(M·N) more operations.
 //
 // Bound. A correct kernel's binary32 result ĉᵢⱼ is within γ(2T)·Sᵢⱼ of cᵢⱼ
 // in any summation structure, T = Terms (see MatMulWith: the terms folded
@@ -542,11 +557,10 @@ func ProjectWith(ctx context.Context, x, y Matrix, ep Epilogue, v []float64) (*P
 		for i := lo; i < hi; i++ {
 			s := xv[i] + biasValue
 			a := xa[i] + biasMagnitude
-			if ep.Init != nil {
+			if ep.Init != nil || ep.Residual != nil {
 				var is, ia float64
 				for j := 0; j < n; j++ {
-					row, col := ep.place(i, j)
-					c0 := float64(ep.Init[row*ep.Cols+col])
+					c0 := ep.old(ep.place(i, j))
 					is += c0 * v[j]
 					ia += math.Abs(c0) * math.Abs(v[j])
 				}
@@ -623,8 +637,8 @@ func matmulCompute(ctx context.Context, s op.Shape, in []Input, a Arithmetic) ([
 // under Special, in the first factor's operand a NaN, a +Inf and a −Inf in
 // its first three rows and in the second's its last three columns,
 // subnormals everywhere at random, and a block of ±60000 in the middle rows
-// (or middle column) that pushes f16 outputs past 65520; a bias and an
-// output's initial values get a NaN, a +Inf, a −Inf and subnormals at
+// (or middle column) that pushes f16 outputs past 65520; a bias, a
+// residual and an output's initial values get a NaN, a +Inf, a −Inf and subnormals at
 // random places (specialEpilogue).
 func matmulGenerate(g *Gen) []Input {
 	if g.Dist == Rounding {
@@ -675,7 +689,7 @@ func matmulGenerate(g *Gen) []Input {
 }
 
 // specialEpilogue draws input i of a matmul-family op that is not a factor
-// (a bias, or the initial values of an output the op adds into) under
+// (a bias, a residual, or the initial values of an output the op adds into) under
 // Special: normal values with a NaN, a +Inf, a −Inf and subnormals (one in
 // 50) at random places. Each reaches only its own column (a bias) or
 // element.
@@ -731,8 +745,8 @@ func RoundingApplies(o *op.Op, s op.Shape) (bool, string) {
 // where f16 has an ulp of 2 to 32, and odd products make a quarter to a half
 // of them ties there. Every |xᵢₖ|, |yₖⱼ| ≤ 2048 is exact in f16, every
 // product in binary32, and L·Rᵢ·R < 2²⁴ keeps every partial sum, in any
-// order, below 2²⁴ and so exact. The epilogue's operands (a bias, an
-// output's initial values) hold whole numbers in [−2048, 2048], exact in
+// order, below 2²⁴ and so exact. The epilogue's operands (a bias, a
+// residual, an output's initial values) hold whole numbers in [−2048, 2048], exact in
 // f16, and the limit on L·Rᵢ·R leaves room for them, so the results with
 // the epilogue stay exact too.
 func roundingMatMul(g *Gen) []Input {

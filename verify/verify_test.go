@@ -112,7 +112,7 @@ func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
 	switch o {
 	case op.Linear:
 		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
-		bias, gelu := s.Int("bias") == 1, s.Int("gelu") == 1
+		bias, gelu, residual := s.Int("bias") == 1, s.Int("gelu") == 1, s.Int("residual") == 1
 		for i := 0; i < m; i++ {
 			for j := 0; j < n; j++ {
 				var acc float32
@@ -121,6 +121,9 @@ func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
 				}
 				if bias {
 					acc += in[2][j]
+				}
+				if residual {
+					acc += in[3][i*n+j]
 				}
 				if gelu { // pre, the output after y
 					out[m*n+i*n+j], acc = acc, goGELU(acc)

@@ -9,7 +9,8 @@
 //   gemm_grad_a    dC    Bᵀ    N      dA f16 M×K
 //   gemm_grad_b    Aᵀ    dC    M      dB f16 K×N
 //   linear         x     W     K      y  f16 M×N       + b[col]   (bias = 1),
-//                                                      then gelu, with pre = the sum (gelu = 1)
+//                                                      then + r[row, col] (residual = 1)
+//                                                      or gelu, with pre = the sum (gelu = 1)
 //   linear_nt      x     Wᵀ    K      y  f16 M×N       + b[col]   (bias = 1)
 //   linear_grad_w  xᵀ    dy    M      dW f32 K×N       dW_old +   (accumulate = 1)
 //   linear_grad_x  dy    Wᵀ    N      dx f16 M×K       · gelu′(pre) (gelu = 1)
@@ -47,8 +48,9 @@
 //   is rounded exactly once, and an element skipped keeps the host's poison.
 // - The epilogue runs there too, on the finished f32 dot product: the bias
 //   (converted from f16, exact) in one f32 addition, then the old value of
-//   an accumulated f32 output in another (old + sum), both rounded to
-//   nearest, before the one store. The oracle's epilogue bound
+//   an accumulated f32 output (old + sum) or the residual's element (sum +
+//   r, exact from f16) in another, both rounded to nearest, before the one
+//   store. The oracle's epilogue bound
 //   (oracle.MatMulWith) assumes exactly these two additions. A GELU comes
 //   last, on the f32 value, with gelu.h's expressions: the forward stores
 //   the value rounded to f16 as pre and gelu of it as the output, the
@@ -105,8 +107,8 @@ struct Operand {
 // (row, col) of the current row and column block at
 // sums[(row − sums_row0) · sums_cols + col − sums_col0]. The epilogue adds
 // bias[col] (f16, cols of them) when bias is set, and adds into c32 instead
-// of overwriting it when accumulate is set; then, for an f16 output, the
-// GELU: with pre_out set, the element goes to pre_out (f16, rows × cols) and
+// of overwriting it when accumulate is set, or residual's element (f16,
+// rows × cols) for an f16 output; then, for an f16 output, the GELU: with pre_out set, the element goes to pre_out (f16, rows × cols) and
 // gelu of it to c16; with pre_in set, c16 gets it times gelu′(pre_in's
 // element).
 struct Output {
@@ -120,8 +122,9 @@ struct Output {
   size_t sums_cols;
   const uint16_t* bias = nullptr;
   bool accumulate = false;           // c32 only
-  uint16_t* pre_out = nullptr;       // c16 only
-  const uint16_t* pre_in = nullptr;  // c16 only
+  uint16_t* pre_out = nullptr;         // c16 only
+  const uint16_t* pre_in = nullptr;    // c16 only
+  const uint16_t* residual = nullptr;  // c16 only
 };
 
 // VKERN_MULTIPLY_ADD(acc, a, b) sets acc = acc + a·b. The products are exact
@@ -247,6 +250,11 @@ void finish_tile(const Output& out, const float* tile, size_t row0, size_t col0,
         values[j] = value;
       }
       const size_t at = row * out.cols + col0;
+      if (out.residual != nullptr) {
+        float r[kNR];
+        f16_to_f32_run(out.residual + at, r, nr);
+        for (size_t j = 0; j < nr; ++j) values[j] += r[j];
+      }
       float pre[kNR];
       const float* result = values;
       if (out.pre_out != nullptr) {
@@ -359,12 +367,13 @@ void gemm_grad_b(ThreadPool& pool, Scratch& scratch, const uint16_t* a, const ui
 }
 
 // y = x · W + b: x M×K and W K×N as gemm's A and B, y f16; b (N) is
-// nullptr when the bias is off. With pre (M×N) not null, pre = x · W + b
-// and y = gelu of it.
-void linear(ThreadPool& pool, Scratch& scratch, const uint16_t* x, const uint16_t* w, const uint16_t* b, uint16_t* y,
-            uint16_t* pre, size_t M, size_t N, size_t K) {
+// nullptr when the bias is off. With r (M×N) not null, y = x · W + b + r.
+// With pre (M×N) not null, pre = x · W + b and y = gelu of it.
+void linear(ThreadPool& pool, Scratch& scratch, const uint16_t* x, const uint16_t* w, const uint16_t* b,
+            const uint16_t* r, uint16_t* y, uint16_t* pre, size_t M, size_t N, size_t K) {
   Output out{nullptr, y, M, N, nullptr, 0, 0, 0};
   out.bias = b;
+  out.residual = r;
   out.pre_out = pre;
   product(pool, scratch, Operand::row_major(x, K), Operand::row_major(w, N), M, N, K, out);
 }
@@ -422,8 +431,9 @@ Result run_gemm_grad_b(const Call& c, uint64_t*) {
 Result run_linear(const Call& c, uint64_t*) {
   using namespace op_linear;
   const uint16_t* b = c.dim(param::bias) == 1 ? c.ptr<const uint16_t>(buf::b) : nullptr;
+  const uint16_t* r = c.dim(param::residual) == 1 ? c.ptr<const uint16_t>(buf::r) : nullptr;
   uint16_t* pre = c.dim(param::gelu) == 1 ? c.ptr<uint16_t>(buf::pre) : nullptr;
-  linear(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::x), c.ptr<const uint16_t>(buf::W), b,
+  linear(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::x), c.ptr<const uint16_t>(buf::W), b, r,
          c.ptr<uint16_t>(buf::y), pre, c.dim(param::M), c.dim(param::N), c.dim(param::K));
   return Result::OK();
 }

@@ -2,10 +2,12 @@
 // (gemm.cuh's mma.sync and portable kernels, gemm_sm90.cu's wgmma kernels)
 // do to each element's finished f32 dot product before they store it.
 //
-// Epilogue<kAddBias, kAddOld, kGelu> adds bias[col] (f16, one per output
-// column) when kBias (linear), then the element's old value when
-// kAccumulate (an f32 output added into: linear_grad_w), each in one
-// binary32 addition rounded to nearest: v = v + bias[col]; v = old + v.
+// Epilogue<kAddBias, kAddOld, kGelu, kAddResidual> adds bias[col] (f16,
+// one per output column) when kBias (linear), then the element's old value
+// when kAccumulate (an f32 output added into: linear_grad_w) or the
+// residual's element when kResidual (f16, the output's shape: linear with
+// residual = 1), each in one binary32 addition rounded to nearest: v = v +
+// bias[col]; v = old + v or v = v + r.
 // Then the GELU (gelu.cuh's expressions, as the cpu backend's): kGelu ==
 // kGeluForward stores v rounded to f16 as pre's element and goes on with
 // gelu(v) (linear with gelu = 1); kGelu == kGeluBackward goes on with
@@ -16,8 +18,8 @@
 // that follow are unchanged: each element is still read once, written once
 // and, for f16 outputs, rounded once. gemm_sm90.cu makes the same
 // additions in the same order without apply: the tile's bias slice from
-// bias_pair, staged in shared memory, and the old values loaded 32 at a
-// time; then gelu_pairs. The oracle's epilogue bound (oracle.MatMulWith)
+// bias_pair, staged in shared memory, the old values loaded 32 at a time,
+// the residual's in pairs (residual_pair); then gelu_pairs. The oracle's epilogue bound (oracle.MatMulWith)
 // assumes exactly these steps.
 //
 // Epilogue<false, false> (NoEpilogue: gemm and its gradients) does nothing;
@@ -35,13 +37,26 @@ namespace vkern_epilogue {
 
 constexpr int kNoGelu = 0, kGeluForward = 1, kGeluBackward = 2;
 
-template <bool kAddBias, bool kAddOld, int kGeluKind = kNoGelu>
+template <bool kAddBias, bool kAddOld, int kGeluKind = kNoGelu, bool kAddResidual = false>
 struct Epilogue {
-  static constexpr bool kBias = kAddBias, kAccumulate = kAddOld;
+  static constexpr bool kBias = kAddBias, kAccumulate = kAddOld, kResidual = kAddResidual;
   static constexpr int kGelu = kGeluKind;
-  static constexpr bool kAny = kBias || kAccumulate || kGelu != kNoGelu;
-  const __half* bias;    // the output's cols halves when kBias; else unused
-  __half* pre = nullptr;  // rows × cols, like the output, when kGelu: written (forward) or read (backward)
+  static constexpr bool kAny = kBias || kAccumulate || kResidual || kGelu != kNoGelu;
+  static_assert(!(kResidual && (kAccumulate || kGelu != kNoGelu)), "the residual goes with neither accumulation nor the GELU");
+  const __half* bias;                // the output's cols halves when kBias; else unused
+  __half* pre = nullptr;             // rows × cols, like the output, when kGelu: written (forward) or read (backward)
+  const __half* residual = nullptr;  // rows × cols, like the output, when kResidual
+
+  // The residual's elements (row, col) and (row, col + 1) as f32, 0 for
+  // one past the last row or column; with paired, one aligned 4-byte load
+  // (cols even, residual 4-byte aligned, col even).
+  __device__ __forceinline__ float2 residual_pair(int64_t row, int64_t col, int64_t rows, int64_t cols,
+                                                  bool paired) const {
+    if (row >= rows) return make_float2(0.0f, 0.0f);
+    const __half* p = residual + row * cols + col;
+    if (paired && col + 1 < cols) return __half22float2(*reinterpret_cast<const __half2*>(p));
+    return make_float2(col < cols ? __half2float(p[0]) : 0.0f, col + 1 < cols ? __half2float(p[1]) : 0.0f);
+  }
 
   // The bias of columns col and col + 1 as two f16 in one word (low half
   // first), 0 for a column past the last: for kernels that stage a tile's
@@ -64,6 +79,7 @@ struct Epilogue {
       static_assert(sizeof(Out) == sizeof(float), "only f32 outputs are added into");
       v = out[row * cols + col] + v;
     }
+    if constexpr (kResidual) v = v + __half2float(residual[row * cols + col]);
     return gelu(v, row * cols + col);
   }
 

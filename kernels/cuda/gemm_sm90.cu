@@ -570,6 +570,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           for (int i = 0; i < 4 * kChunkJ; ++i) acc[4 * j0 + i] = old[i] + acc[4 * j0 + i];
         }
       }
+      if constexpr (Epi::kResidual) {
+        // The residual's elements, in pairs, 32 a thread at a time.
+        const bool paired = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(epi.residual) & 3) == 0;
+        constexpr int kChunkJ = 8;
+#pragma unroll
+        for (int j0 = 0; j0 < BN / 8; j0 += kChunkJ) {
+          float2 r[2 * kChunkJ];
+#pragma unroll
+          for (int jj = 0; jj < kChunkJ; ++jj) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) r[2 * jj + h] = epi.residual_pair(row + 8 * h, col + 8 * (j0 + jj), rows, cols, paired);
+          }
+#pragma unroll
+          for (int jj = 0; jj < kChunkJ; ++jj) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              acc[4 * (j0 + jj) + 2 * h] = acc[4 * (j0 + jj) + 2 * h] + r[2 * jj + h].x;
+              acc[4 * (j0 + jj) + 2 * h + 1] = acc[4 * (j0 + jj) + 2 * h + 1] + r[2 * jj + h].y;
+            }
+          }
+        }
+      }
       if constexpr (Epi::kGelu != vkern_epilogue::kNoGelu) {
         // The GELU step, a pair of columns at a time: pre's pair written
         // (forward) or read (backward) in one 4-byte access where aligned.

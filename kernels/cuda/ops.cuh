@@ -64,10 +64,11 @@ cudaError_t vk_gemm_grad_b(const __half* A, const __half* dC, __half* dB, int64_
                            cudaStream_t s);
 
 // y (f16, M×N) = x (M×K) · W (K×N) + b, the bias b (N) added to every row
-// in the epilogue; b null: no bias. pre (f16, M×N) not null: pre = that
-// sum and y = gelu of it.
-cudaError_t vk_linear(const __half* x, const __half* W, const __half* b, __half* y, __half* pre, int64_t M, int64_t N,
-                      int64_t K, cudaStream_t s);
+// in the epilogue; b null: no bias. r (f16, M×N) not null: y = that sum
+// + r, the residual. pre (f16, M×N) not null (r null): pre = that sum and
+// y = gelu of it.
+cudaError_t vk_linear(const __half* x, const __half* W, const __half* b, const __half* r, __half* y, __half* pre,
+                      int64_t M, int64_t N, int64_t K, cudaStream_t s);
 
 // dx (f16, M×K) = dy (M×N) · Wᵀ, where W is stored K×N; pre (f16, M×K) not
 // null: times gelu′(pre).
