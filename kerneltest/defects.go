@@ -808,6 +808,23 @@ var CUDADefects = []Mutation{
 		New: "const __half* r = nullptr;",
 		Op:  "linear", Shapes: []string{"64x128x96:residual=1", "17x31x129:residual=1"},
 	},
+	// The staged epilogue's quads (interior tiles of aligned shapes).
+	{
+		Name: "Hopper staged: linear's GELU stores gelu of the sum as pre too", File: "cuda/epilogue.cuh",
+		Old: "const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);\n      *reinterpret_cast<uint2*>(pre + at) =\n          make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));\n#pragma unroll\n      for (int e = 0; e < 4; ++e) v[e] = vkern_gelu::gelu(v[e]);",
+		New: "for (int e = 0; e < 4; ++e) v[e] = vkern_gelu::gelu(v[e]);\n      const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);\n      *reinterpret_cast<uint2*>(pre + at) =\n          make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));",
+		Op:  "linear", Shapes: []string{"256x256x64:gelu=1", "512x128x64:gelu=1,bias=0"},
+	},
+	{
+		Name: "Hopper staged: linear's residual halves read crosswise", File: "cuda/epilogue.cuh",
+		Old: "v[0] = v[0] + lo.x;", New: "v[0] = v[0] + lo.y;",
+		Op: "linear", Shapes: []string{"256x256x64:residual=1", "512x128x64:residual=1,bias=0"},
+	},
+	{
+		Name: "Hopper staged: linear_grad_x's gelu′ from the next four pre-activations", File: "cuda/epilogue.cuh",
+		Old: "return *reinterpret_cast<const uint2*>(pre + at);", New: "return *reinterpret_cast<const uint2*>(pre + (at ^ 4));",
+		Op: "linear_grad_x", Shapes: []string{"256x64x256:gelu=1", "512x64x128:gelu=1"},
+	},
 	{
 		Name: "linear_grad_x ignores its gelu switch", File: "cuda/linear_grad.cu",
 		Old: "const __half* pre = c.params[param::gelu] == 1 ? c.ptr<const __half>(buf::pre) : nullptr;",

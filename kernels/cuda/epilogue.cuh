@@ -42,7 +42,8 @@ struct Epilogue {
   static constexpr bool kBias = kAddBias, kAccumulate = kAddOld, kResidual = kAddResidual;
   static constexpr int kGelu = kGeluKind;
   static constexpr bool kAny = kBias || kAccumulate || kResidual || kGelu != kNoGelu;
-  static_assert(!(kResidual && (kAccumulate || kGelu != kNoGelu)), "the residual goes with neither accumulation nor the GELU");
+  static_assert(!(kResidual && (kAccumulate || kGelu != kNoGelu)),
+                "the residual goes with neither accumulation nor the GELU");
   const __half* bias;                // the output's cols halves when kBias; else unused
   __half* pre = nullptr;             // rows × cols, like the output, when kGelu: written (forward) or read (backward)
   const __half* residual = nullptr;  // rows × cols, like the output, when kResidual
@@ -93,6 +94,61 @@ struct Epilogue {
     } else {
       return v;
     }
+  }
+
+  // Whether the step reads an operand of the output's shape (the residual,
+  // or pre in the backward GELU): quad's side.
+  static constexpr bool kSideIn = kResidual || kGelu == kGeluBackward;
+
+  // The four f16 at element index at of the operand quad reads (kSideIn),
+  // in one 8-byte load: loaded ahead of quad, so that the loads of a few
+  // quads are in flight together, and before the output's stores (which
+  // the compiler may not move them past).
+  __device__ __forceinline__ uint2 side(int64_t at) const {
+    if constexpr (kResidual) {
+      return *reinterpret_cast<const uint2*>(residual + at);
+    } else if constexpr (kGelu == kGeluBackward) {
+      return *reinterpret_cast<const uint2*>(pre + at);
+    } else {
+      return make_uint2(0u, 0u);
+    }
+  }
+
+  // The residual and GELU steps for four consecutive elements of a row, v
+  // at element index at (row · cols + col), at a multiple of 4 and the
+  // residual and pre 8-byte aligned; raw is side(at) when kSideIn, and pre
+  // is written in one 8-byte store (gemm_sm90.cu's staged epilogue, which
+  // reads its rows back from shared memory four f32 at a time).
+  __device__ __forceinline__ void quad(float (&v)[4], uint2 raw, int64_t at) const {
+    if constexpr (kResidual) {
+      const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+      const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+      v[0] = v[0] + lo.x;
+      v[1] = v[1] + lo.y;
+      v[2] = v[2] + hi.x;
+      v[3] = v[3] + hi.y;
+    }
+    if constexpr (kGelu == kGeluForward) {
+      const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
+      *reinterpret_cast<uint2*>(pre + at) =
+          make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = vkern_gelu::gelu(v[e]);
+    } else if constexpr (kGelu == kGeluBackward) {
+      const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+      const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+      v[0] = vkern_gelu::gelu_grad(lo.x, v[0]);
+      v[1] = vkern_gelu::gelu_grad(lo.y, v[1]);
+      v[2] = vkern_gelu::gelu_grad(hi.x, v[2]);
+      v[3] = vkern_gelu::gelu_grad(hi.y, v[3]);
+    }
+  }
+
+  // Whether quad's side operands (the residual, pre) allow its 8-byte
+  // accesses: pointers 8-byte aligned (the caller checks the columns).
+  __device__ __forceinline__ bool quads_aligned() const {
+    const uintptr_t side = reinterpret_cast<uintptr_t>(kResidual ? residual : pre);
+    return (side & 7u) == 0;
   }
 
   // The GELU step for the elements (row, col) and (row, col + 1), v0 and v1,

@@ -570,43 +570,103 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           for (int i = 0; i < 4 * kChunkJ; ++i) acc[4 * j0 + i] = old[i] + acc[4 * j0 + i];
         }
       }
+      // The residual and GELU steps: on the rows read back from shared
+      // memory where the staged epilogue runs (quad: 8-byte accesses of the
+      // residual and pre along a row, a few registers at a time), else here
+      // on the fragments in pairs.
+      const bool interior = m0 + BM <= rows && n0 + BN <= cols;
+      constexpr bool kQuads = sizeof(Out) == 2 && (Epi::kResidual || Epi::kGelu != vkern_epilogue::kNoGelu);
+      const bool staged = Cfg::kStagedEpilogue && interior && rows_aligned16 && (!kQuads || epi.quads_aligned());
       if constexpr (Epi::kResidual) {
-        // The residual's elements, in pairs, 32 a thread at a time.
-        const bool paired = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(epi.residual) & 3) == 0;
-        constexpr int kChunkJ = 8;
+        if (!staged) {
+          // The residual's elements, in pairs, 32 a thread at a time.
+          const bool paired = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(epi.residual) & 3) == 0;
+          constexpr int kChunkJ = 8;
 #pragma unroll
-        for (int j0 = 0; j0 < BN / 8; j0 += kChunkJ) {
-          float2 r[2 * kChunkJ];
+          for (int j0 = 0; j0 < BN / 8; j0 += kChunkJ) {
+            float2 r[2 * kChunkJ];
 #pragma unroll
-          for (int jj = 0; jj < kChunkJ; ++jj) {
+            for (int jj = 0; jj < kChunkJ; ++jj) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) r[2 * jj + h] = epi.residual_pair(row + 8 * h, col + 8 * (j0 + jj), rows, cols, paired);
-          }
+              for (int h = 0; h < 2; ++h) {
+                r[2 * jj + h] = epi.residual_pair(row + 8 * h, col + 8 * (j0 + jj), rows, cols, paired);
+              }
+            }
 #pragma unroll
-          for (int jj = 0; jj < kChunkJ; ++jj) {
+            for (int jj = 0; jj < kChunkJ; ++jj) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              acc[4 * (j0 + jj) + 2 * h] = acc[4 * (j0 + jj) + 2 * h] + r[2 * jj + h].x;
-              acc[4 * (j0 + jj) + 2 * h + 1] = acc[4 * (j0 + jj) + 2 * h + 1] + r[2 * jj + h].y;
+              for (int h = 0; h < 2; ++h) {
+                acc[4 * (j0 + jj) + 2 * h] = acc[4 * (j0 + jj) + 2 * h] + r[2 * jj + h].x;
+                acc[4 * (j0 + jj) + 2 * h + 1] = acc[4 * (j0 + jj) + 2 * h + 1] + r[2 * jj + h].y;
+              }
             }
           }
         }
       }
       if constexpr (Epi::kGelu != vkern_epilogue::kNoGelu) {
-        // The GELU step, a pair of columns at a time: pre's pair written
-        // (forward) or read (backward) in one 4-byte access where aligned.
-        const bool paired = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(epi.pre) & 3) == 0;
+        if (!staged) {
+          // The GELU step, a pair of columns at a time: pre's pair written
+          // (forward) or read (backward) in one 4-byte access where aligned.
+          const bool paired = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(epi.pre) & 3) == 0;
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
+          for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int64_t r = row + 8 * h;
-            if (r < rows) epi.gelu_pair(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], r, col + 8 * j, cols, paired);
+            for (int h = 0; h < 2; ++h) {
+              const int64_t r = row + 8 * h;
+              if (r < rows) epi.gelu_pair(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], r, col + 8 * j, cols, paired);
+            }
           }
         }
       }
-      const bool interior = m0 + BM <= rows && n0 + BN <= cols;
-      if (Cfg::kStagedEpilogue && interior && rows_aligned16) {
+      if (kQuads && staged) {
+        // As the staged store below, but through f32 rows (chunks of 32
+        // columns, the f32 output's layout): each lane reads four
+        // consecutive elements of a row, applies the residual or GELU step
+        // to them (quad), and stores them as four f16 in one 8-byte store.
+        // The side operand's quads of chunk c + 1 are loaded while chunk c
+        // is staged and stored.
+        unsigned char* const buf = smem_raw + (epilogue0 - smem_u32(smem_raw)) + (4 * consumer + warp) * 2048;
+        const int64_t slab = m0 + 64 * consumer + 16 * warp;  // the warp's first output row
+        auto quad_at = [&](int c, int it) {
+          return (slab + 4 * it + lane / 8) * cols + n0 + c * 32 + (lane % 8) * 4;
+        };
+        uint2 side[4], next[4] = {};
+#pragma unroll
+        for (int it = 0; it < 4; ++it) side[it] = Epi::kSideIn ? epi.side(quad_at(0, it)) : make_uint2(0u, 0u);
+#pragma unroll
+        for (int c = 0; c < BN / 32; ++c) {
+          if (Epi::kSideIn && c + 1 < BN / 32) {
+#pragma unroll
+            for (int it = 0; it < 4; ++it) next[it] = epi.side(quad_at(c + 1, it));
+          }
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) {
+            const int j = c * 4 + jj;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = lane / 4 + 8 * h;
+              const int chunk = (2 * jj + (lane % 4) / 2) ^ ((r & 3) << 1);
+              *reinterpret_cast<float2*>(buf + r * 128 + chunk * 16 + (lane % 2) * 8) =
+                  make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            }
+          }
+          __syncwarp();
+#pragma unroll
+          for (int it = 0; it < 4; ++it) {
+            const int r = 4 * it + lane / 8;
+            const float4 q = *reinterpret_cast<const float4*>(buf + r * 128 + (((lane % 8) ^ ((r & 3) << 1)) * 16));
+            float v[4] = {q.x, q.y, q.z, q.w};
+            const int64_t at = quad_at(c, it);
+            epi.quad(v, side[it], at);
+            const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
+            *reinterpret_cast<uint2*>(out + at) =
+                make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+          }
+          __syncwarp();
+#pragma unroll
+          for (int it = 0; it < 4; ++it) side[it] = next[it];
+        }
+      } else if (staged) {
         // Through this warp's 16 × 128-byte buffer, one chunk of 128 bytes
         // per row at a time: the fragment's pairs are written with a swizzle
         // that keeps both the writes and the 16-byte reads free of bank

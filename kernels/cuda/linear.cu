@@ -15,15 +15,18 @@ cudaError_t vk_linear(const __half* x, const __half* W, const __half* b, const _
   if (r != nullptr) {
     if (pre != nullptr) return cudaErrorInvalidValue;  // refused by the contract (op.Validate) before it gets here
     if (b != nullptr) {
-      return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s, Epilogue<true, false, kNoGelu, true>{b, nullptr, r});
+      return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s,
+                                              Epilogue<true, false, kNoGelu, true>{b, nullptr, r});
     }
-    return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s, Epilogue<false, false, kNoGelu, true>{nullptr, nullptr, r});
+    return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s,
+                                            Epilogue<false, false, kNoGelu, true>{nullptr, nullptr, r});
   }
   if (pre != nullptr) {
     if (b != nullptr) {
       return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s, Epilogue<true, false, kGeluForward>{b, pre});
     }
-    return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s, Epilogue<false, false, kGeluForward>{nullptr, pre});
+    return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s,
+                                            Epilogue<false, false, kGeluForward>{nullptr, pre});
   }
   if (b != nullptr) {
     return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s, Epilogue<true, false>{b});
