@@ -479,8 +479,8 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "Hopper: staged f32 epilogue reads with the wrong swizzle", File: "cuda/gemm_sm90.cu",
-		Old: "const int swz = sizeof(Out) == 2 ? (r & 7) : ((r & 3) << 1);",
-		New: "const int swz = sizeof(Out) == 2 ? (r & 7) : ((r & 1) << 1);",
+		Old: "return r * 128 + ((lane % 8) ^ staged_swizzle<kHalf>(r)) * 16;",
+		New: "return r * 128 + ((lane % 8) ^ (kHalf ? staged_swizzle<kHalf>(r) : ((r & 1) << 1))) * 16;",
 		Op:  "gemm", Shapes: []string{"256x256x64"},
 	},
 	{

@@ -351,6 +351,46 @@ __device__ __forceinline__ void store_pair(__half* p, float v0, float v1) {
   *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
 }
 __device__ __forceinline__ void store_one(float* p, float v) { *p = v; }
+
+// The staged epilogue's layout: a warp's 16 × 128-byte buffer holds one
+// chunk of its 16 rows at a time, 64 columns as f16 (kHalf) or 32 as f32,
+// each 16-byte unit of row r at unit ^ staged_swizzle(r), which keeps both
+// the fragment's pair writes and the rows' 16-byte reads free of bank
+// conflicts. stage_chunk writes chunk c of a warp's accumulator fragment
+// (acc[4j + 2h + e] is element (lane / 4 + 8h, 8j + 2·(lane % 4) + e) of
+// its 16 rows); staged_unit is the offset of lane's 16 bytes of row r, its
+// unit lane % 8.
+template <bool kHalf>
+__device__ __forceinline__ int staged_swizzle(int r) {
+  return kHalf ? (r & 7) : ((r & 3) << 1);
+}
+
+template <bool kHalf, int N>
+__device__ __forceinline__ void stage_chunk(unsigned char* buf, const float (&acc)[N], int c, int lane) {
+  constexpr int kJPerChunk = kHalf ? 8 : 4;
+#pragma unroll
+  for (int jj = 0; jj < kJPerChunk; ++jj) {
+    const int j = c * kJPerChunk + jj;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = lane / 4 + 8 * h;
+      if constexpr (kHalf) {
+        const int unit = jj ^ staged_swizzle<true>(r);
+        *reinterpret_cast<__half2*>(buf + r * 128 + unit * 16 + (lane % 4) * 4) =
+            __floats2half2_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      } else {
+        const int unit = (2 * jj + (lane % 4) / 2) ^ staged_swizzle<false>(r);
+        *reinterpret_cast<float2*>(buf + r * 128 + unit * 16 + (lane % 2) * 8) =
+            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      }
+    }
+  }
+}
+
+template <bool kHalf>
+__device__ __forceinline__ int staged_unit(int r, int lane) {
+  return r * 128 + ((lane % 8) ^ staged_swizzle<kHalf>(r)) * 16;
+}
 __device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }
 
 // Unit u of the tile order → its first tile row (in units of kCluster tile
@@ -618,6 +658,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
         }
       }
+      unsigned char* const buf = smem_raw + (epilogue0 - smem_u32(smem_raw)) + (4 * consumer + warp) * 2048;
+      const int64_t slab = m0 + 64 * consumer + 16 * warp;  // the warp's first output row
       if (kQuads && staged) {
         // As the staged store below, but through f32 rows (chunks of 32
         // columns, the f32 output's layout): each lane reads four
@@ -625,8 +667,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // to them (quad), and stores them as four f16 in one 8-byte store.
         // The side operand's quads of chunk c + 1 are loaded while chunk c
         // is staged and stored.
-        unsigned char* const buf = smem_raw + (epilogue0 - smem_u32(smem_raw)) + (4 * consumer + warp) * 2048;
-        const int64_t slab = m0 + 64 * consumer + 16 * warp;  // the warp's first output row
         auto quad_at = [&](int c, int it) {
           return (slab + 4 * it + lane / 8) * cols + n0 + c * 32 + (lane % 8) * 4;
         };
@@ -639,22 +679,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
             for (int it = 0; it < 4; ++it) next[it] = epi.side(quad_at(c + 1, it));
           }
-#pragma unroll
-          for (int jj = 0; jj < 4; ++jj) {
-            const int j = c * 4 + jj;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int r = lane / 4 + 8 * h;
-              const int chunk = (2 * jj + (lane % 4) / 2) ^ ((r & 3) << 1);
-              *reinterpret_cast<float2*>(buf + r * 128 + chunk * 16 + (lane % 2) * 8) =
-                  make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-            }
-          }
+          stage_chunk<false>(buf, acc, c, lane);
           __syncwarp();
 #pragma unroll
           for (int it = 0; it < 4; ++it) {
-            const int r = 4 * it + lane / 8;
-            const float4 q = *reinterpret_cast<const float4*>(buf + r * 128 + (((lane % 8) ^ ((r & 3) << 1)) * 16));
+            const float4 q = *reinterpret_cast<const float4*>(buf + staged_unit<false>(4 * it + lane / 8, lane));
             float v[4] = {q.x, q.y, q.z, q.w};
             const int64_t at = quad_at(c, it);
             epi.quad(v, side[it], at);
@@ -668,38 +697,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       } else if (staged) {
         // Through this warp's 16 × 128-byte buffer, one chunk of 128 bytes
-        // per row at a time: the fragment's pairs are written with a swizzle
-        // that keeps both the writes and the 16-byte reads free of bank
-        // conflicts, then each row goes out as 8 lanes × 16 bytes.
-        constexpr int kChunkCols = 128 / static_cast<int>(sizeof(Out));  // 64 f16 or 32 f32
-        constexpr int kJPerChunk = kChunkCols / 8;
-        unsigned char* const buf = smem_raw + (epilogue0 - smem_u32(smem_raw)) + (4 * consumer + warp) * 2048;
-        const int64_t slab = m0 + 64 * consumer + 16 * warp;  // the warp's first output row
+        // per row at a time (stage_chunk), then each row goes out as 8
+        // lanes × 16 bytes.
+        constexpr bool kHalf = sizeof(Out) == 2;
+        constexpr int kChunkCols = kHalf ? 64 : 32;
 #pragma unroll
         for (int c = 0; c < BN / kChunkCols; ++c) {
-#pragma unroll
-          for (int jj = 0; jj < kJPerChunk; ++jj) {
-            const int j = c * kJPerChunk + jj;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int r = lane / 4 + 8 * h;
-              if constexpr (sizeof(Out) == 2) {
-                const int chunk = jj ^ (r & 7);
-                *reinterpret_cast<__half2*>(buf + r * 128 + chunk * 16 + (lane % 4) * 4) =
-                    __floats2half2_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-              } else {
-                const int chunk = (2 * jj + (lane % 4) / 2) ^ ((r & 3) << 1);
-                *reinterpret_cast<float2*>(buf + r * 128 + chunk * 16 + (lane % 2) * 8) =
-                    make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-              }
-            }
-          }
+          stage_chunk<kHalf>(buf, acc, c, lane);
           __syncwarp();
 #pragma unroll
           for (int it = 0; it < 4; ++it) {
             const int r = 4 * it + lane / 8;
-            const int swz = sizeof(Out) == 2 ? (r & 7) : ((r & 3) << 1);
-            const uint4 v = *reinterpret_cast<const uint4*>(buf + r * 128 + (((lane % 8) ^ swz) * 16));
+            const uint4 v = *reinterpret_cast<const uint4*>(buf + staged_unit<kHalf>(r, lane));
             Out* const dst = out + (slab + r) * cols + n0 + c * kChunkCols + (lane % 8) * (kChunkCols / 8);
             *reinterpret_cast<uint4*>(dst) = v;
           }
