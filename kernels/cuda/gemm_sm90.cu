@@ -75,6 +75,7 @@
 #include <cstdint>
 
 #include "cuda/compat.h"
+#include "cuda/occupancy.h"
 #include "cuda/epilogue.cuh"
 
 #if defined(VKERN_PTX_MMA)
@@ -899,7 +900,13 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
   }
   const int64_t units = (((rows + Cfg::BM - 1) / Cfg::BM + Cfg::kCluster - 1) / Cfg::kCluster) *
                         ((cols + Cfg::BN - 1) / Cfg::BN);
-  const int64_t clusters = units < max_clusters[device] ? units : max_clusters[device];
+  int64_t resident = max_clusters[device];
+  if (vkern_occupancy::g_lent_multiprocessors > 0) {
+    // Leave the collectives' multiprocessors free (occupancy.h).
+    resident -= (vkern_occupancy::g_lent_multiprocessors + Cfg::kCluster - 1) / Cfg::kCluster;
+    if (resident < 1) resident = 1;
+  }
+  const int64_t clusters = units < resident ? units : resident;
   config.gridDim = dim3(static_cast<unsigned>(clusters * Cfg::kCluster));
   int group_rows = kGroupRows;
 #if defined(VKERN_GEMM_TUNING)

@@ -75,6 +75,7 @@
 
 #include "core/backend.h"
 #include "cuda/compat.h"
+#include "cuda/occupancy.h"
 #include "cuda/rows.cuh"
 
 namespace {
@@ -400,6 +401,9 @@ cudaError_t launch_backward(const Backward& a) {
   int sms = 0;
   cudaError_t err = multiprocessors(&sms);
   if (err != cudaSuccess) return err;
+  // Each block has a fixed share of the rows: leave the multiprocessors of
+  // running collectives free (occupancy.h).
+  sms = std::max(1, sms - vkern_occupancy::g_lent_multiprocessors);
   const int64_t P = std::min(ceil_div(a.R, RPB), static_cast<int64_t>(kGradBlocksPerSM) * sms);
   float* partials = nullptr;
   err = partials_scratch(static_cast<size_t>(P * 2 * a.C) * sizeof(float), &partials);

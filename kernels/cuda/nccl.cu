@@ -36,6 +36,7 @@
 
 #include "core/backend.h"
 #include "cuda/compat.h"
+#include "cuda/occupancy.h"
 
 namespace vkern {
 namespace nccl {
@@ -425,6 +426,7 @@ class BatchCollectives {
       // gives every entry the same timeout.
       deadline_ = nccl::deadline_after(col.timeout_ms);
       timeout_ms_ = col.timeout_ms;
+      vkern_occupancy::g_lent_multiprocessors = lent_multiprocessors();
     }
     cudaEvent_t ready = nullptr, done = nullptr;
     Result r = event(&ready);
@@ -516,7 +518,18 @@ class BatchCollectives {
     comms_.push_back(c);
   }
 
+  // lent_multiprocessors is what the collectives may hold while the
+  // compute stream runs (occupancy.h): $VKERN_COMM_SMS, a tuning knob, or 0.
+  static int lent_multiprocessors() {
+    static const int n = [] {
+      const char* v = std::getenv("VKERN_COMM_SMS");
+      return v != nullptr ? std::atoi(v) : 0;
+    }();
+    return n;
+  }
+
   void reset() {
+    vkern_occupancy::g_lent_multiprocessors = 0;
     pending_.clear();
     used_ = 0;
     last_ = nullptr;
