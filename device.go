@@ -509,7 +509,10 @@ func (d *Device) runRequest(c Call) (kserver.RunRequest, error) {
 	if o == nil {
 		return kserver.RunRequest{}, errors.New("vkern: a call with no op")
 	}
-	if err := o.Validate(s); err != nil {
+	// Made again as o's: a Shape written by hand, or another op's, is
+	// checked and measured as one of o's.
+	s, err := o.Shape(s.Dims, s.Settings...)
+	if err != nil {
 		return kserver.RunRequest{}, err
 	}
 	operands := o.Operands

@@ -292,6 +292,15 @@ func TestABatchRunsInOrderAndNamesItsFailingCall(t *testing.T) {
 	if got[3] != 0x3555 {
 		t.Errorf("z[1,0] after the untimed calls = %#04x, want 0x3555 (1/3)", got[3])
 	}
+	// A Shape written by hand (not from ParseShape or Op.Shape) is checked
+	// and measured as the call's op's: it runs, or is refused, never a panic.
+	if _, err := dev.RunBatch(ctx, []Call{{Op: softmax, Shape: op.Shape{Dims: []int64{2, 3}}, Buffers: []*Buffer{x, y}}}); err != nil {
+		t.Errorf("a hand-written shape 2x3: %v", err)
+	}
+	_, err = dev.RunBatch(ctx, []Call{{Op: softmax, Shape: op.Shape{Dims: []int64{2, 3, 4}}, Buffers: []*Buffer{x, y}}})
+	if err == nil || !strings.Contains(err.Error(), "3 dimensions, want 2") {
+		t.Errorf("a hand-written shape of three dimensions: %v; want an error counting them", err)
+	}
 	small, _ := dev.Alloc(ctx, 4)
 	_, err = dev.RunBatch(ctx, []Call{{Op: softmax, Shape: s, Buffers: []*Buffer{x, y}}, {Op: softmax, Shape: s, Buffers: []*Buffer{y, small}}})
 	if err == nil || !strings.Contains(err.Error(), "batch call 1 of 2") {
