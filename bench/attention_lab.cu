@@ -7,7 +7,8 @@
 // between its block sizes and the route's flag (which must stay 0 on these
 // finite inputs) so that a broken build is seen at once.
 //
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels \
+//   go run ./bench/labsrc labsrc      # here: the sources with their op table
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ilabsrc \
 //        -o attention_lab bench/attention_lab.cu
 //   ./attention_lab                # B=16 T=1024 C=768 H=12
 //   ./attention_lab 8 2048 768 12

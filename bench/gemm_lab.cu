@@ -7,7 +7,8 @@
 // dispatcher never picks) and without the server's op entries
 // (VKERN_GEMM_LAB).
 //
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels \
+//   go run ./bench/labsrc labsrc      # here: the sources with their op table
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ilabsrc \
 //        -o gemm_lab bench/gemm_lab.cu -lcublas
 //   ./gemm_lab                 # every case, every variant
 //   ./gemm_lab 3 6 10          # only these variant ids (and the dispatch, -1)

@@ -84,6 +84,18 @@
 //      attention-h100/). Tried and dropped: backward A fragments from shared
 //      memory (1.03 ms), sub-tiles of 32 (1.00–1.28 ms), the largest carveout
 //      for the backward (1.06 ms), a 128-row forward block (0.202 ms).
+//   4. Tried and dropped (2026-11-24): dq summed by backward_dkdv_mma, the
+//      dq kernel gone. Each warp's dSᵀ went through shared memory (f32) to
+//      rows of queries, scaled per row as backward_dq_mma scales them, and
+//      times the key tile already held; the shares went into an f32 sum per
+//      query tile in global memory in key-tile order (a count per tile, the
+//      block of key tile kt waiting for count kt; items drawn by an atomic
+//      ticket so that every wait is on a running block; the diagonal block
+//      wrote f16 dq). dq came out the same bits as the dq kernel's, but the
+//      backward took 0.954 ms against 0.806 at 16x1024x768x12 (0.486 vs
+//      0.396 at B = 8, 0.176 vs 0.111 at B = 1), and the gpt2 step 44.27
+//      ms against 42.80: the extra shared memory, barriers and f32 traffic
+//      cost more than the recomputed S and dP saved.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
