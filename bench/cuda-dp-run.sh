@@ -159,13 +159,13 @@ fault() {
   local t0=$(date +%s.%N)
   kill -"$sig" "$target"
   local waited=0
-  while kill -0 "${pids[$survivor]}" 2>/dev/null && [ $waited -lt 180 ]; do sleep 0.1; waited=$((waited + 1)); done
+  while kill -0 "${pids[$survivor]}" 2>/dev/null && [ $waited -lt 900 ]; do sleep 0.1; waited=$((waited + 1)); done  # 90 s
   local took
   took=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
   wait "${pids[$survivor]}"; local code=$?
   kill -9 "${pids[$hit]}" 2>/dev/null; kill -CONT "${pids[$hit]}" 2>/dev/null; wait "${pids[$hit]}" 2>/dev/null
-  local left t=0
-  while left=$(leftovers); [ -n "$left" ] && [ $t -lt 100 ]; do sleep 0.1; t=$((t + 1)); done
+  local left tries=0
+  while left=$(leftovers); [ -n "$left" ] && [ $tries -lt 100 ]; do sleep 0.1; tries=$((tries + 1)); done  # 10 s
   local msg
   msg=$(grep "vkern train:" "$out/fault-$name-$survivor.log" | tail -1)
   note "$name: rank $survivor exit $code after ${took}s; left: ${left:-none}; $msg"
