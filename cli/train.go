@@ -67,6 +67,8 @@ scaling as PyTorch's GradScaler, clipping at norm 1, warm-up then cosine decay.
   --step-timeout D  the longest a data-parallel step's device calls may take,
                     waits for slower ranks included; past it the communicator
                     is aborted and the run stops (default 5m)
+  --bucket-mb N     MiB of gradients per all-reduce, issued as the backward
+                    finishes them (default 25, as PyTorch DDP's bucket_cap_mb)
 
 Without --gpus, torchrun's variables make this process one rank of a
 multi-process run, one GPU (LOCAL_RANK) each: WORLD_SIZE ranks in all, this
@@ -116,6 +118,7 @@ type trainFlags struct {
 	batch, accum, evalWindows, sample     int
 	saveEvery, evalEvery, verifyEvery     int64
 	gpus                                  int
+	bucketMB                              int
 	rankTimeout, stepTimeout              time.Duration
 	lr, temperature                       float64
 	seed                                  uint64
@@ -149,6 +152,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&f.gpus, "gpus", 0, "")
 	fs.DurationVar(&f.rankTimeout, "rank-timeout", 0, "")
 	fs.DurationVar(&f.stepTimeout, "step-timeout", 0, "")
+	fs.IntVar(&f.bucketMB, "bucket-mb", 0, "")
 	if code, done := parseFlags(fs, args, trainHelpText(), stdout, stderr); done {
 		return code
 	}
@@ -305,6 +309,9 @@ func planParallel(f *trainFlags, s *runSetup) (parallelRun, error) {
 	if f.rankTimeout < 0 || f.stepTimeout < 0 {
 		return p, fmt.Errorf("--rank-timeout %v and --step-timeout %v: want durations above 0", f.rankTimeout, f.stepTimeout)
 	}
+	if f.set["bucket-mb"] && f.bucketMB < 1 {
+		return p, fmt.Errorf("--bucket-mb %d: want at least 1 (MiB of gradients per all-reduce)", f.bucketMB)
+	}
 	if f.verifyEvery > 0 {
 		return p, fmt.Errorf("--verify-every checks one device's calls one at a time, and a data-parallel step's collectives cannot be checked that way: verify without --gpus, on one device")
 	}
@@ -338,10 +345,11 @@ func (p parallelRun) options(f *trainFlags, s *runSetup, corpus *data.Corpus) gp
 		Backend: f.backend, GPUs: gpus, Env: p.env, Config: s.cfg, B: s.batch, Accum: s.accum,
 		Match: map[string]string{
 			"vkern": vkernVersion(), "seed": fmt.Sprint(s.seed), "hyper": string(hyper), "steps": fmt.Sprint(s.steps),
-			"start step": fmt.Sprint(step), "data": fmt.Sprintf("%d training and %d validation tokens", len(corpus.Train), len(corpus.Val)),
+			"start step": fmt.Sprint(step), "bucket MiB": fmt.Sprint(f.bucketMB), "data": fmt.Sprintf("%d training and %d validation tokens", len(corpus.Train), len(corpus.Val)),
 		},
-		Peer:    collective.Options{HeartbeatTimeout: f.rankTimeout},
-		Timeout: f.stepTimeout,
+		Peer:        collective.Options{HeartbeatTimeout: f.rankTimeout},
+		Timeout:     f.stepTimeout,
+		BucketBytes: int64(f.bucketMB) << 20,
 	}
 }
 

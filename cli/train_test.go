@@ -22,6 +22,8 @@ func TestTrainUsageErrorsNameTheValue(t *testing.T) {
 		{[]string{"train", "--batch", "0"}, "--batch 0"},
 		{[]string{"train", "--accum", "0"}, "--accum 0"},
 		{[]string{"train", "--steps", "-3"}, "--steps -3"},
+		{[]string{"train", "--gpus", "0"}, "--gpus 0: want at least 1"},
+		{[]string{"train", "--gpus", "2", "--bucket-mb", "0"}, "--bucket-mb 0: want at least 1"},
 		{[]string{"train", "--lr", "-1"}, "--lr = -1 is outside AdamW's range"},
 		{[]string{"train", "--temperature", "-1"}, "--temperature -1"},
 		{[]string{"train", "--backend", "tpu"}, `--backend "tpu"`},
