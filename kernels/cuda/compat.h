@@ -72,6 +72,8 @@
 #define cudaErrorNotReady hipErrorNotReady
 #define cudaEventCreateWithFlags hipEventCreateWithFlags
 #define cudaEventDisableTiming hipEventDisableTiming
+#define cudaStreamCreateWithPriority hipStreamCreateWithPriority
+#define cudaDeviceGetStreamPriorityRange hipDeviceGetStreamPriorityRange
 // RCCL: NCCL's API under its own library name.
 #define VK_COLLECTIVES_NAME "rccl"
 #define VK_NCCL_SONAME "librccl.so.1"

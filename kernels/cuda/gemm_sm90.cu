@@ -906,7 +906,13 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
     resident -= (vkern_occupancy::g_lent_multiprocessors + Cfg::kCluster - 1) / Cfg::kCluster;
     if (resident < 1) resident = 1;
   }
-  const int64_t clusters = units < resident ? units : resident;
+  int64_t clusters = units < resident ? units : resident;
+  if (const int per = vkern_occupancy::g_units_per_cluster; per > 0) {
+    // Collectives may hold multiprocessors: small shares, handed out by
+    // the hardware as multiprocessors come free (occupancy.h).
+    const int64_t wide = (units + per - 1) / per;
+    if (wide > clusters) clusters = wide < (INT32_MAX / Cfg::kCluster) ? wide : INT32_MAX / Cfg::kCluster;
+  }
   config.gridDim = dim3(static_cast<unsigned>(clusters * Cfg::kCluster));
   int group_rows = kGroupRows;
 #if defined(VKERN_GEMM_TUNING)
