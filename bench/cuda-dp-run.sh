@@ -13,8 +13,10 @@
 #   two     (2 GPUs) the bars, at the global batch of 2 x BATCH: tokens/s of
 #           2 GPUs over the faster of the 1-GPU runs (--batch 2xBATCH, and
 #           --batch BATCH --accum 2; want >= 1.85); the losses of each step
-#           against both; two processes (torchrun's variables) against
-#           --gpus 2, which must be the same bits
+#           against both; NCCL's all-reduce through PyTorch at the
+#           gradients' sizes (bench/nccl_allreduce.py); two processes
+#           (torchrun's variables) against --gpus 2, which must be the
+#           same bits
 #   faults  (2 GPUs) kill -9 and SIGSTOP of rank 1's process mid-run, REPEAT
 #           (5) times each, of rank 0's once each, and kill -9 of a rank's
 #           kernel server: the other rank must stop with an error naming the
@@ -120,6 +122,8 @@ two_part() {
   note "2 GPUs over the faster 1-GPU run: $(python3 -c "print(f'{$r2/max($r1,$r1a):.3f}')") (bar: >= 1.85)"
   note "losses, 2 GPUs against 1 GPU --accum 2: $(compare g2 acc2)"
   note "losses, 2 GPUs against 1 GPU --batch $((2 * batch)): $(compare g2 one2b)"
+  note "the anchor, NCCL's all-reduce through PyTorch at the gradients' sizes:"
+  python3 bench/nccl_allreduce.py --port $(( 31500 + RANDOM % 1000 )) 2>&1 | grep "^all_reduce" | tee -a "$out/summary.txt"
   local port=$(( 29500 + RANDOM % 1000 ))
   for r in 0 1; do
     MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r \
