@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+set -uo pipefail
+export VKERN_CACHE=$PWD/.vkcache
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export VKERN_NCCL=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))')
+t0=$(date +%s)
+mkdir -p $OUT/l
+common=(--backend cuda --model gpt2 --data bin/corpus.txt --batch 16 --sample 0 --eval-every 100000 --eval-windows 4 --seed 1 --steps 20)
+summ() { grep "DIAG rank 0" $1 | tail -12 | python3 -c "
+import sys, statistics
+rows = [list(map(float, l.split(':')[-1].split())) for l in sys.stdin]
+print(' '.join(f'{statistics.median(c):.2f}' for c in zip(*rows)), ' total', f'{sum(statistics.median(c) for c in zip(*rows)):.2f}')"; }
+run() {
+  local name=$1; shift
+  [ $(( $(date +%s) - t0 )) -gt 330 ] && { echo "$name: skipped (time)"; return; }
+  env VKERN_DIAG=1 "$@" > $OUT/l/$name.log 2>&1 || { echo "$name FAILED"; tail -3 $OUT/l/$name.log; }
+  echo "$name: write backward+ar loss norm finish = $(summ $OUT/l/$name.log)"
+}
+vk=bin/vkern-diag
+run g1 $vk train "${common[@]}" --gpus 1 --out /tmp/v/a
+run g2 $vk train "${common[@]}" --gpus 2 --out /tmp/v/b
+run g2-u1 VKERN_COMM_GEMM_UNITS=1 $vk train "${common[@]}" --gpus 2 --out /tmp/v/c
+run g2-u2 VKERN_COMM_GEMM_UNITS=2 $vk train "${common[@]}" --gpus 2 --out /tmp/v/d
+run g1-u1 VKERN_COMM_GEMM_UNITS=1 $vk train "${common[@]}" --gpus 1 --out /tmp/v/e
+run g1-u2 VKERN_COMM_GEMM_UNITS=2 $vk train "${common[@]}" --gpus 1 --out /tmp/v/f
+run g2-u1-b50 VKERN_COMM_GEMM_UNITS=1 $vk train "${common[@]}" --gpus 2 --bucket-mb 50 --out /tmp/v/g
+run g2-u1-one VKERN_COMM_GEMM_UNITS=1 $vk train "${common[@]}" --gpus 2 --bucket-mb 4096 --out /tmp/v/h
+run g2-u4 VKERN_COMM_GEMM_UNITS=4 $vk train "${common[@]}" --gpus 2 --out /tmp/v/i
+echo "done at $(( $(date +%s) - t0 )) s"
