@@ -21,6 +21,10 @@
 #           (5) times each, of rank 0's once each, and kill -9 of a rank's
 #           kernel server: the other rank must stop with an error naming the
 #           rank within the deadline, and no process may be left
+#   anchors (2 GPUs) PyTorch's own scaling on the same machine, for
+#           context: bench/train_anchors.py's gpt2 step (eager and
+#           torch.compile) on one GPU at --batch 2xBATCH and under DDP on
+#           two at BATCH each
 # Logs and JSON go under $OUT; the summary is $OUT/summary.txt.
 #   bash bench/cuda-dp-run.sh               # every part the GPUs allow
 #   STEPS=20 bash bench/cuda-dp-run.sh two
@@ -36,7 +40,7 @@ data=${DATA:-bin/corpus.txt}
 steps=${STEPS:-50}
 batch=${BATCH:-8}
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-parts=${*:-nccl one two faults}
+parts=${*:-nccl one two faults anchors}
 work=/tmp/dp
 rm -rf "$work"; mkdir -p "$work"
 start=$(date +%s)
@@ -189,6 +193,23 @@ faults_part() {
   fault kill-rank0 KILL rank0
   fault stop-rank0 STOP rank0
   fault server KILL server1
+}
+
+anchors_part() {
+  if [ "$gpus" -lt 2 ]; then note "anchors: skipped, $gpus GPU(s) here"; return; fi
+  step "PyTorch's gpt2 step on one GPU at --batch $((2 * batch)) and under DDP on two at $batch each"
+  python3 bench/train_anchors.py --models gpt2 --batch $((2 * batch)) > "$out/anchors-1gpu.jsonl" 2> "$out/anchors-1gpu.log" ||
+    fail "train_anchors.py on one GPU (see anchors-1gpu.log)"
+  python3 bench/train_anchors.py --models gpt2 --batch "$batch" --gpus 2 --port $(( 32500 + RANDOM % 1000 )) \
+    > "$out/anchors-ddp.jsonl" 2> "$out/anchors-ddp.log" || fail "train_anchors.py --gpus 2 (see anchors-ddp.log)"
+  python3 - "$out/anchors-1gpu.jsonl" "$out/anchors-ddp.jsonl" <<'EOF2' | tee -a "$out/summary.txt"
+import json, sys
+one = {r["mode"]: r for r in map(json.loads, open(sys.argv[1]))}
+for r in map(json.loads, open(sys.argv[2])):
+    o = one.get(r["mode"])
+    ratio = f"{r['tokens_per_second'] / o['tokens_per_second']:.3f}x one GPU's {o['tokens_per_second']:.0f}" if o else "no one-GPU line"
+    print(f"PyTorch {r['mode']}: DDP on {r['gpus']} GPUs {r['tokens_per_second']:.0f} tokens/s, {ratio}")
+EOF2
 }
 
 for p in $parts; do "${p}_part"; done

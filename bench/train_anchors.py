@@ -38,8 +38,17 @@ device call as `vkern bench --suite train --anchors FILE`
 
   python3 bench/train_anchors.py > train-anchors.jsonl
   python3 bench/train_anchors.py --models gpt2 --modes eager --batch 8
+
+With --gpus N (N ≥ 2) the same step runs data-parallel under PyTorch's
+DistributedDataParallel, one process per GPU through NCCL (its default 25
+MiB buckets, overlapped with the backward), each rank on its own --batch
+sequences: the anchor for `vkern train --gpus N` (bench/cuda-dp-run.sh).
+Rank 0 times the steps and prints the line, with "gpus": N and
+tokens_per_second over all N·B sequences:
+
+  python3 bench/train_anchors.py --models gpt2 --batch 16 --gpus 2
 """
-import argparse, json, math, statistics, sys, time
+import argparse, json, math, os, statistics, sys, time
 
 # vkern's configurations (gpt/config.go) and `vkern train`'s default batch
 # for each (cli/train.go), which `vkern bench --suite train` also takes.
@@ -114,17 +123,22 @@ def build(torch, nn, F, layers, heads, c, t, v, vp):
     return model
 
 
-def time_mode(torch, nn, F, name, mode, b, t, vp, steps, warmup, seed):
+def time_mode(torch, nn, F, name, mode, b, t, vp, steps, warmup, seed, rank=0, world=1):
     cfg = CONFIGS[name]
     v = cfg["v"]
-    torch.manual_seed(seed)
+    torch.manual_seed(seed)  # every rank builds the same model (DDP also broadcasts rank 0's)
     model = build(torch, nn, F, cfg["layers"], cfg["heads"], cfg["c"], t, v, vp).cuda()
+    trained = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+        trained = DistributedDataParallel(model, device_ids=[rank])
+        torch.manual_seed(seed + rank)  # each rank its own batches
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
     scaler = torch.amp.GradScaler("cuda", init_scale=65536.0, growth_interval=2000)
-    loss_of = torch.compile(model) if mode == "compile" else model
+    loss_of = torch.compile(trained) if mode == "compile" else trained
     # A few distinct batches of T + 1 tokens, in pinned host memory, copied
     # to the GPU in each step as a training loop copies its batch.
     windows = [torch.randint(0, v, (b, t + 1), dtype=torch.int64).pin_memory() for _ in range(4)]
@@ -153,9 +167,37 @@ def time_mode(torch, nn, F, name, mode, b, t, vp, steps, warmup, seed):
         times.append(time.perf_counter() - start)
         skipped += scaler.get_scale() < scale  # GradScaler halves the scale on a skipped step
     median_ms = statistics.median(times) * 1e3
-    return {"anchor": "train", "model": name, "mode": mode, "batch": b, "context": t, "vocab": v, "padded_vocab": vp,
-            "steps": steps, "median_ms": round(median_ms, 4), "tokens_per_second": round(b * t / median_ms * 1e3, 1),
-            "skipped": skipped, "torch": torch.__version__, "device": torch.cuda.get_device_name(0)}
+    rec = {"anchor": "train", "model": name, "mode": mode, "batch": b, "context": t, "vocab": v, "padded_vocab": vp,
+           "steps": steps, "median_ms": round(median_ms, 4),
+           "tokens_per_second": round(world * b * t / median_ms * 1e3, 1),
+           "skipped": skipped, "torch": torch.__version__, "device": torch.cuda.get_device_name(rank)}
+    if world > 1:
+        rec["gpus"] = world
+    return rec
+
+
+def ddp_rank(rank, world, port, jobs, steps, warmup, seed):
+    """One process of a --gpus run: rank `rank` of `world`, on GPU `rank`;
+    rank 0 prints each job's line."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    import torch.nn.functional as F
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dist.init_process_group("nccl", rank=rank, world_size=world)
+    try:
+        for m, mode, b, t, vp in jobs:
+            rec = time_mode(torch, nn, F, m, mode, b, t, vp, steps, warmup, seed, rank, world)
+            if mode == "compile":
+                torch.compiler.reset()
+            torch.cuda.empty_cache()
+            if rank == 0:
+                print(json.dumps(rec), flush=True)
+    finally:
+        dist.destroy_process_group()
 
 
 def names(ap, flag, value, choices):
@@ -177,6 +219,8 @@ def main():
     ap.add_argument("--steps", type=int, default=30, help="timed steps (default 30)")
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps first (default 10)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--gpus", type=int, default=1, help="data-parallel over this many GPUs under DDP (default 1: no DDP)")
+    ap.add_argument("--port", type=int, default=29933, help="the ranks' meeting port with --gpus (default 29933)")
     pad = ap.add_mutually_exclusive_group()
     pad.add_argument("--padded", dest="padded", action="store_true", default=True,
                      help="pad the vocabulary to a multiple of 64, as vkern does (default)")
@@ -185,6 +229,8 @@ def main():
     a = ap.parse_args()
     models = names(ap, "--models", a.models, list(CONFIGS))
     modes = names(ap, "--modes", a.modes, ["eager", "compile"])
+    if a.gpus < 1:
+        ap.error(f"--gpus {a.gpus}: want at least 1")
     if a.steps < 1 or a.warmup < 0 or a.batch < 0 or a.context < 0:
         ap.error(f"--steps {a.steps} (want ≥ 1), --warmup {a.warmup}, --batch {a.batch}, --context {a.context} (want ≥ 0)")
     for m in models:
@@ -199,6 +245,18 @@ def main():
                  "run it on the GPU machine, in the same call as vkern bench --suite train --backend cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+
+    if a.gpus > 1:
+        if torch.cuda.device_count() < a.gpus:
+            sys.exit(f"train_anchors: --gpus {a.gpus}, but {torch.cuda.device_count()} GPU(s) here")
+        jobs = []
+        for m in models:
+            cfg = CONFIGS[m]
+            vp = padded(cfg["v"]) if a.padded else cfg["v"]
+            jobs += [(m, mode, a.batch or cfg["batch"], a.context or cfg["t"], vp) for mode in modes]
+        import torch.multiprocessing as mp
+        mp.spawn(ddp_rank, args=(a.gpus, a.port, jobs, a.steps, a.warmup, a.seed), nprocs=a.gpus)
+        return 0
 
     failed = 0
     for m in models:
