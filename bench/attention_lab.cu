@@ -1,11 +1,14 @@
 // attention_lab: kernels/cuda/attention.cu's tensor-core path timed alone,
 // in one process, at GPT-2's shape or any other: the forward at each block
-// size it can take (VKERN_ATTENTION_LAB builds both) and the backward, each
-// as milliseconds and as the rate of the causal products' flops. It is a
-// lab tool, not part of the server and not a check: verify and the planted
-// defects judge correctness; this prints the forward's largest difference
-// between its block sizes and the route's flag (which must stay 0 on these
-// finite inputs) so that a broken build is seen at once.
+// size it can take (VKERN_ATTENTION_LAB builds both) and the backward with
+// dq both ways (S and dP computed again, or from the stored dS: variants 3
+// and 5), each as milliseconds and as the rate of the causal products'
+// flops. It is a lab tool, not part of the server and not a check: verify
+// and the planted defects judge correctness; this prints the forward's
+// largest difference between its block sizes, the two backwards' largest
+// dq difference and count of differing dk and dv elements (which must be
+// 0: one kernel computes them both ways), and the route's flag (which must
+// stay 0 on these finite inputs), so that a broken build is seen at once.
 //
 //   go run ./bench/labsrc labsrc      # here: the sources with their op table
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ilabsrc \
@@ -118,10 +121,33 @@ int main(int argc, char** argv) {
   vk_attention_forward_warps = 4;
   CHECK_CUDA(vkern_attention::forward(qkv, y, lse, a, 0));
   CHECK_CUDA(cudaDeviceSynchronize());
-  const double backward_ms =
-      median_ms([&] { CHECK_CUDA(vkern_attention::backward(dy, qkv, y, lse, dqkv, a, 0)); });
-  printf("%-22s %10.4f %10.1f\n", "backward", backward_ms, bwd_flops / backward_ms / 1e9);
-  CHECK_CUDA(cudaDeviceSynchronize());
+  // The backward both ways (attention.cu's variants 3 and 5): dq from S and
+  // dP computed again, and from the dS tiles the dk/dv kernel stores.
+  const char* dq_names[2] = {"backward", "backward, stored dS"};
+  std::vector<float> grads[2];
+  for (int v = 0; v < 2; ++v) {
+    vkern_attention::vk_attention_dq_stored = v == 1;
+    const double ms = median_ms([&] { CHECK_CUDA(vkern_attention::backward(dy, qkv, y, lse, dqkv, a, 0)); });
+    printf("%-22s %10.4f %10.1f\n", dq_names[v], ms, bwd_flops / ms / 1e9);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    grads[v] = to_host(dqkv, B * T * 3 * C);
+  }
+  vkern_attention::vk_attention_dq_stored = false;
+  // dk and dv come from the same kernel both ways: the same bits. dq sums
+  // the same roundings of dS, recomputed by other products: close.
+  double dq_diff = 0, dq_largest = 0;
+  int64_t kv_differ = 0;
+  for (int64_t i = 0; i < B * T * 3 * C; ++i) {
+    const double d = std::fabs(static_cast<double>(grads[0][i]) - grads[1][i]);
+    if (i % (3 * C) < C) {
+      dq_diff = std::max(dq_diff, d);
+      dq_largest = std::max(dq_largest, static_cast<double>(std::fabs(grads[0][i])));
+    } else if (!(grads[0][i] == grads[1][i]) && !(std::isnan(grads[0][i]) && std::isnan(grads[1][i]))) {
+      ++kv_differ;
+    }
+  }
+  printf("stored dS against recomputed: dq largest |difference| %.3g (largest |dq| %.3g); dk, dv elements that differ: %lld\n",
+         dq_diff, dq_largest, (long long)kv_differ);
 
   const std::vector<float> y4h = to_host(y, B * T * C), y8h = to_host(y8, B * T * C);
   double diff = 0, largest = 0;
@@ -134,5 +160,5 @@ int main(int argc, char** argv) {
   CHECK_CUDA(vkern_attention::g_scratch.get(4, &scratch));
   CHECK_CUDA(cudaMemcpy(&flag, scratch, sizeof(flag), cudaMemcpyDeviceToHost));
   printf("forward 4 vs 8 warps: largest |difference| %.3g (largest |y| %.3g); route flag %u\n", diff, largest, flag);
-  return flag == 0 ? 0 : 1;
+  return flag == 0 && kv_differ == 0 ? 0 : 1;
 }

@@ -96,9 +96,18 @@
 //      0.396 at B = 8, 0.176 vs 0.111 at B = 1), and the gpt2 step 44.27
 //      ms against 42.80: the extra shared memory, barriers and f32 traffic
 //      cost more than the recomputed S and dP saved.
+//   5. (written 2026-11-26, not yet run on a GPU: off unless
+//      $VKERN_ATTENTION_DQ=stored) dq from stored dS: backward_dkdv_mma
+//      writes each pair's dS, scaled per query and rounded to f16 as
+//      backward_dq_mma rounds it, with its shifts (221 MB of scratch at
+//      16x1024x768x12), and backward_dq_stored sums dS·K in key-tile order:
+//      one product a pair instead of three, no exponentials, 2 × 214 MB
+//      more memory traffic; deterministic, as before.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/backend.h"
 #include "cuda/compat.h"
@@ -517,6 +526,18 @@ __device__ __forceinline__ void round_tile(const float (&x)[8][4], const int (&s
   }
 }
 
+// shift_for is the shift that puts largest (≥ 0) in [2¹⁴, 2¹⁵) once scaled
+// by 2^−shift; 0 for 0.
+__device__ __forceinline__ int shift_for(float largest) {
+  int e = 0;  // largest in [2^(e−1), 2^e)
+  if (largest >= 1.17549435e-38f) {
+    e = static_cast<int>(__float_as_uint(largest) >> 23 & 0xffu) - 126;  // normal (an infinity: unused)
+  } else if (largest > 0.0f) {
+    frexpf(largest, &e);
+  }
+  return largest > 0.0f ? e - 15 : 0;
+}
+
 // row_shift sets shift[r] so that the largest |x| of the thread's row r
 // across its quad (the row's 64 columns) lies in [2¹⁴, 2¹⁵) once scaled by
 // 2^−shift[r]; 0 for a row of zeros.
@@ -528,13 +549,56 @@ __device__ __forceinline__ void row_shift(const float (&x)[8][4], int (&shift)[2
     for (int n = 0; n < 8; ++n) largest = fmaxf(largest, fmaxf(fabsf(x[n][2 * r]), fabsf(x[n][2 * r + 1])));
     largest = fmaxf(largest, VK_SHFL_XOR(largest, 1));
     largest = fmaxf(largest, VK_SHFL_XOR(largest, 2));
-    int e = 0;  // largest in [2^(e−1), 2^e)
-    if (largest >= 1.17549435e-38f) {
-      e = static_cast<int>(__float_as_uint(largest) >> 23 & 0xffu) - 126;  // normal (an infinity: unused)
-    } else if (largest > 0.0f) {
-      frexpf(largest, &e);
+    shift[r] = shift_for(largest);
+  }
+}
+
+// pair_index is where the pair of query tile qt and key tile kt ≤ qt lies
+// among a head's stored dS tiles: query tile after query tile, each one's
+// key tiles in order.
+__host__ __device__ __forceinline__ int64_t pair_index(int64_t qt, int64_t kt) { return qt * (qt + 1) / 2 + kt; }
+
+// store_ds writes a warp's share of backward_dkdv_mma's dSᵀ tile x (rows the
+// warp's 16 keys, columns the tile's 64 queries) to tile, key-major (key k's
+// query c at tile[k·kTile + c]): each query's column scaled by 2^−shift, the
+// shift that puts its largest |dS| over the tile's 64 keys in [2¹⁴, 2¹⁵),
+// and rounded once to f16; the 64 shifts go to shifts. That is the rounding
+// backward_dq_mma gives each row of its dS tile, so backward_dq_stored can
+// sum dS·K from these without computing S and dP again. colmax (4·kTile
+// floats) and col_shift (kTile ints) are the block's shared memory; every
+// thread of the block calls it.
+__device__ __forceinline__ void store_ds(const float (&x)[8][4], float* colmax, int* col_shift, __half* tile,
+                                         int* shifts, int warp, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      float m = fmaxf(fabsf(x[n][c]), fabsf(x[n][2 + c]));  // rows g and g + 8
+      m = fmaxf(m, VK_SHFL_XOR(m, 4));                      // the warp's 16 keys: its lanes of one t
+      m = fmaxf(m, VK_SHFL_XOR(m, 8));
+      m = fmaxf(m, VK_SHFL_XOR(m, 16));
+      if (g == 0) colmax[warp * kTile + n * 8 + 2 * t + c] = m;
     }
-    shift[r] = largest > 0.0f ? e - 15 : 0;
+  }
+  __syncthreads();
+  if (threadIdx.x < kTile) {
+    const int c = threadIdx.x;
+    const float largest =
+        fmaxf(fmaxf(colmax[c], colmax[kTile + c]), fmaxf(colmax[2 * kTile + c], colmax[3 * kTile + c]));
+    col_shift[c] = shift_for(largest);
+    shifts[c] = col_shift[c];
+  }
+  __syncthreads();
+  const int k0 = warp * 16 + g;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const int c = n * 8 + 2 * t, s0 = col_shift[c], s1 = col_shift[c + 1];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      *reinterpret_cast<__half2*>(tile + (k0 + 8 * r) * kTile + c) =
+          __floats2half2_rn(ldexpf(x[n][2 * r], -s0), ldexpf(x[n][2 * r + 1], -s1));
+    }
   }
 }
 
@@ -705,12 +769,15 @@ __global__ void __launch_bounds__(32 * W, kForwardMinBlocks)
 // query tiles i ≥ j stream through two stages of shared memory (q, dy, and
 // the rows' lse and D): Sᵀ = K·Qᵀ, dPᵀ = V·dYᵀ, P = exp2(s₂ − lse₂), dS =
 // P(dP − D), dv += Pᵀ·dY, dk += dSᵀ·Q. K's and V's A fragments stay in
-// registers.
-template <int DP>
+// registers. With kStoreDS it also writes each pair's dS for
+// backward_dq_stored (store_ds): tiles to ds_out, shifts to shifts_out,
+// pair pair_index(i, j) of head bh at bh·pairs.
+template <int DP, bool kStoreDS>
 __global__ void __launch_bounds__(kThreads)
     backward_dkdv_mma(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse,
                       const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale, float scale2,
-                      bool vec8, unsigned* __restrict__ flag) {
+                      bool vec8, unsigned* __restrict__ flag, __half* __restrict__ ds_out,
+                      int* __restrict__ shifts_out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();
 #else
@@ -786,6 +853,12 @@ __global__ void __launch_bounds__(kThreads)
       uint32_t fa[4][4];
       round_tile<false>(p_t, no_shift, fa);
       product<DP, false>(fa, gs, lane, no_shift, dv);
+      if constexpr (kStoreDS) {
+        float* colmax = reinterpret_cast<float*>(stages + 2 * kStage);
+        const int64_t pair = bh * (tiles * (tiles + 1) / 2) + pair_index(qt, kt);
+        store_ds(dp, colmax, reinterpret_cast<int*>(colmax + 4 * kTile), ds_out + pair * kTile * kTile,
+                 shifts_out + pair * kTile, warp, lane);
+      }
       int shift[2];
       row_shift(dp, shift);
       round_tile<true>(dp, shift, fa);
@@ -877,18 +950,93 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
+// backward_dq_stored: backward_dq_mma from backward_dkdv_mma's stored dS (a
+// variant: launch_backward_mma). A block of 4 warps owns a query tile
+// (heaviest first) and keeps its dq in registers while the pairs' dS tiles
+// (key-major), their shifts and the key tiles j ≤ i stream through two
+// stages of shared memory: dq += 2^shift·(dS·K) per query row and key tile,
+// the sums of backward_dq_mma, in the same order, from the same roundings.
+// A's fragments come from the key-major tile by ldmatrix.trans: for k-step
+// k, lanes 0–7 address keys 16k + 0..7 at the warp's first query q0, lanes
+// 8–15 the same keys at q0 + 8, lanes 16–31 keys 16k + 8..15 likewise.
+template <int DP>
+__global__ void __launch_bounds__(kThreads)
+    backward_dq_stored(const __half* __restrict__ qkv, const __half* __restrict__ ds, const int* __restrict__ shifts,
+                       __half* __restrict__ dqkv, Heads a, float scale, bool vec8) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();
+#else
+  using S = TileShape<DP>;
+  using P = TileShape<kTile>;  // a pair's dS: kTile keys of kTile queries
+  constexpr int kStage = (P::kHalves + S::kHalves) * 2 + kTile * 4;  // bytes: dS, keys, shifts
+  extern __shared__ uint4 attention_shared[];
+  char* stages = reinterpret_cast<char*>(attention_shared);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int width = static_cast<int>(3 * a.C), D = static_cast<int>(a.D);
+  const int64_t tiles = ceil_div(a.T, kTile), heads = a.head_count(), pairs = tiles * (tiles + 1) / 2;
+  const int q0 = warp * 16;  // the warp's first query, in the tile
+  for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
+    const int64_t qt = tiles - 1 - item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
+    const __half* keys = qkv + b * a.T * width + h * a.D + a.C;
+    const int64_t first = bh * pairs + pair_index(qt, 0);  // pairs (qt, 0 .. qt) follow it
+    // stage_copy starts the copy of key tile kt's pair into stage st.
+    auto stage_copy = [&](int64_t kt, int st) {
+      char* p = stages + st * kStage;
+      copy_rows<kTile, kTile, kThreads>(reinterpret_cast<__half*>(p), ds + (first + kt) * kTile * kTile, kTile, 0,
+                                        kTile, kTile, true);
+      copy_rows<DP, kTile, kThreads>(reinterpret_cast<__half*>(p) + P::kHalves, keys, width, kt * kTile, a.T, D, vec8);
+      copy_floats(reinterpret_cast<float*>(p + (P::kHalves + S::kHalves) * 2),
+                  reinterpret_cast<const float*>(shifts + (first + kt) * kTile), 0, kTile);
+    };
+    __syncthreads();  // the last item's reads of every stage are done
+    stage_copy(0, 0);
+    cp_async_commit();
+    const int64_t row[2] = {qt * kTile + q0 + g, qt * kTile + q0 + g + 8};
+    float dq[S::kNTiles][4] = {};
+    for (int64_t kt = 0; kt <= qt; ++kt) {
+      const int st = static_cast<int>(kt & 1);
+      if (kt < qt) stage_copy(kt + 1, st ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+      __syncthreads();
+      const char* p = stages + st * kStage;
+      const __half* dss = reinterpret_cast<const __half*>(p);
+      const __half* ks = dss + P::kHalves;
+      const int* sh = reinterpret_cast<const int*>(p + (P::kHalves + S::kHalves) * 2);
+      uint32_t fa[4][4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        ldmatrix_x4_trans(fa[k], dss + (16 * k + (lane & 7) + (lane >> 4) * 8) * P::kLd + q0 + (lane >> 3 & 1) * 8);
+      }
+      const int shift[2] = {sh[q0 + g], sh[q0 + g + 8]};
+      product<DP, true>(fa, ks, lane, shift, dq);
+      __syncthreads();  // this stage's reads are done before the pair after next is copied over it
+    }
+    const float dq_factor[2] = {scale, scale};
+    store_rows<DP>(dq, dq_factor, dqkv + b * a.T * width + h * a.D, width, row, a.T, a.D, t, vec8);
+  }
+#endif
+}
+
 // Dynamic shared memory of each kernel, in bytes.
 template <int DP, int W>
 constexpr int forward_smem() {
   return (16 * W + 4 * kTile) * TileShape<DP>::kLd * 2;
 }
-template <int DP>
+template <int DP, bool kStoreDS>
 constexpr int dkdv_smem() {
-  return 2 * TileShape<DP>::kHalves * 2 + 2 * (2 * TileShape<DP>::kHalves * 2 + 2 * kTile * 4);
+  // K and V, two stages of q, dy, lse and D, and store_ds's column maxima
+  // and shifts.
+  return 2 * TileShape<DP>::kHalves * 2 + 2 * (2 * TileShape<DP>::kHalves * 2 + 2 * kTile * 4) +
+         (kStoreDS ? 5 * kTile * 4 : 0);
 }
 template <int DP>
 constexpr int dq_smem() {
   return 6 * TileShape<DP>::kHalves * 2;
+}
+template <int DP>
+constexpr int dq_stored_smem() {
+  return 2 * ((TileShape<kTile>::kHalves + TileShape<DP>::kHalves) * 2 + kTile * 4);
 }
 
 // allow_smem raises a kernel's dynamic shared-memory limit to bytes and,
@@ -928,16 +1076,31 @@ cudaError_t launch_forward_mma(const __half* qkv, __half* y, float* lse, Heads a
   return launch_forward_warps<DP, kForwardWarps>(qkv, y, lse, a, scale2, vec8, flag, device, s);
 }
 
+// launch_backward_mma launches the tensor-core backward: dk and dv, then dq,
+// computing S and dP again (backward_dq_mma), or from the dS tiles
+// backward_dkdv_mma stores in ds and shifts when they are not null
+// (backward_dq_stored).
 template <int DP>
 cudaError_t launch_backward_mma(const __half* dy, const __half* qkv, const float* lse, const float* dsum,
                                 __half* dqkv, Heads a, float scale, float scale2, bool vec8, unsigned* flag,
-                                int device, cudaStream_t s) {
+                                __half* ds, int* shifts, int device, cudaStream_t s) {
+  const unsigned grid = grid_for(a.head_count() * ceil_div(a.T, kTile));
+  if (ds != nullptr) {
+    static uint64_t raised_dkdv, raised_dq;
+    cudaError_t err = allow_smem(backward_dkdv_mma<DP, true>, dkdv_smem<DP, true>(), false, device, &raised_dkdv);
+    if (err == cudaSuccess) err = allow_smem(backward_dq_stored<DP>, dq_stored_smem<DP>(), false, device, &raised_dq);
+    if (err != cudaSuccess) return err;
+    backward_dkdv_mma<DP, true><<<grid, kThreads, dkdv_smem<DP, true>(), s>>>(dy, qkv, lse, dsum, dqkv, a, scale,
+                                                                              scale2, vec8, flag, ds, shifts);
+    backward_dq_stored<DP><<<grid, kThreads, dq_stored_smem<DP>(), s>>>(qkv, ds, shifts, dqkv, a, scale, vec8);
+    return cudaGetLastError();
+  }
   static uint64_t raised_dkdv, raised_dq;
-  cudaError_t err = allow_smem(backward_dkdv_mma<DP>, dkdv_smem<DP>(), false, device, &raised_dkdv);
+  cudaError_t err = allow_smem(backward_dkdv_mma<DP, false>, dkdv_smem<DP, false>(), false, device, &raised_dkdv);
   if (err == cudaSuccess) err = allow_smem(backward_dq_mma<DP>, dq_smem<DP>(), false, device, &raised_dq);
   if (err != cudaSuccess) return err;
-  const unsigned grid = grid_for(a.head_count() * ceil_div(a.T, kTile));
-  backward_dkdv_mma<DP><<<grid, kThreads, dkdv_smem<DP>(), s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, vec8, flag);
+  backward_dkdv_mma<DP, false><<<grid, kThreads, dkdv_smem<DP, false>(), s>>>(dy, qkv, lse, dsum, dqkv, a, scale,
+                                                                              scale2, vec8, flag, nullptr, nullptr);
   backward_dq_mma<DP><<<grid, kThreads, dq_smem<DP>(), s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, vec8);
   return cudaGetLastError();
 }
@@ -947,7 +1110,33 @@ cudaError_t launch_backward_mma(const __half* dy, const __half* qkv, const float
 // ---------------------------------------------------------------------------
 // Host side.
 
-ScratchBuffer g_scratch;  // the route flag, then D (attention_grad)
+ScratchBuffer g_scratch;  // the route flag, then D (attention_grad), then the stored dS and shifts
+
+#if defined(VKERN_PTX_MMA)
+// kStoredDSLimit caps the stored dS (launch_backward_mma) of one call:
+// 2 B·H·P·(kTile² + 2·kTile) bytes for the P = n(n+1)/2 tile pairs of
+// n = ⌈T/64⌉ tiles, 221 MB at gpt2's 16x1024x768x12. Past it, or when the
+// memory cannot be had, dq computes S and dP again.
+constexpr int64_t kStoredDSLimit = int64_t{1} << 30;
+
+// dq_from_stored_ds says whether attention_grad's dq comes from the dS tiles
+// backward_dkdv_mma stores (variant 5, attention.cu's list), or from S and
+// dP computed again: $VKERN_ATTENTION_DQ = "stored" or "recompute", read
+// once; recompute unless set, until a GPU run measures the variant. The lab
+// sets it directly.
+#if defined(VKERN_ATTENTION_LAB)
+bool vk_attention_dq_stored = false;
+bool dq_from_stored_ds() { return vk_attention_dq_stored; }
+#else
+bool dq_from_stored_ds() {
+  static const bool stored = [] {
+    const char* v = std::getenv("VKERN_ATTENTION_DQ");
+    return v != nullptr && std::strcmp(v, "stored") == 0;
+  }();
+  return stored;
+}
+#endif
+#endif  // VKERN_PTX_MMA
 
 #if defined(VKERN_PTX_MMA)
 // padded_head is the tensor-core head width for D, or 0 where the exact
@@ -1016,8 +1205,23 @@ cudaError_t backward(const __half* dy, const __half* qkv, const __half* y, const
   const double alpha = 1.0 / std::sqrt(static_cast<double>(a.D));
   const float scale = static_cast<float>(alpha), scale2 = static_cast<float>(alpha * kLog2eDouble);
   const int64_t rows = a.head_count() * a.T;
+  // Scratch: the flag, D, and (16-byte aligned) any stored dS and shifts.
+  const int64_t base_bytes = (kFlagBytes + rows * static_cast<int64_t>(sizeof(float)) + 15) / 16 * 16;
   void* scratch = nullptr;
-  cudaError_t err = g_scratch.get(kFlagBytes + rows * sizeof(float), &scratch);
+  cudaError_t err = cudaErrorMemoryAllocation;
+  __half* ds = nullptr;
+  int* shifts = nullptr;
+#if defined(VKERN_PTX_MMA)
+  const int64_t tiles = ceil_div(a.T, kTile), pairs = a.head_count() * (tiles * (tiles + 1) / 2);
+  const int64_t ds_bytes = pairs * kTile * kTile * 2, stored_bytes = ds_bytes + pairs * kTile * 4;
+  if (dq_from_stored_ds() && stored_bytes <= kStoredDSLimit &&
+      g_scratch.get(base_bytes + stored_bytes, &scratch) == cudaSuccess) {
+    err = cudaSuccess;
+    ds = reinterpret_cast<__half*>(static_cast<char*>(scratch) + base_bytes);
+    shifts = reinterpret_cast<int*>(static_cast<char*>(scratch) + base_bytes + ds_bytes);
+  }
+#endif
+  if (ds == nullptr) err = g_scratch.get(base_bytes, &scratch);
   if (err != cudaSuccess) return err;
   unsigned* flag = static_cast<unsigned*>(scratch);
   float* dsum = reinterpret_cast<float*>(static_cast<char*>(scratch) + kFlagBytes);
@@ -1032,10 +1236,18 @@ cudaError_t backward(const __half* dy, const __half* qkv, const __half* y, const
     row_dots<<<blocks_for(rows), kThreads, 0, s>>>(dy, y, lse, dsum, a, vec8, flag);
     const bool tiles16 = vec8 && aligned16(qkv) && aligned16(dqkv);
     switch (dp) {
-      case 16: err = launch_backward_mma<16>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, device, s); break;
-      case 32: err = launch_backward_mma<32>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, device, s); break;
-      case 64: err = launch_backward_mma<64>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, device, s); break;
-      default: err = launch_backward_mma<128>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, device, s); break;
+      case 16:
+        err = launch_backward_mma<16>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
+        break;
+      case 32:
+        err = launch_backward_mma<32>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
+        break;
+      case 64:
+        err = launch_backward_mma<64>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
+        break;
+      default:
+        err = launch_backward_mma<128>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
+        break;
     }
     if (err != cudaSuccess) return err;
     special = flag;
