@@ -370,8 +370,16 @@ Result backend_comm_init(const uint8_t* id, uint32_t rank, uint32_t size, uint32
   const uint64_t deadline = nccl::deadline_after(timeout_ms);
   nccl::Result r;
   if (nccl::g_lib.comm_init_rank_config != nullptr) {
+    // cgaClusterSize 0: the collectives' blocks launch one by one, not in
+    // clusters (NCCL's default on sm_90 is 4). A cluster of 4 needs four
+    // free multiprocessors of one GPC at once, which the backward's kernels,
+    // filling every multiprocessor as it frees, seldom leave: the
+    // all-reduces would then wait for gaps between kernels instead of
+    // running beside them. (The 2026-11-26 two-H200 runs, BENCHMARKS.md,
+    // had NCCL's default; what 0 buys is not yet measured.)
+    // $NCCL_CGA_CLUSTER_SIZE still overrides it.
     nccl::Config cfg{sizeof(nccl::Config), nccl::kConfigMagic, nccl::kConfigVersion, 0,
-                     nccl::kConfigUndefInt, nccl::kConfigUndefInt, nccl::kConfigUndefInt, nullptr};
+                     0, nccl::kConfigUndefInt, nccl::kConfigUndefInt, nullptr};
     r = nccl::g_lib.comm_init_rank_config(&c->comm, static_cast<int>(size), uid, static_cast<int>(rank), &cfg);
   } else {
     // Before NCCL 2.14 a communicator blocks: a rank that never joins
