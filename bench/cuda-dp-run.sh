@@ -21,6 +21,14 @@
 #           (5) times each, of rank 0's once each, and kill -9 of a rank's
 #           kernel server: the other rank must stop with an error naming the
 #           rank within the deadline, and no process may be left
+#   overlap (2 GPUs) whether the all-reduces run beside the backward: gpt2
+#           at --batch BATCH on one GPU and on two (30 steps each), the
+#           two-GPU run again with NCCL's clusters of 4 blocks
+#           (NCCL_CGA_CLUSTER_SIZE=4, NCCL's default before 417fb46) and
+#           with $VKERN_COMM_GEMM_UNITS=1, then TestProfileDataParallel
+#           (bin/gpt.test: CGO_ENABLED=0 go test -c -o bin/gpt.test ./gpt)
+#           on one rank and on two: the compute stream's time between
+#           all-reduces, rank by rank
 #   anchors (2 GPUs) PyTorch's own scaling on the same machine, for
 #           context: bench/train_anchors.py's gpt2 step (eager and
 #           torch.compile) on one GPU at --batch 2xBATCH and under DDP on
@@ -40,7 +48,7 @@ data=${DATA:-bin/corpus.txt}
 steps=${STEPS:-50}
 batch=${BATCH:-8}
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-parts=${*:-nccl one two faults anchors}
+parts=${*:-nccl one two faults overlap anchors}
 work=/tmp/dp
 rm -rf "$work"; mkdir -p "$work"
 start=$(date +%s)
@@ -193,6 +201,33 @@ faults_part() {
   fault kill-rank0 KILL rank0
   fault stop-rank0 STOP rank0
   fault server KILL server1
+}
+
+overlap_part() {
+  if [ "$gpus" -lt 2 ]; then note "overlap: skipped, $gpus GPU(s) here"; return; fi
+  step "overlap: gpt2 at --batch $batch, 30 steps, one GPU and two, NCCL's clusters and tiles per cluster"
+  local keep=$steps
+  steps=30
+  train ov-one
+  train ov-two --gpus 2
+  NCCL_CGA_CLUSTER_SIZE=4 train ov-two-cga4 --gpus 2
+  VKERN_COMM_GEMM_UNITS=1 train ov-two-units1 --gpus 2
+  steps=$keep
+  local r
+  for r in ov-one ov-two ov-two-cga4 ov-two-units1; do
+    [ -s "$out/$r.json" ] && note "$r: $(rate "$r") tokens/s"
+  done
+  if [ -x bin/gpt.test ]; then
+    local n
+    for n in 1 2; do
+      VKERN_PROFILE_DP=cuda VKERN_PROFILE_GPUS=$n VKERN_PROFILE_B=$batch \
+        bin/gpt.test -test.run TestProfileDataParallel -test.v > "$out/profile-dp$n.txt" 2>&1 ||
+        fail "TestProfileDataParallel on $n rank(s) (see profile-dp$n.txt)"
+      grep -E "kernels .* wall" "$out/profile-dp$n.txt" | sed "s/^/profile, $n rank(s): /" | tee -a "$out/summary.txt"
+    done
+  else
+    note "overlap: no bin/gpt.test, so no profile"
+  fi
 }
 
 anchors_part() {
