@@ -37,18 +37,24 @@ import (
 // the host collective, NCCL's order on GPUs). A parameter that receives
 // one contribution per micro-batch gets the same bits when every rank
 // holds one micro-batch and N = 2; wte, which receives two (the head's and
-// the embedding's), and larger N do not, so losses agree with one device's
-// within rounding, not bit for bit (the first step's loss is the same
-// bits: the per-row losses are gathered and averaged in the one-device
-// order). On one rank the path is the one-device program plus collectives
-// that copy nothing, and gives its bits exactly.
+// the embedding's), wpe (on the device engine every rank adds all ranks'
+// last embedding gradients after the all-reduce of the rest), and larger N
+// do not, so losses agree with one device's within rounding, not bit for
+// bit (the first step's loss is the same bits: the per-row losses are
+// gathered and averaged in the one-device order). On one rank the path is
+// the one-device program plus collectives that copy nothing, and gives its
+// bits exactly.
 //
 // A step on rank r. The device engine (NCCL; the cpu backend's one-rank
 // communicators) runs in one RunBatch: the forward and backward of the
 // rank's micro-batches, and, as the last micro-batch's backward finishes
-// each bucket of gradients (about BucketBytes of whole blocks, the head's
-// ln_f first and the embeddings last), that bucket's all-reduce, which the
-// server runs on its collective stream while the backward goes on; then
+// each bucket of gradients (wte and wpe once the head has added its share
+// to wte, then about BucketBytes of whole blocks, ln_f first), that
+// bucket's all-reduce, which the server runs on its collective stream
+// while the backward goes on; at the end, instead of an all-reduce of the
+// embeddings' 154 MB (gpt2) after the backward, every rank's gradient into
+// the embedding (B·T·C f16) and tokens all-gathered, and every rank adding
+// all of them, in rank order, into wte's and wpe's summed gradients; then
 // the per-row losses all-gathered, global_norm over the summed gradients,
 // and every rank's norm and non-finite count all-gathered. The host
 // engine (cpu servers of several ranks) runs the backward, sums the whole
@@ -120,6 +126,7 @@ type Replica struct {
 
 	slab        *vkern.Buffer
 	gathered    *vkern.Buffer // World·K·lossStride f32: every rank's per-row losses
+	gdx, gtok   *vkern.Buffer // World·B·T·C f16, World·B·T i32: every rank's last embedding gradient and tokens
 	norms, bads *vkern.Buffer // World f32, World i32: every rank's global_norm
 	buckets     []bucket
 	views       []*vkern.Buffer // the gradient ranges the buckets all-reduce, in order
@@ -293,6 +300,9 @@ func (rep *Replica) alloc(ctx context.Context, dev *vkern.Device, o ParallelOpti
 	rep.Model = m
 	var s slab
 	s.add(&rep.gathered, 4*int64(world)*int64(m.K)*m.lossStride)
+	rows := int64(world) * int64(m.B) * int64(m.Config.T)
+	s.add(&rep.gdx, 2*rows*int64(m.Config.C))
+	s.add(&rep.gtok, 4*rows)
 	s.add(&rep.norms, 4*int64(world))
 	s.add(&rep.bads, 4*int64(world))
 	if rep.slab, err = s.alloc(ctx, dev); err != nil {
@@ -312,11 +322,13 @@ func (rep *Replica) alloc(ctx context.Context, dev *vkern.Device, o ParallelOpti
 }
 
 // buckets groups the gradient arena for the all-reduces, in the order the
-// backward finishes it: ln_f (stage Layers), then blocks Layers−1 … 0,
-// then wte and wpe (stage −1), cut where a bucket reaches target bytes.
-// A bucket's blocks lo…hi are two ranges (their matrices among the
-// decayed tensors, their vectors among the rest); ln_f extends the second
-// to the arena's end, the embeddings the first to its start.
+// backward finishes it: wte and wpe first, a bucket of their own once the
+// head has added its share (stage Layers+1: the last micro-batch's
+// embeddings are added on every rank after it, gradients.embed), then ln_f
+// (stage Layers) and blocks Layers−1 … 0, cut where a bucket reaches
+// target bytes. A bucket's blocks lo…hi are two ranges (their matrices
+// among the decayed tensors, their vectors among the rest); ln_f extends
+// the second to the arena's end.
 func (l *layout) buckets(target int64) []bucket {
 	L := len(l.blocks)
 	matStart := func(b int) int64 { // where block b's matrices start; L: the end of the decayed range
@@ -331,17 +343,13 @@ func (l *layout) buckets(target int64) []bucket {
 		}
 		return l.tensors[l.blocks[b].ln1w].offset
 	}
-	var out []bucket
+	out := []bucket{{stage: L + 1, ranges: [][2]int64{{0, matStart(0)}}}} // wte, wpe
 	var bytes int64
 	hi, withHead := L-1, false
-	flush := func(lo, stage int, withEmb bool) {
+	flush := func(lo, stage int) {
 		var rs [][2]int64
-		start := matStart(lo)
-		if withEmb {
-			start = 0
-		}
-		if start < matStart(hi+1) {
-			rs = append(rs, [2]int64{start, matStart(hi + 1)})
+		if matStart(lo) < matStart(hi+1) {
+			rs = append(rs, [2]int64{matStart(lo), matStart(hi + 1)})
 		}
 		end := vecStart(hi + 1)
 		if withHead {
@@ -355,15 +363,15 @@ func (l *layout) buckets(target int64) []bucket {
 	}
 	bytes, withHead = 4*(l.total-vecStart(L)), true
 	if bytes >= target {
-		flush(L, L, false)
+		flush(L, L)
 	}
 	for b := L - 1; b >= 0; b-- {
 		bytes += 4 * ((matStart(b+1) - matStart(b)) + (vecStart(b+1) - vecStart(b)))
 		if bytes >= target && b > 0 {
-			flush(b, b, false)
+			flush(b, b)
 		}
 	}
-	flush(0, -1, true)
+	flush(0, 0)
 	return out
 }
 
@@ -375,7 +383,7 @@ func (rep *Replica) gradients(lossScale float64) program {
 	m, comm := rep.Model, rep.Group.Comm()
 	world := rep.Group.Size()
 	next, view := 0, 0
-	p := m.backwardProgram(lossScale/float64(m.K*world), func(p *program, stage int) {
+	done := func(p *program, stage int) {
 		for ; next < len(rep.buckets) && rep.buckets[next].stage == stage; next++ {
 			for range rep.buckets[next].ranges {
 				v := rep.views[view]
@@ -383,7 +391,21 @@ func (rep *Replica) gradients(lossScale float64) program {
 				p.calls = append(p.calls, comm.AllReduceCall(v, v, v.Bytes/4, op.F32, vkern.Sum))
 			}
 		}
-	})
+	}
+	// The last micro-batch's embeddings: every rank gathers every rank's
+	// gradient into the embedding and tokens, and adds them all, in rank
+	// order, into wte's and wpe's gradients, all-reduced by then (their
+	// bucket leaves after the head). Every rank adds the same rows in the
+	// same order: the same bits everywhere, with no all-reduce after the
+	// embeddings.
+	M, c := int64(m.B)*int64(m.Config.T), m.Config
+	embed := func(p *program) {
+		p.calls = append(p.calls,
+			comm.AllGatherCall(m.back.dres, rep.gdx, M*int64(c.C), op.F16),
+			comm.AllGatherCall(m.tokens[m.K-1], rep.gtok, M, op.I32))
+		p.add(op.EmbeddingGrad, dims(world*m.B, c.T, c.C, c.V), nil, rep.gdx, rep.gtok, m.g32[m.lay.wte], m.g32[m.lay.wpe])
+	}
+	p := m.backwardProgram(lossScale/float64(m.K*world), done, embed)
 	p.calls = append(p.calls, comm.AllGatherCall(m.lossAll, rep.gathered, int64(m.K)*m.lossStride, op.F32))
 	m.norm(&p)
 	p.calls = append(p.calls,
@@ -427,7 +449,7 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 			return fail("the backward and its all-reduces", err)
 		}
 	} else {
-		p := m.backwardProgram(st.LossScale/float64(m.K*world), nil)
+		p := m.backwardProgram(st.LossScale/float64(m.K*world), nil, nil)
 		if p.err != nil {
 			return res, p.err
 		}

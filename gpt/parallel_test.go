@@ -24,16 +24,19 @@ func TestBucketsCoverTheGradientsOnceInBackwardOrder(t *testing.T) {
 		for _, target := range []int64{1, 64 << 10, DefaultBucketBytes, 1 << 40} {
 			bs := lay.buckets(target)
 			var rs [][2]int64
-			last := cfg.Layers + 1
+			last := cfg.stageHead() + 1
 			for _, b := range bs {
-				if b.stage >= last || b.stage < -1 {
+				if b.stage >= last || b.stage < 0 {
 					t.Errorf("%s at %d bytes: bucket stages %v are not in backward order", cfg.Name, target, bs)
 				}
 				last = b.stage
 				rs = append(rs, b.ranges...)
 			}
-			if last != -1 {
-				t.Errorf("%s at %d bytes: the last bucket is at stage %d, want -1 (after the embeddings)", cfg.Name, target, last)
+			if bs[0].stage != cfg.stageHead() || len(bs[0].ranges) != 1 || bs[0].ranges[0] != [2]int64{0, lay.tensors[lay.blocks[0].attnW].offset} {
+				t.Errorf("%s at %d bytes: the first bucket is %v, want wte and wpe alone after the head", cfg.Name, target, bs[0])
+			}
+			if last != 0 {
+				t.Errorf("%s at %d bytes: the last bucket is at stage %d, want 0 (block 0; the embeddings are gathered, not all-reduced)", cfg.Name, target, last)
 			}
 			sort.Slice(rs, func(i, j int) bool { return rs[i][0] < rs[j][0] })
 			at := int64(0)
@@ -46,8 +49,8 @@ func TestBucketsCoverTheGradientsOnceInBackwardOrder(t *testing.T) {
 			if at != lay.total {
 				t.Errorf("%s at %d bytes: ranges end at %d, want the arena's %d", cfg.Name, target, at, lay.total)
 			}
-			if target == 1 && len(bs) != cfg.Layers+1 {
-				t.Errorf("%s, one block a bucket: %d buckets, want %d", cfg.Name, len(bs), cfg.Layers+1)
+			if target == 1 && len(bs) != cfg.Layers+2 {
+				t.Errorf("%s, one block a bucket: %d buckets, want %d (the embeddings, ln_f, the blocks)", cfg.Name, len(bs), cfg.Layers+2)
 			}
 		}
 	}

@@ -96,14 +96,22 @@ func (m *Model) crossEntropy(p *program, k, rows int, gradScale float64, ignore 
 	p.add(op.CrossEntropy, dims(rows, m.Config.Vp()), set, m.top.logits, m.targets[k], m.loss[k], m.top.dlogits)
 }
 
+// Stages of the backward (its done callback's, parallel.go's buckets):
+// stageHead after the head's share of dwte, Layers after ln_f's, l after
+// block l's, stageEmbeddings after the embeddings'.
+func (c Config) stageHead() int { return c.Layers + 1 }
+
+const stageEmbeddings = -1
+
 // backward adds the backward of the full micro-batch k from dlogits, every
 // parameter's gradient added into its f32 accumulator. The residual
 // stream's gradient runs in back.dres; each block's two branches add into
 // it in place. done, when not nil, is called as parts of the gradient are
-// finished for this micro-batch: with stage Layers after ln_f's (wte still
-// takes the embedding's), with l after block l's, and with -1 after the
-// embedding's, the last (a data-parallel step's buckets, parallel.go).
-func (m *Model) backward(p *program, k int, done func(p *program, stage int)) {
+// finished for this micro-batch, with the stages above (at stageHead wte
+// still takes the embedding's share). embed, when not nil, adds the
+// embeddings' backward in place of this micro-batch's embedding_grad (a
+// data-parallel rank's, over every rank's rows: parallel.go).
+func (m *Model) backward(p *program, k int, done func(p *program, stage int), embed func(p *program)) {
 	if done == nil {
 		done = func(*program, int) {}
 	}
@@ -115,6 +123,7 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int)) {
 	// padded columns of dlogits are 0); then ln_f.
 	p.add(op.Linear, dims(M, C, c.Vp()), noBias, top.dlogits, w[m.lay.wte], nil, nil, bk.dh, nil)
 	p.add(op.LinearGradW, dims(M, C, c.Vp()), nil, top.dlogits, top.hf, g[m.lay.wte])
+	done(p, c.stageHead())
 	p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, top.x, w[m.lay.lnfW], top.mean, top.rstd, bk.dres, g[m.lay.lnfW], g[m.lay.lnfB])
 	done(p, len(m.layers))
 	for l := len(m.layers) - 1; l >= 0; l-- {
@@ -142,9 +151,13 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int)) {
 		p.add(op.Add, dims(M*C), nil, bk.dres, bk.dtmp, bk.dres)
 		done(p, l)
 	}
-	// dwte's first V rows: no token is a padded row.
-	p.add(op.EmbeddingGrad, dims(b, t, C, c.V), nil, bk.dres, m.tokens[k], g[m.lay.wte], g[m.lay.wpe])
-	done(p, -1)
+	if embed != nil {
+		embed(p)
+	} else {
+		// dwte's first V rows: no token is a padded row.
+		p.add(op.EmbeddingGrad, dims(b, t, C, c.V), nil, bk.dres, m.tokens[k], g[m.lay.wte], g[m.lay.wpe])
+	}
+	done(p, stageEmbeddings)
 }
 
 // gradients is a training step's first program: clear the gradient
@@ -152,25 +165,26 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int)) {
 // gradient scaled by lossScale/K, so the K sum to the mean's), and the
 // squared norm and non-finite count of the summed gradients.
 func (m *Model) gradients(lossScale float64) program {
-	p := m.backwardProgram(lossScale/float64(m.K), nil)
+	p := m.backwardProgram(lossScale/float64(m.K), nil, nil)
 	m.norm(&p)
 	return p
 }
 
 // backwardProgram is gradients without the norm: each micro-batch's loss
-// gradient scaled by gradScale, and done (when not nil) called by the
-// last micro-batch's backward as it finishes parts of the gradient.
-func (m *Model) backwardProgram(gradScale float64, done func(p *program, stage int)) program {
+// gradient scaled by gradScale, and done and embed (when not nil) given to
+// the last micro-batch's backward.
+func (m *Model) backwardProgram(gradScale float64, done func(p *program, stage int), embed func(p *program)) program {
 	var p program
 	p.add(op.Fill, dims(int(m.lay.total)), nil, m.grad)
 	for k := 0; k < m.K; k++ {
 		m.forward(&p, k, m.B, m.Config.T)
 		m.crossEntropy(&p, k, m.B*m.Config.T, gradScale, nil)
 		var last func(*program, int)
+		var lastEmbed func(*program)
 		if k == m.K-1 {
-			last = done
+			last, lastEmbed = done, embed
 		}
-		m.backward(&p, k, last)
+		m.backward(&p, k, last, lastEmbed)
 	}
 	return p
 }
