@@ -39,3 +39,12 @@ func TestPlantedDefectSnippetsMatchTheSources(t *testing.T) {
 		}
 	}
 }
+
+// attention.cu's variant 5 (dq from the dS tiles the dk/dv kernel stores)
+// stays off until a GPU run measures it; this holds it to attention_grad's
+// checks meanwhile, at the quick shapes and at gpt2's.
+func TestCUDAAttentionGradFromStoredDS(t *testing.T) {
+	t.Setenv("VKERN_ATTENTION_DQ", "stored")
+	dev := openBackend(t, "cuda", Options{})
+	kerneltest.Op(t, dev, "attention_grad", "16x1024x768x12")
+}

@@ -733,6 +733,22 @@ var CUDADefects = []Mutation{
 		New: "p[n][e] = exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));",
 		Op:  "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4"},
 	},
+	// attention_grad's variant 5 (dq from the stored dS), switched on in
+	// the mutant's source as $VKERN_ATTENTION_DQ=stored switches it on.
+	{
+		Name: "attention_grad's stored dq scaled back by one row's shift for both (variant 5)", File: "cuda/attention.cu",
+		Setup: []Edit{storedDS},
+		Old:   "const int shift[2] = {sh[q0 + g], sh[q0 + g + 8]};",
+		New:   "const int shift[2] = {sh[q0 + g], sh[q0 + g]};",
+		Op:    "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+	},
+	{
+		Name: "attention_grad's stored dS not scaled into f16's range (variant 5)", File: "cuda/attention.cu",
+		Setup: []Edit{storedDS},
+		Old:   "__floats2half2_rn(ldexpf(x[n][2 * r], -s0), ldexpf(x[n][2 * r + 1], -s1));",
+		New:   "__floats2half2_rn(x[n][2 * r], x[n][2 * r + 1]);",
+		Op:    "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+	},
 	{
 		Name: "attention_grad's route misses infinities in dy (tensor cores)", File: "cuda/attention.cu",
 		Old: "found = found || special_halves(gs[e]) || special_halves(vs[e]);",
@@ -975,6 +991,12 @@ var CUDADefects = []Mutation{
 	},
 }
 
+// storedDS switches attention.cu's variant 5 on in a mutant's source.
+var storedDS = Edit{
+	Old: `return v != nullptr && std::strcmp(v, "stored") == 0;`,
+	New: `return v == nullptr || std::strcmp(v, "recompute") != 0;`,
+}
+
 // halfAwayLambda defines away(v): v rounded to f16 to nearest with ties away
 // from zero, which CUDA has no intrinsic for: the value toward zero, or the
 // next one away when v is at least halfway to it.
@@ -998,10 +1020,13 @@ func (m Mutation) Plant() func(files map[string][]byte) error {
 				return fmt.Errorf("planted defect %q: no source file %s, built-in or declared", m.Name, m.File)
 			}
 		}
-		if n := bytes.Count(src, []byte(m.Old)); n != 1 {
-			return fmt.Errorf("planted defect %q: %q occurs %d times in %s, want once; update the snippet to the current kernel", m.Name, m.Old, n, m.File)
+		for _, e := range append(append([]Edit(nil), m.Setup...), Edit{m.Old, m.New}) {
+			if n := bytes.Count(src, []byte(e.Old)); n != 1 {
+				return fmt.Errorf("planted defect %q: %q occurs %d times in %s, want once; update the snippet to the current kernel", m.Name, e.Old, n, m.File)
+			}
+			src = bytes.Replace(src, []byte(e.Old), []byte(e.New), 1)
 		}
-		files[file] = bytes.Replace(src, []byte(m.Old), []byte(m.New), 1)
+		files[file] = src
 		return nil
 	}
 }
