@@ -59,7 +59,12 @@ func recordedLosses(t *testing.T, path string) []float64 {
 	t.Helper()
 	var rec struct {
 		Steps []struct {
-			Loss float64 `json:"loss"`
+			Loss        float64 `json:"loss"`
+			Ms          float64 `json:"ms"`
+			WriteMs     float64 `json:"write_ms"`
+			GradientsMs float64 `json:"gradients_ms"`
+			ReadMs      float64 `json:"read_ms"`
+			UpdateMs    float64 `json:"update_ms"`
 		} `json:"steps"`
 	}
 	b, err := os.ReadFile(path)
@@ -72,6 +77,13 @@ func recordedLosses(t *testing.T, path string) []float64 {
 	var out []float64
 	for _, s := range rec.Steps {
 		out = append(out, s.Loss)
+		// The phases split the step's time: each at least 0, the device
+		// program's above 0, and together the step's time, less only the
+		// instants between them (each is truncated to the microsecond).
+		sum := s.WriteMs + s.GradientsMs + s.ReadMs + s.UpdateMs
+		if s.WriteMs < 0 || s.GradientsMs <= 0 || s.ReadMs < 0 || s.UpdateMs < 0 || sum > s.Ms+0.004 || sum < s.Ms-max(0.05, s.Ms/100) {
+			t.Errorf("%s: step phases %v, %v, %v, %v ms (sum %v) against the step's %v ms", path, s.WriteMs, s.GradientsMs, s.ReadMs, s.UpdateMs, sum, s.Ms)
+		}
 	}
 	return out
 }

@@ -52,7 +52,9 @@ scaling as PyTorch's GradScaler, clipping at norm 1, warm-up then cosine decay.
                     oracles (sampled for large tensors); stop on a wrong one
   --sample N        bytes of text to generate at the end (default 400)
   --temperature X   sampling temperature (default 0.8)
-  --json FILE       the configuration and one record per step
+  --json FILE       the configuration and one record per step (its loss, norm,
+                    time, and where the time went: write_ms, gradients_ms,
+                    read_ms, update_ms)
   --batches FILE    write every step's windows of T+1 tokens (uint16) to FILE,
                     for replaying the run elsewhere (bench/parity.py)
   --backend B       cpu | cuda | hip | auto (default cpu)
@@ -535,7 +537,8 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 			return exitFailure
 		}
 		sr := stepRecord{Step: step, Loss: res.Loss, LossScale: res.LossScale, Skipped: res.Skipped, GradNorm: res.GradNorm,
-			LR: res.LR, Ms: float64(res.Time.Microseconds()) / 1000}
+			LR: res.LR, Ms: ms(res.Time), WriteMs: ms(res.Phases.Write), GradientsMs: ms(res.Phases.Gradients),
+			ReadMs: ms(res.Phases.Read), UpdateMs: ms(res.Phases.Update)}
 		done := tr.State.Step
 		if done%evalEvery == 0 || done == s.steps {
 			progress.status("step %d: evaluating", done)
@@ -687,7 +690,15 @@ type stepRecord struct {
 	GradNorm  float64  `json:"grad_norm"`
 	LR        float64  `json:"lr"`
 	Ms        float64  `json:"ms"`
+	// The step's phases (gpt.Phases), milliseconds.
+	WriteMs     float64 `json:"write_ms"`
+	GradientsMs float64 `json:"gradients_ms"`
+	ReadMs      float64 `json:"read_ms"`
+	UpdateMs    float64 `json:"update_ms"`
 }
+
+// ms is d in milliseconds, to the microsecond.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // MarshalJSON writes a non-finite loss or norm (a skipped step's norm is
 // +Inf or NaN) as null, which JSON can carry.

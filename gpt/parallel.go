@@ -436,9 +436,11 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 		}
 		return res, fmt.Errorf("gpt: step %d on rank %d of %d, %s: %w", st.Step, g.Rank(), g.Size(), what, err)
 	}
+	lap := newLaps(start)
 	if err := m.writeBatches(ctx, inputs, targets); err != nil {
 		return fail("writing the batch", err)
 	}
+	res.Phases.Write = lap()
 	world := g.Size()
 	if g.Comm() != nil {
 		p := rep.gradients(st.LossScale)
@@ -474,6 +476,7 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 			return fail("gathering the norms", err)
 		}
 	}
+	res.Phases.Gradients = lap()
 	loss, err := m.readLossFrom(ctx, rep.gathered, m.K*world, nil)
 	if err != nil {
 		return fail("reading the losses", err)
@@ -483,9 +486,11 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 	if err != nil {
 		return fail("the norm", err)
 	}
+	res.Phases.Read = lap()
 	if err := m.finishStep(ctx, h, st, &res, sumsq, bad, exec); err != nil {
 		return fail("the update", err)
 	}
+	res.Phases.Update = lap()
 	res.Time = time.Since(start)
 	return res, nil
 }

@@ -107,6 +107,17 @@ type StepResult struct {
 	GradNorm  float64 // the global gradient norm, unscaled, before clipping
 	LR        float64
 	Time      time.Duration
+	// Phases is where Time went, as the host saw it.
+	Phases Phases
+}
+
+// Phases splits a step's time as the host saw it: writing the batch; the
+// device program of the forward, backward and norm (with a data-parallel
+// step's collectives); reading the losses and norms back; and the
+// decision with the update. The device idles in all but Gradients and
+// the update's share of Update.
+type Phases struct {
+	Write, Gradients, Read, Update time.Duration
 }
 
 // Step runs one training step on K micro-batches (inputs[k], targets[k],
@@ -124,9 +135,11 @@ func (m *Model) Step(ctx context.Context, h Hyper, st *State, inputs, targets []
 func (m *Model) step(ctx context.Context, h Hyper, st *State, inputs, targets [][]int32, exec func(context.Context, []vkern.Call) error) (StepResult, error) {
 	start := time.Now()
 	res := StepResult{Step: st.Step, LossScale: st.LossScale, LR: h.LRAt(st.Step)}
+	lap := newLaps(start)
 	if err := m.writeBatches(ctx, inputs, targets); err != nil {
 		return res, err
 	}
+	res.Phases.Write = lap()
 	p := m.gradients(st.LossScale)
 	if p.err != nil {
 		return res, p.err
@@ -134,6 +147,7 @@ func (m *Model) step(ctx context.Context, h Hyper, st *State, inputs, targets []
 	if err := exec(ctx, p.calls); err != nil {
 		return res, fmt.Errorf("gpt: step %d: %w", st.Step, err)
 	}
+	res.Phases.Gradients = lap()
 	loss, err := m.readLoss(ctx, m.K, nil)
 	if err != nil {
 		return res, err
@@ -143,11 +157,25 @@ func (m *Model) step(ctx context.Context, h Hyper, st *State, inputs, targets []
 	if err != nil {
 		return res, err
 	}
+	res.Phases.Read = lap()
 	if err := m.finishStep(ctx, h, st, &res, sumsq, bad, exec); err != nil {
 		return res, err
 	}
+	res.Phases.Update = lap()
 	res.Time = time.Since(start)
 	return res, nil
+}
+
+// newLaps returns a stopwatch started at start: each call returns the time
+// since the previous call (or start).
+func newLaps(start time.Time) func() time.Duration {
+	last := start
+	return func() time.Duration {
+		now := time.Now()
+		d := now.Sub(last)
+		last = now
+		return d
+	}
 }
 
 // finishStep takes a step's decision from its squared gradient norm and
