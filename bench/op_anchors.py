@@ -54,7 +54,9 @@ leaves that call out. Alternates are for reading, never matched:
   layernorm           torch.native_layer_norm: y, mean and rstd
   layernorm_backward  aten.native_layer_norm_backward (dx, and dw, db in f16,
                       as PyTorch gives for f16 weights on CUDA), then dw, db
-                      added into f32 accumulators
+                      added into f32 accumulators; with residual=1, dx also
+                      added into the residual stream's gradient (r += dx, as
+                      autograd sums a pre-LayerNorm block's two branches)
     layernorm_backward_f16_grads  the backward alone
   embedding           F.embedding(tokens, wte) + F.embedding(arange(T), wpe)
                       (nanoGPT's forward), i32 token ids
@@ -300,17 +302,22 @@ def layernorm(shape, dims, p):
 
 def layernorm_backward(shape, dims, p):
     r, c = dims
+    residual = int(p.get("residual", 0))
     x, w, b, dy = randn(r, c), randn(c), randn(c), randn(r, c)
+    res = randn(r, c)
     _, mean, rstd = torch.native_layer_norm(x, (c,), w, b, 1e-5)
     dw32 = torch.zeros(c, device="cuda", dtype=f32)
     db32 = torch.zeros(c, device="cuda", dtype=f32)
-    nbytes = 2 * (3 * r * c + c) + 2 * 4 * r + 2 * 2 * 4 * c
+    nbytes = 2 * (3 * r * c + c) + 2 * 4 * r + 2 * 2 * 4 * c + residual * 2 * r * c
     backward = lambda: torch.ops.aten.native_layer_norm_backward(dy, x, (c,), mean, rstd, w, b, [True, True, True])
     def accumulate():
-        _, dw, db = backward()
+        dx, dw, db = backward()
+        if residual:
+            res.add_(dx)
         dw32.add_(dw)
         db32.add_(db)
-    emit("layernorm_backward", shape, "aten.native_layer_norm_backward, dw and db (f16) added into f32", bench(accumulate), nbytes)
+    what = "aten.native_layer_norm_backward, " + ("dx added into r, " if residual else "") + "dw and db (f16) added into f32"
+    emit("layernorm_backward", shape, what, bench(accumulate), nbytes)
     emit("layernorm_backward_f16_grads", shape, "aten.native_layer_norm_backward (dx, dw, db in f16)", bench(backward), nbytes)
 
 
@@ -404,7 +411,7 @@ def adamw(shape, dims, p):
 ANCHORS = {f.__name__: (f, syntax) for f, syntax in (
     (linear, "MxNxK[:bias=0|1,gelu=0|1,residual=0|1]"), (linear_grad_x, "MxNxK[:gelu=0|1]"), (linear_nt, "MxNxK[:bias=0|1]"), (linear_grad_w, "MxNxK[:accumulate=0|1]"), (bias_grad, "MxN"),
     (attention, "BxTxCxH"), (attention_backward, "BxTxCxH"),
-    (layernorm, "RxC[:eps=E]"), (layernorm_backward, "RxC"),
+    (layernorm, "RxC[:eps=E]"), (layernorm_backward, "RxC[:residual=0|1]"),
     (embedding, "BxTxCxV"), (embedding_backward, "BxTxCxV"),
     (gelu_tanh, "N"), (gelu_tanh_backward, "N"), (add, "N"), (fill, "N[:value=X]"),
     (global_norm, "N"), (adamw, "N[:lr=…,beta1=…,beta2=…,eps=…,weight_decay=…]"))}

@@ -68,9 +68,9 @@ type topActs struct {
 
 // backActs: the backward's scratch, reused by every block.
 type backActs struct {
-	dres, dtmp, dh, datt *vkern.Buffer // M×C
-	dqkv                 *vkern.Buffer // M×3C
-	dfc                  *vkern.Buffer // M×4C
+	dres, dh, datt *vkern.Buffer // M×C
+	dqkv           *vkern.Buffer // M×3C
+	dfc            *vkern.Buffer // M×4C
 }
 
 // slab plans one allocation cut into views.
@@ -240,7 +240,7 @@ func (m *Model) planActs(s *slab, at func(**vkern.Buffer) **vkern.Buffer) {
 	f16(&t.dlogits, M*Vp)
 	f16(&t.headBias, Vp)
 	b := &m.back
-	for _, p := range []**vkern.Buffer{&b.dres, &b.dtmp, &b.dh, &b.datt} {
+	for _, p := range []**vkern.Buffer{&b.dres, &b.dh, &b.datt} {
 		f16(p, M*C)
 	}
 	f16(&b.dqkv, 3*M*C)

@@ -124,7 +124,7 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int), em
 	p.add(op.Linear, dims(M, C, c.Vp()), noBias, top.dlogits, w[m.lay.wte], nil, nil, bk.dh, nil)
 	p.add(op.LinearGradW, dims(M, C, c.Vp()), nil, top.dlogits, top.hf, g[m.lay.wte])
 	done(p, c.stageHead())
-	p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, top.x, w[m.lay.lnfW], top.mean, top.rstd, bk.dres, g[m.lay.lnfW], g[m.lay.lnfB])
+	p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, top.x, w[m.lay.lnfW], top.mean, top.rstd, nil, bk.dres, g[m.lay.lnfW], g[m.lay.lnfB])
 	done(p, len(m.layers))
 	for l := len(m.layers) - 1; l >= 0; l-- {
 		a, bl := &m.layers[l], m.lay.blocks[l]
@@ -136,8 +136,8 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int), em
 		p.add(op.GemmGradA, dims(M, 4*C, C), nil, bk.dfc, w[bl.fcW], bk.dh)
 		p.add(op.LinearGradW, dims(M, 4*C, C), nil, a.h2, bk.dfc, g[bl.fcW])
 		p.add(op.BiasGrad, dims(M, 4*C), nil, bk.dfc, g[bl.fcB])
-		p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, a.xmid, w[bl.ln2w], a.mean2, a.rstd2, bk.dtmp, g[bl.ln2w], g[bl.ln2b])
-		p.add(op.Add, dims(M*C), nil, bk.dres, bk.dtmp, bk.dres)
+		// ln_2's gradient added into the stream's in the same pass (in place).
+		p.add(op.LayerNormGrad, dims(M, C), withResidual, bk.dh, a.xmid, w[bl.ln2w], a.mean2, a.rstd2, bk.dres, bk.dres, g[bl.ln2w], g[bl.ln2b])
 		// Attention: c_proj (K = N = C), attention, c_attn (K = C,
 		// N = 3C), ln_1.
 		p.add(op.GemmGradA, dims(M, C, C), nil, bk.dres, w[bl.projW], bk.datt)
@@ -147,8 +147,7 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int), em
 		p.add(op.GemmGradA, dims(M, 3*C, C), nil, bk.dqkv, w[bl.attnW], bk.dh)
 		p.add(op.LinearGradW, dims(M, 3*C, C), nil, a.h1, bk.dqkv, g[bl.attnW])
 		p.add(op.BiasGrad, dims(M, 3*C), nil, bk.dqkv, g[bl.attnB])
-		p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, a.x, w[bl.ln1w], a.mean1, a.rstd1, bk.dtmp, g[bl.ln1w], g[bl.ln1b])
-		p.add(op.Add, dims(M*C), nil, bk.dres, bk.dtmp, bk.dres)
+		p.add(op.LayerNormGrad, dims(M, C), withResidual, bk.dh, a.x, w[bl.ln1w], a.mean1, a.rstd1, bk.dres, bk.dres, g[bl.ln1w], g[bl.ln1b])
 		done(p, l)
 	}
 	if embed != nil {

@@ -156,6 +156,17 @@ var CPUDefects = []Mutation{
 		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
 	},
 	{
+		Name: "layernorm_grad adds its residual twice", File: "cpu/layernorm.cc",
+		Old: "for (size_t j = 0; j < cols; ++j) g[j] = xhat[j] + g[j];", New: "for (size_t j = 0; j < cols; ++j) g[j] = 2 * xhat[j] + g[j];",
+		Op: "layernorm_grad", Shapes: []string{"7x769:residual=1", "64x768:residual=1"},
+	},
+	{
+		Name: "layernorm_grad ignores its residual", File: "cpu/layernorm.cc",
+		Old: "const uint16_t* res = c.dim(param::residual) == 1 ? c.ptr<const uint16_t>(buf::r) : nullptr;",
+		New: "const uint16_t* res = nullptr;",
+		Op:  "layernorm_grad", Shapes: []string{"7x769:residual=1", "64x768:residual=1"},
+	},
+	{
 		Name: "global_norm sums in f32", File: "cpu/global_norm.cc",
 		Old: "double lanes[kLanes] = {};", New: "float lanes[kLanes] = {};",
 		Op: "global_norm", Shapes: []string{"4099", "65536", "1000003"},
@@ -591,9 +602,27 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "layernorm_grad's dx without the x̂·mean(g⊙x̂) term", File: "cuda/layernorm.cu",
-		Old: "return (element(w.w, i) * element(dy.w, i) - a - xh * c) * s;",
-		New: "return (element(w.w, i) * element(dy.w, i) - a) * s;",
+		Old: "const float v = (element(w.w, i) * element(dy.w, i) - a - xh * c) * s;",
+		New: "const float v = (element(w.w, i) * element(dy.w, i) - a) * s;",
 		Op:  "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm_grad subtracts its residual (rows on chip)", File: "cuda/layernorm.cu",
+		Old: "return Res != nullptr ? element(res.w, i) + v : v;",
+		New: "return Res != nullptr ? element(res.w, i) - v : v;",
+		Op:  "layernorm_grad", Shapes: []string{"7x769:residual=1", "64x768:residual=1"},
+	},
+	{
+		Name: "layernorm_grad reads the residual of the row before (rows on chip)", File: "cuda/layernorm.cu",
+		Old: "if (Res != nullptr) res.load(Res + r * C, C, t, 0u);",
+		New: "if (Res != nullptr) res.load(Res + (r > 0 ? r - 1 : r) * C, C, t, 0u);",
+		Op:  "layernorm_grad", Shapes: []string{"64x768:residual=1"},
+	},
+	{
+		Name: "layernorm_grad drops its residual (long rows)", File: "cuda/layernorm.cu",
+		Old: "dX[r * C + j] = __float2half_rn(Res != nullptr ? __half2float(Res[r * C + j]) + v : v);",
+		New: "dX[r * C + j] = __float2half_rn(v);",
+		Op:  "layernorm_grad", Shapes: []string{"3x65537:residual=1"},
 	},
 	{
 		Name: "layernorm_grad's db overwritten instead of added into", File: "cuda/layernorm.cu",

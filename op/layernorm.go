@@ -28,26 +28,35 @@ var LayerNorm = builtinOp(&Op{
 
 // LayerNormGrad is the backward of layernorm: with x̂ = (x − mean)·rstd and
 // g = w ⊙ dy, dx = rstd·(g − mean(g) − x̂·mean(g ⊙ x̂)) per row (f16), and
-// dw += Σ_rows dy ⊙ x̂, db += Σ_rows dy (f32, added into).
+// dw += Σ_rows dy ⊙ x̂, db += Σ_rows dy (f32, added into). With residual 1
+// it is a pre-LayerNorm block's branch gradient and the residual stream's
+// in one pass: dx = r + that, r f16 R×C added in f32 and rounded once; r
+// may be dx itself (GPT-2's backward adds each branch into the stream in
+// place).
 var LayerNormGrad = builtinOp(&Op{
-	ID: 11, Name: "layernorm_grad", Math: "dx = rstd·(g − mean(g) − x̂·mean(g⊙x̂)), g = w⊙dy, x̂ = (x − mean)·rstd; dw += Σ dy⊙x̂; db += Σ dy", Dims: []Dim{
+	ID: 11, Name: "layernorm_grad", Math: "dx = r + rstd·(g − mean(g) − x̂·mean(g⊙x̂)), g = w⊙dy, x̂ = (x − mean)·rstd, r = 0 unless residual; dw += Σ dy⊙x̂; db += Σ dy", Dims: []Dim{
 		{"R", "rows: tokens"}, {"C", "columns: channels"}},
+	Params: []Param{{Name: "residual", Kind: Int, Min: 0, Max: 1, Default: 0, Meaning: "1: dx = r + the gradient, the residual stream r added in the same pass (r may be dx); 0: r is empty"}},
 	Operands: []Operand{
 		{Name: "dy", DType: F16, Rows: X("R"), Cols: X("C"), Role: In},
 		{Name: "x", DType: F16, Rows: X("R"), Cols: X("C"), Role: In},
 		{Name: "w", DType: F16, Rows: X("C"), Role: In},
 		{Name: "mean", DType: F32, Rows: X("R"), Role: In},
 		{Name: "rstd", DType: F32, Rows: X("R"), Role: In},
-		{Name: "dx", DType: F16, Rows: X("R"), Cols: X("C"), Role: Out},
+		{Name: "r", DType: F16, Rows: X("R", "residual"), Cols: X("C"), Role: In},
+		{Name: "dx", DType: F16, Rows: X("R"), Cols: X("C"), Role: Out, MayAlias: "r"},
 		{Name: "dw", DType: F32, Rows: X("C"), Role: InOut},
 		{Name: "db", DType: F32, Rows: X("C"), Role: InOut},
 	},
 	Reduces: X("C"), Flops: func(s Shape) float64 { return 12 * float64(s.Dims[0]) * float64(s.Dims[1]) }, Anchor: "layernorm_backward",
 	NoExactRounding: "rstd and the means are not exact in general, so no input gives layernorm_grad exact results to round; its rounding is checked by the bias statistic only",
 	Shapes: Shapes{
-		Quick:   []string{"1x1", "7x769", "64x768"},
-		Default: []string{"1x1", "1x2", "7x769", "64x768", "256x4099", "3x65537"},
-		Bench:   []string{"16384x768"},
+		Quick:   []string{"1x1", "7x769", "64x768", "64x768:residual=1"},
+		Default: []string{"1x1", "1x2", "7x769", "64x768", "256x4099", "3x65537", "1x1:residual=1", "7x769:residual=1", "64x768:residual=1", "256x4099:residual=1", "3x65537:residual=1"},
+		// GPT-2 124M at B·T = 16·1024: ln_f's (no residual: it starts the
+		// stream's gradient) and the blocks' ln_1 and ln_2 (with it).
+		Bench: []string{"16384x768", "16384x768:residual=1"},
 	},
-	NonClaims: []string{"layernorm_grad is checked for the mean and rstd it is given, which verify draws as the forward would make them; nothing is claimed for inconsistent ones"},
+	NonClaims: []string{"layernorm_grad is checked for the mean and rstd it is given, which verify draws as the forward would make them; nothing is claimed for inconsistent ones",
+		"verify gives r and dx buffers of their own; the in-place form (r the same buffer as dx) is the one package gpt runs, checked there by its whole-step tests against the float64 model"},
 })

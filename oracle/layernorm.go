@@ -211,10 +211,15 @@ func f16Values(hs []uint16) []float64 {
 // γ(R)·(|db₀| + Σ|dy|). The oracle computes the same structure in float64,
 // so its own error is the same bound at u = 2⁻⁵³.
 //
+// With a residual r (rs not nil, R×C f16), dx = r + ρ·(g − a − x̂·c): the
+// kernel adds r to its f32 value, one more rounding, within u·(|r| + |d̂x|)
+// with |d̂x| ≤ |dx| + its bound, before the one rounding to f16.
+//
 // IEEE specials follow the formula: a NaN or infinite g in a row makes a or
 // c non-finite and the whole row of dx NaN or infinite; dw and db take
-// their columns' NaNs and infinities (Inf·0 = NaN where x = μ).
-func LayerNormGradRows(ctx context.Context, dys, xs, ws []uint16, means, rstds, dw0, db0 []float32, rows, cols int) (dx, dw, db *Reference, err error) {
+// their columns' NaNs and infinities (Inf·0 = NaN where x = μ); a NaN or
+// infinite r makes its element of dx so (+Inf + −Inf = NaN).
+func LayerNormGradRows(ctx context.Context, dys, xs, ws, rs []uint16, means, rstds, dw0, db0 []float32, rows, cols int) (dx, dw, db *Reference, err error) {
 	dx = &Reference{Value: make([]float64, rows*cols), Bound: make([]float64, rows*cols)}
 	w := f16Values(ws)
 	slack := lnSlack(cols)
@@ -237,9 +242,14 @@ func LayerNormGradRows(ctx context.Context, dys, xs, ws []uint16, means, rstds, 
 			c /= n
 			for j := range xh {
 				v := rho * (g[j] - a - xh[j]*c)
-				dx.Value[r*cols+j] = v
 				bound := lnKernel.dxError(cols, gAbs, hAbs, g[j], a, xh[j], c, rho)*slack +
 					2*lnOracle.dxError(cols, gAbs, hAbs, g[j], a, xh[j], c, rho)
+				if rs != nil {
+					res := f16.ToFloat64(rs[r*cols+j])
+					bound += u24 * (math.Abs(res) + math.Abs(v) + bound) * (1 + 2*U64)
+					v += res
+				}
+				dx.Value[r*cols+j] = v
 				dx.Bound[r*cols+j] = finiteBound(v, bound)
 			}
 		}
@@ -311,7 +321,11 @@ func init() {
 	})
 	mustRegister(op.LayerNormGrad, Spec{
 		Compute: func(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) ([]*Reference, error) {
-			dx, dw, db, err := LayerNormGradRows(ctx, in[0].F16, in[1].F16, in[2].F16, in[3].F32, in[4].F32, in[5].F32, in[6].F32,
+			var rs []uint16
+			if s.Int("residual") == 1 {
+				rs = in[5].F16
+			}
+			dx, dw, db, err := LayerNormGradRows(ctx, in[0].F16, in[1].F16, in[2].F16, rs, in[3].F32, in[4].F32, in[6].F32, in[7].F32,
 				int(s.Dims[0]), int(s.Dims[1]))
 			if err != nil {
 				return nil, err
@@ -434,17 +448,17 @@ func layerNormGradGenerate(g *Gen) []Input {
 	if g.Dist == Special {
 		draw = Normal.Draw
 	}
-	dy, w := g.F16(0, draw), g.F16(2, draw)
-	dw, db := g.F32(5, draw), g.F32(6, draw)
+	dy, w, res := g.F16(0, draw), g.F16(2, draw), g.F16(5, draw) // res: empty unless residual
+	dw, db := g.F32(6, draw), g.F32(7, draw)
 	if g.Dist == Special {
-		plantLayerNormGrad(g, dy, w, dw, db, rows, cols)
+		plantLayerNormGrad(g, dy, w, res, dw, db, rows, cols)
 	}
-	return []Input{{F16: dy}, {F16: x}, {F16: w}, {F32: means}, {F32: rstds}, {F32: dw}, {F32: db}}
+	return []Input{{F16: dy}, {F16: x}, {F16: w}, {F32: means}, {F32: rstds}, {F16: res}, {F32: dw}, {F32: db}}
 }
 
 // plantLayerNormGrad puts layernorm_grad's special values in place (see
 // layerNormGradGenerate).
-func plantLayerNormGrad(g *Gen, dy, w []uint16, dw, db []float32, rows, cols int) {
+func plantLayerNormGrad(g *Gen, dy, w, res []uint16, dw, db []float32, rows, cols int) {
 	set := func(m []uint16, r, c int, v uint16) {
 		if r < rows && c < cols {
 			m[r*cols+c] = v
@@ -468,4 +482,12 @@ func plantLayerNormGrad(g *Gen, dy, w []uint16, dw, db []float32, rows, cols int
 	}
 	dw[cols-1] = float32(math.NaN())
 	db[cols/2] = float32(math.Inf(1))
+	if len(res) > 0 {
+		// The residual's specials, in rows whose gradient is finite; and one
+		// that meets an infinite gradient of the other sign (NaN).
+		res[g.Rand().IntN(len(res))] = f16.NaN
+		res[g.Rand().IntN(len(res))] = f16.PosInf
+		res[g.Rand().IntN(len(res))] = g.Subnormal()
+		set(res, 2, 0, f16.PosInf) // dy's row 2 starts −Inf
+	}
 }

@@ -17,7 +17,10 @@
 // dx; per row, with x̂_j = (x_j − mean)·rstd and g_j = w_j·dy_j (exact):
 //
 //   a    = (Σ_j g_j) / C,   c = (Σ_j g_j·x̂_j) / C
-//   dx_j = f16((g_j − a − x̂_j·c) · rstd)
+//   dx_j = f16((g_j − a − x̂_j·c) · rstd)            residual 0
+//   dx_j = f16(r_j + (g_j − a − x̂_j·c) · rstd)      residual 1
+//
+// (the residual r read before dx is written, row by row: r may be dx).
 //
 // Then the pool runs blocks of kGradColumns columns for dw and db: each
 // block starts from the columns' initial dw and db and adds dy·x̂ and dy row
@@ -81,9 +84,9 @@ void layernorm_row(const uint16_t* x, const float* w, const float* b, float eps,
 }
 
 // layernorm_grad_row: g and xhat each hold cols floats of the worker's
-// scratch.
-void layernorm_grad_row(const uint16_t* dy, const uint16_t* x, const float* w, float mean, float rstd, uint16_t* dx,
-                        size_t cols, float* g, float* xhat) {
+// scratch; res, when not null, is the row's residual (it may be dx).
+void layernorm_grad_row(const uint16_t* dy, const uint16_t* x, const float* w, float mean, float rstd,
+                        const uint16_t* res, uint16_t* dx, size_t cols, float* g, float* xhat) {
   f16_to_f32_run(dy, g, cols);
   f16_to_f32_run(x, xhat, cols);
   for (size_t j = 0; j < cols; ++j) {
@@ -94,6 +97,10 @@ void layernorm_grad_row(const uint16_t* dy, const uint16_t* x, const float* w, f
   const float g_mean = sum_of(g, cols) / n;
   const float gx_mean = dot_of(g, xhat, cols) / n;
   for (size_t j = 0; j < cols; ++j) g[j] = (g[j] - g_mean - xhat[j] * gx_mean) * rstd;
+  if (res != nullptr) {
+    f16_to_f32_run(res, xhat, cols);
+    for (size_t j = 0; j < cols; ++j) g[j] = xhat[j] + g[j];
+  }
   f32_to_f16_run(g, dx, cols);
 }
 
@@ -151,6 +158,7 @@ Result run_layernorm_grad(const Call& c, uint64_t*) {
   const uint16_t* x = c.ptr<const uint16_t>(buf::x);
   const float* mean = c.ptr<const float>(buf::mean);
   const float* rstd = c.ptr<const float>(buf::rstd);
+  const uint16_t* res = c.dim(param::residual) == 1 ? c.ptr<const uint16_t>(buf::r) : nullptr;
   uint16_t* dx = c.ptr<uint16_t>(buf::dx);
   ThreadPool& pool = cpu_pool();
   float* scratch = layernorm_scratch((1 + 2 * pool.size()) * C);
@@ -161,7 +169,8 @@ Result run_layernorm_grad(const Call& c, uint64_t*) {
     const size_t end = std::min(R, (task + 1) * block);
     float* g = scratch + (1 + 2 * worker) * C;
     for (size_t r = task * block; r < end; ++r) {
-      layernorm_grad_row(dy + r * C, x + r * C, w, mean[r], rstd[r], dx + r * C, C, g, g + C);
+      layernorm_grad_row(dy + r * C, x + r * C, w, mean[r], rstd[r], res != nullptr ? res + r * C : nullptr, dx + r * C, C,
+                         g, g + C);
     }
   });
   float* dw = c.ptr<float>(buf::dw);

@@ -6,7 +6,8 @@
 //                   y = f16((x − m)·s·w + b),  mean = m,  rstd = s
 //   layernorm_grad  x̂ = (x − mean)·rstd,  g = w·dy (exact)
 //                   a = (Σ g)/C,  c = (Σ g·x̂)/C
-//                   dx = f16((g − a − x̂·c)·rstd)
+//                   dx = f16((g − a − x̂·c)·rstd), or with residual
+//                   dx = f16(r + (g − a − x̂·c)·rstd), r read first (it may be dx)
 //                   dw += Σ_rows dy·x̂,  db += Σ_rows dy
 //
 // Launch shapes:
@@ -170,13 +171,15 @@ __global__ void __launch_bounds__(kLongThreads)
 }
 
 // ---------------------------------------------------------------------------
-// layernorm_grad, rows on chip: dx, and the block's partial dw and db in
-// partials[blockIdx.x · 2C ..] (dw's C, then db's C).
+// layernorm_grad, rows on chip: dx (plus the residual Res when not null:
+// read before dX is written, element by element, so Res may be dX), and
+// the block's partial dw and db in partials[blockIdx.x · 2C ..] (dw's C,
+// then db's C).
 
 template <int T, int RPB, int E, int VW>
 __global__ void __launch_bounds__(T* RPB)
     layernorm_grad_rows(const __half* __restrict__ dY, const __half* __restrict__ X, const __half* __restrict__ W,
-                        const float* __restrict__ mean, const float* __restrict__ rstd, __half* __restrict__ dX,
+                        const float* __restrict__ mean, const float* __restrict__ rstd, const __half* Res, __half* dX,
                         float* __restrict__ partials, int64_t R, int C) {
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   using Slice = RowSlice<T, E, VW>;
@@ -209,9 +212,12 @@ __global__ void __launch_bounds__(T* RPB)
     }
     a = row_sum<T>(a, red) / n;
     c = row_sum<T>(c, red) / n;
+    Slice res;
+    if (Res != nullptr) res.load(Res + r * C, C, t, 0u);
     auto dx = [&](int i) {
       const float xh = (element(x.w, i) - m) * s;
-      return (element(w.w, i) * element(dy.w, i) - a - xh * c) * s;
+      const float v = (element(w.w, i) * element(dy.w, i) - a - xh * c) * s;
+      return Res != nullptr ? element(res.w, i) + v : v;
     };
     Slice::store(dX + r * C, C, t, [&](int i) { return pack(dx(2 * i), dx(2 * i + 1)); });
   }
@@ -244,10 +250,11 @@ __global__ void __launch_bounds__(T* RPB)
   for (int col = threadIdx.x; col < 2 * C; col += T * RPB) out[col] = combined[col];
 }
 
-// layernorm_grad, long rows: dx only, a block a row, two passes over it.
+// layernorm_grad, long rows: dx only (plus Res, as layernorm_grad_rows), a
+// block a row, two passes over it.
 __global__ void __launch_bounds__(kLongThreads)
     layernorm_grad_long(const __half* __restrict__ dY, const __half* __restrict__ X, const __half* __restrict__ W,
-                        const float* __restrict__ mean, const float* __restrict__ rstd, __half* __restrict__ dX,
+                        const float* __restrict__ mean, const float* __restrict__ rstd, const __half* Res, __half* dX,
                         int64_t R, int64_t C) {
   __shared__ float red[kLongThreads / 32];
   const float n = static_cast<float>(C);
@@ -265,7 +272,8 @@ __global__ void __launch_bounds__(kLongThreads)
     c = row_sum<kLongThreads>(c, red) / n;
     for (int64_t j = threadIdx.x; j < C; j += kLongThreads) {
       const float xh = (__half2float(x[j]) - m) * s;
-      dX[r * C + j] = __float2half_rn((__half2float(W[j]) * __half2float(dy[j]) - a - xh * c) * s);
+      const float v = (__half2float(W[j]) * __half2float(dy[j]) - a - xh * c) * s;
+      dX[r * C + j] = __float2half_rn(Res != nullptr ? __half2float(Res[r * C + j]) + v : v);
     }
   }
 }
@@ -383,6 +391,7 @@ cudaError_t forward_with(const Forward& a) {
 struct Backward {
   const __half *dY, *X, *W;
   const float *mean, *rstd;
+  const __half* Res;  // the residual, or null
   __half* dX;
   float *dw, *db;
   int64_t R, C;
@@ -409,7 +418,7 @@ cudaError_t launch_backward(const Backward& a) {
   err = partials_scratch(static_cast<size_t>(P * 2 * a.C) * sizeof(float), &partials);
   if (err != cudaSuccess) return err;
   layernorm_grad_rows<T, RPB, E, VW><<<static_cast<unsigned>(P), T * RPB, 0, a.s>>>(
-      a.dY, a.X, a.W, a.mean, a.rstd, a.dX, partials, a.R, static_cast<int>(a.C));
+      a.dY, a.X, a.W, a.mean, a.rstd, a.Res, a.dX, partials, a.R, static_cast<int>(a.C));
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   return reduce_params(a, partials, P);
@@ -421,7 +430,8 @@ cudaError_t backward_long(const Backward& a) {
   float* partials = nullptr;
   cudaError_t err = partials_scratch(static_cast<size_t>(strips * 2 * a.C) * sizeof(float), &partials);
   if (err != cudaSuccess) return err;
-  layernorm_grad_long<<<grid_for(a.R), kLongThreads, 0, a.s>>>(a.dY, a.X, a.W, a.mean, a.rstd, a.dX, a.R, a.C);
+  layernorm_grad_long<<<grid_for(a.R), kLongThreads, 0, a.s>>>(a.dY, a.X, a.W, a.mean, a.rstd, a.Res, a.dX, a.R,
+                                                               a.C);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(ceil_div(a.C, kStripColumns)), static_cast<unsigned>(strips));
@@ -463,11 +473,15 @@ cudaError_t run_layernorm(const Call& c, unsigned long long*, cudaStream_t s) {
 cudaError_t run_layernorm_grad(const Call& c, unsigned long long*, cudaStream_t s) {
   using namespace op_layernorm_grad;
   using namespace vkern_layernorm;
+  const __half* res = c.params[param::residual] == 1 ? c.ptr<const __half>(buf::r) : nullptr;
   const Backward a{c.ptr<const __half>(buf::dy), c.ptr<const __half>(buf::x),  c.ptr<const __half>(buf::w),
-                   c.ptr<const float>(buf::mean), c.ptr<const float>(buf::rstd), c.ptr<__half>(buf::dx),
-                   c.ptr<float>(buf::dw),         c.ptr<float>(buf::db),         c.params[param::R],
-                   c.params[param::C],            s};
-  if (a.C % 8 == 0 && aligned16(a.dY) && aligned16(a.X) && aligned16(a.W) && aligned16(a.dX)) return backward_with<8>(a);
+                   c.ptr<const float>(buf::mean), c.ptr<const float>(buf::rstd), res,
+                   c.ptr<__half>(buf::dx),        c.ptr<float>(buf::dw),         c.ptr<float>(buf::db),
+                   c.params[param::R],            c.params[param::C],            s};
+  if (a.C % 8 == 0 && aligned16(a.dY) && aligned16(a.X) && aligned16(a.W) && aligned16(a.dX) &&
+      (res == nullptr || aligned16(res))) {
+    return backward_with<8>(a);
+  }
   return backward_with<1>(a);
 }
 
