@@ -17,6 +17,7 @@ func TestCUDABackendConformance(t *testing.T) {
 	dev := openBackend(t, "cuda", Options{})
 	kerneltest.All(t, dev)
 	t.Run("add in place", func(t *testing.T) { checkAddInPlace(t, dev) })
+	t.Run("layernorm_grad in place", func(t *testing.T) { checkLayerNormGradInPlace(t, dev) })
 }
 
 func TestPlantedDefectsInTheCUDAKernelsAreIncorrect(t *testing.T) {

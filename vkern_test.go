@@ -3,7 +3,9 @@ package vkern
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -16,7 +18,9 @@ import (
 	"github.com/vkern/vkern/kerneltest"
 	"github.com/vkern/vkern/kserver"
 	"github.com/vkern/vkern/op"
+	"github.com/vkern/vkern/oracle"
 	"github.com/vkern/vkern/toolchain"
+	"github.com/vkern/vkern/verify"
 )
 
 // testCache is one cache folder for the whole test binary, so the real cpu
@@ -84,6 +88,7 @@ func TestCPUBackendConformance(t *testing.T) {
 	dev := openCPU(t, Options{})
 	kerneltest.All(t, dev)
 	t.Run("add in place", func(t *testing.T) { checkAddInPlace(t, dev) })
+	t.Run("layernorm_grad in place", func(t *testing.T) { checkLayerNormGradInPlace(t, dev) })
 }
 
 func TestOpenReportsWhatBuiltAndRunsTheServer(t *testing.T) {
@@ -496,4 +501,84 @@ func TestViewsNamePartsOfABuffer(t *testing.T) {
 	if err := v.Read(ctx, 0, got); !errors.As(err, &se) || se.StatusName != "BAD_HANDLE" {
 		t.Fatalf("a view of a freed buffer: %v, want BAD_HANDLE", err)
 	}
+}
+
+// checkLayerNormGradInPlace runs layernorm_grad with residual=1 twice on
+// the same inputs, dx in a buffer of its own and then in r's (as package
+// gpt runs it): the same bits, and r may be only dx's buffer.
+func checkLayerNormGradInPlace(t *testing.T, d *Device) {
+	t.Helper()
+	ctx := context.Background()
+	o := op.LayerNormGrad
+	s, err := o.ParseShape("67x768:residual=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inputs, err := oracle.Generate(o, s, oracle.Normal, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// run gives each operand a buffer holding its input (outputs poisoned),
+	// dx r's own when inPlace, and returns dx, dw and db.
+	run := func(inPlace bool) [][]byte {
+		bufs := make([]*Buffer, len(o.Operands))
+		in := 0
+		for i, p := range o.Operands {
+			data := make([]byte, s.Bytes(p))
+			if p.Reads() {
+				data = inputBytes(inputs[in])
+				in++
+			} else {
+				verify.Poison(p.DType, data)
+			}
+			if p.Name == "dx" && inPlace {
+				bufs[i] = bufs[i-1]
+				continue
+			}
+			b, err := d.Alloc(ctx, int64(len(data)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Free(ctx) })
+			if err := b.Write(ctx, 0, data); err != nil {
+				t.Fatal(err)
+			}
+			bufs[i] = b
+		}
+		if _, err := d.Run(ctx, o, s, bufs...); err != nil {
+			t.Fatalf("layernorm_grad %s, dx in r's buffer %v: %v", s, inPlace, err)
+		}
+		var out [][]byte
+		for i, p := range o.Operands {
+			if p.Writes() {
+				got := make([]byte, bufs[i].Bytes)
+				if err := bufs[i].Read(ctx, 0, got); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, got)
+			}
+		}
+		return out
+	}
+	apart, shared := run(false), run(true)
+	for i := range apart {
+		if !bytes.Equal(apart[i], shared[i]) {
+			t.Errorf("layernorm_grad %s: output %d differs with dx in r's buffer", s, i)
+		}
+	}
+}
+
+// inputBytes is an oracle input as the bytes a buffer holds.
+func inputBytes(in oracle.Input) []byte {
+	var out []byte
+	for _, h := range in.F16 {
+		out = binary.LittleEndian.AppendUint16(out, h)
+	}
+	for _, v := range in.F32 {
+		out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
+	}
+	for _, v := range in.I32 {
+		out = binary.LittleEndian.AppendUint32(out, uint32(v))
+	}
+	return out
 }
