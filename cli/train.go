@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -581,6 +582,21 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 		rec.MsPerStep = float64(elapsed.Microseconds()) / 1000 / float64(n)
 		fmt.Fprintf(stdout, "vkern train: %d steps in %s: %.0f tokens/s, %.1f ms/step; final loss %.4f, validation loss %s\n",
 			n, elapsed.Round(time.Millisecond), rec.TokensPerSecond, rec.MsPerStep, rec.Steps[len(rec.Steps)-1].Loss, fmtLoss(lastVal))
+		// The run's figure counts evaluations, saves and the first step (the
+		// kernels' loading, NCCL's connections); the median step after the
+		// first is the training rate.
+		if len(rec.Steps) > 1 {
+			ms := make([]float64, 0, len(rec.Steps)-1)
+			for _, r := range rec.Steps[1:] {
+				ms = append(ms, r.Ms)
+			}
+			slices.Sort(ms)
+			rec.MedianStepMs = ms[len(ms)/2]
+			if rec.MedianStepMs > 0 {
+				rec.MedianTokensPerSecond = tokensPerStep / (rec.MedianStepMs / 1000)
+			}
+			fmt.Fprintf(stdout, "  steps after the first: median %.2f ms, %.0f tokens/s\n", rec.MedianStepMs, rec.MedianTokensPerSecond)
+		}
 	}
 	if err := save(); err != nil {
 		fmt.Fprintf(stderr, "vkern train: saving the checkpoint: %v\n", err)
@@ -663,22 +679,25 @@ func tokensText(ts []int32, bytes bool) string {
 
 // trainRecord is --json's document.
 type trainRecord struct {
-	Command         string       `json:"command"`
-	Model           string       `json:"model"`
-	Config          gpt.Config   `json:"config"`
-	Batch           int          `json:"batch"`
-	Accum           int          `json:"accum"` // micro-batches per step, all ranks'
-	Ranks           int          `json:"ranks"`
-	Seed            uint64       `json:"seed"`
-	Hyper           gpt.Hyper    `json:"hyper"`
-	Backend         string       `json:"backend"`
-	Device          string       `json:"device"`
-	Data            string       `json:"data"`
-	StartStep       int64        `json:"start_step"`
-	TokensPerSecond float64      `json:"tokens_per_second,omitempty"`
-	MsPerStep       float64      `json:"ms_per_step,omitempty"`
-	Verified        []string     `json:"verified,omitempty"`
-	Steps           []stepRecord `json:"steps"`
+	Command         string     `json:"command"`
+	Model           string     `json:"model"`
+	Config          gpt.Config `json:"config"`
+	Batch           int        `json:"batch"`
+	Accum           int        `json:"accum"` // micro-batches per step, all ranks'
+	Ranks           int        `json:"ranks"`
+	Seed            uint64     `json:"seed"`
+	Hyper           gpt.Hyper  `json:"hyper"`
+	Backend         string     `json:"backend"`
+	Device          string     `json:"device"`
+	Data            string     `json:"data"`
+	StartStep       int64      `json:"start_step"`
+	TokensPerSecond float64    `json:"tokens_per_second,omitempty"`
+	MsPerStep       float64    `json:"ms_per_step,omitempty"`
+	// The median step after the first, and its tokens/s.
+	MedianStepMs          float64      `json:"median_step_ms,omitempty"`
+	MedianTokensPerSecond float64      `json:"median_tokens_per_second,omitempty"`
+	Verified              []string     `json:"verified,omitempty"`
+	Steps                 []stepRecord `json:"steps"`
 }
 
 type stepRecord struct {
