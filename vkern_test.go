@@ -3,9 +3,7 @@ package vkern
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -20,7 +18,6 @@ import (
 	"github.com/vkern/vkern/op"
 	"github.com/vkern/vkern/oracle"
 	"github.com/vkern/vkern/toolchain"
-	"github.com/vkern/vkern/verify"
 )
 
 // testCache is one cache folder for the whole test binary, so the real cpu
@@ -522,16 +519,8 @@ func checkLayerNormGradInPlace(t *testing.T, d *Device) {
 	// dx r's own when inPlace, and returns dx, dw and db.
 	run := func(inPlace bool) [][]byte {
 		bufs := make([]*Buffer, len(o.Operands))
-		in := 0
-		for i, p := range o.Operands {
-			data := make([]byte, s.Bytes(p))
-			if p.Reads() {
-				data = inputBytes(inputs[in])
-				in++
-			} else {
-				verify.Poison(p.DType, data)
-			}
-			if p.Name == "dx" && inPlace {
+		for i, data := range kerneltest.CallBuffers(o, s, inputs) {
+			if o.Operands[i].Name == "dx" && inPlace {
 				bufs[i] = bufs[i-1]
 				continue
 			}
@@ -566,19 +555,4 @@ func checkLayerNormGradInPlace(t *testing.T, d *Device) {
 			t.Errorf("layernorm_grad %s: output %d differs with dx in r's buffer", s, i)
 		}
 	}
-}
-
-// inputBytes is an oracle input as the bytes a buffer holds.
-func inputBytes(in oracle.Input) []byte {
-	var out []byte
-	for _, h := range in.F16 {
-		out = binary.LittleEndian.AppendUint16(out, h)
-	}
-	for _, v := range in.F32 {
-		out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
-	}
-	for _, v := range in.I32 {
-		out = binary.LittleEndian.AppendUint32(out, uint32(v))
-	}
-	return out
 }

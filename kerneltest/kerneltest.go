@@ -289,6 +289,13 @@ func everyHalfChecks(t *testing.T, dev verify.Device, o *op.Op) {
 	}
 }
 
+// CallBuffers is callBuffers' buffers: the bytes of every operand of one
+// call of o at s on inputs, in wire order, Out operands poisoned.
+func CallBuffers(o *op.Op, s op.Shape, inputs []oracle.Input) [][]byte {
+	buffers, _ := callBuffers(o, s, inputs)
+	return buffers
+}
+
 // callBuffers lays out the buffers of one call of o, whose operands are
 // inputs (Out operands aside): each input's bytes in wire order, and each
 // Out operand filled with the poison pattern; outs are the Out buffers.
