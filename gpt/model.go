@@ -38,6 +38,11 @@ type Model struct {
 	lossAll         *vkern.Buffer   // the K loss buffers, lossStride f32 apart
 	lossStride      int64
 	sumsq, bad      *vkern.Buffer // global_norm's outputs: f32 and i32
+	// results spans lossAll, sumsq and bad (adjacent in the slab), so a
+	// step reads its losses and norm in one transfer; sumsqAt and badAt are
+	// their byte offsets in it.
+	results        *vkern.Buffer
+	sumsqAt, badAt int64
 }
 
 // group is one AdamW group: a contiguous range of the arenas.
@@ -103,6 +108,25 @@ func (s *slab) alloc(ctx context.Context, dev *vkern.Device) (*vkern.Buffer, err
 		*sl.dst = v
 	}
 	return whole, nil
+}
+
+// span is the byte range of the slab from first's start to last's end
+// (slots added in that order), and the offsets of the slots between in it.
+func (s *slab) span(first, last **vkern.Buffer) (off, size int64, at map[**vkern.Buffer]int64) {
+	at = map[**vkern.Buffer]int64{}
+	start := int64(-1)
+	for _, sl := range s.slots {
+		if sl.dst == first {
+			start = sl.off
+		}
+		if start >= 0 {
+			at[sl.dst] = sl.off - start
+		}
+		if sl.dst == last {
+			return start, sl.off + sl.size - start, at
+		}
+	}
+	return 0, 0, nil
 }
 
 // ErrTooLarge: the model at this batch does not fit the device's memory.
@@ -189,6 +213,11 @@ func (m *Model) alloc(ctx context.Context) error {
 	if m.acts, err = s.alloc(ctx, m.dev); err != nil {
 		return err
 	}
+	off, size, at := s.span(&m.lossAll, &m.bad)
+	if m.results, err = m.acts.View(ctx, off, size); err != nil {
+		return err
+	}
+	m.sumsqAt, m.badAt = at[&m.sumsq], at[&m.bad]
 	bias := make([]uint16, m.Config.Vp())
 	for j := m.Config.V; j < len(bias); j++ {
 		bias[j] = f16.NegInf

@@ -124,12 +124,17 @@ type Replica struct {
 	Model *Model
 	Group *collective.Group
 
-	slab        *vkern.Buffer
-	gathered    *vkern.Buffer // World·K·lossStride f32: every rank's per-row losses
-	gdx, gtok   *vkern.Buffer // World·B·T·C f16, World·B·T i32: every rank's last embedding gradient and tokens
-	norms, bads *vkern.Buffer // World f32, World i32: every rank's global_norm
-	buckets     []bucket
-	views       []*vkern.Buffer // the gradient ranges the buckets all-reduce, in order
+	slab      *vkern.Buffer
+	gathered  *vkern.Buffer // World·K·lossStride f32: every rank's per-row losses
+	gdx, gtok *vkern.Buffer // World·B·T·C f16, World·B·T i32: every rank's last embedding gradient and tokens
+	// results spans gathered, norms and bads (adjacent in the slab): a
+	// step reads them in one transfer; normsAt and badsAt are the byte
+	// offsets of the last two in it.
+	results         *vkern.Buffer
+	normsAt, badsAt int64
+	norms, bads     *vkern.Buffer // World f32, World i32: every rank's global_norm
+	buckets         []bucket
+	views           []*vkern.Buffer // the gradient ranges the buckets all-reduce, in order
 }
 
 // bucket is a set of gradient ranges finished at the same point of the
@@ -300,14 +305,19 @@ func (rep *Replica) alloc(ctx context.Context, dev *vkern.Device, o ParallelOpti
 	rep.Model = m
 	var s slab
 	s.add(&rep.gathered, 4*int64(world)*int64(m.K)*m.lossStride)
+	s.add(&rep.norms, 4*int64(world))
+	s.add(&rep.bads, 4*int64(world))
 	rows := int64(world) * int64(m.B) * int64(m.Config.T)
 	s.add(&rep.gdx, 2*rows*int64(m.Config.C))
 	s.add(&rep.gtok, 4*rows)
-	s.add(&rep.norms, 4*int64(world))
-	s.add(&rep.bads, 4*int64(world))
 	if rep.slab, err = s.alloc(ctx, dev); err != nil {
 		return err
 	}
+	off, size, at := s.span(&rep.gathered, &rep.bads)
+	if rep.results, err = rep.slab.View(ctx, off, size); err != nil {
+		return err
+	}
+	rep.normsAt, rep.badsAt = at[&rep.norms], at[&rep.bads]
 	rep.buckets = m.lay.buckets(o.BucketBytes)
 	for _, b := range rep.buckets {
 		for _, r := range b.ranges {
@@ -477,12 +487,16 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 		}
 	}
 	res.Phases.Gradients = lap()
-	loss, err := m.readLossFrom(ctx, rep.gathered, m.K*world, nil)
-	if err != nil {
-		return fail("reading the losses", err)
+	raw := make([]byte, rep.results.Bytes)
+	if err := rep.results.Read(ctx, 0, raw); err != nil {
+		return fail("reading the losses and norms", err)
 	}
-	res.Loss = loss
-	sumsq, bad, err := rep.agreedNorm(ctx)
+	all := make([]float32, int64(m.K*world)*m.lossStride)
+	for i := range all {
+		all[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	res.Loss = m.meanLoss(all, m.K*world, nil)
+	sumsq, bad, err := rep.agreedNorm(raw[rep.normsAt:rep.badsAt], raw[rep.badsAt:])
 	if err != nil {
 		return fail("the norm", err)
 	}
@@ -495,18 +509,16 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 	return res, nil
 }
 
-// agreedNorm reads every rank's squared norm and non-finite count: the
-// same bits on every rank, or an error naming the first rank that differs.
-func (rep *Replica) agreedNorm(ctx context.Context) (float64, int32, error) {
+// agreedNorm takes every rank's squared norm and non-finite count (the
+// gathered norms' and bads' bytes): the same bits on every rank, or an
+// error naming the first rank that differs.
+func (rep *Replica) agreedNorm(normBytes, badBytes []byte) (float64, int32, error) {
 	world := rep.Group.Size()
 	norms := make([]float32, world)
-	if err := rep.norms.ReadF32(ctx, norms); err != nil {
-		return 0, 0, err
+	for r := range norms {
+		norms[r] = math.Float32frombits(binary.LittleEndian.Uint32(normBytes[4*r:]))
 	}
-	raw := make([]byte, 4*world)
-	if err := rep.bads.Read(ctx, 0, raw); err != nil {
-		return 0, 0, err
-	}
+	raw := badBytes
 	bad0 := int32(binary.LittleEndian.Uint32(raw))
 	for r := 1; r < world; r++ {
 		bad := int32(binary.LittleEndian.Uint32(raw[4*r:]))

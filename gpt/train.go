@@ -148,15 +148,11 @@ func (m *Model) step(ctx context.Context, h Hyper, st *State, inputs, targets []
 		return res, fmt.Errorf("gpt: step %d: %w", st.Step, err)
 	}
 	res.Phases.Gradients = lap()
-	loss, err := m.readLoss(ctx, m.K, nil)
+	loss, sumsq, bad, err := m.readResults(ctx)
 	if err != nil {
 		return res, err
 	}
 	res.Loss = loss
-	sumsq, bad, err := m.readNorm(ctx)
-	if err != nil {
-		return res, err
-	}
 	res.Phases.Read = lap()
 	if err := m.finishStep(ctx, h, st, &res, sumsq, bad, exec); err != nil {
 		return res, err
@@ -235,18 +231,35 @@ func (m *Model) writeBatches(ctx context.Context, inputs, targets [][]int32) err
 // their mean over the rows counted: all of them, or those whose flag in
 // counted is set.
 func (m *Model) readLoss(ctx context.Context, k int, counted []bool) (float64, error) {
-	return m.readLossFrom(ctx, m.lossAll, k, counted)
-}
-
-// readLossFrom is readLoss of k micro-batches laid out in buf as in
-// lossAll (a data-parallel step's gathered losses, every rank's in rank
-// order).
-func (m *Model) readLossFrom(ctx context.Context, buf *vkern.Buffer, k int, counted []bool) (float64, error) {
-	M := m.B * m.Config.T
 	all := make([]float32, int64(k)*m.lossStride)
-	if err := buf.ReadF32(ctx, all); err != nil {
+	if err := m.lossAll.ReadF32(ctx, all); err != nil {
 		return 0, err
 	}
+	return m.meanLoss(all, k, counted), nil
+}
+
+// readResults reads a step's K micro-batches' losses and its gradients'
+// squared norm and non-finite count in one transfer (m.results): the mean
+// loss, as readLoss gives it, and global_norm's two outputs.
+func (m *Model) readResults(ctx context.Context) (loss, sumsq float64, bad int32, err error) {
+	raw := make([]byte, m.results.Bytes)
+	if err := m.results.Read(ctx, 0, raw); err != nil {
+		return 0, 0, 0, err
+	}
+	all := make([]float32, int64(m.K)*m.lossStride)
+	for i := range all {
+		all[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	sumsq = float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[m.sumsqAt:])))
+	bad = int32(binary.LittleEndian.Uint32(raw[m.badAt:]))
+	return m.meanLoss(all, m.K, nil), sumsq, bad, nil
+}
+
+// meanLoss is the mean of the first k micro-batches' per-row losses in all
+// (lossStride floats apart) over the rows counted: all of them, or those
+// whose flag in counted is set; NaN for none.
+func (m *Model) meanLoss(all []float32, k int, counted []bool) float64 {
+	M := m.B * m.Config.T
 	var sum float64
 	var n int
 	for j := 0; j < k; j++ {
@@ -258,21 +271,9 @@ func (m *Model) readLossFrom(ctx context.Context, buf *vkern.Buffer, k int, coun
 		}
 	}
 	if n == 0 {
-		return math.NaN(), nil
+		return math.NaN()
 	}
-	return sum / float64(n), nil
-}
-
-func (m *Model) readNorm(ctx context.Context) (sumsq float64, bad int32, err error) {
-	var s [1]float32
-	if err := m.sumsq.ReadF32(ctx, s[:]); err != nil {
-		return 0, 0, err
-	}
-	var b [4]byte
-	if err := m.bad.Read(ctx, 0, b[:]); err != nil {
-		return 0, 0, err
-	}
-	return float64(s[0]), int32(binary.LittleEndian.Uint32(b[:])), nil
+	return sum / float64(n)
 }
 
 // Init sets the parameters to GPT-2's initialisation drawn from seed and
