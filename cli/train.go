@@ -575,6 +575,14 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 		}
 	}
 	progress.clear()
+	if tr.Parallel != nil {
+		// No rank leaves before every rank has finished its last step: a
+		// rank that left would end the others' watch mid-update.
+		if err := tr.Parallel.Finish(ctx); err != nil {
+			fmt.Fprintf(stderr, "vkern train: after the last step: %v\n", err)
+			return exitFailure
+		}
+	}
 	if tr.State.Step > first {
 		elapsed := time.Since(started)
 		n := tr.State.Step - first

@@ -530,6 +530,31 @@ func (rep *Replica) agreedNorm(normBytes, badBytes []byte) (float64, int32, erro
 	return float64(norms[0]), bad0, nil
 }
 
+// Finish waits until every rank has finished its last step (a barrier on
+// the host collective), so that no rank says goodbye, which ends the
+// others' steps as a departure, while another still takes its update or
+// its evaluation. A run calls it once, after its last step. It has no
+// deadline of its own (rank 0's last evaluation may be long): a rank that
+// dies or stops is an error naming it as soon as its heartbeats stop.
+func (p *Parallel) Finish(ctx context.Context) error {
+	errs := make([]error, len(p.peers))
+	var wg sync.WaitGroup
+	for i, peer := range p.peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, errs[i] = peer.AllGather(ctx, []byte{1}); errs[i] != nil {
+				peer.Abort(errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := firstError(errs); err != nil {
+		return fmt.Errorf("gpt: waiting for every rank to finish: %w", err)
+	}
+	return nil
+}
+
 // Close frees the models, ends the communicators and the peers, and
 // closes the devices.
 func (p *Parallel) Close(ctx context.Context) error {
