@@ -94,6 +94,17 @@ print(f"{r['batch'] * r['accum'] * r['config']['context'] / (ms / 1000):.0f}")
 EOF
 }
 
+# phases NAME: where the median step of steps 5 on went, as the host saw
+# it (vkern train --json's write_ms, gradients_ms, read_ms, update_ms).
+phases() {
+  python3 - "$out/$1.json" <<'EOF'
+import json, statistics, sys
+steps = json.load(open(sys.argv[1]))["steps"][5:]
+med = lambda k: statistics.median(s.get(k, 0) for s in steps)
+print(f"write {med('write_ms'):.2f}, gradients {med('gradients_ms'):.2f}, read {med('read_ms'):.2f}, update {med('update_ms'):.2f} ms")
+EOF
+}
+
 # compare A B [bits]: the largest relative difference of the two runs'
 # losses, or whether they are the same bits.
 compare() {
@@ -132,6 +143,8 @@ two_part() {
   r1=$(rate one2b); r1a=$(rate acc2); r2=$(rate g2)
   note "tokens/s: 1 GPU --batch $((2 * batch)) $r1, 1 GPU --batch $batch --accum 2 $r1a, 2 GPUs --batch $batch $r2"
   note "2 GPUs over the faster 1-GPU run: $(python3 -c "print(f'{$r2/max($r1,$r1a):.3f}')") (bar: >= 1.85)"
+  local r
+  for r in one2b acc2 g2; do note "phases of $r: $(phases $r)"; done
   note "losses, 2 GPUs against 1 GPU --accum 2: $(compare g2 acc2)"
   note "losses, 2 GPUs against 1 GPU --batch $((2 * batch)): $(compare g2 one2b)"
   note "the anchor, NCCL's all-reduce through PyTorch at the gradients' sizes:"
@@ -215,7 +228,7 @@ overlap_part() {
   steps=$keep
   local r
   for r in ov-one ov-two ov-two-cga4 ov-two-units1; do
-    [ -s "$out/$r.json" ] && note "$r: $(rate "$r") tokens/s"
+    [ -s "$out/$r.json" ] && note "$r: $(rate "$r") tokens/s; $(phases "$r")"
   done
   if [ -x bin/gpt.test ]; then
     local n
