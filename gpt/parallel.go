@@ -491,11 +491,7 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 	if err := rep.results.Read(ctx, 0, raw); err != nil {
 		return fail("reading the losses and norms", err)
 	}
-	all := make([]float32, int64(m.K*world)*m.lossStride)
-	for i := range all {
-		all[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	res.Loss = m.meanLoss(all, m.K*world, nil)
+	res.Loss = m.meanLoss(f32s(raw, int64(m.K*world)*m.lossStride), m.K*world, nil)
 	sumsq, bad, err := rep.agreedNorm(raw[rep.normsAt:rep.badsAt], raw[rep.badsAt:])
 	if err != nil {
 		return fail("the norm", err)
@@ -512,13 +508,9 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 // agreedNorm takes every rank's squared norm and non-finite count (the
 // gathered norms' and bads' bytes): the same bits on every rank, or an
 // error naming the first rank that differs.
-func (rep *Replica) agreedNorm(normBytes, badBytes []byte) (float64, int32, error) {
+func (rep *Replica) agreedNorm(normBytes, raw []byte) (float64, int32, error) {
 	world := rep.Group.Size()
-	norms := make([]float32, world)
-	for r := range norms {
-		norms[r] = math.Float32frombits(binary.LittleEndian.Uint32(normBytes[4*r:]))
-	}
-	raw := badBytes
+	norms := f32s(normBytes, int64(world))
 	bad0 := int32(binary.LittleEndian.Uint32(raw))
 	for r := 1; r < world; r++ {
 		bad := int32(binary.LittleEndian.Uint32(raw[4*r:]))

@@ -246,13 +246,19 @@ func (m *Model) readResults(ctx context.Context) (loss, sumsq float64, bad int32
 	if err := m.results.Read(ctx, 0, raw); err != nil {
 		return 0, 0, 0, err
 	}
-	all := make([]float32, int64(m.K)*m.lossStride)
-	for i := range all {
-		all[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	sumsq = float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[m.sumsqAt:])))
+	sumsq = float64(f32s(raw[m.sumsqAt:], 1)[0])
 	bad = int32(binary.LittleEndian.Uint32(raw[m.badAt:]))
-	return m.meanLoss(all, m.K, nil), sumsq, bad, nil
+	return m.meanLoss(f32s(raw, int64(m.K)*m.lossStride), m.K, nil), sumsq, bad, nil
+}
+
+// f32s decodes the first n little-endian float32 values of raw (a read of
+// results' bytes).
+func f32s(raw []byte, n int64) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return out
 }
 
 // meanLoss is the mean of the first k micro-batches' per-row losses in all
