@@ -539,11 +539,14 @@ class BatchCollectives {
   // lent_multiprocessors is what the collectives may hold while the
   // compute stream runs (occupancy.h): $VKERN_COMM_SMS, a tuning knob, or 0.
   static int lent_multiprocessors() {
-    static const int n = [] {
-      const char* v = std::getenv("VKERN_COMM_SMS");
-      return v != nullptr ? std::atoi(v) : 0;
-    }();
+    static const int n = env_int("VKERN_COMM_SMS");
     return n;
+  }
+
+  // env_int is $name as a whole number, 0 when unset.
+  static int env_int(const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::atoi(v) : 0;
   }
 
   // high_priority is whether the collective stream gets the device's
@@ -559,10 +562,7 @@ class BatchCollectives {
   // units_per_cluster is the GEMMs' tiles per cluster while collectives
   // run (occupancy.h): $VKERN_COMM_GEMM_UNITS, or 0 (persistent).
   static int units_per_cluster() {
-    static const int n = [] {
-      const char* v = std::getenv("VKERN_COMM_GEMM_UNITS");
-      return v != nullptr ? std::atoi(v) : 0;
-    }();
+    static const int n = env_int("VKERN_COMM_GEMM_UNITS");
     return n;
   }
 
