@@ -24,14 +24,7 @@ func TestProfileStep(t *testing.T) {
 	if backend == "" {
 		t.Skip("set VKERN_PROFILE=cpu or cuda to profile a gpt2 step")
 	}
-	b := 16
-	if v := os.Getenv("VKERN_PROFILE_B"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("VKERN_PROFILE_B=%q: want a batch of at least 1", v)
-		}
-		b = n
-	}
+	b := envCount(t, "VKERN_PROFILE_B", 16)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	dev, err := vkern.Open(ctx, vkern.Options{Backend: backend, CacheDir: testCache(t)})
@@ -91,6 +84,20 @@ func TestProfileStep(t *testing.T) {
 	fmt.Printf("kernels %.2f ms, wall %.2f ms per step, %d calls, B=%d on %s\n", ms(kernels), ms(wall), len(calls), b, backend)
 }
 
+// envCount is $name as a whole number of at least 1, def when unset.
+func envCount(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a whole number of at least 1", name, v)
+	}
+	return n
+}
+
 // TestProfileDataParallel prints where a data-parallel step's gradients
 // program spends its time on each rank: VKERN_PROFILE_DP names the
 // backend (cuda; cpu runs the host engine, which has no device
@@ -107,18 +114,7 @@ func TestProfileDataParallel(t *testing.T) {
 	if backend == "" {
 		t.Skip("set VKERN_PROFILE_DP=cuda to profile a data-parallel gpt2 step")
 	}
-	env := func(name string, def int) int {
-		v := os.Getenv(name)
-		if v == "" {
-			return def
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("%s=%q: want a whole number of at least 1", name, v)
-		}
-		return n
-	}
-	gpus, b := env("VKERN_PROFILE_GPUS", 2), env("VKERN_PROFILE_B", 16)
+	gpus, b := envCount(t, "VKERN_PROFILE_GPUS", 2), envCount(t, "VKERN_PROFILE_B", 16)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	p, err := OpenParallel(ctx, ParallelOptions{Backend: backend, CacheDir: testCache(t), GPUs: gpus, Config: GPT2, B: b,
