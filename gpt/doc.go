@@ -44,9 +44,11 @@
 // # A step
 //
 // A step is two programs (program.go), each a list of op calls sent as one
-// vkern RunBatch: first, clearing the gradient accumulators, then for each
-// of the K micro-batches the forward, cross_entropy (its gradient scaled
-// by the loss scale over K) and the backward, then global_norm over all
+// vkern RunBatch: first, clearing the gradient accumulators that the
+// backward adds into (the products' weight gradients are written whole by
+// the first micro-batch's linear_grad_w instead), then for each of the K
+// micro-batches the forward, cross_entropy (its gradient scaled by the
+// loss scale over K) and the backward, then global_norm over all
 // gradients; second, when every gradient is finite, AdamW on each group
 // with the gradient multiplied by the clipping factor over the loss scale.
 //

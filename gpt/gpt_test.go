@@ -163,6 +163,46 @@ func TestLayoutAlignsEveryTensorAndGroupsTheDecayed(t *testing.T) {
 	}
 }
 
+// The ranges a step clears and the tensors its first micro-batch
+// overwrites cover the gradient arena exactly once, padding included; for
+// GPT-2's layouts the clearing is two fills.
+func TestAStepClearsExactlyWhatItDoesNotOverwrite(t *testing.T) {
+	odd := Config{Name: "odd", Layers: 2, Heads: 3, C: 24, T: 7, V: 13} // padding after every matrix
+	for _, c := range []Config{Nano, paddedNano, Char, GPT2, odd} {
+		l := newLayout(c)
+		owner := make([]int8, l.total) // 1 cleared, 2 overwritten
+		for _, r := range l.cleared() {
+			for i := r[0]; i < r[1]; i++ {
+				owner[i]++
+			}
+		}
+		for i, tn := range l.tensors {
+			if l.overwritten(i) {
+				for j := tn.offset; j < tn.offset+tn.arenaElements(); j++ {
+					owner[j] += 2
+				}
+			}
+		}
+		for i, o := range owner {
+			if o != 1 && o != 2 {
+				t.Fatalf("%s: element %d of %d is cleared %d and overwritten %d times", c.Name, i, l.total, o%2, o/2)
+			}
+		}
+		rs := l.cleared()
+		for i := 1; i < len(rs); i++ {
+			if rs[i][0] <= rs[i-1][1] {
+				t.Errorf("%s: cleared ranges %v and %v touch or overlap: one fill would do", c.Name, rs[i-1], rs[i])
+			}
+		}
+		if c.C%16 == 0 && len(rs) != 2 {
+			t.Errorf("%s: %d fills (%v), want 2 (wpe, and the vectors)", c.Name, len(rs), rs)
+		}
+		if c == odd && len(rs) <= 2 {
+			t.Errorf("odd: %d fills, want the padding after each matrix cleared too", len(rs))
+		}
+	}
+}
+
 func TestScheduleWarmsUpThenDecays(t *testing.T) {
 	h := DefaultHyper(1000)
 	h.LR, h.MinLR, h.Warmup = 1e-3, 1e-4, 100

@@ -26,6 +26,7 @@ type Model struct {
 	// moments and gradients in f32, the working copy in f16.
 	master, work, grad, m, v *vkern.Buffer
 	w16, g32                 []*vkern.Buffer // per tensor: its views of work and grad
+	cleared                  []*vkern.Buffer // views of grad a step fills with zeros (layout.cleared)
 	groups                   [2]group        // AdamW's: decayed, then not
 
 	acts   *vkern.Buffer // the activations' allocation
@@ -43,6 +44,11 @@ type Model struct {
 	// their byte offsets in it.
 	results        *vkern.Buffer
 	sumsqAt, badAt int64
+	// batch spans the K micro-batches' tokens and targets (adjacent in the
+	// slab), so a step sends them in one transfer; batchAt[2k] and
+	// batchAt[2k+1] are tokens[k]'s and targets[k]'s byte offsets in it.
+	batch   *vkern.Buffer
+	batchAt []int64
 }
 
 // group is one AdamW group: a contiguous range of the arenas.
@@ -192,6 +198,13 @@ func (m *Model) alloc(ctx context.Context) error {
 		}
 		m.w16, m.g32 = append(m.w16, w), append(m.g32, g)
 	}
+	for _, r := range m.lay.cleared() {
+		v, err := m.grad.View(ctx, 4*r[0], 4*(r[1]-r[0]))
+		if err != nil {
+			return err
+		}
+		m.cleared = append(m.cleared, v)
+	}
 	for i, r := range [][2]int64{{0, m.lay.decayEnd}, {m.lay.decayEnd, n}} {
 		g := group{decay: i == 0, n: r[1] - r[0]}
 		if g.n == 0 {
@@ -218,6 +231,13 @@ func (m *Model) alloc(ctx context.Context) error {
 		return err
 	}
 	m.sumsqAt, m.badAt = at[&m.sumsq], at[&m.bad]
+	off, size, at = s.span(&m.tokens[0], &m.targets[m.K-1])
+	if m.batch, err = m.acts.View(ctx, off, size); err != nil {
+		return err
+	}
+	for k := range m.K {
+		m.batchAt = append(m.batchAt, at[&m.tokens[k]], at[&m.targets[k]])
+	}
 	bias := make([]uint16, m.Config.Vp())
 	for j := m.Config.V; j < len(bias); j++ {
 		bias[j] = f16.NegInf

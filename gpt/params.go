@@ -136,6 +136,53 @@ func newLayout(c Config) *layout {
 	return l
 }
 
+// overwritten reports whether tensor i's gradient is written whole, not
+// added to, by the first call of a step that touches it: the weights of
+// the products (wte by the head's linear_grad_w, every block's four
+// matrices by theirs), whose first micro-batch's linear_grad_w runs with
+// accumulate 0 (program.go). The rest (wpe, the biases, the LayerNorms'
+// parameters) are sums the step builds by adding into zeros.
+func (l *layout) overwritten(i int) bool {
+	if i == l.wte {
+		return true
+	}
+	for _, b := range l.blocks {
+		if i == b.attnW || i == b.projW || i == b.fcW || i == b.mlpW {
+			return true
+		}
+	}
+	return false
+}
+
+// cleared lists the element ranges [from, to) of the gradient arena that a
+// step's program fills with zeros before its first micro-batch: all of it
+// but the overwritten tensors, alignment padding included (no call writes
+// padding, and global_norm and AdamW read it). Adjacent ranges are merged:
+// for GPT-2's layouts it is wpe and the vectors, two fills.
+func (l *layout) cleared() [][2]int64 {
+	var out [][2]int64
+	from := int64(0)
+	keep := func(to int64) {
+		if to <= from {
+			return
+		}
+		if n := len(out); n > 0 && out[n-1][1] == from {
+			out[n-1][1] = to
+		} else {
+			out = append(out, [2]int64{from, to})
+		}
+	}
+	for i, t := range l.tensors { // in offset order
+		if !l.overwritten(i) {
+			continue
+		}
+		keep(t.offset)
+		from = t.offset + t.arenaElements()
+	}
+	keep(l.total)
+	return out
+}
+
 // initial returns the initial parameters in the arena layout (padding,
 // wte's rows past V included, 0):
 // GPT-2's init, each tensor drawn from its own stream, PCG(seed, FNV-1a of

@@ -50,6 +50,12 @@ var withGELU = []op.Setting{{Name: "gelu", Value: 1}}
 // in one pass: x_next = x + (h·W + b), the sum rounded once.
 var withResidual = []op.Setting{{Name: "residual", Value: 1}}
 
+// overwrite makes linear_grad_w write dW instead of adding into it: a
+// step's first micro-batch's, so that the products' weight gradients need
+// no clearing first (layout.overwritten), which saves a fill of them and
+// each product's read of its old dW.
+var overwrite = []op.Setting{{Name: "accumulate", Value: 0}}
+
 // forward adds the forward of b sequences of t tokens (b ≤ B, t ≤ T) from
 // micro-batch slot k's tokens to the logits: embedding, the blocks
 // (pre-LayerNorm attention and MLP, each added into the residual stream by
@@ -118,11 +124,15 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int), em
 	c, w, g, top, bk := m.Config, m.w16, m.g32, &m.top, &m.back
 	b, t := m.B, c.T
 	M, C := b*t, c.C
+	var gw []op.Setting // linear_grad_w's: the first micro-batch writes dW (backwardProgram)
+	if k == 0 {
+		gw = overwrite
+	}
 	// The head, over Vp: dhf = dlogits·wte (linear without a bias), dwte
 	// += dlogitsᵀ·hf, whose padded rows get sums of zeros, exactly 0 (the
 	// padded columns of dlogits are 0); then ln_f.
 	p.add(op.Linear, dims(M, C, c.Vp()), noBias, top.dlogits, w[m.lay.wte], nil, nil, bk.dh, nil)
-	p.add(op.LinearGradW, dims(M, C, c.Vp()), nil, top.dlogits, top.hf, g[m.lay.wte])
+	p.add(op.LinearGradW, dims(M, C, c.Vp()), gw, top.dlogits, top.hf, g[m.lay.wte])
 	done(p, c.stageHead())
 	p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, top.x, w[m.lay.lnfW], top.mean, top.rstd, nil, bk.dres, g[m.lay.lnfW], g[m.lay.lnfB])
 	done(p, len(m.layers))
@@ -131,21 +141,21 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int), em
 		// MLP: c_proj (K = 4C, N = C) with the GELU's gradient in its
 		// epilogue, c_fc (K = C, N = 4C), ln_2.
 		p.add(op.LinearGradX, dims(M, C, 4*C), withGELU, bk.dres, w[bl.mlpW], a.fc, bk.dfc)
-		p.add(op.LinearGradW, dims(M, C, 4*C), nil, a.gelu, bk.dres, g[bl.mlpW])
+		p.add(op.LinearGradW, dims(M, C, 4*C), gw, a.gelu, bk.dres, g[bl.mlpW])
 		p.add(op.BiasGrad, dims(M, C), nil, bk.dres, g[bl.mlpB])
 		p.add(op.GemmGradA, dims(M, 4*C, C), nil, bk.dfc, w[bl.fcW], bk.dh)
-		p.add(op.LinearGradW, dims(M, 4*C, C), nil, a.h2, bk.dfc, g[bl.fcW])
+		p.add(op.LinearGradW, dims(M, 4*C, C), gw, a.h2, bk.dfc, g[bl.fcW])
 		p.add(op.BiasGrad, dims(M, 4*C), nil, bk.dfc, g[bl.fcB])
 		// ln_2's gradient added into the stream's in the same pass (in place).
 		p.add(op.LayerNormGrad, dims(M, C), withResidual, bk.dh, a.xmid, w[bl.ln2w], a.mean2, a.rstd2, bk.dres, bk.dres, g[bl.ln2w], g[bl.ln2b])
 		// Attention: c_proj (K = N = C), attention, c_attn (K = C,
 		// N = 3C), ln_1.
 		p.add(op.GemmGradA, dims(M, C, C), nil, bk.dres, w[bl.projW], bk.datt)
-		p.add(op.LinearGradW, dims(M, C, C), nil, a.att, bk.dres, g[bl.projW])
+		p.add(op.LinearGradW, dims(M, C, C), gw, a.att, bk.dres, g[bl.projW])
 		p.add(op.BiasGrad, dims(M, C), nil, bk.dres, g[bl.projB])
 		p.add(op.AttentionGrad, dims(b, t, C, c.Heads), nil, bk.datt, a.qkv, a.att, a.lse, bk.dqkv)
 		p.add(op.GemmGradA, dims(M, 3*C, C), nil, bk.dqkv, w[bl.attnW], bk.dh)
-		p.add(op.LinearGradW, dims(M, 3*C, C), nil, a.h1, bk.dqkv, g[bl.attnW])
+		p.add(op.LinearGradW, dims(M, 3*C, C), gw, a.h1, bk.dqkv, g[bl.attnW])
 		p.add(op.BiasGrad, dims(M, 3*C), nil, bk.dqkv, g[bl.attnB])
 		p.add(op.LayerNormGrad, dims(M, C), withResidual, bk.dh, a.x, w[bl.ln1w], a.mean1, a.rstd1, bk.dres, bk.dres, g[bl.ln1w], g[bl.ln1b])
 		done(p, l)
@@ -160,7 +170,7 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int), em
 }
 
 // gradients is a training step's first program: clear the gradient
-// accumulators, the forward, loss and backward of every micro-batch (the
+// accumulators the first micro-batch does not overwrite, the forward, loss and backward of every micro-batch (the
 // gradient scaled by lossScale/K, so the K sum to the mean's), and the
 // squared norm and non-finite count of the summed gradients.
 func (m *Model) gradients(lossScale float64) program {
@@ -174,7 +184,11 @@ func (m *Model) gradients(lossScale float64) program {
 // the last micro-batch's backward.
 func (m *Model) backwardProgram(gradScale float64, done func(p *program, stage int), embed func(p *program)) program {
 	var p program
-	p.add(op.Fill, dims(int(m.lay.total)), nil, m.grad)
+	// The products' weight gradients are written whole by the first
+	// micro-batch (overwrite): only the rest is cleared.
+	for _, v := range m.cleared {
+		p.add(op.Fill, dims(int(v.Bytes/4)), nil, v)
+	}
 	for k := 0; k < m.K; k++ {
 		m.forward(&p, k, m.B, m.Config.T)
 		m.crossEntropy(&p, k, m.B*m.Config.T, gradScale, nil)

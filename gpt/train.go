@@ -207,24 +207,26 @@ func (m *Model) finishStep(ctx context.Context, h Hyper, st *State, res *StepRes
 	return nil
 }
 
-// writeBatches sends each micro-batch's tokens and targets.
+// writeBatches sends every micro-batch's tokens and targets, in one
+// transfer (m.batch).
 func (m *Model) writeBatches(ctx context.Context, inputs, targets [][]int32) error {
 	want := m.B * m.Config.T
 	if len(inputs) != m.K || len(targets) != m.K {
 		return fmt.Errorf("gpt: a step takes %d micro-batches, got %d inputs and %d targets", m.K, len(inputs), len(targets))
 	}
+	raw := make([]byte, m.batch.Bytes)
 	for k := range inputs {
 		if len(inputs[k]) != want || len(targets[k]) != want {
 			return fmt.Errorf("gpt: micro-batch %d has %d inputs and %d targets, want B·T = %d of each", k, len(inputs[k]), len(targets[k]), want)
 		}
-		if err := m.tokens[k].WriteI32(ctx, inputs[k]); err != nil {
-			return err
-		}
-		if err := m.targets[k].WriteI32(ctx, targets[k]); err != nil {
-			return err
+		for j, v := range [][]int32{inputs[k], targets[k]} {
+			at := raw[m.batchAt[2*k+j]:]
+			for i, x := range v {
+				binary.LittleEndian.PutUint32(at[4*i:], uint32(x))
+			}
 		}
 	}
-	return nil
+	return m.batch.Write(ctx, 0, raw)
 }
 
 // readLoss reads the first k micro-batches' per-row losses and returns

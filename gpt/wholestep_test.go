@@ -68,8 +68,9 @@ func l2(a, b []float32) float64 {
 // reference's. The parameters are GPT-2's initialisation with the biases
 // and LayerNorm parameters moved off their initial 0 and 1, so that a
 // defect that only touches them shows; the gradient accumulators hold
-// garbage before the step, as they do after one, so that clearing them
-// matters.
+// garbage before the step, as they do after one, so that clearing (or
+// overwriting) them matters: values of about 10⁶, which stand out against
+// the loss-scaled gradients wherever the step leaves even one.
 func wholeStep(t *testing.T, dev *vkern.Device, cfg Config, b int) (stepCheck, error) {
 	t.Helper()
 	ctx := context.Background()
@@ -94,7 +95,7 @@ func wholeStep(t *testing.T, dev *vkern.Device, cfg Config, b int) (stepCheck, e
 	}
 	garbage := make([]float32, m.lay.total)
 	for i := range garbage {
-		garbage[i] = float32(rng.NormFloat64())
+		garbage[i] = float32(1e6 * rng.NormFloat64())
 	}
 	if err := m.grad.WriteF32(ctx, garbage); err != nil {
 		return stepCheck{}, err
@@ -342,8 +343,7 @@ var levelOneOnly = map[string]string{
 	"global_norm sums in f32":                                         "over a nano step's 220 K gradients an f32 sum errs by less than the norm's own rounding spread",
 	"global_norm counts only NaN as non-finite":                       "a step with finite gradients has no infinity to count",
 	"global_norm drops the last element of a chunk's tail":            "the gradient arena's last element is alignment padding, always 0",
-	"fill leaves the last element unwritten":                          "the gradient arena's last element is alignment padding, which no op reads",
-	"linear_grad_w adds into dW when it should overwrite":             "the step program always adds into dW (accumulate = 1)",
+	"fill writes only its first chunk":                                "a step's fills (wpe's gradient, the vectors') are each under one 65,536-element chunk",
 	"ignore_index not honoured in cross_entropy":                      "a training step ignores no row",
 	"ignored rows counted in cross_entropy's n":                       "a training step ignores no row",
 	"add leaves the last element of a short run unwritten":            "a step's adds are whole multiples of the kernel's 1024-element runs",
@@ -401,6 +401,9 @@ func newModelProgramOps() []string {
 	m.planActs(&s, func(**vkern.Buffer) **vkern.Buffer { return &dummy })
 	m.w16 = make([]*vkern.Buffer, len(m.lay.tensors))
 	m.g32 = m.w16
+	for _, r := range m.lay.cleared() {
+		m.cleared = append(m.cleared, &vkern.Buffer{Bytes: 4 * (r[1] - r[0])})
+	}
 	m.loss = make([]*vkern.Buffer, 1)
 	m.groups[0] = group{decay: true, n: m.lay.decayEnd}
 	m.groups[1] = group{n: m.lay.total - m.lay.decayEnd}
