@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# One H100 call for the changes written since the last GPU run, most
+# important first, each part skipped when too little of the call's time is
+# left for it ($BUDGET seconds, default 560), so that a call cut short still
+# returns what ran:
+#   verify    vkern verify --backend cuda of the changed ops at their default
+#             shapes (layernorm_grad with its residual, linear_grad_w with
+#             accumulate 0, attention_grad both ways), and at the gpt2
+#             shapes the step now runs
+#   step      the whole-step check on cuda (gpt's TestAStepOnCUDA…): the
+#             in-place layernorm_grad, the overwriting linear_grad_w and
+#             the two fills against the float64 model
+#   gpt2      vkern train --model gpt2 --batch 16, 30 steps each: as built,
+#             with $VKERN_ATTENTION_DQ=stored (attention variant 5) and with
+#             $VKERN_SPIN_US=1000 (both sides spin 1 ms before sleeping);
+#             the median step and its phases, as ratios to the first run
+#   defects   the planted CUDA defects of layernorm and attention
+# Here, first:
+#   CGO_ENABLED=0 go build -o bin/vkern ./cmd/vkern
+#   CGO_ENABLED=0 go test -c -o bin/vkern.test .
+#   CGO_ENABLED=0 go test -c -o bin/gpt.test ./gpt
+# then, with bin/ carried: bash bench/cuda-pending.sh [parts]. Logs under
+# $OUT; the table last.
+set -uo pipefail
+out=${OUT:-/tmp/vkern-out}
+mkdir -p "$out"
+export VKERN_CACHE=${VKERN_CACHE:-$PWD/.vkcache}
+vk=$PWD/bin/vkern
+parts=${*:-verify step gpt2 defects}
+budget=${BUDGET:-560}
+start=$(date +%s)
+status=0
+table=()
+elapsed() { echo $(( $(date +%s) - start )); }
+step() { printf '\n=== %s (at %d s)\n' "$*" "$(elapsed)"; }
+# room N: whether N more seconds fit in the budget; says so when not.
+room() {
+  if (( $(elapsed) + $1 > budget )); then
+    echo "skipped: needs about $1 s, $(( budget - $(elapsed) )) s left"
+    table+=("$2: skipped (time)")
+    return 1
+  fi
+}
+# run NAME CMD...: CMD's output to $out/NAME.txt, its tail shown, its
+# verdict in the table.
+run() {
+  local name=$1
+  shift
+  if "$@" > "$out/$name.txt" 2>&1; then
+    table+=("$name: ok")
+  else
+    status=1
+    table+=("$name: FAILED (rc $?)")
+  fi
+  tail -15 "$out/$name.txt"
+}
+wants() { [[ " $parts " == *" $1 "* ]]; }
+
+step device
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+step "vkern build --backend cuda"
+run build "$vk" build --backend cuda || true
+
+if wants verify && room 120 verify; then
+  step verify
+  run verify-default "$vk" verify --backend cuda --op layernorm_grad,linear_grad_w,attention_grad
+  run verify-dq-stored env VKERN_ATTENTION_DQ=stored "$vk" verify --backend cuda --op attention_grad
+  run verify-gpt2 "$vk" verify --backend cuda --op layernorm_grad --shape 16384x768:residual=1
+  run verify-gpt2-head "$vk" verify --backend cuda --op linear_grad_w --shape 16384x768x50304:accumulate=0
+fi
+
+if wants step && room 90 step; then
+  step "whole step on cuda"
+  pushd gpt > /dev/null
+  run wholestep ../bin/gpt.test -test.run 'TestAStepOnCUDAMatchesTheFloat64Model' -test.v
+  popd > /dev/null
+fi
+
+# train NAME [ENV=…]: 30 gpt2 steps, the median step and phases after the first.
+train() {
+  local name=$1
+  shift
+  room 60 "gpt2-$name" || return 0
+  env "$@" "$vk" train --backend cuda --model gpt2 --batch 16 --steps 30 --eval-every 1000 --sample 0 \
+    --out "$out/run-$name" --json "$out/gpt2-$name.json" > "$out/gpt2-$name.txt" 2>&1 ||
+    { status=1; table+=("gpt2-$name: FAILED"); tail -5 "$out/gpt2-$name.txt"; return 0; }
+  rm -rf "$out/run-$name"
+  table+=("gpt2-$name: ok")
+  python3 - "$out/gpt2-$name.json" "$name" >> "$out/gpt2-table.txt" <<'EOF'
+import json, statistics, sys
+d = json.load(open(sys.argv[1]))
+steps = next(v for v in d.values() if isinstance(v, list) and v and isinstance(v[0], dict) and "write_ms" in v[0])[5:]
+med = {k: statistics.median(s[k] for s in steps) for k in ("write_ms", "gradients_ms", "read_ms", "update_ms")}
+total = sum(med.values())
+print(f"{sys.argv[2]:10s} {total:8.2f} ms  " + "  ".join(f"{k[:-3]} {v:.3f}" for k, v in med.items()))
+EOF
+  tail -1 "$out/gpt2-table.txt"
+}
+if wants gpt2; then
+  step "gpt2 steps"
+  : > "$out/gpt2-table.txt"
+  train base
+  train dqstored VKERN_ATTENTION_DQ=stored
+  train spin1ms VKERN_SPIN_US=1000
+fi
+
+if wants defects && room 200 defects; then
+  step "planted CUDA defects: layernorm, attention"
+  run defects ./bin/vkern.test -test.run 'TestPlantedDefectsInTheCUDAKernelsAreIncorrect/(layernorm|attention)|TestCUDAAttentionGradFromStoredDS' -test.v
+fi
+
+step table
+printf '%s\n' "${table[@]}"
+if [ -s "$out/gpt2-table.txt" ]; then
+  echo "gpt2, median of steps 5-29 (sum of the phases), ratio to base:"
+  awk 'NR == 1 { b = $2 } { printf "  %s  %.4f\n", $0, $2 / b }' "$out/gpt2-table.txt"
+fi
+exit $status
