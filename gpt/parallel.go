@@ -107,7 +107,9 @@ type ParallelOptions struct {
 
 // Parallel is the ranks of a data-parallel run that this process holds:
 // all of them (--gpus N) or one (a process per GPU). Trainer.Parallel
-// takes it.
+// takes it. After its last step a run calls Finish, then Close: a rank
+// that closed while another was still in its last update would end that
+// rank's step as a departure.
 type Parallel struct {
 	// Replicas are this process's ranks, in rank order.
 	Replicas []*Replica
@@ -126,7 +128,7 @@ type Replica struct {
 
 	slab      *vkern.Buffer
 	gathered  *vkern.Buffer // World·K·lossStride f32: every rank's per-row losses
-	gdx, gtok *vkern.Buffer // World·B·T·C f16, World·B·T i32: every rank's last embedding gradient and tokens
+	gdx, gtok *vkern.Buffer // World·B·T·C f16, World·B·T i32: every rank's last embedding gradient and tokens (device engine only)
 	// results spans gathered, norms and bads (adjacent in the slab): a
 	// step reads them in one transfer; normsAt and badsAt are the byte
 	// offsets of the last two in it.
@@ -296,7 +298,8 @@ func deviceMatch(ctx context.Context, dev *vkern.Device, world int, o ParallelOp
 }
 
 // alloc makes the replica's model and its gathering buffers, and plans
-// its buckets.
+// its buckets. The embedding's gathered gradient and tokens are the device
+// engine's alone (gradients' embed); the host engine sums whole arenas.
 func (rep *Replica) alloc(ctx context.Context, dev *vkern.Device, o ParallelOptions, world int) error {
 	m, err := New(ctx, dev, o.Config, o.B, o.Accum/world)
 	if err != nil {
@@ -307,9 +310,11 @@ func (rep *Replica) alloc(ctx context.Context, dev *vkern.Device, o ParallelOpti
 	s.add(&rep.gathered, 4*int64(world)*int64(m.K)*m.lossStride)
 	s.add(&rep.norms, 4*int64(world))
 	s.add(&rep.bads, 4*int64(world))
-	rows := int64(world) * int64(m.B) * int64(m.Config.T)
-	s.add(&rep.gdx, 2*rows*int64(m.Config.C))
-	s.add(&rep.gtok, 4*rows)
+	if rep.Group.Comm() != nil {
+		rows := int64(world) * int64(m.B) * int64(m.Config.T)
+		s.add(&rep.gdx, 2*rows*int64(m.Config.C))
+		s.add(&rep.gtok, 4*rows)
+	}
 	if rep.slab, err = s.alloc(ctx, dev); err != nil {
 		return err
 	}
