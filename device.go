@@ -475,6 +475,26 @@ type Call struct {
 // shape of a training step, and returns each kernel's time. Every call is
 // checked before any runs; an error names the failing call's index and op.
 func (d *Device) RunBatch(ctx context.Context, calls []Call) ([]time.Duration, error) {
+	b, err := d.Prepare(calls)
+	if err != nil {
+		return nil, err
+	}
+	return b.Run(ctx)
+}
+
+// Batch is a list of calls checked against their ops' contracts once
+// (Prepare), to be run as often as needed: a training step's program,
+// the same calls on the same buffers step after step, is a few hundred
+// calls whose checks would otherwise cost the host about as much time
+// per step as a small kernel, with the device idle.
+type Batch struct {
+	d    *Device
+	reqs []kserver.RunRequest
+}
+
+// Prepare checks calls as RunBatch does and returns them ready to run. A
+// buffer freed afterwards is refused when the batch runs.
+func (d *Device) Prepare(calls []Call) (*Batch, error) {
 	reqs := make([]kserver.RunRequest, len(calls))
 	for i, c := range calls {
 		req, err := d.runRequest(c)
@@ -483,7 +503,12 @@ func (d *Device) RunBatch(ctx context.Context, calls []Call) ([]time.Duration, e
 		}
 		reqs[i] = req
 	}
-	ns, err := d.client.RunBatch(ctx, reqs)
+	return &Batch{d: d, reqs: reqs}, nil
+}
+
+// Run executes the batch as RunBatch does.
+func (b *Batch) Run(ctx context.Context) ([]time.Duration, error) {
+	ns, err := b.d.client.RunBatch(ctx, b.reqs)
 	if err != nil {
 		return nil, err
 	}

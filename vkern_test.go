@@ -306,6 +306,51 @@ func TestABatchRunsInOrderAndNamesItsFailingCall(t *testing.T) {
 	}
 }
 
+// A prepared batch runs as often as it is asked to, reading the buffers'
+// contents at each run; a call that breaks its contract is refused by
+// Prepare, naming it; a buffer freed after Prepare is refused when the
+// batch runs, not used.
+func TestAPreparedBatchRunsAgainAndRefusesAFreedBuffer(t *testing.T) {
+	dev := openCPU(t, Options{})
+	ctx := context.Background()
+	softmax, _ := op.Lookup("softmax")
+	s, _ := softmax.ParseShape("1x2")
+	x, _ := dev.Alloc(ctx, 4)
+	y, _ := dev.Alloc(ctx, 4)
+	b, err := dev.Prepare([]Call{{Op: softmax, Shape: s, Buffers: []*Buffer{x, y}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]uint16, 2)
+	for _, c := range []struct {
+		in   []uint16
+		want uint16
+	}{{[]uint16{0, 0}, 0x3800}, {[]uint16{0xfc00, 0}, 0x0000}} { // softmax(0, 0)[0] = ½; softmax(−Inf, 0)[0] = 0
+		if err := x.WriteF16(ctx, c.in); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := y.ReadF16(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+		if got[0] != c.want {
+			t.Errorf("softmax(%#04x)[0] = %#04x from the prepared batch, want %#04x", c.in, got[0], c.want)
+		}
+	}
+	small, _ := dev.Alloc(ctx, 2)
+	if _, err := dev.Prepare([]Call{{Op: softmax, Shape: s, Buffers: []*Buffer{x, y}}, {Op: softmax, Shape: s, Buffers: []*Buffer{x, small}}}); err == nil || !strings.Contains(err.Error(), "batch call 1 of 2") {
+		t.Errorf("preparing a call with too small a buffer: %v; want an error naming call 1 of 2", err)
+	}
+	if err := y.Free(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Run(ctx); err == nil {
+		t.Error("a prepared batch ran with a buffer freed since")
+	}
+}
+
 func TestIsolatedModeGivesTheSameResults(t *testing.T) {
 	dev := openCPU(t, Options{Isolated: true})
 	kerneltest.Op(t, dev, "gemm_grad_b")

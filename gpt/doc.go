@@ -51,6 +51,10 @@
 // loss scale over K) and the backward, then global_norm over all
 // gradients; second, when every gradient is finite, AdamW on each group
 // with the gradient multiplied by the clipping factor over the loss scale.
+// The first is the same calls step after step while the loss scale holds:
+// it is built and checked against the ops' contracts once
+// (vkern.Device.Prepare) and resent as it is, so the host's work between
+// the device's programs is the transfers and the decision.
 //
 // The arithmetic is PyTorch's fp16 autocast with GradScaler, so that the
 // parity script (bench/parity.py) compares like with like: f16 weights and

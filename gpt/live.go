@@ -58,10 +58,10 @@ func (tr *Trainer) StepVerified(ctx context.Context) (StepResult, *LiveReport, e
 	}
 	rep := &LiveReport{Step: tr.State.Step}
 	in, tg := tr.Batch(tr.State.Step)
-	exec := func(ctx context.Context, calls []vkern.Call) error {
-		for i, c := range calls {
+	exec := func(ctx context.Context, p *program) error {
+		for i, c := range p.calls {
 			if err := m.checkCall(ctx, c, arith, rep, uint64(rep.Step)<<20|uint64(rep.Calls)); err != nil {
-				return fmt.Errorf("call %d of %d of the program, %s %s: %w", i, len(calls), c.Op.Name, c.Shape, err)
+				return fmt.Errorf("call %d of %d of the program, %s %s: %w", i, len(p.calls), c.Op.Name, c.Shape, err)
 			}
 		}
 		return nil

@@ -49,6 +49,7 @@ type Model struct {
 	// batchAt[2k+1] are tokens[k]'s and targets[k]'s byte offsets in it.
 	batch   *vkern.Buffer
 	batchAt []int64
+	kept    reused // the gradients program of the last loss scale (Step)
 }
 
 // group is one AdamW group: a contiguous range of the arenas.

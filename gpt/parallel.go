@@ -129,6 +129,7 @@ type Replica struct {
 	slab      *vkern.Buffer
 	gathered  *vkern.Buffer // World·K·lossStride f32: every rank's per-row losses
 	gdx, gtok *vkern.Buffer // World·B·T·C f16, World·B·T i32: every rank's last embedding gradient and tokens (device engine only)
+	kept      reused        // the gradients program of the last loss scale
 	// results spans gathered, norms and bads (adjacent in the slab): a
 	// step reads them in one transfer; normsAt and badsAt are the byte
 	// offsets of the last two in it.
@@ -438,10 +439,6 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	exec := func(ctx context.Context, calls []vkern.Call) error {
-		_, err := m.dev.RunBatch(ctx, calls)
-		return err
-	}
 	fail := func(what string, err error) (StepResult, error) {
 		// A call ended by another rank's failure says so first: that rank
 		// is the run's error, this one only its echo.
@@ -458,19 +455,19 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 	res.Phases.Write = lap()
 	world := g.Size()
 	if g.Comm() != nil {
-		p := rep.gradients(st.LossScale)
+		p := rep.kept.get(st.LossScale, func() program { return rep.gradients(st.LossScale) })
 		if p.err != nil {
 			return res, p.err
 		}
-		if err := exec(ctx, p.calls); err != nil {
+		if err := m.run(ctx, p); err != nil {
 			return fail("the backward and its all-reduces", err)
 		}
 	} else {
-		p := m.backwardProgram(st.LossScale/float64(m.K*world), nil, nil)
+		p := rep.kept.get(st.LossScale, func() program { return m.backwardProgram(st.LossScale/float64(m.K*world), nil, nil) })
 		if p.err != nil {
 			return res, p.err
 		}
-		if err := exec(ctx, p.calls); err != nil {
+		if err := m.run(ctx, p); err != nil {
 			return fail("the backward", err)
 		}
 		if err := g.AllReduceSum(ctx, m.grad, m.lay.total); err != nil {
@@ -481,7 +478,7 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 		}
 		var n program
 		m.norm(&n)
-		if err := exec(ctx, n.calls); err != nil {
+		if err := m.run(ctx, &n); err != nil {
 			return fail("the norm", err)
 		}
 		if err := g.AllGather(ctx, m.sumsq, rep.norms, 1, op.F32); err != nil {
@@ -502,7 +499,7 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 		return fail("the norm", err)
 	}
 	res.Phases.Read = lap()
-	if err := m.finishStep(ctx, h, st, &res, sumsq, bad, exec); err != nil {
+	if err := m.finishStep(ctx, h, st, &res, sumsq, bad, m.run); err != nil {
 		return fail("the update", err)
 	}
 	res.Phases.Update = lap()

@@ -1,6 +1,7 @@
 package gpt
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/vkern/vkern"
@@ -14,7 +15,45 @@ import (
 // list one call at a time and compares each with its reference.
 type program struct {
 	calls []vkern.Call
-	err   error // the first shape that failed its op's contract
+	err   error        // the first shape that failed its op's contract
+	batch *vkern.Batch // the calls checked once (Model.run), while the program is reused
+}
+
+// executor runs a program: as one batch (Model.run), or call by call under
+// the live check (live.go).
+type executor func(context.Context, *program) error
+
+// run sends p as one batch, its calls checked against their contracts on
+// its first run only: a program that is reused (gradientsFor) costs the
+// host its encoding alone on the next.
+func (m *Model) run(ctx context.Context, p *program) error {
+	if p.batch == nil {
+		b, err := m.dev.Prepare(p.calls)
+		if err != nil {
+			return err
+		}
+		p.batch = b
+	}
+	_, err := p.batch.Run(ctx)
+	return err
+}
+
+// reused is a program kept while the step's loss scale stays the same, as
+// it does for thousands of steps at a time: the program depends on nothing
+// else.
+type reused struct {
+	scale float64
+	p     *program
+}
+
+// get returns the kept program if it was made for scale, else build's,
+// kept in its place.
+func (r *reused) get(scale float64, build func() program) *program {
+	if r.p == nil || r.scale != scale {
+		p := build()
+		r.scale, r.p = scale, &p
+	}
+	return r.p
 }
 
 func (p *program) add(o *op.Op, dims []int64, set []op.Setting, bufs ...*vkern.Buffer) {

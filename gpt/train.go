@@ -7,7 +7,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/op"
 )
@@ -124,15 +123,12 @@ type Phases struct {
 // B·T tokens each): the gradients program, then, unless a gradient was not
 // finite, the update. It advances st.
 func (m *Model) Step(ctx context.Context, h Hyper, st *State, inputs, targets [][]int32) (StepResult, error) {
-	return m.step(ctx, h, st, inputs, targets, func(ctx context.Context, calls []vkern.Call) error {
-		_, err := m.dev.RunBatch(ctx, calls)
-		return err
-	})
+	return m.step(ctx, h, st, inputs, targets, m.run)
 }
 
 // step is Step with the programs run by exec: one batch each, or call by
 // call under the live check (live.go).
-func (m *Model) step(ctx context.Context, h Hyper, st *State, inputs, targets [][]int32, exec func(context.Context, []vkern.Call) error) (StepResult, error) {
+func (m *Model) step(ctx context.Context, h Hyper, st *State, inputs, targets [][]int32, exec executor) (StepResult, error) {
 	start := time.Now()
 	res := StepResult{Step: st.Step, LossScale: st.LossScale, LR: h.LRAt(st.Step)}
 	lap := newLaps(start)
@@ -140,11 +136,11 @@ func (m *Model) step(ctx context.Context, h Hyper, st *State, inputs, targets []
 		return res, err
 	}
 	res.Phases.Write = lap()
-	p := m.gradients(st.LossScale)
+	p := m.kept.get(st.LossScale, func() program { return m.gradients(st.LossScale) })
 	if p.err != nil {
 		return res, p.err
 	}
-	if err := exec(ctx, p.calls); err != nil {
+	if err := exec(ctx, p); err != nil {
 		return res, fmt.Errorf("gpt: step %d: %w", st.Step, err)
 	}
 	res.Phases.Gradients = lap()
@@ -178,7 +174,7 @@ func newLaps(start time.Time) func() time.Duration {
 // its count of non-finite gradients, as GradScaler and
 // clip_grad_norm_ take it: skip and halve the scale, or update (clipped,
 // unscaled) and advance the scale's count; then st moves to the next step.
-func (m *Model) finishStep(ctx context.Context, h Hyper, st *State, res *StepResult, sumsq float64, bad int32, exec func(context.Context, []vkern.Call) error) error {
+func (m *Model) finishStep(ctx context.Context, h Hyper, st *State, res *StepResult, sumsq float64, bad int32, exec executor) error {
 	res.GradNorm = math.Sqrt(sumsq) / st.LossScale
 	if bad > 0 || math.IsInf(sumsq, 0) || math.IsNaN(sumsq) {
 		// GradScaler's found_inf: skip the update and halve the scale.
@@ -194,7 +190,7 @@ func (m *Model) finishStep(ctx context.Context, h Hyper, st *State, res *StepRes
 		if u.err != nil {
 			return u.err
 		}
-		if err := exec(ctx, u.calls); err != nil {
+		if err := exec(ctx, &u); err != nil {
 			return fmt.Errorf("gpt: step %d, the update: %w", st.Step, err)
 		}
 		st.Updates++
