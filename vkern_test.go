@@ -541,14 +541,15 @@ func TestViewsNamePartsOfABuffer(t *testing.T) {
 	}
 }
 
-// checkLayerNormGradInPlace runs layernorm_grad with residual=1 twice on
-// the same inputs, dx in a buffer of its own and then in r's (as package
-// gpt runs it): the same bits, and r may be only dx's buffer.
+// checkLayerNormGradInPlace runs layernorm_grad with residual=1 (and
+// dx_sum=1) twice on the same inputs, dx in a buffer of its own and then in
+// r's (as package gpt runs it): the same bits, and r may be only dx's
+// buffer.
 func checkLayerNormGradInPlace(t *testing.T, d *Device) {
 	t.Helper()
 	ctx := context.Background()
 	o := op.LayerNormGrad
-	s, err := o.ParseShape("67x768:residual=1")
+	s, err := o.ParseShape("67x768:residual=1,dx_sum=1")
 	if err != nil {
 		t.Fatal(err)
 	}

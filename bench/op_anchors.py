@@ -56,7 +56,9 @@ leaves that call out. Alternates are for reading, never matched:
                       as PyTorch gives for f16 weights on CUDA), then dw, db
                       added into f32 accumulators; with residual=1, dx also
                       added into the residual stream's gradient (r += dx, as
-                      autograd sums a pre-LayerNorm block's two branches)
+                      autograd sums a pre-LayerNorm block's two branches);
+                      with dx_sum=1, dx's column sums (f32) added into an
+                      f32 accumulator too (the c_proj bias's gradient)
     layernorm_backward_f16_grads  the backward alone
   embedding           F.embedding(tokens, wte) + F.embedding(arange(T), wpe)
                       (nanoGPT's forward), i32 token ids
@@ -303,12 +305,14 @@ def layernorm(shape, dims, p):
 def layernorm_backward(shape, dims, p):
     r, c = dims
     residual = int(p.get("residual", 0))
+    dx_sum = int(p.get("dx_sum", 0))
     x, w, b, dy = randn(r, c), randn(c), randn(c), randn(r, c)
     res = randn(r, c)
     _, mean, rstd = torch.native_layer_norm(x, (c,), w, b, 1e-5)
     dw32 = torch.zeros(c, device="cuda", dtype=f32)
     db32 = torch.zeros(c, device="cuda", dtype=f32)
-    nbytes = 2 * (3 * r * c + c) + 2 * 4 * r + 2 * 2 * 4 * c + residual * 2 * r * c
+    ds32 = torch.zeros(c, device="cuda", dtype=f32)
+    nbytes = 2 * (3 * r * c + c) + 2 * 4 * r + (2 + dx_sum) * 2 * 4 * c + residual * 2 * r * c
     backward = lambda: torch.ops.aten.native_layer_norm_backward(dy, x, (c,), mean, rstd, w, b, [True, True, True])
     def accumulate():
         dx, dw, db = backward()
@@ -316,7 +320,10 @@ def layernorm_backward(shape, dims, p):
             res.add_(dx)
         dw32.add_(dw)
         db32.add_(db)
-    what = "aten.native_layer_norm_backward, " + ("dx added into r, " if residual else "") + "dw and db (f16) added into f32"
+        if dx_sum:
+            ds32.add_((res if residual else dx).sum(0, dtype=f32))
+    what = ("aten.native_layer_norm_backward, " + ("dx added into r, " if residual else "") + "dw and db (f16) added into f32"
+            + (", the column sums of " + ("r" if residual else "dx") + " added into f32" if dx_sum else ""))
     emit("layernorm_backward", shape, what, bench(accumulate), nbytes)
     emit("layernorm_backward_f16_grads", shape, "aten.native_layer_norm_backward (dx, dw, db in f16)", bench(backward), nbytes)
 
@@ -411,7 +418,7 @@ def adamw(shape, dims, p):
 ANCHORS = {f.__name__: (f, syntax) for f, syntax in (
     (linear, "MxNxK[:bias=0|1,gelu=0|1,residual=0|1]"), (linear_grad_x, "MxNxK[:gelu=0|1]"), (linear_nt, "MxNxK[:bias=0|1]"), (linear_grad_w, "MxNxK[:accumulate=0|1]"), (bias_grad, "MxN"),
     (attention, "BxTxCxH"), (attention_backward, "BxTxCxH"),
-    (layernorm, "RxC[:eps=E]"), (layernorm_backward, "RxC[:residual=0|1]"),
+    (layernorm, "RxC[:eps=E]"), (layernorm_backward, "RxC[:residual=0|1,dx_sum=0|1]"),
     (embedding, "BxTxCxV"), (embedding_backward, "BxTxCxV"),
     (gelu_tanh, "N"), (gelu_tanh_backward, "N"), (add, "N"), (fill, "N[:value=X]"),
     (global_norm, "N"), (adamw, "N[:lr=…,beta1=…,beta2=…,eps=…,weight_decay=…]"))}

@@ -89,6 +89,16 @@ var withGELU = []op.Setting{{Name: "gelu", Value: 1}}
 // in one pass: x_next = x + (h·W + b), the sum rounded once.
 var withResidual = []op.Setting{{Name: "residual", Value: 1}}
 
+// withSum makes layernorm_grad also add the column sums of the stream's
+// gradient it writes into a c_proj bias's gradient: every c_proj's output
+// gradient is the stream's gradient as the LayerNorm after it (in the
+// forward) leaves it, so no bias_grad reads it again. withResidualSum is
+// both switches.
+var (
+	withSum         = []op.Setting{{Name: "dx_sum", Value: 1}}
+	withResidualSum = []op.Setting{{Name: "residual", Value: 1}, {Name: "dx_sum", Value: 1}}
+)
+
 // overwrite makes linear_grad_w write dW instead of adding into it: a
 // step's first micro-batch's, so that the products' weight gradients need
 // no clearing first (layout.overwritten), which saves a fill of them and
@@ -173,30 +183,39 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int), em
 	p.add(op.Linear, dims(M, C, c.Vp()), noBias, top.dlogits, w[m.lay.wte], nil, nil, bk.dh, nil)
 	p.add(op.LinearGradW, dims(M, C, c.Vp()), gw, top.dlogits, top.hf, g[m.lay.wte])
 	done(p, c.stageHead())
-	p.add(op.LayerNormGrad, dims(M, C), nil, bk.dh, top.x, w[m.lay.lnfW], top.mean, top.rstd, nil, bk.dres, g[m.lay.lnfW], g[m.lay.lnfB])
+	// ln_f starts the stream's gradient, whose column sums are the last
+	// block's MLP c_proj bias's gradient.
+	last := m.lay.blocks[len(m.layers)-1]
+	p.add(op.LayerNormGrad, dims(M, C), withSum, bk.dh, top.x, w[m.lay.lnfW], top.mean, top.rstd, nil, bk.dres, g[m.lay.lnfW], g[m.lay.lnfB], g[last.mlpB])
 	done(p, len(m.layers))
 	for l := len(m.layers) - 1; l >= 0; l-- {
 		a, bl := &m.layers[l], m.lay.blocks[l]
 		// MLP: c_proj (K = 4C, N = C) with the GELU's gradient in its
-		// epilogue, c_fc (K = C, N = 4C), ln_2.
+		// epilogue (its bias's gradient came with the stream's), c_fc
+		// (K = C, N = 4C), ln_2.
 		p.add(op.LinearGradX, dims(M, C, 4*C), withGELU, bk.dres, w[bl.mlpW], a.fc, bk.dfc)
 		p.add(op.LinearGradW, dims(M, C, 4*C), gw, a.gelu, bk.dres, g[bl.mlpW])
-		p.add(op.BiasGrad, dims(M, C), nil, bk.dres, g[bl.mlpB])
 		p.add(op.GemmGradA, dims(M, 4*C, C), nil, bk.dfc, w[bl.fcW], bk.dh)
 		p.add(op.LinearGradW, dims(M, 4*C, C), gw, a.h2, bk.dfc, g[bl.fcW])
 		p.add(op.BiasGrad, dims(M, 4*C), nil, bk.dfc, g[bl.fcB])
-		// ln_2's gradient added into the stream's in the same pass (in place).
-		p.add(op.LayerNormGrad, dims(M, C), withResidual, bk.dh, a.xmid, w[bl.ln2w], a.mean2, a.rstd2, bk.dres, bk.dres, g[bl.ln2w], g[bl.ln2b])
+		// ln_2's gradient added into the stream's in the same pass (in
+		// place), the sums going to the attention's c_proj bias.
+		p.add(op.LayerNormGrad, dims(M, C), withResidualSum, bk.dh, a.xmid, w[bl.ln2w], a.mean2, a.rstd2, bk.dres, bk.dres, g[bl.ln2w], g[bl.ln2b], g[bl.projB])
 		// Attention: c_proj (K = N = C), attention, c_attn (K = C,
 		// N = 3C), ln_1.
 		p.add(op.GemmGradA, dims(M, C, C), nil, bk.dres, w[bl.projW], bk.datt)
 		p.add(op.LinearGradW, dims(M, C, C), gw, a.att, bk.dres, g[bl.projW])
-		p.add(op.BiasGrad, dims(M, C), nil, bk.dres, g[bl.projB])
 		p.add(op.AttentionGrad, dims(b, t, C, c.Heads), nil, bk.datt, a.qkv, a.att, a.lse, bk.dqkv)
 		p.add(op.GemmGradA, dims(M, 3*C, C), nil, bk.dqkv, w[bl.attnW], bk.dh)
 		p.add(op.LinearGradW, dims(M, 3*C, C), gw, a.h1, bk.dqkv, g[bl.attnW])
 		p.add(op.BiasGrad, dims(M, 3*C), nil, bk.dqkv, g[bl.attnB])
-		p.add(op.LayerNormGrad, dims(M, C), withResidual, bk.dh, a.x, w[bl.ln1w], a.mean1, a.rstd1, bk.dres, bk.dres, g[bl.ln1w], g[bl.ln1b])
+		// ln_1's likewise, the sums going to the block below's MLP c_proj
+		// bias (none below block 0: the embeddings).
+		if l > 0 {
+			p.add(op.LayerNormGrad, dims(M, C), withResidualSum, bk.dh, a.x, w[bl.ln1w], a.mean1, a.rstd1, bk.dres, bk.dres, g[bl.ln1w], g[bl.ln1b], g[m.lay.blocks[l-1].mlpB])
+		} else {
+			p.add(op.LayerNormGrad, dims(M, C), withResidual, bk.dh, a.x, w[bl.ln1w], a.mean1, a.rstd1, bk.dres, bk.dres, g[bl.ln1w], g[bl.ln1b], nil)
+		}
 		done(p, l)
 	}
 	if embed != nil {

@@ -154,6 +154,9 @@ func Reference(ctx context.Context, cfg Config, b int, master, m1, m2 []float32,
 	// off (the residual connections are in c_proj's epilogue and in
 	// layernorm_grad, as the program has them).
 	noResidual := oracle.Input{F16: []uint16{}}
+	// layernorm_grad's column sums stay off: the reference takes each
+	// bias's gradient by bias_grad, the operation's plain statement.
+	noSum := oracle.Input{F32: []float32{}}
 	grads := make([]oracle.Input, len(lay.tensors))
 	for i, t := range lay.tensors {
 		grads[i] = oracle.Input{F32: make([]float32, t.elements())}
@@ -191,7 +194,7 @@ func Reference(ctx context.Context, cfg Config, b int, master, m1, m2 []float32,
 		acc := func(i int, in oracle.Input) { grads[i] = in }
 		dh := r.run(op.Linear, dims(M, C, V), noBias, dlogits, w(lay.wte), oracle.Input{F16: []uint16{}}, noResidual)[0]
 		acc(lay.wte, r.run(op.LinearGradW, dims(M, C, V), nil, dlogits, hf, grads[lay.wte])[0])
-		o = r.run(op.LayerNormGrad, dims(M, C), nil, dh, x, w(lay.lnfW), meanf, rstdf, noResidual, grads[lay.lnfW], grads[lay.lnfB])
+		o = r.run(op.LayerNormGrad, dims(M, C), nil, dh, x, w(lay.lnfW), meanf, rstdf, noResidual, grads[lay.lnfW], grads[lay.lnfB], noSum)
 		dres := o[0]
 		acc(lay.lnfW, o[1])
 		acc(lay.lnfB, o[2])
@@ -204,7 +207,7 @@ func Reference(ctx context.Context, cfg Config, b int, master, m1, m2 []float32,
 			dh = r.run(op.GemmGradA, dims(M, 4*C, C), nil, dfc, w(bl.fcW))[0]
 			acc(bl.fcW, r.run(op.LinearGradW, dims(M, 4*C, C), nil, a.h2, dfc, grads[bl.fcW])[0])
 			acc(bl.fcB, r.run(op.BiasGrad, dims(M, 4*C), nil, dfc, grads[bl.fcB])[0])
-			o = r.run(op.LayerNormGrad, dims(M, C), withResidual, dh, a.xmid, w(bl.ln2w), a.mean2, a.rstd2, dres, grads[bl.ln2w], grads[bl.ln2b])
+			o = r.run(op.LayerNormGrad, dims(M, C), withResidual, dh, a.xmid, w(bl.ln2w), a.mean2, a.rstd2, dres, grads[bl.ln2w], grads[bl.ln2b], noSum)
 			acc(bl.ln2w, o[1])
 			acc(bl.ln2b, o[2])
 			dres = o[0]
@@ -215,7 +218,7 @@ func Reference(ctx context.Context, cfg Config, b int, master, m1, m2 []float32,
 			dh = r.run(op.GemmGradA, dims(M, 3*C, C), nil, dqkv, w(bl.attnW))[0]
 			acc(bl.attnW, r.run(op.LinearGradW, dims(M, 3*C, C), nil, a.h1, dqkv, grads[bl.attnW])[0])
 			acc(bl.attnB, r.run(op.BiasGrad, dims(M, 3*C), nil, dqkv, grads[bl.attnB])[0])
-			o = r.run(op.LayerNormGrad, dims(M, C), withResidual, dh, a.x, w(bl.ln1w), a.mean1, a.rstd1, dres, grads[bl.ln1w], grads[bl.ln1b])
+			o = r.run(op.LayerNormGrad, dims(M, C), withResidual, dh, a.x, w(bl.ln1w), a.mean1, a.rstd1, dres, grads[bl.ln1w], grads[bl.ln1b], noSum)
 			acc(bl.ln1w, o[1])
 			acc(bl.ln1b, o[2])
 			dres = o[0]

@@ -167,6 +167,22 @@ var CPUDefects = []Mutation{
 		Op:  "layernorm_grad", Shapes: []string{"7x769:residual=1", "64x768:residual=1"},
 	},
 	{
+		Name: "layernorm_grad's dxs sums the gradient without the residual", File: "cpu/layernorm.cc",
+		Old: "  if (res != nullptr) {\n    f16_to_f32_run(res, xhat, cols);\n    for (size_t j = 0; j < cols; ++j) g[j] = xhat[j] + g[j];\n  }\n  if (sum != nullptr) {\n    for (size_t j = 0; j < cols; ++j) sum[j] += g[j];\n  }",
+		New: "  if (sum != nullptr) {\n    for (size_t j = 0; j < cols; ++j) sum[j] += g[j];\n  }\n  if (res != nullptr) {\n    f16_to_f32_run(res, xhat, cols);\n    for (size_t j = 0; j < cols; ++j) g[j] = xhat[j] + g[j];\n  }",
+		Op:  "layernorm_grad", Shapes: []string{"64x768:residual=1,dx_sum=1"},
+	},
+	{
+		Name: "layernorm_grad's dxs overwritten instead of added into", File: "cpu/layernorm.cc",
+		Old: "      float s = dxs[j];", New: "      float s = 0.0f;",
+		Op: "layernorm_grad", Shapes: []string{"7x769:dx_sum=1", "64x768:residual=1,dx_sum=1"},
+	},
+	{
+		Name: "layernorm_grad's dxs leaves out the last group of rows", File: "cpu/layernorm.cc",
+		Old: "for (size_t p = 0; p < groups; ++p) s += partials[p * C + j];", New: "for (size_t p = 0; p + 1 < groups; ++p) s += partials[p * C + j];",
+		Op: "layernorm_grad", Shapes: []string{"70x65537:dx_sum=1"},
+	},
+	{
 		Name: "global_norm sums in f32", File: "cpu/global_norm.cc",
 		Old: "double lanes[kLanes] = {};", New: "float lanes[kLanes] = {};",
 		Op: "global_norm", Shapes: []string{"4099", "65536", "1000003"},
@@ -620,14 +636,35 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "layernorm_grad drops its residual (long rows)", File: "cuda/layernorm.cu",
-		Old: "dX[r * C + j] = __float2half_rn(Res != nullptr ? __half2float(Res[r * C + j]) + v : v);",
-		New: "dX[r * C + j] = __float2half_rn(v);",
+		Old: "const float v = Res != nullptr ? __half2float(Res[r * C + j]) + g : g;",
+		New: "const float v = g;",
 		Op:  "layernorm_grad", Shapes: []string{"3x65537:residual=1"},
 	},
 	{
 		Name: "layernorm_grad's db overwritten instead of added into", File: "cuda/layernorm.cu",
-		Old: "float w = dw[j], b = db[j];", New: "float w = dw[j], b = 0.0f;",
+		Old: "float v = outs.out[o][j];", New: "float v = o == 1 ? 0.0f : outs.out[o][j];",
 		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
+	},
+	{
+		Name: "layernorm_grad's dxs overwritten instead of added into", File: "cuda/layernorm.cu",
+		Old: "float v = outs.out[o][j];", New: "float v = outs.out[o] == outs.out[2] ? 0.0f : outs.out[o][j];",
+		Op: "layernorm_grad", Shapes: []string{"7x769:dx_sum=1", "64x768:residual=1,dx_sum=1"},
+	},
+	{
+		Name: "layernorm_grad's dxs from the last warp of each block only (rows on chip)", File: "cuda/layernorm.cu",
+		Old: "if constexpr (kSum) combined[2 * C + col] = k == 0 ? sum_x[i] : combined[2 * C + col] + sum_x[i];",
+		New: "if constexpr (kSum) combined[2 * C + col] = sum_x[i];",
+		Op:  "layernorm_grad", Shapes: []string{"64x768:residual=1,dx_sum=1"},
+	},
+	{
+		Name: "layernorm_grad's dxs without the residual (rows on chip)", File: "cuda/layernorm.cu",
+		Old: "sum_x[2 * i] += v0;", New: "sum_x[2 * i] += v0 - element(res.w, 2 * i);",
+		Op: "layernorm_grad", Shapes: []string{"64x768:residual=1,dx_sum=1"},
+	},
+	{
+		Name: "layernorm_grad's dxs keeps each block's last row only (long rows)", File: "cuda/layernorm.cu",
+		Old: "if (sum != nullptr) sum[j] = first ? v : sum[j] + v;", New: "if (sum != nullptr) sum[j] = v;",
+		Op: "layernorm_grad", Shapes: []string{"70x65537:dx_sum=1"},
 	},
 	{
 		Name: "layernorm_grad's dw from the last warp of each block only", File: "cuda/layernorm.cu",

@@ -215,11 +215,18 @@ func f16Values(hs []uint16) []float64 {
 // kernel adds r to its f32 value, one more rounding, within u·(|r| + |d̂x|)
 // with |d̂x| ≤ |dx| + its bound, before the one rounding to f16.
 //
+// With dxs0 (not nil: dx_sum 1), dxs = dxs₀ + Σ_rows dx, the kernel's
+// dx values summed in f32 before their rounding to f16: R + 1 terms in any
+// order, each within its dx bound e_rj, so
+//
+//	|d̂xs − dxs| ≤ Σ_r e_rj + γ(R)·(|dxs₀| + Σ_r (|dx_rj| + e_rj)).
+//
 // IEEE specials follow the formula: a NaN or infinite g in a row makes a or
 // c non-finite and the whole row of dx NaN or infinite; dw and db take
 // their columns' NaNs and infinities (Inf·0 = NaN where x = μ); a NaN or
-// infinite r makes its element of dx so (+Inf + −Inf = NaN).
-func LayerNormGradRows(ctx context.Context, dys, xs, ws, rs []uint16, means, rstds, dw0, db0 []float32, rows, cols int) (dx, dw, db *Reference, err error) {
+// infinite r makes its element of dx so (+Inf + −Inf = NaN); dxs takes its
+// column's.
+func LayerNormGradRows(ctx context.Context, dys, xs, ws, rs []uint16, means, rstds, dw0, db0, dxs0 []float32, rows, cols int) (dx, dw, db, dxs *Reference, err error) {
 	dx = &Reference{Value: make([]float64, rows*cols), Bound: make([]float64, rows*cols)}
 	w := f16Values(ws)
 	slack := lnSlack(cols)
@@ -255,7 +262,7 @@ func LayerNormGradRows(ctx context.Context, dys, xs, ws, rs []uint16, means, rst
 		}
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	dw = &Reference{Value: make([]float64, cols), Bound: make([]float64, cols)}
 	db = &Reference{Value: make([]float64, cols), Bound: make([]float64, cols)}
@@ -291,9 +298,33 @@ func LayerNormGradRows(ctx context.Context, dys, xs, ws, rs []uint16, means, rst
 		}
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return dx, dw, db, nil
+	if dxs0 != nil {
+		dxs = columnSums(dx, dxs0, rows, cols)
+	}
+	return dx, dw, db, dxs, nil
+}
+
+// columnSums is dxs of LayerNormGradRows: s₀ plus the column sums of the
+// f32 values ref bounds (before their rounding to the output type), and
+// the bound of a sum of R + 1 such terms in any order. The oracle's own
+// float64 sum errs by γ₆₄(R) of the magnitudes, counted twice.
+func columnSums(ref *Reference, s0 []float32, rows, cols int) *Reference {
+	out := &Reference{Value: make([]float64, cols), Bound: make([]float64, cols)}
+	for j := 0; j < cols; j++ {
+		sum, mag := float64(s0[j]), math.Abs(float64(s0[j]))
+		var errs float64
+		for r := 0; r < rows; r++ {
+			v, e := ref.Value[r*cols+j], ref.Bound[r*cols+j]
+			sum += v
+			mag += math.Abs(v) + e
+			errs += e
+		}
+		out.Value[j] = sum
+		out.Bound[j] = finiteBound(sum, errs+Gamma(int64(rows), u24)*mag+2*Gamma(int64(rows), U64)*mag)
+	}
+	return out
 }
 
 // dxError is the error of a kernel's dx at one element; see
@@ -325,12 +356,19 @@ func init() {
 			if s.Int("residual") == 1 {
 				rs = in[5].F16
 			}
-			dx, dw, db, err := LayerNormGradRows(ctx, in[0].F16, in[1].F16, in[2].F16, rs, in[3].F32, in[4].F32, in[6].F32, in[7].F32,
-				int(s.Dims[0]), int(s.Dims[1]))
+			var dxs0 []float32
+			if s.Int("dx_sum") == 1 {
+				dxs0 = in[8].F32
+			}
+			dx, dw, db, dxs, err := LayerNormGradRows(ctx, in[0].F16, in[1].F16, in[2].F16, rs, in[3].F32, in[4].F32, in[6].F32, in[7].F32,
+				dxs0, int(s.Dims[0]), int(s.Dims[1]))
 			if err != nil {
 				return nil, err
 			}
-			return []*Reference{dx, dw, db}, nil
+			if dxs == nil {
+				dxs = &Reference{Value: []float64{}, Bound: []float64{}}
+			}
+			return []*Reference{dx, dw, db, dxs}, nil
 		},
 		Generate: layerNormGradGenerate,
 	})
@@ -448,12 +486,15 @@ func layerNormGradGenerate(g *Gen) []Input {
 	if g.Dist == Special {
 		draw = Normal.Draw
 	}
-	dy, w, res := g.F16(0, draw), g.F16(2, draw), g.F16(5, draw) // res: empty unless residual
-	dw, db := g.F32(6, draw), g.F32(7, draw)
+	dy, w, res := g.F16(0, draw), g.F16(2, draw), g.F16(5, draw)  // res: empty unless residual
+	dw, db, dxs := g.F32(6, draw), g.F32(7, draw), g.F32(8, draw) // dxs: empty unless dx_sum
 	if g.Dist == Special {
 		plantLayerNormGrad(g, dy, w, res, dw, db, rows, cols)
+		if len(dxs) > 0 {
+			dxs[cols/3] = float32(math.Inf(-1))
+		}
 	}
-	return []Input{{F16: dy}, {F16: x}, {F16: w}, {F32: means}, {F32: rstds}, {F16: res}, {F32: dw}, {F32: db}}
+	return []Input{{F16: dy}, {F16: x}, {F16: w}, {F32: means}, {F32: rstds}, {F16: res}, {F32: dw}, {F32: db}, {F32: dxs}}
 }
 
 // plantLayerNormGrad puts layernorm_grad's special values in place (see

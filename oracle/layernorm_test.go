@@ -180,7 +180,8 @@ func lnGradSim(dy, x, w []float32, mean, rstd float32, order []int) []float32 {
 func TestLayerNormGradBoundHoldsInAnyOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	orders := map[string]func(int, *rand.Rand) []int{"ascending": ascending, "descending": descending, "shuffled": shuffled}
-	for _, shape := range []string{"1x1", "1x2", "7x769", "64x768", "300x64", "2x65537", "1x1:residual=1", "7x769:residual=1", "64x768:residual=1"} {
+	for _, shape := range []string{"1x1", "1x2", "7x769", "64x768", "300x64", "2x65537", "1x1:residual=1", "7x769:residual=1", "64x768:residual=1",
+		"7x769:dx_sum=1", "64x768:residual=1,dx_sum=1", "300x64:residual=1,dx_sum=1"} {
 		s, err := op.LayerNormGrad.ParseShape(shape)
 		if err != nil {
 			t.Fatal(err)
@@ -202,7 +203,8 @@ func TestLayerNormGradBoundHoldsInAnyOrder(t *testing.T) {
 			}
 			dy, x, w, res := f32Values(in[0].F16), f32Values(in[1].F16), f32Values(in[2].F16), f32Values(in[5].F16)
 			for name, order := range orders {
-				var worstDx, worstDw, worstDb float64
+				var worstDx, worstDw, worstDb, worstDxs float64
+				all := make([]float32, rows*cols) // the f32 dx values, for dxs
 				for r := 0; r < rows; r++ {
 					row := dy[r*cols : (r+1)*cols]
 					dx := lnGradSim(row, x[r*cols:(r+1)*cols], w, in[3].F32[r], in[4].F32[r], order(cols, rng))
@@ -212,6 +214,7 @@ func TestLayerNormGradBoundHoldsInAnyOrder(t *testing.T) {
 							dx[j] = res[i] + dx[j] // the kernel's one f32 addition
 						}
 						worstRatio(t, "dx", dx[j], refs[0].Value[i], refs[0].Bound[i], &worstDx)
+						all[i] = dx[j]
 					}
 				}
 				rowOrder := order(rows, rng)
@@ -223,8 +226,15 @@ func TestLayerNormGradBoundHoldsInAnyOrder(t *testing.T) {
 					}
 					worstRatio(t, "dw", dw, refs[1].Value[j], refs[1].Bound[j], &worstDw)
 					worstRatio(t, "db", db, refs[2].Value[j], refs[2].Bound[j], &worstDb)
+					if s.Int("dx_sum") == 1 {
+						dxs := in[8].F32[j]
+						for _, r := range rowOrder {
+							dxs += all[r*cols+j]
+						}
+						worstRatio(t, "dxs", dxs, refs[3].Value[j], refs[3].Bound[j], &worstDxs)
+					}
 				}
-				t.Logf("%s %s %s: worst error/bound dx %.3g, dw %.3g, db %.3g", shape, d, name, worstDx, worstDw, worstDb)
+				t.Logf("%s %s %s: worst error/bound dx %.3g, dw %.3g, db %.3g, dxs %.3g", shape, d, name, worstDx, worstDw, worstDb, worstDxs)
 			}
 		}
 	}

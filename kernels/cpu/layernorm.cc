@@ -21,11 +21,15 @@
 //   dx_j = f16(r_j + (g_j − a − x̂_j·c) · rstd)      residual 1
 //
 // (the residual r read before dx is written, row by row: r may be dx).
+// With dx_sum, each group of kSumRows rows also adds its f32 dx values,
+// before their rounding, into a partial row of its own, rows in ascending
+// order (the row blocks are whole groups, so each group has one writer).
 //
 // Then the pool runs blocks of kGradColumns columns for dw and db: each
 // block starts from the columns' initial dw and db and adds dy·x̂ and dy row
-// by row, rows in ascending order. No atomics and no per-thread partials:
-// the result does not depend on the thread count.
+// by row, rows in ascending order, and dxs the groups' partial rows in
+// order. No atomics, and partials fixed by the rows alone: the result does
+// not depend on the thread count.
 //
 // Sums run in rows.h's fixed order (sum_of, dot_of: 8 interleaved partial
 // sums, then the tail), so results are deterministic.
@@ -53,6 +57,7 @@ namespace vkern {
 namespace {
 
 constexpr size_t kGradColumns = 256;  // columns per dw/db task
+constexpr size_t kSumRows = 64;       // rows per partial row of dxs
 
 // layernorm_scratch is this file's f32 working memory, kept across calls
 // and only grown (as device.cc's Scratch, whose slots belong to other
@@ -84,9 +89,10 @@ void layernorm_row(const uint16_t* x, const float* w, const float* b, float eps,
 }
 
 // layernorm_grad_row: g and xhat each hold cols floats of the worker's
-// scratch; res, when not null, is the row's residual (it may be dx).
+// scratch; res, when not null, is the row's residual (it may be dx); sum,
+// when not null, gets the row's f32 dx added in.
 void layernorm_grad_row(const uint16_t* dy, const uint16_t* x, const float* w, float mean, float rstd,
-                        const uint16_t* res, uint16_t* dx, size_t cols, float* g, float* xhat) {
+                        const uint16_t* res, uint16_t* dx, size_t cols, float* g, float* xhat, float* sum) {
   f16_to_f32_run(dy, g, cols);
   f16_to_f32_run(x, xhat, cols);
   for (size_t j = 0; j < cols; ++j) {
@@ -100,6 +106,9 @@ void layernorm_grad_row(const uint16_t* dy, const uint16_t* x, const float* w, f
   if (res != nullptr) {
     f16_to_f32_run(res, xhat, cols);
     for (size_t j = 0; j < cols; ++j) g[j] = xhat[j] + g[j];
+  }
+  if (sum != nullptr) {
+    for (size_t j = 0; j < cols; ++j) sum[j] += g[j];
   }
   f32_to_f16_run(g, dx, cols);
 }
@@ -160,24 +169,39 @@ Result run_layernorm_grad(const Call& c, uint64_t*) {
   const float* rstd = c.ptr<const float>(buf::rstd);
   const uint16_t* res = c.dim(param::residual) == 1 ? c.ptr<const uint16_t>(buf::r) : nullptr;
   uint16_t* dx = c.ptr<uint16_t>(buf::dx);
+  float* dxs = c.dim(param::dx_sum) == 1 ? c.ptr<float>(buf::dxs) : nullptr;
   ThreadPool& pool = cpu_pool();
-  float* scratch = layernorm_scratch((1 + 2 * pool.size()) * C);
+  const size_t groups = dxs != nullptr ? (R + kSumRows - 1) / kSumRows : 0;
+  float* scratch = layernorm_scratch((1 + 2 * pool.size() + groups) * C);
   float* w = scratch;
+  float* partials = scratch + (1 + 2 * pool.size()) * C;  // groups × C
   f16_to_f32_run(c.ptr<const uint16_t>(buf::w), w, C);
-  const size_t block = rows_per_task(pool, R);
+  size_t block = rows_per_task(pool, R);
+  if (dxs != nullptr) block = (block + kSumRows - 1) / kSumRows * kSumRows;
   pool.parallel_for((R + block - 1) / block, [&](size_t task, unsigned worker) {
     const size_t end = std::min(R, (task + 1) * block);
     float* g = scratch + (1 + 2 * worker) * C;
     for (size_t r = task * block; r < end; ++r) {
+      float* sum = nullptr;
+      if (dxs != nullptr) {
+        sum = partials + r / kSumRows * C;
+        if (r % kSumRows == 0) std::fill(sum, sum + C, 0.0f);
+      }
       layernorm_grad_row(dy + r * C, x + r * C, w, mean[r], rstd[r], res != nullptr ? res + r * C : nullptr, dx + r * C, C,
-                         g, g + C);
+                         g, g + C, sum);
     }
   });
   float* dw = c.ptr<float>(buf::dw);
   float* db = c.ptr<float>(buf::db);
   pool.parallel_for((C + kGradColumns - 1) / kGradColumns, [&](size_t task, unsigned) {
-    const size_t first = task * kGradColumns;
-    layernorm_grad_params(dy, x, mean, rstd, dw, db, R, C, first, std::min(kGradColumns, C - first));
+    const size_t first = task * kGradColumns, n = std::min(kGradColumns, C - first);
+    layernorm_grad_params(dy, x, mean, rstd, dw, db, R, C, first, n);
+    if (dxs == nullptr) return;
+    for (size_t j = first; j < first + n; ++j) {
+      float s = dxs[j];
+      for (size_t p = 0; p < groups; ++p) s += partials[p * C + j];
+      dxs[j] = s;
+    }
   });
   return Result::OK();
 }

@@ -9,6 +9,8 @@
 //                   dx = f16((g − a − x̂·c)·rstd), or with residual
 //                   dx = f16(r + (g − a − x̂·c)·rstd), r read first (it may be dx)
 //                   dw += Σ_rows dy·x̂,  db += Σ_rows dy
+//                   with dx_sum: dxs += Σ_rows dx, the f32 values before
+//                   their rounding to f16
 //
 // Launch shapes:
 // - Rows of C <= 1,024: one warp a row, 8 rows a block of 256 threads; each
@@ -23,16 +25,18 @@
 // - layernorm: as many blocks as rows need (grid-stride beyond 2³⁰).
 // - layernorm_grad: P = min(rows' worth, 2 per SM) blocks walk the rows
 //   grid-stride; each thread adds dy·x̂ and dy of its columns over the rows
-//   it sees in registers, the warps of a block combine theirs in shared
-//   memory in warp order, and the block writes one row of partials
-//   (P × 2C floats of scratch). A second kernel adds each column's P
-//   partials, in a fixed order, into dw and db. No atomics: a device gives
-//   the same bits every run.
+//   it sees in registers (and dx, with dx_sum), the warps of a block
+//   combine theirs in shared memory in warp order, and the block writes one
+//   row of partials (P × 2C floats of scratch, 3C with dx_sum). A second
+//   kernel adds each column's P partials, in a fixed order, into dw and db
+//   (and dxs). No atomics: a device gives the same bits every run.
 // - Longer rows: one block of 1,024 threads a row, 2-byte accesses, the
 //   row streamed from memory per pass (three for layernorm, two for dx);
 //   layernorm_grad's dw and db then come from a column kernel (a thread a
 //   column over a strip of rows, partials per strip) and the same second
-//   kernel.
+//   kernel. With dx_sum the dx kernel runs on at most kMaxStrips blocks,
+//   each adding its rows' dx into a partial row of its own in scratch (its
+//   rows in ascending order), which the second kernel then adds up.
 //
 // Vector width VW: 8 (16-byte accesses) when C is a multiple of 8 and the
 // row operands and w, b are 16-byte aligned; otherwise 1 (2-byte accesses,
@@ -67,10 +71,10 @@
 //      levels of teams of 16: 57.4 µs, 0.439 (f047ce9, in a later run whose
 //      copy rate was the same, 3.00 TB/s). Slower; reverted, in git history.
 //
-// Scratch: layernorm_grad's partials, 8·C bytes per block (P <= 2 per SM,
-// or up to 64 strips on the long-row path), grown with cudaFree +
-// cudaMalloc (ScratchBuffer), cudaErrorMemoryAllocation when it cannot be
-// had.
+// Scratch: layernorm_grad's partials, 8·C bytes per block, 12·C with
+// dx_sum (P <= 2 per SM, or up to 64 strips, and with dx_sum 64 blocks'
+// sums, on the long-row path), grown with cudaFree + cudaMalloc
+// (ScratchBuffer), cudaErrorMemoryAllocation when it cannot be had.
 #include <algorithm>
 #include <cstdint>
 
@@ -173,10 +177,10 @@ __global__ void __launch_bounds__(kLongThreads)
 // ---------------------------------------------------------------------------
 // layernorm_grad, rows on chip: dx (plus the residual Res when not null:
 // read before dX is written, element by element, so Res may be dX), and
-// the block's partial dw and db in partials[blockIdx.x · 2C ..] (dw's C,
-// then db's C).
+// the block's partial dw and db in partials[blockIdx.x · K·C ..] (dw's C,
+// then db's C, then with kSum the C sums of the f32 dx values: K = 3).
 
-template <int T, int RPB, int E, int VW>
+template <int T, int RPB, int E, int VW, bool kSum>
 __global__ void __launch_bounds__(T* RPB)
     layernorm_grad_rows(const __half* __restrict__ dY, const __half* __restrict__ X, const __half* __restrict__ W,
                         const float* __restrict__ mean, const float* __restrict__ rstd, const __half* Res, __half* dX,
@@ -184,15 +188,18 @@ __global__ void __launch_bounds__(T* RPB)
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   using Slice = RowSlice<T, E, VW>;
   __shared__ float red[T / 32];
+  constexpr int K = kSum ? 3 : 2;
   // The warps' partials combined, warp by warp (T = 32 only: T·E >= C).
-  __shared__ float combined[RPB > 1 ? 2 * T * E : 1];
+  __shared__ float combined[RPB > 1 ? K * T * E : 1];
   const int t = threadIdx.x % T;
   const float n = static_cast<float>(C);
   Slice w;
   w.load(W, C, t, 0u);
-  float sum_w[E], sum_b[E];
+  float sum_w[E], sum_b[E], sum_x[kSum ? E : 1];
 #pragma unroll
   for (int i = 0; i < E; ++i) sum_w[i] = sum_b[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < (kSum ? E : 1); ++i) sum_x[i] = 0.0f;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
        r += static_cast<int64_t>(gridDim.x) * RPB) {
     const float m = VK_LDG(mean + r), s = VK_LDG(rstd + r);
@@ -219,9 +226,16 @@ __global__ void __launch_bounds__(T* RPB)
       const float v = (element(w.w, i) * element(dy.w, i) - a - xh * c) * s;
       return Res != nullptr ? element(res.w, i) + v : v;
     };
-    Slice::store(dX + r * C, C, t, [&](int i) { return pack(dx(2 * i), dx(2 * i + 1)); });
+    Slice::store(dX + r * C, C, t, [&](int i) {
+      const float v0 = dx(2 * i), v1 = dx(2 * i + 1);
+      if constexpr (kSum) {
+        sum_x[2 * i] += v0;  // slots past C add too, but are never written out
+        sum_x[2 * i + 1] += v1;
+      }
+      return pack(v0, v1);
+    });
   }
-  float* out = partials + static_cast<int64_t>(blockIdx.x) * 2 * C;
+  float* out = partials + static_cast<int64_t>(blockIdx.x) * K * C;
   if (RPB == 1) {
 #pragma unroll
     for (int i = 0; i < E; ++i) {
@@ -229,6 +243,7 @@ __global__ void __launch_bounds__(T* RPB)
       if (col < C) {
         out[col] = sum_w[i];
         out[C + col] = sum_b[i];
+        if constexpr (kSum) out[2 * C + col] = sum_x[i];
       }
     }
     return;
@@ -242,20 +257,23 @@ __global__ void __launch_bounds__(T* RPB)
         if (col < C) {
           combined[col] = k == 0 ? sum_w[i] : combined[col] + sum_w[i];
           combined[C + col] = k == 0 ? sum_b[i] : combined[C + col] + sum_b[i];
+          if constexpr (kSum) combined[2 * C + col] = k == 0 ? sum_x[i] : combined[2 * C + col] + sum_x[i];
         }
       }
     }
     __syncthreads();
   }
-  for (int col = threadIdx.x; col < 2 * C; col += T * RPB) out[col] = combined[col];
+  for (int col = threadIdx.x; col < K * C; col += T * RPB) out[col] = combined[col];
 }
 
 // layernorm_grad, long rows: dx only (plus Res, as layernorm_grad_rows), a
-// block a row, two passes over it.
+// block a row, two passes over it; with sums (not null) each block adds
+// its rows' f32 dx into its own row sums[blockIdx.x · C ..], its first row
+// writing it.
 __global__ void __launch_bounds__(kLongThreads)
     layernorm_grad_long(const __half* __restrict__ dY, const __half* __restrict__ X, const __half* __restrict__ W,
                         const float* __restrict__ mean, const float* __restrict__ rstd, const __half* Res, __half* dX,
-                        int64_t R, int64_t C) {
+                        float* __restrict__ sums, int64_t R, int64_t C) {
   __shared__ float red[kLongThreads / 32];
   const float n = static_cast<float>(C);
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
@@ -270,10 +288,14 @@ __global__ void __launch_bounds__(kLongThreads)
     }
     a = row_sum<kLongThreads>(a, red) / n;
     c = row_sum<kLongThreads>(c, red) / n;
+    float* sum = sums != nullptr ? sums + static_cast<int64_t>(blockIdx.x) * C : nullptr;
+    const bool first = r == blockIdx.x;
     for (int64_t j = threadIdx.x; j < C; j += kLongThreads) {
       const float xh = (__half2float(x[j]) - m) * s;
-      const float v = (__half2float(W[j]) * __half2float(dy[j]) - a - xh * c) * s;
-      dX[r * C + j] = __float2half_rn(Res != nullptr ? __half2float(Res[r * C + j]) + v : v);
+      const float g = (__half2float(W[j]) * __half2float(dy[j]) - a - xh * c) * s;
+      const float v = Res != nullptr ? __half2float(Res[r * C + j]) + g : g;
+      if (sum != nullptr) sum[j] = first ? v : sum[j] + v;
+      dX[r * C + j] = __float2half_rn(v);
     }
   }
 }
@@ -298,34 +320,35 @@ __global__ void __launch_bounds__(kStripColumns)
   out[C + j] = sum_b;
 }
 
-// dw[j] += Σ_p partials[p·2C + j] and db[j] += Σ_p partials[p·2C + C + j]
-// over the P partial rows: thread (j, k) sums rows p ≡ k (mod
-// kReduceSlices) in ascending order, and the slices are then added to the
-// initial value in slice order.
+// out[o][j] += Σ_p partials[p·stride + o·C + j] for the outputs o < n
+// (dw, db and dxs; a null output is skipped) over the P partial rows:
+// thread (j, k) sums rows p ≡ k (mod kReduceSlices) in ascending order, and
+// the slices are then added to the initial value in slice order.
+struct ParamOutputs {
+  float* out[3];
+  int n;
+};
 __global__ void __launch_bounds__(kReduceColumns* kReduceSlices)
-    layernorm_grad_params(const float* __restrict__ partials, int64_t P, int64_t C, float* __restrict__ dw,
-                          float* __restrict__ db) {
-  __shared__ float slices[2][kReduceSlices][kReduceColumns + 1];
+    layernorm_grad_params(const float* __restrict__ partials, int64_t P, int64_t stride, int64_t C,
+                          ParamOutputs outs) {
+  __shared__ float slices[3][kReduceSlices][kReduceColumns + 1];
   const int tx = threadIdx.x % kReduceColumns, ty = threadIdx.x / kReduceColumns;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kReduceColumns + tx;
-  float sum_w = 0.0f, sum_b = 0.0f;
-  if (j < C) {
-    for (int64_t p = ty; p < P; p += kReduceSlices) {
-      sum_w += partials[p * 2 * C + j];
-      sum_b += partials[p * 2 * C + C + j];
+  for (int o = 0; o < outs.n; ++o) {
+    float sum = 0.0f;
+    if (j < C && outs.out[o] != nullptr) {
+      for (int64_t p = ty; p < P; p += kReduceSlices) sum += partials[p * stride + o * C + j];
     }
+    slices[o][ty][tx] = sum;
   }
-  slices[0][ty][tx] = sum_w;
-  slices[1][ty][tx] = sum_b;
   __syncthreads();
   if (ty != 0 || j >= C) return;
-  float w = dw[j], b = db[j];
-  for (int k = 0; k < kReduceSlices; ++k) {
-    w += slices[0][k][tx];
-    b += slices[1][k][tx];
+  for (int o = 0; o < outs.n; ++o) {
+    if (outs.out[o] == nullptr) continue;
+    float v = outs.out[o][j];
+    for (int k = 0; k < kReduceSlices; ++k) v += slices[o][k][tx];
+    outs.out[o][j] = v;
   }
-  dw[j] = w;
-  db[j] = b;
 }
 
 // ---------------------------------------------------------------------------
@@ -394,14 +417,22 @@ struct Backward {
   const __half* Res;  // the residual, or null
   __half* dX;
   float *dw, *db;
+  float* dxs;  // null unless dx_sum
   int64_t R, C;
   cudaStream_t s;
 };
 
-// reduce_params adds the P rows of partials into dw and db.
-cudaError_t reduce_params(const Backward& a, const float* partials, int64_t P) {
+// reduce_params adds the P partial rows (stride floats apart) into outs.
+cudaError_t reduce_params(const Backward& a, const float* partials, int64_t P, int64_t stride, ParamOutputs outs) {
   layernorm_grad_params<<<grid_for(ceil_div(a.C, kReduceColumns)), kReduceColumns * kReduceSlices, 0, a.s>>>(
-      partials, P, a.C, a.dw, a.db);
+      partials, P, stride, a.C, outs);
+  return cudaGetLastError();
+}
+
+template <int T, int RPB, int E, int VW, bool kSum>
+cudaError_t launch_rows(const Backward& a, int64_t P, float* partials) {
+  layernorm_grad_rows<T, RPB, E, VW, kSum><<<static_cast<unsigned>(P), T * RPB, 0, a.s>>>(
+      a.dY, a.X, a.W, a.mean, a.rstd, a.Res, a.dX, partials, a.R, static_cast<int>(a.C));
   return cudaGetLastError();
 }
 
@@ -414,31 +445,37 @@ cudaError_t launch_backward(const Backward& a) {
   // running collectives free (occupancy.h).
   sms = std::max(1, sms - vkern_occupancy::g_lent_multiprocessors);
   const int64_t P = std::min(ceil_div(a.R, RPB), static_cast<int64_t>(kGradBlocksPerSM) * sms);
+  const int64_t K = a.dxs != nullptr ? 3 : 2;
   float* partials = nullptr;
-  err = partials_scratch(static_cast<size_t>(P * 2 * a.C) * sizeof(float), &partials);
+  err = partials_scratch(static_cast<size_t>(P * K * a.C) * sizeof(float), &partials);
   if (err != cudaSuccess) return err;
-  layernorm_grad_rows<T, RPB, E, VW><<<static_cast<unsigned>(P), T * RPB, 0, a.s>>>(
-      a.dY, a.X, a.W, a.mean, a.rstd, a.Res, a.dX, partials, a.R, static_cast<int>(a.C));
-  err = cudaGetLastError();
+  err = a.dxs != nullptr ? launch_rows<T, RPB, E, VW, true>(a, P, partials)
+                         : launch_rows<T, RPB, E, VW, false>(a, P, partials);
   if (err != cudaSuccess) return err;
-  return reduce_params(a, partials, P);
+  return reduce_params(a, partials, P, K * a.C, ParamOutputs{{a.dw, a.db, a.dxs}, static_cast<int>(K)});
 }
 
 cudaError_t backward_long(const Backward& a) {
   const int64_t strips = std::min(a.R, kMaxStrips);
   const int64_t strip_rows = ceil_div(a.R, strips);
+  // dw's and db's strips, then (dx_sum) the dx kernel's blocks' sums.
+  const int64_t sum_blocks = a.dxs != nullptr ? strips : 0;
   float* partials = nullptr;
-  cudaError_t err = partials_scratch(static_cast<size_t>(strips * 2 * a.C) * sizeof(float), &partials);
+  cudaError_t err =
+      partials_scratch(static_cast<size_t>((strips * 2 + sum_blocks) * a.C) * sizeof(float), &partials);
   if (err != cudaSuccess) return err;
-  layernorm_grad_long<<<grid_for(a.R), kLongThreads, 0, a.s>>>(a.dY, a.X, a.W, a.mean, a.rstd, a.Res, a.dX, a.R,
-                                                               a.C);
+  float* sums = a.dxs != nullptr ? partials + strips * 2 * a.C : nullptr;
+  const unsigned blocks = a.dxs != nullptr ? static_cast<unsigned>(sum_blocks) : grid_for(a.R);
+  layernorm_grad_long<<<blocks, kLongThreads, 0, a.s>>>(a.dY, a.X, a.W, a.mean, a.rstd, a.Res, a.dX, sums, a.R, a.C);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(ceil_div(a.C, kStripColumns)), static_cast<unsigned>(strips));
   layernorm_grad_columns<<<grid, kStripColumns, 0, a.s>>>(a.dY, a.X, a.mean, a.rstd, partials, a.R, a.C, strip_rows);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  return reduce_params(a, partials, strips);
+  err = reduce_params(a, partials, strips, 2 * a.C, ParamOutputs{{a.dw, a.db, nullptr}, 2});
+  if (err != cudaSuccess || sums == nullptr) return err;
+  return reduce_params(a, sums, sum_blocks, a.C, ParamOutputs{{a.dxs, nullptr, nullptr}, 1});
 }
 
 template <int VW>
@@ -474,10 +511,12 @@ cudaError_t run_layernorm_grad(const Call& c, unsigned long long*, cudaStream_t 
   using namespace op_layernorm_grad;
   using namespace vkern_layernorm;
   const __half* res = c.params[param::residual] == 1 ? c.ptr<const __half>(buf::r) : nullptr;
+  float* dxs = c.params[param::dx_sum] == 1 ? c.ptr<float>(buf::dxs) : nullptr;
   const Backward a{c.ptr<const __half>(buf::dy), c.ptr<const __half>(buf::x),  c.ptr<const __half>(buf::w),
                    c.ptr<const float>(buf::mean), c.ptr<const float>(buf::rstd), res,
                    c.ptr<__half>(buf::dx),        c.ptr<float>(buf::dw),         c.ptr<float>(buf::db),
-                   c.params[param::R],            c.params[param::C],            s};
+                   dxs,                           c.params[param::R],            c.params[param::C],
+                   s};
   if (a.C % 8 == 0 && aligned16(a.dY) && aligned16(a.X) && aligned16(a.W) && aligned16(a.dX) &&
       (res == nullptr || aligned16(res))) {
     return backward_with<8>(a);
