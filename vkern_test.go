@@ -226,6 +226,22 @@ func TestAKilledServerIsReportedAndReplaced(t *testing.T) {
 	kerneltest.Op(t, dev, "softmax")
 }
 
+// The server runs in a process group of its own, so that a terminal's
+// Ctrl-C (SIGINT to the foreground group) reaches the host alone, which
+// then finishes its call and saves (vkern train), instead of the server
+// dying under it.
+func TestTheServerHasAProcessGroupOfItsOwn(t *testing.T) {
+	dev := openCPU(t, Options{})
+	pid := serverPID(t, dev)
+	pgid, err := syscall.Getpgid(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pgid == syscall.Getpgrp() {
+		t.Errorf("the server (pid %d) is in the host's process group %d: a Ctrl-C would kill it too", pid, pgid)
+	}
+}
+
 func TestATamperedBinaryIsRebuiltNotRun(t *testing.T) {
 	dir := t.TempDir()
 	dev := openCPU(t, Options{CacheDir: dir})

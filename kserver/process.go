@@ -75,7 +75,12 @@ func startProcess(path string, env []string, stderrBytes int, arena, rings *os.F
 		// Built by hand, not with exec.Command, so that a bare name is never
 		// looked up in $PATH: the binary that runs is the one whose hash
 		// BeforeStart checked.
-		cmd:    &exec.Cmd{Path: path, Args: []string{path}, Env: env, Stdin: inR, Stdout: outW, WaitDelay: waitDelay},
+		cmd: &exec.Cmd{Path: path, Args: []string{path}, Env: env, Stdin: inR, Stdout: outW, WaitDelay: waitDelay,
+			// A process group of its own: a terminal's Ctrl-C (SIGINT to the
+			// foreground group) reaches the host alone, which finishes its
+			// call, saves and closes the server, rather than the server dying
+			// mid-call. The server still ends with the host: its stdin closes.
+			SysProcAttr: &syscall.SysProcAttr{Setpgid: true}},
 		in:     inW,
 		out:    outR,
 		stderr: newTailBuffer(stderrBytes),
