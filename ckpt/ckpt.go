@@ -236,6 +236,29 @@ func Save(ctx context.Context, dir string, c *Checkpoint) error {
 	return nil
 }
 
+// CheckTarget tells, before any work, whether Save could write into dir:
+// dir is absent, an empty folder or a checkpoint, and a folder can be made
+// beside it (Save writes there, then swaps). It makes dir's parent folders
+// if they are missing, as Save would.
+func CheckTarget(dir string) error {
+	dir = filepath.Clean(dir)
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return fmt.Errorf("ckpt: %s is a file; a checkpoint is a folder: name a folder", dir)
+	}
+	if err := checkTarget(dir); err != nil {
+		return err
+	}
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("ckpt: cannot make the folder %s to save into: %w; name a folder you can write", parent, err)
+	}
+	probe, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".probe-")
+	if err != nil {
+		return fmt.Errorf("ckpt: cannot save into %s: folder %s is not writable: %w; name a folder you can write", dir, parent, err)
+	}
+	return os.Remove(probe)
+}
+
 // checkTarget refuses a dir that holds files but is not a checkpoint.
 func checkTarget(dir string) error {
 	entries, err := os.ReadDir(dir)
@@ -243,7 +266,7 @@ func checkTarget(dir string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("ckpt: %w", err)
+		return fmt.Errorf("ckpt: cannot read the folder %s: %w; name a folder you can write", dir, err)
 	}
 	if len(entries) == 0 {
 		return nil

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vkern/vkern"
+	"github.com/vkern/vkern/ckpt"
 	"github.com/vkern/vkern/collective"
 	"github.com/vkern/vkern/data"
 	"github.com/vkern/vkern/gpt"
@@ -425,7 +426,10 @@ func planRun(f *trainFlags) (*runSetup, error) {
 			s.hyper.Steps = max(f.lrSteps, 1)
 		}
 		s.out = f.resume
-		if f.out != "" {
+		if f.out != "" && filepath.Clean(f.out) != filepath.Clean(f.resume) {
+			if _, err := os.Stat(filepath.Join(f.out, "train_state.json")); err == nil {
+				return nil, fmt.Errorf("--out %s holds another run, which saving this one would replace; resume into %s itself or a new folder", f.out, f.resume)
+			}
 			s.out = f.out
 		}
 	} else {
@@ -463,6 +467,10 @@ func planRun(f *trainFlags) (*runSetup, error) {
 	}
 	if err := s.hyper.Validate(); err != nil {
 		return nil, err
+	}
+	// Found now, not after the run's steps: where the checkpoint goes.
+	if err := ckpt.CheckTarget(s.out); err != nil {
+		return nil, fmt.Errorf("--out %s: %w", s.out, err)
 	}
 	s.evalWindows = modelDefaults[s.cfg.Name].evalWindows
 	if s.evalWindows == 0 {

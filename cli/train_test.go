@@ -14,6 +14,9 @@ func TestTrainUsageErrorsNameTheValue(t *testing.T) {
 	notes := filepath.Join(dir, "notes")
 	os.MkdirAll(notes, 0o755)
 	os.WriteFile(filepath.Join(notes, "train_state.json"), []byte("{}"), 0o644)
+	others := filepath.Join(dir, "others") // a folder of the user's, not a run
+	os.MkdirAll(others, 0o755)
+	os.WriteFile(filepath.Join(others, "a.txt"), []byte("mine"), 0o644)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -28,6 +31,10 @@ func TestTrainUsageErrorsNameTheValue(t *testing.T) {
 		{[]string{"train", "--temperature", "-1"}, "--temperature -1"},
 		{[]string{"train", "--backend", "tpu"}, `--backend "tpu"`},
 		{[]string{"train", "--out", notes}, "holds a run already; continue it with --resume"},
+		// Where the checkpoint goes is checked before the run, not after it.
+		{[]string{"train", "--out", others}, "holds 1 files but no checkpoint; save into a new or empty folder"},
+		{[]string{"train", "--out", filepath.Join(others, "a.txt")}, "is a file; a checkpoint is a folder"},
+		{[]string{"train", "--out", "/proc/run"}, "folder /proc is not writable"},
 		{[]string{"train", "--resume", filepath.Join(dir, "none")}, "no checkpoint at"},
 		{[]string{"train", "--json", "/nonexistent-dir/r.json"}, "/nonexistent-dir"},
 		{[]string{"train", "--data", filepath.Join(dir, "missing.txt")}, "missing.txt"},
@@ -91,6 +98,10 @@ func TestTrainResumeEvalSample(t *testing.T) {
 		if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
 			t.Fatalf("step %d: %v resumed, %v straight", i, got[i], want[i])
 		}
+	}
+	// Resuming into another run's folder is refused: saving would replace it.
+	if code, _, stderr := runCLI(t, "train", "--resume", pieces, "--out", straight, "--steps", "13", "--data", corpus); code != exitUsage || !strings.Contains(stderr, "holds another run") {
+		t.Errorf("resuming into another run's folder: exit %d, %s", code, stderr)
 	}
 	// A flag that contradicts the saved run is refused.
 	if code, _, stderr := runCLI(t, "train", "--resume", pieces, "--batch", "8", "--data", corpus); code != exitUsage || !strings.Contains(stderr, "--batch 8 differs from the resumed run's 4") {
