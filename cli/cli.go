@@ -36,6 +36,9 @@ const (
 	exitOK      = 0
 	exitFailure = 1 // a case was incorrect or failed, or the tool could not do its job
 	exitUsage   = 2 // the command line was wrong
+	// exitInterrupted: Ctrl-C or SIGTERM stopped the command (128 + SIGINT,
+	// as a shell reports it).
+	exitInterrupted = 130
 )
 
 type command struct {

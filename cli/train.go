@@ -87,7 +87,8 @@ loads, plus optimizer.safetensors and train_state.json for --resume. The loss
 curve goes to DIR/loss.svg.
 
 Exit status: 0 done · 1 the run failed (the error says which step and call)
-             2 usage error · 130 interrupted (a checkpoint was saved first)
+             2 usage error · 130 interrupted (a checkpoint saved first
+             when a step had run)
 `
 
 // modelDefaults are the CLI's defaults per model: enough steps to learn
@@ -162,6 +163,12 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	f.set = setFlags(fs)
 	fail := func(code int, err error) int {
+		if ctx.Err() != nil {
+			// Ctrl-C (or SIGTERM) while reading the corpus, building or
+			// starting: whatever failed failed because of it.
+			fmt.Fprintln(stderr, "vkern train: interrupted before the first step; nothing was saved")
+			return exitInterrupted
+		}
 		fmt.Fprintf(stderr, "vkern train: %v\n", err)
 		return code
 	}
@@ -385,8 +392,11 @@ func planRun(f *trainFlags) (*runSetup, error) {
 			return nil, fmt.Errorf("%s %d: want 0 or more", c.name, c.v)
 		}
 	}
-	if f.set["batch"] && f.batch < 1 || f.accum < 1 {
-		return nil, fmt.Errorf("--batch %d and --accum %d must be at least 1", f.batch, f.accum)
+	if f.set["batch"] && f.batch < 1 {
+		return nil, fmt.Errorf("--batch %d: want at least 1", f.batch)
+	}
+	if f.accum < 1 {
+		return nil, fmt.Errorf("--accum %d: want at least 1", f.accum)
 	}
 	if !(f.temperature >= 0) || math.IsInf(f.temperature, 0) {
 		return nil, fmt.Errorf("--temperature %g: want a finite value ≥ 0", f.temperature)
@@ -519,7 +529,7 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 				return exitFailure
 			}
 			fmt.Fprintf(stderr, "vkern train: interrupted at step %d; saved to %s; continue with --resume %s\n", tr.State.Step, s.out, s.out)
-			return 130
+			return exitInterrupted
 		}
 		step := tr.State.Step
 		if batches != nil {
