@@ -331,12 +331,20 @@ func buildLog(commands [][]string, outputs [][]byte) []byte {
 }
 
 // runCompiler runs argv in dir and returns its combined output and how long
-// it ran.
+// it ran. The compiler's TMPDIR is a folder of its own under dir, removed
+// when it ends: a compiler killed mid-build (Ctrl-C, a timeout) cannot
+// clean up its temporary files, and they would stay in the system's.
 func runCompiler(ctx context.Context, dir string, argv []string) (output []byte, seconds float64, err error) {
 	bctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
+	tmp, err := os.MkdirTemp(dir, ".tmp-")
+	if err != nil {
+		return nil, 0, fmt.Errorf("a temporary folder for the compiler: %w", err)
+	}
+	defer os.RemoveAll(tmp)
 	cmd := exec.CommandContext(bctx, argv[0], argv[1:]...)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out

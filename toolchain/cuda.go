@@ -236,8 +236,7 @@ func probeCUDADevices(ctx context.Context, nvcc string) ([]GPU, error) {
 	buildArgs := []string{"-o", "probe", "probe.cu"}
 	bctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	build := probeCommand(bctx, nvcc, buildArgs...)
-	build.Dir = dir
+	build := inFolder(probeCommand(bctx, nvcc, buildArgs...), dir)
 	out, err := build.CombinedOutput()
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("toolchain: cuda: building the GPU probe: %w", ctx.Err())

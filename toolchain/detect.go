@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -243,8 +244,7 @@ func compiles(ctx context.Context, invoke string, flags []string, link bool) (ok
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	cmd := probeCommand(ctx, invoke, args...)
-	cmd.Dir = dir
+	cmd := inFolder(probeCommand(ctx, invoke, args...), dir)
 	out, runErr := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		return false, out, fmt.Errorf("%s %s did not finish within %v: %w", invoke, strings.Join(args, " "), probeTimeout, ctx.Err())
@@ -258,11 +258,23 @@ func compiles(ctx context.Context, invoke string, flags []string, link bool) (ok
 
 // probeCommand is the one place probes are set up: the C locale so that the
 // version text, and with it the fingerprint, does not depend on the user's
-// language, and a WaitDelay so a stray grandchild cannot hold a probe open.
+// language; a process group of its own, all of which a cancelled probe
+// kills (the compiler driver alone would leave cc1plus running); and a
+// WaitDelay so a stray grandchild cannot hold a probe open.
 func probeCommand(ctx context.Context, invoke string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, invoke, args...)
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	cmd.WaitDelay = waitDelay
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	return cmd
+}
+
+// inFolder runs cmd in dir with dir as its TMPDIR too, so that what a
+// compiler killed mid-probe leaves behind goes when dir does.
+func inFolder(cmd *exec.Cmd, dir string) *exec.Cmd {
+	cmd.Dir = dir
+	cmd.Env = append(cmd.Env, "TMPDIR="+dir)
 	return cmd
 }
 
