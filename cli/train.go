@@ -561,14 +561,18 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 		done := tr.State.Step
 		if done%evalEvery == 0 || done == s.steps {
 			progress.status("step %d: evaluating", done)
-			v, err := tr.ValLoss(work, s.evalWindows)
-			if err != nil {
+			// An interrupt stops the evaluation between its batches (the
+			// run then saves and stops, as between steps).
+			v, err := tr.ValLoss(ctx, s.evalWindows)
+			if err != nil && ctx.Err() == nil {
 				progress.clear()
 				fmt.Fprintf(stderr, "vkern train: evaluating after step %d: %v\n", step, err)
 				return exitFailure
 			}
-			lastVal = v
-			sr.ValLoss = &v
+			if err == nil {
+				lastVal = v
+				sr.ValLoss = &v
+			}
 		}
 		rec.Steps = append(rec.Steps, sr)
 		elapsed := time.Since(started)
@@ -596,7 +600,7 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 	if tr.Parallel != nil {
 		// No rank leaves before every rank has finished its last step: a
 		// rank that left would end the others' watch mid-update.
-		if err := tr.Parallel.Finish(ctx); err != nil {
+		if err := tr.Parallel.Finish(work); err != nil {
 			fmt.Fprintf(stderr, "vkern train: after the last step: %v\n", err)
 			return exitFailure
 		}
@@ -629,6 +633,10 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 		return exitFailure
 	}
 	fmt.Fprintf(stdout, "  checkpoint saved to %s (transformers.GPT2LMHeadModel.from_pretrained loads it)\n", s.out)
+	interrupted := func(during string) int {
+		fmt.Fprintf(stderr, "vkern train: interrupted %s; the run is saved in %s\n", during, s.out)
+		return exitInterrupted
+	}
 	if len(rec.Steps) > 0 && (tr.Parallel == nil || tr.Parallel.Rank0()) {
 		svg := filepath.Join(s.out, "loss.svg")
 		if err := writeAtomic(svg, func(w io.Writer) error { return writeLossSVG(w, s.cfg.Name, rec.Steps) }); err != nil {
@@ -637,8 +645,14 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 		}
 		fmt.Fprintf(stdout, "  loss curve: %s\n", svg)
 	}
+	if ctx.Err() != nil {
+		return interrupted("during the last evaluation")
+	}
 	if f.sample > 0 {
-		text, err := sampleText(work, tr.Model, tr.Corpus, nil, f.sample, f.temperature, s.seed)
+		text, err := sampleText(ctx, tr.Model, tr.Corpus, nil, f.sample, f.temperature, s.seed)
+		if ctx.Err() != nil {
+			return interrupted("while sampling")
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "vkern train: sampling: %v\n", err)
 			return exitFailure

@@ -16,16 +16,23 @@ type Window struct{ Inputs, Targets []int32 }
 // Eval returns the mean loss over windows, B at a time on micro-batch slot
 // 0. A last batch of fewer than B windows is padded with sequences of
 // token 0 whose targets are the ignore_index −1, so they count for
-// nothing. Each window must hold T inputs and T targets.
+// nothing. Each window must hold T inputs and T targets. A cancelled ctx
+// stops it between batches with ctx's error; a batch's device calls, once
+// sent, finish (as a training step's do: a call cut short would leave the
+// server mid-program).
 func (m *Model) Eval(ctx context.Context, windows []Window) (float64, error) {
 	T := m.Config.T
 	if len(windows) == 0 {
 		return math.NaN(), fmt.Errorf("gpt: no windows to evaluate")
 	}
+	stop, ctx := ctx, context.WithoutCancel(ctx)
 	ignore := int32(-1)
 	var sum float64
 	var n int
 	for at := 0; at < len(windows); at += m.B {
+		if err := stop.Err(); err != nil {
+			return math.NaN(), err
+		}
 		in, tg := make([]int32, m.B*T), make([]int32, m.B*T)
 		counted := make([]bool, m.B*T)
 		for i := 0; i < m.B; i++ {
@@ -74,7 +81,8 @@ func (m *Model) Eval(ctx context.Context, windows []Window) (float64, error) {
 // Sample continues prompt by n tokens, each drawn from the softmax of the
 // last position's logits divided by temperature (0: the most likely token)
 // with PCG(seed, 0). The context is the last T tokens. It returns the new
-// tokens only.
+// tokens only. A cancelled ctx stops it between tokens, with the tokens
+// made so far and ctx's error.
 func (m *Model) Sample(ctx context.Context, prompt []int32, n int, temperature float64, seed uint64) ([]int32, error) {
 	c := m.Config
 	if len(prompt) == 0 {
@@ -93,7 +101,11 @@ func (m *Model) Sample(ctx context.Context, prompt []int32, n int, temperature f
 	row := make([]uint16, c.V)
 	raw := make([]byte, 2*c.V)
 	probs := make([]float64, c.V)
+	stop, ctx := ctx, context.WithoutCancel(ctx) // as Eval's
 	for len(seq) < len(prompt)+n {
+		if err := stop.Err(); err != nil {
+			return seq[len(prompt):], err
+		}
 		ctxTokens := seq[max(0, len(seq)-c.T):]
 		t := len(ctxTokens)
 		if err := m.tokens[0].WriteI32(ctx, ctxTokens); err != nil {

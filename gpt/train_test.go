@@ -231,6 +231,24 @@ func TestTrainingLowersTheValidationLoss(t *testing.T) {
 	}
 }
 
+// A cancelled context stops an evaluation and a sample between their
+// device calls, with its error, and leaves the model serving.
+func TestEvalAndSampleStopWhenCancelled(t *testing.T) {
+	dev := openCPU(t, vkern.Options{})
+	tr := newTrainer(t, dev, 8, 1, 10)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tr.ValLoss(cancelled, 64); !errors.Is(err, context.Canceled) {
+		t.Errorf("an evaluation under a cancelled context: %v, want context.Canceled", err)
+	}
+	if out, err := tr.Model.Sample(cancelled, []int32{1, 2, 3}, 50, 1, 1); !errors.Is(err, context.Canceled) || len(out) != 0 {
+		t.Errorf("a sample under a cancelled context: %d tokens, %v; want none and context.Canceled", len(out), err)
+	}
+	if v, err := tr.ValLoss(context.Background(), 16); err != nil || !(v > 0) {
+		t.Errorf("an evaluation afterwards: %v, %v", v, err)
+	}
+}
+
 // TestLiveVerificationStopsAtAWrongCall: with a defect planted in the GELU
 // (cpu/gelu.h, which the step reaches through linear's GELU epilogue), a
 // checked step fails with an error that names the step, the call and the
