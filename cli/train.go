@@ -67,10 +67,12 @@ scaling as PyTorch's GradScaler, clipping at norm 1, warm-up then cosine decay.
                     batch for any N. A checkpoint is written once, and resumes
                     on any N that divides its micro-batches per step
   --rank-timeout D  how long a rank may fall silent (stopped, hung) before every
-                    other rank stops with an error naming it (default 30s)
+                    other rank stops with an error naming it (default 30s,
+                    at least 1s)
   --step-timeout D  the longest a data-parallel step's device calls may take,
-                    waits for slower ranks included; past it the communicator
-                    is aborted and the run stops (default 5m)
+                    waits for slower ranks included, and the ranks' meeting
+                    at the start; past it the communicator is aborted and the
+                    run stops (default 5m, at least 1s)
   --bucket-mb N     MiB of gradients per all-reduce, issued as the backward
                     finishes them (default 25, as PyTorch DDP's bucket_cap_mb)
 
@@ -317,8 +319,14 @@ func planParallel(f *trainFlags, s *runSetup) (parallelRun, error) {
 	default:
 		return p, nil
 	}
-	if f.rankTimeout < 0 || f.stepTimeout < 0 {
-		return p, fmt.Errorf("--rank-timeout %v and --step-timeout %v: want durations above 0", f.rankTimeout, f.stepTimeout)
+	// 0 is the default; below a second, a rank busy for a moment (heartbeats
+	// come every quarter of --rank-timeout) or a slow start reads as a
+	// dead one.
+	if f.set["rank-timeout"] && f.rankTimeout < time.Second {
+		return p, fmt.Errorf("--rank-timeout %v: want at least 1s (a rank's heartbeats come every quarter of it; a shorter one takes a busy rank for a stopped one)", f.rankTimeout)
+	}
+	if f.set["step-timeout"] && f.stepTimeout < time.Second {
+		return p, fmt.Errorf("--step-timeout %v: want at least 1s (it bounds the ranks' meeting and every step's device calls)", f.stepTimeout)
 	}
 	if f.set["bucket-mb"] && f.bucketMB < 1 {
 		return p, fmt.Errorf("--bucket-mb %d: want at least 1 (MiB of gradients per all-reduce)", f.bucketMB)

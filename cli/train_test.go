@@ -27,6 +27,8 @@ func TestTrainUsageErrorsNameTheValue(t *testing.T) {
 		{[]string{"train", "--steps", "-3"}, "--steps -3"},
 		{[]string{"train", "--gpus", "0"}, "--gpus 0: want at least 1"},
 		{[]string{"train", "--gpus", "2", "--bucket-mb", "0"}, "--bucket-mb 0: want at least 1"},
+		{[]string{"train", "--gpus", "2", "--rank-timeout", "1ms"}, "--rank-timeout 1ms: want at least 1s"},
+		{[]string{"train", "--gpus", "2", "--step-timeout", "-1s"}, "--step-timeout -1s: want at least 1s"},
 		{[]string{"train", "--lr", "-1"}, "--lr = -1 is outside AdamW's range"},
 		{[]string{"train", "--temperature", "-1"}, "--temperature -1"},
 		{[]string{"train", "--backend", "tpu"}, `--backend "tpu"`},
