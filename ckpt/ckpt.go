@@ -354,6 +354,11 @@ func Load(dir string) (*Checkpoint, error) {
 		}
 		return nil, fmt.Errorf("ckpt: no checkpoint at %s", dir)
 	}
+	_, cerr := os.Stat(filepath.Join(dir, ConfigFile))
+	_, merr := os.Stat(filepath.Join(dir, ModelFile))
+	if errors.Is(cerr, fs.ErrNotExist) && errors.Is(merr, fs.ErrNotExist) {
+		return nil, fmt.Errorf("ckpt: %s is not a checkpoint (it has neither %s nor %s); name the folder a run saved into", dir, ConfigFile, ModelFile)
+	}
 	c := &Checkpoint{}
 	var err error
 	if c.Config, err = readJSON(filepath.Join(dir, ConfigFile), true); err != nil {

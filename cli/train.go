@@ -437,8 +437,11 @@ func planRun(f *trainFlags) (*runSetup, error) {
 		if !f.set["steps"] {
 			s.steps = r.Hyper.Steps
 		}
-		if s.steps < r.State.Step {
+		if s.steps < r.State.Step && f.set["steps"] {
 			return nil, fmt.Errorf("--steps %d: the run in %s is at step %d already; --steps is the run's total", s.steps, f.resume, r.State.Step)
+		}
+		if s.steps < r.State.Step {
+			return nil, fmt.Errorf("the run in %s is at step %d, past its schedule's %d steps; give --steps N, the new total (above %d), to train it on", f.resume, r.State.Step, s.steps, r.State.Step)
 		}
 		if f.set["lr-steps"] {
 			s.hyper.Steps = max(f.lrSteps, 1)

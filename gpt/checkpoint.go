@@ -31,6 +31,27 @@ type Run struct {
 	Data string `json:"data"`
 }
 
+// check refuses a run state no run could have saved (a file edited by
+// hand, or damaged), naming the field, before it reaches a kernel as a
+// strange parameter.
+func (r *Run) check() error {
+	st := r.State
+	switch {
+	case r.Batch < 1 || r.Accum < 1:
+		return fmt.Errorf("batch %d and accum %d: each is at least 1 in a saved run", r.Batch, r.Accum)
+	case r.Ranks < 0:
+		return fmt.Errorf("ranks %d: a saved run has 0 (one device) or more", r.Ranks)
+	case st.Step < 0 || st.Updates < 0 || st.Updates > st.Step || st.Good < 0:
+		return fmt.Errorf("state step %d, updates %d, good_steps %d: want 0 ≤ updates ≤ step and good_steps ≥ 0", st.Step, st.Updates, st.Good)
+	case !(st.LossScale > 0) || math.IsInf(st.LossScale, 0):
+		return fmt.Errorf("state loss_scale %v: want a finite value above 0", st.LossScale)
+	}
+	if err := r.Hyper.Validate(); err != nil {
+		return err
+	}
+	return nil
+}
+
 // hfConfig is the part of a transformers GPT2Config this package writes
 // and reads.
 type hfConfig struct {
@@ -184,6 +205,9 @@ func Load(dir string) (*Loaded, error) {
 		}
 		if c.Optimizer == nil {
 			return nil, fmt.Errorf("gpt: %s has %s but no %s: the run cannot be resumed without its optimizer state", dir, ckpt.StateFile, ckpt.OptimizerFile)
+		}
+		if err := run.check(); err != nil {
+			return nil, fmt.Errorf("%w: %s/%s: %v", ckpt.ErrCorrupt, dir, ckpt.StateFile, err)
 		}
 		l.Run = &run
 	}

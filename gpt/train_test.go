@@ -2,6 +2,7 @@ package gpt
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"os"
@@ -98,6 +99,21 @@ func resumedRunContinuesBitForBit(t *testing.T, dev *vkern.Device, cfg Config) {
 	}
 }
 
+// editState returns the train_state.json bytes b with edit applied.
+func editState(t *testing.T, b []byte, edit func(*Run)) []byte {
+	t.Helper()
+	var r Run
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	edit(&r)
+	out, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func TestCheckpointsLoadAndRefuseDamage(t *testing.T) {
 	ctx := context.Background()
 	dev := openCPU(t, vkern.Options{})
@@ -152,6 +168,17 @@ func TestCheckpointsLoadAndRefuseDamage(t *testing.T) {
 		}},
 		{"config", "tensor transformer.wte.weight has shape [256, 64], want [256, 96]", func(c *ckpt.Checkpoint) {
 			c.Config = []byte(strings.Replace(string(c.Config), `"n_embd": 64`, `"n_embd": 96`, 1))
+		}},
+		// A run state no run could have saved (edited by hand) is refused
+		// at loading, naming the field, not as a kernel's parameter later.
+		{"state-scale", "train_state.json: state loss_scale 0: want a finite value above 0", func(c *ckpt.Checkpoint) {
+			c.State = editState(t, c.State, func(r *Run) { r.State.LossScale = 0 })
+		}},
+		{"state-step", "train_state.json: state step -5", func(c *ckpt.Checkpoint) {
+			c.State = editState(t, c.State, func(r *Run) { r.State.Step = -5 })
+		}},
+		{"state-batch", "train_state.json: batch 0 and accum 1", func(c *ckpt.Checkpoint) {
+			c.State = editState(t, c.State, func(r *Run) { r.Batch = 0 })
 		}},
 	} {
 		bad := filepath.Join(t.TempDir(), tc.name)
