@@ -65,7 +65,7 @@ if wants verify && room 120 verify; then
   step verify
   run verify-default "$vk" verify --backend cuda --op layernorm_grad,linear_grad_w,attention_grad
   run verify-dq-stored env VKERN_ATTENTION_DQ=stored "$vk" verify --backend cuda --op attention_grad
-  run verify-gpt2 "$vk" verify --backend cuda --op layernorm_grad --shape 16384x768:residual=1
+  run verify-gpt2 "$vk" verify --backend cuda --op layernorm_grad --shape 16384x768:residual=1,dx_sum=1
   run verify-gpt2-head "$vk" verify --backend cuda --op linear_grad_w --shape 16384x768x50304:accumulate=0
 fi
 
