@@ -89,8 +89,8 @@ loads, plus optimizer.safetensors and train_state.json for --resume. The loss
 curve goes to DIR/loss.svg.
 
 Exit status: 0 done · 1 the run failed (the error says which step and call)
-             2 usage error · 130 interrupted (a checkpoint saved first
-             when a step had run)
+             2 usage error · 130 interrupted (once the model is set up,
+             the run is saved first)
 `
 
 // modelDefaults are the CLI's defaults per model: enough steps to learn
@@ -167,8 +167,11 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fail := func(code int, err error) int {
 		if ctx.Err() != nil {
 			// Ctrl-C (or SIGTERM) while reading the corpus, building or
-			// starting: whatever failed failed because of it.
+			// starting: an error the interrupt caused says only that.
 			fmt.Fprintln(stderr, "vkern train: interrupted before the first step; nothing was saved")
+			if !errors.Is(err, context.Canceled) {
+				fmt.Fprintf(stderr, "vkern train: the error at the time: %v\n", err)
+			}
 			return exitInterrupted
 		}
 		fmt.Fprintf(stderr, "vkern train: %v\n", err)
@@ -190,6 +193,13 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if err := checkCache(); err != nil {
 		return fail(exitUsage, err)
+	}
+	// Where the checkpoint goes, found now rather than after the steps;
+	// only the rank that saves (rank 0, or the one process) asks.
+	if par.env == nil || par.env.Rank == 0 {
+		if err := ckpt.CheckTarget(setup.out); err != nil {
+			return fail(exitUsage, fmt.Errorf("--out %s: %w", setup.out, err))
+		}
 	}
 
 	progress := newProgress(stderr)
@@ -288,6 +298,17 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	return code
+}
+
+// sameFolder reports whether a and b name one folder (however written:
+// relative, absolute, through a link).
+func sameFolder(a, b string) bool {
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	if errA != nil || errB != nil {
+		return filepath.Clean(a) == filepath.Clean(b)
+	}
+	return os.SameFile(sa, sb)
 }
 
 // parallelRun is what --gpus and torchrun's variables ask for: ranks 0
@@ -447,7 +468,7 @@ func planRun(f *trainFlags) (*runSetup, error) {
 			s.hyper.Steps = max(f.lrSteps, 1)
 		}
 		s.out = f.resume
-		if f.out != "" && filepath.Clean(f.out) != filepath.Clean(f.resume) {
+		if f.out != "" && !sameFolder(f.out, f.resume) {
 			if _, err := os.Stat(filepath.Join(f.out, "train_state.json")); err == nil {
 				return nil, fmt.Errorf("--out %s holds another run, which saving this one would replace; resume into %s itself or a new folder", f.out, f.resume)
 			}
@@ -489,10 +510,6 @@ func planRun(f *trainFlags) (*runSetup, error) {
 	if err := s.hyper.Validate(); err != nil {
 		return nil, err
 	}
-	// Found now, not after the run's steps: where the checkpoint goes.
-	if err := ckpt.CheckTarget(s.out); err != nil {
-		return nil, fmt.Errorf("--out %s: %w", s.out, err)
-	}
 	s.evalWindows = modelDefaults[s.cfg.Name].evalWindows
 	if s.evalWindows == 0 {
 		s.evalWindows = 64
@@ -532,6 +549,7 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 	started := time.Now()
 	tokensPerStep := float64(s.batch * tr.MicroBatches() * s.cfg.T)
 	var lastVal float64 = math.NaN()
+	evalStopped := false // the last evaluation was cut short by an interrupt
 	for tr.State.Step < s.steps {
 		if ctx.Err() != nil {
 			progress.clear()
@@ -575,6 +593,7 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 			// An interrupt stops the evaluation between its batches (the
 			// run then saves and stops, as between steps).
 			v, err := tr.ValLoss(ctx, s.evalWindows)
+			evalStopped = err != nil && ctx.Err() != nil
 			if err != nil && ctx.Err() == nil {
 				progress.clear()
 				fmt.Fprintf(stderr, "vkern train: evaluating after step %d: %v\n", step, err)
@@ -657,7 +676,10 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 		fmt.Fprintf(stdout, "  loss curve: %s\n", svg)
 	}
 	if ctx.Err() != nil {
-		return interrupted("during the last evaluation")
+		if evalStopped {
+			return interrupted("during the last evaluation")
+		}
+		return interrupted("after the last step")
 	}
 	if f.sample > 0 {
 		text, err := sampleText(ctx, tr.Model, tr.Corpus, nil, f.sample, f.temperature, s.seed)

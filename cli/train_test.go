@@ -101,6 +101,15 @@ func TestTrainResumeEvalSample(t *testing.T) {
 			t.Fatalf("step %d: %v resumed, %v straight", i, got[i], want[i])
 		}
 	}
+	// The run's own folder named another way (through a link) is the run's:
+	// resuming into it is allowed.
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(pieces, link); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI(t, "train", "--resume", pieces, "--out", link, "--steps", "12", "--data", corpus, "--sample", "0"); code != exitOK {
+		t.Errorf("resuming into the run's own folder through a link: exit %d, %s", code, stderr)
+	}
 	// Resuming into another run's folder is refused: saving would replace it.
 	if code, _, stderr := runCLI(t, "train", "--resume", pieces, "--out", straight, "--steps", "13", "--data", corpus); code != exitUsage || !strings.Contains(stderr, "holds another run") {
 		t.Errorf("resuming into another run's folder: exit %d, %s", code, stderr)

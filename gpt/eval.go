@@ -9,6 +9,18 @@ import (
 	"github.com/vkern/vkern/f16"
 )
 
+// uncancelled returns ctx (to check between device calls) and a context
+// for the calls that ctx's cancellation does not reach but its deadline,
+// if any, still bounds.
+func uncancelled(ctx context.Context) (stop, calls context.Context, cancel context.CancelFunc) {
+	calls = context.WithoutCancel(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		calls, cancel = context.WithDeadline(calls, d)
+		return ctx, calls, cancel
+	}
+	return ctx, calls, func() {}
+}
+
 // Window is one evaluation window: T inputs and the T targets that follow
 // them.
 type Window struct{ Inputs, Targets []int32 }
@@ -25,7 +37,8 @@ func (m *Model) Eval(ctx context.Context, windows []Window) (float64, error) {
 	if len(windows) == 0 {
 		return math.NaN(), fmt.Errorf("gpt: no windows to evaluate")
 	}
-	stop, ctx := ctx, context.WithoutCancel(ctx)
+	stop, ctx, cancel := uncancelled(ctx)
+	defer cancel()
 	ignore := int32(-1)
 	var sum float64
 	var n int
@@ -101,7 +114,8 @@ func (m *Model) Sample(ctx context.Context, prompt []int32, n int, temperature f
 	row := make([]uint16, c.V)
 	raw := make([]byte, 2*c.V)
 	probs := make([]float64, c.V)
-	stop, ctx := ctx, context.WithoutCancel(ctx) // as Eval's
+	stop, ctx, cancel := uncancelled(ctx) // as Eval's
+	defer cancel()
 	for len(seq) < len(prompt)+n {
 		if err := stop.Err(); err != nil {
 			return seq[len(prompt):], err

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -79,8 +80,14 @@ func startProcess(path string, env []string, stderrBytes int, arena, rings *os.F
 			// A process group of its own: a terminal's Ctrl-C (SIGINT to the
 			// foreground group) reaches the host alone, which finishes its
 			// call, saves and closes the server, rather than the server dying
-			// mid-call. The server still ends with the host: its stdin closes.
-			SysProcAttr: &syscall.SysProcAttr{Setpgid: true}},
+			// mid-call. The server still ends with the host: its stdin closes
+			// when the host exits, and when the host is killed (a group
+			// SIGKILL from torchrun or job control no longer reaches the
+			// server) the kernel's parent-death signal kills it at once, not
+			// after its call in flight. That signal follows the thread that
+			// started the child: Start runs on a locked thread, which the
+			// runtime keeps after the unlock.
+			SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}},
 		in:     inW,
 		out:    outR,
 		stderr: newTailBuffer(stderrBytes),
@@ -94,7 +101,9 @@ func startProcess(path string, env []string, stderrBytes int, arena, rings *os.F
 		p.cmd.ExtraFiles = append(p.cmd.ExtraFiles, rings)
 		p.cmd.Env = append(env[:len(env):len(env)], fmt.Sprintf("%s=%d", ringsEnv, ringsFd))
 	}
+	runtime.LockOSThread()
 	err = p.cmd.Start()
+	runtime.UnlockOSThread()
 	inR.Close()
 	outW.Close()
 	if err != nil {

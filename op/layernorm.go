@@ -59,7 +59,7 @@ var LayerNormGrad = builtinOp(&Op{
 	Shapes: Shapes{
 		Quick: []string{"1x1", "7x769", "64x768", "64x768:residual=1", "64x768:residual=1,dx_sum=1"},
 		Default: []string{"1x1", "1x2", "7x769", "64x768", "256x4099", "3x65537", "1x1:residual=1", "7x769:residual=1", "64x768:residual=1", "256x4099:residual=1", "3x65537:residual=1",
-			"1x1:dx_sum=1", "7x769:dx_sum=1", "64x768:residual=1,dx_sum=1", "256x4099:residual=1,dx_sum=1", "3x65537:residual=1,dx_sum=1", "70x65537:dx_sum=1"},
+			"1x1:dx_sum=1", "7x769:dx_sum=1", "64x768:residual=1,dx_sum=1", "256x4099:residual=1,dx_sum=1", "3x65537:residual=1,dx_sum=1", "70x8200:dx_sum=1"},
 		// GPT-2 124M at B·T = 16·1024: ln_f's (no residual: it starts the
 		// stream's gradient) and the blocks' ln_1 and ln_2 (with it), each
 		// with the next c_proj bias's gradient (dx_sum).
