@@ -168,6 +168,12 @@ func Save(ctx context.Context, dir string, c *Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("ckpt: making a folder beside %s to save into: %w", dir, err)
 	}
+	// MkdirTemp makes it 0700; the checkpoint it becomes is a folder like
+	// any other the user makes.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("ckpt: %w", err)
+	}
 	done := false
 	defer func() {
 		if !done {

@@ -49,6 +49,15 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	if string(got.State) != string(c.State) || string(got.Config) != string(c.Config) {
 		t.Errorf("JSON files read back as %s and %s", got.Config, got.State)
 	}
+	// The folder is readable by others, as folders the user makes are (not
+	// MkdirTemp's 0700).
+	st, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o755 {
+		t.Errorf("the checkpoint folder has mode %v, want 0755", st.Mode().Perm())
+	}
 	// The safetensors metadata says "pt", which transformers requires.
 	b, _ := os.ReadFile(filepath.Join(dir, ModelFile))
 	_, meta, err := safetensors.ReadMetadata(b)

@@ -62,11 +62,13 @@ func commands() []command {
 
 // Main runs the command line args (os.Args[1:]) with ops declared beside
 // vkern's own, on the standard streams, until it is done or interrupted
-// (SIGINT, SIGTERM), and returns the exit status: 0 success, 1 a case
+// (SIGINT, SIGTERM, SIGHUP), and returns the exit status: 0 success, 1 a case
 // incorrect, failed or not supported, or a tool that could not do its job
 // (an op that cannot be declared among them), 2 a usage error.
 func Main(args []string, ops ...userop.Op) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: a closed terminal or a dropped ssh session stops a
+	// training run as Ctrl-C does (saved), instead of killing it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	return Run(ctx, args, os.Stdout, os.Stderr, ops...)
 }

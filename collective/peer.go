@@ -460,45 +460,44 @@ type Env struct {
 }
 
 // EnvFrom reads torchrun's variables through getenv (os.Getenv): ok is
-// false when WORLD_SIZE is unset (not a multi-process run); a variable
-// that is missing or malformed is an error naming it.
+// false when neither WORLD_SIZE nor RANK is set (not a multi-process run).
+// Every variable that is missing or malformed is named in one error, with
+// what it wants.
 func EnvFrom(getenv func(string) string) (env Env, ok bool, err error) {
-	if getenv("WORLD_SIZE") == "" {
+	if getenv("WORLD_SIZE") == "" && getenv("RANK") == "" {
 		return Env{}, false, nil
 	}
-	num := func(name string, def int) (int, error) {
+	var problems []string
+	num := func(name string, def, lo, hi int) int {
 		v := getenv(name)
 		if v == "" {
 			if def >= 0 {
-				return def, nil
+				return def
 			}
-			return 0, fmt.Errorf("collective: %s is unset; a multi-process run needs MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE (as torchrun sets them)", name)
+			problems = append(problems, name+" is unset")
+			return -1
 		}
 		var n int
-		if _, err := fmt.Sscanf(v, "%d", &n); err != nil || fmt.Sprint(n) != v || n < 0 {
-			return 0, fmt.Errorf("collective: %s=%q is not a whole number ≥ 0", name, v)
+		if _, err := fmt.Sscanf(v, "%d", &n); err != nil || fmt.Sprint(n) != v || n < lo || n > hi {
+			problems = append(problems, fmt.Sprintf("%s=%q is not a whole number in %d..%d", name, v, lo, hi))
+			return -1
 		}
-		return n, nil
+		return n
 	}
-	if env.Size, err = num("WORLD_SIZE", -1); err != nil {
-		return Env{}, true, err
+	env.Size = num("WORLD_SIZE", -1, 1, 1<<16)
+	env.Rank = num("RANK", -1, 0, 1<<16)
+	if env.Size > 0 && env.Rank >= env.Size {
+		problems = append(problems, fmt.Sprintf("RANK=%d is not below WORLD_SIZE=%d (ranks are 0..WORLD_SIZE−1)", env.Rank, env.Size))
 	}
-	if env.Rank, err = num("RANK", -1); err != nil {
-		return Env{}, true, err
-	}
-	if env.LocalRank, err = num("LOCAL_RANK", env.Rank); err != nil {
-		return Env{}, true, err
-	}
-	port, err := num("MASTER_PORT", -1)
-	if err != nil {
-		return Env{}, true, err
-	}
+	env.LocalRank = num("LOCAL_RANK", max(env.Rank, 0), 0, 1<<16)
+	port := num("MASTER_PORT", -1, 1, 65535)
 	host := getenv("MASTER_ADDR")
 	if host == "" {
-		return Env{}, true, errors.New("collective: MASTER_ADDR is unset; a multi-process run needs MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE (as torchrun sets them)")
+		problems = append(problems, "MASTER_ADDR is unset")
 	}
-	if env.Size < 1 || env.Rank >= env.Size || port < 1 || port > 65535 {
-		return Env{}, true, fmt.Errorf("collective: RANK=%d, WORLD_SIZE=%d, MASTER_PORT=%d; want WORLD_SIZE ≥ 1, RANK < WORLD_SIZE and a port in 1..65535", env.Rank, env.Size, port)
+	if len(problems) > 0 {
+		return Env{}, true, fmt.Errorf("collective: %s; a process of a multi-process run needs MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE, as torchrun sets them (unset WORLD_SIZE and RANK for a run of one process)",
+			strings.Join(problems, "; "))
 	}
 	env.Addr = net.JoinHostPort(host, fmt.Sprint(port))
 	return env, true, nil

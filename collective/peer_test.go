@@ -264,9 +264,14 @@ func TestTorchrunsEnvironment(t *testing.T) {
 		{map[string]string{"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}, true, "{10.0.0.1:29500 1 2 1}"},
 		{map[string]string{"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, true, "{h:1 1 2 0}"},
 		{map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, true, "RANK is unset"},
-		{map[string]string{"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, true, "want WORLD_SIZE ≥ 1, RANK < WORLD_SIZE"},
+		{map[string]string{"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, true, "RANK=2 is not below WORLD_SIZE=2"},
 		{map[string]string{"WORLD_SIZE": "two", "RANK": "0"}, true, `WORLD_SIZE="two" is not a whole number`},
 		{map[string]string{"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "1"}, true, "MASTER_ADDR is unset"},
+		// Every problem at once, each naming its variable.
+		{map[string]string{"WORLD_SIZE": "2", "RANK": "5", "MASTER_PORT": "abc"}, true, `RANK=5 is not below WORLD_SIZE=2 (ranks are 0..WORLD_SIZE−1); MASTER_PORT="abc" is not a whole number in 1..65535; MASTER_ADDR is unset`},
+		{map[string]string{"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "0"}, true, `MASTER_PORT="0" is not a whole number in 1..65535`},
+		// RANK alone is a half-set environment, not a run of one process.
+		{map[string]string{"RANK": "1"}, true, "WORLD_SIZE is unset"},
 	} {
 		env, ok, err := EnvFrom(func(k string) string { return tc.env[k] })
 		got := fmt.Sprint(env)

@@ -148,6 +148,11 @@ func listFiles(ctx context.Context, paths []string, ext string) ([]string, error
 				}
 				return nil
 			}
+			if ext == "" && strings.HasSuffix(path, ".bin") {
+				// A folder is read as text, byte by byte: a .bin of tokens in
+				// one (llm.c's train_000.bin) would be read as its bytes.
+				return fmt.Errorf("%s is a .bin of tokens, which a folder's text would read as bytes; name the one .bin alone with --data", path)
+			}
 			if d.Type().IsRegular() && (ext == "" || strings.HasSuffix(path, ext)) {
 				files = append(files, path)
 			}

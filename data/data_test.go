@@ -134,6 +134,13 @@ func TestLoadErrors(t *testing.T) {
 	if _, err := Load(ctx, []string{t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no files under") {
 		t.Errorf("an empty folder: %v", err)
 	}
+	// A folder holding a .bin of tokens is refused: its bytes are not text.
+	bins := t.TempDir()
+	writeFiles(t, bins, 2)
+	os.WriteFile(filepath.Join(bins, "train_000.bin"), make([]byte, 2048), 0o644)
+	if _, err := Load(ctx, []string{bins}); err == nil || !strings.Contains(err.Error(), "train_000.bin is a .bin of tokens") {
+		t.Errorf("a folder with a .bin: %v", err)
+	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	dir := t.TempDir()
