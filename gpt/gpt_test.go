@@ -3,6 +3,7 @@ package gpt
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,6 +87,40 @@ func goCorpus(t *testing.T) *data.Corpus {
 	t.Helper()
 	files, _ := filepath.Glob("*.go")
 	c, err := data.Load(context.Background(), files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// fixedCorpus is a corpus that no edit to the code changes: 64 KiB of
+// Go-like text drawn from a fixed seed (words, operators, indentation and
+// line breaks), for the checks whose tolerances are judged on one batch
+// (the whole step, the gradient's derivative), so that their outcome
+// depends on the code alone and not on goCorpus's files of the day.
+func fixedCorpus(t *testing.T) *data.Corpus {
+	t.Helper()
+	words := strings.Fields(`func return if else for range err nil := = == != ( ) { } [ ] , . ; + - * / < > & |
+		package import type struct interface map chan go defer switch case default break continue var const
+		int string byte float32 uint64 len cap append make new copy ctx t b c n i j k v x y buf out in
+		"fmt" "errors" Errorf Sprintf New Close Read Write Run Step Model Buffer Shape Op Call 0 1 2 64 1024`)
+	rng := rand.New(rand.NewPCG(2026, 11))
+	var b strings.Builder
+	for b.Len() < 64<<10 {
+		b.WriteString(strings.Repeat("\t", rng.IntN(3)))
+		for n := 2 + rng.IntN(8); n > 0; n-- {
+			b.WriteString(words[rng.IntN(len(words))])
+			if n > 1 {
+				b.WriteByte(' ')
+			}
+		}
+		b.WriteByte('\n')
+	}
+	path := filepath.Join(t.TempDir(), "fixed.go.txt")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := data.Load(context.Background(), []string{path})
 	if err != nil {
 		t.Fatal(err)
 	}
