@@ -227,26 +227,22 @@ func OpenParallel(ctx context.Context, o ParallelOptions) (_ *Parallel, err erro
 	// the host.
 	host := matches[0]["backend"] == "cpu" && world > 1
 	par.Replicas = make([]*Replica, local)
-	errs := make([]error, local)
-	var wg sync.WaitGroup
-	for i := 0; i < local; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rep := &Replica{}
-			par.Replicas[i] = rep
-			if host {
-				rep.Group = collective.NewHostGroup(par.peers[i], par.devs[i])
-			} else if rep.Group, errs[i] = collective.NewDeviceGroup(startCtx, par.peers[i], par.devs[i]); errs[i] != nil {
-				return
-			}
-			if errs[i] = rep.alloc(ctx, par.devs[i], o, world); errs[i] != nil {
-				par.peers[i].Abort(errs[i])
-			}
-		}()
-	}
-	wg.Wait()
-	if err := firstError(errs); err != nil {
+	err = eachRank(local, func(i int) error {
+		rep := &Replica{}
+		par.Replicas[i] = rep
+		var err error
+		if host {
+			rep.Group = collective.NewHostGroup(par.peers[i], par.devs[i])
+		} else if rep.Group, err = collective.NewDeviceGroup(startCtx, par.peers[i], par.devs[i]); err != nil {
+			return err
+		}
+		if err := rep.alloc(ctx, par.devs[i], o, world); err != nil {
+			par.peers[i].Abort(err)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return par, nil
@@ -531,19 +527,14 @@ func (rep *Replica) agreedNorm(normBytes, raw []byte) (float64, int32, error) {
 // deadline of its own (rank 0's last evaluation may be long): a rank that
 // dies or stops is an error naming it as soon as its heartbeats stop.
 func (p *Parallel) Finish(ctx context.Context) error {
-	errs := make([]error, len(p.peers))
-	var wg sync.WaitGroup
-	for i, peer := range p.peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, errs[i] = peer.AllGather(ctx, []byte{1}); errs[i] != nil {
-				peer.Abort(errs[i])
-			}
-		}()
-	}
-	wg.Wait()
-	if err := firstError(errs); err != nil {
+	err := eachRank(len(p.peers), func(i int) error {
+		_, err := p.peers[i].AllGather(ctx, []byte{1})
+		if err != nil {
+			p.peers[i].Abort(err)
+		}
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("gpt: waiting for every rank to finish: %w", err)
 	}
 	return nil
@@ -587,23 +578,17 @@ func (tr *Trainer) stepParallel(ctx context.Context) (StepResult, error) {
 	in, tg := tr.Batch(tr.State.Step)
 	results := make([]StepResult, len(p.Replicas))
 	states := make([]State, len(p.Replicas))
-	errs := make([]error, len(p.Replicas))
-	var wg sync.WaitGroup
-	for i, rep := range p.Replicas {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			states[i] = tr.State
-			k := rep.Model.K
-			r := rep.Rank()
-			results[i], errs[i] = rep.step(ctx, tr.Hyper, &states[i], in[r*k:(r+1)*k], tg[r*k:(r+1)*k], p.timeout)
-			if errs[i] != nil {
-				rep.Group.Peer().Abort(errs[i])
-			}
-		}()
-	}
-	wg.Wait()
-	if err := firstError(errs); err != nil {
+	err := eachRank(len(p.Replicas), func(i int) error {
+		rep := p.Replicas[i]
+		states[i] = tr.State
+		k, r := rep.Model.K, rep.Rank()
+		var err error
+		if results[i], err = rep.step(ctx, tr.Hyper, &states[i], in[r*k:(r+1)*k], tg[r*k:(r+1)*k], p.timeout); err != nil {
+			rep.Group.Peer().Abort(err)
+		}
+		return err
+	})
+	if err != nil {
 		return StepResult{}, err
 	}
 	for i := range results {
@@ -615,6 +600,22 @@ func (tr *Trainer) stepParallel(ctx context.Context) (StepResult, error) {
 	}
 	tr.State = states[0]
 	return results[0], nil
+}
+
+// eachRank runs fn(i) for this process's ranks i < n at once and returns
+// firstError of their errors.
+func eachRank(n int, fn func(i int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(i)
+		}()
+	}
+	wg.Wait()
+	return firstError(errs)
 }
 
 // firstError is the error to report of the ranks' errors: the first, in
@@ -639,42 +640,33 @@ func firstError(errs []error) error {
 // agree checks, after the parameters are set, that every rank holds the
 // same ones: a SHA-256 of each rank's masters and moments, gathered.
 func (p *Parallel) agree(ctx context.Context) error {
-	errs := make([]error, len(p.Replicas))
-	var wg sync.WaitGroup
-	for i, rep := range p.Replicas {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			master, m1, m2, err := rep.Model.Params(ctx)
-			if err != nil {
-				errs[i] = err
-				rep.Group.Peer().Abort(err)
-				return
-			}
-			h := sha256.New()
-			buf := make([]byte, 0, 4<<20)
-			for _, a := range [][]float32{master, m1, m2} {
-				for _, x := range a {
-					if buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x)); len(buf) == cap(buf) {
-						h.Write(buf)
-						buf = buf[:0]
-					}
+	return eachRank(len(p.Replicas), func(i int) error {
+		rep := p.Replicas[i]
+		master, m1, m2, err := rep.Model.Params(ctx)
+		if err != nil {
+			rep.Group.Peer().Abort(err)
+			return err
+		}
+		h := sha256.New()
+		buf := make([]byte, 0, 4<<20)
+		for _, a := range [][]float32{master, m1, m2} {
+			for _, x := range a {
+				if buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x)); len(buf) == cap(buf) {
+					h.Write(buf)
+					buf = buf[:0]
 				}
 			}
-			h.Write(buf)
-			sums, err := rep.Group.Peer().AllGather(ctx, h.Sum(nil))
-			if err != nil {
-				errs[i] = err
-				return
+		}
+		h.Write(buf)
+		sums, err := rep.Group.Peer().AllGather(ctx, h.Sum(nil))
+		if err != nil {
+			return err
+		}
+		for r, s := range sums {
+			if string(s) != string(sums[0]) {
+				return fmt.Errorf("gpt: rank %d starts from other parameters than rank 0 (SHA-256 %x, rank 0's %x): every rank must load the same checkpoint", r, s[:8], sums[0][:8])
 			}
-			for r, s := range sums {
-				if string(s) != string(sums[0]) {
-					errs[i] = fmt.Errorf("gpt: rank %d starts from other parameters than rank 0 (SHA-256 %x, rank 0's %x): every rank must load the same checkpoint", r, s[:8], sums[0][:8])
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return firstError(errs)
+		}
+		return nil
+	})
 }
