@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/vkern/vkern/toolchain"
 )
 
 const (
@@ -342,18 +342,13 @@ func runCompiler(ctx context.Context, dir string, argv []string) (output []byte,
 		return nil, 0, fmt.Errorf("a temporary folder for the compiler: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	cmd := exec.CommandContext(bctx, argv[0], argv[1:]...)
+	cmd := toolchain.GroupCommand(bctx, argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
 	cmd.WaitDelay = buildWaitDelay
-	// The compiler runs in its own process group and a cancelled build kills
-	// the whole group: killing the g++ driver alone would leave cc1plus, as
-	// and ld running, holding the output pipe open.
-	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return unix.Kill(-cmd.Process.Pid, unix.SIGKILL) }
 	start := time.Now()
 	err = cmd.Run()
 	seconds = time.Since(start).Seconds()

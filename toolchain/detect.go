@@ -258,13 +258,22 @@ func compiles(ctx context.Context, invoke string, flags []string, link bool) (ok
 
 // probeCommand is the one place probes are set up: the C locale so that the
 // version text, and with it the fingerprint, does not depend on the user's
-// language; a process group of its own, all of which a cancelled probe
-// kills (the compiler driver alone would leave cc1plus running); and a
-// WaitDelay so a stray grandchild cannot hold a probe open.
+// language; a process group killed whole when it is cancelled
+// (GroupCommand); and a WaitDelay so a stray grandchild cannot hold a
+// probe open.
 func probeCommand(ctx context.Context, invoke string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, invoke, args...)
+	cmd := GroupCommand(ctx, invoke, args...)
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	cmd.WaitDelay = waitDelay
+	return cmd
+}
+
+// GroupCommand is exec.CommandContext for a compiler (or a probe of one):
+// it runs in a process group of its own, and when ctx ends the whole group
+// is killed, since killing the driver alone (g++, nvcc) would leave its
+// children (cc1plus, as, ld) running and holding the output pipes open.
+func GroupCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	return cmd
