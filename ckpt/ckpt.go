@@ -248,9 +248,6 @@ func Save(ctx context.Context, dir string, c *Checkpoint) error {
 // if they are missing, as Save would.
 func CheckTarget(dir string) error {
 	dir = filepath.Clean(dir)
-	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
-		return fmt.Errorf("ckpt: %s is a file; a checkpoint is a folder: name a folder", dir)
-	}
 	if err := checkTarget(dir); err != nil {
 		return err
 	}
@@ -265,8 +262,12 @@ func CheckTarget(dir string) error {
 	return os.Remove(probe)
 }
 
-// checkTarget refuses a dir that holds files but is not a checkpoint.
+// checkTarget refuses a dir that is a file, or holds files but is not a
+// checkpoint.
 func checkTarget(dir string) error {
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return fmt.Errorf("ckpt: %s is a file; a checkpoint is a folder: name a folder", dir)
+	}
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

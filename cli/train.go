@@ -300,6 +300,12 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return code
 }
 
+// holdsRun reports whether dir holds a saved run (its train_state.json).
+func holdsRun(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, ckpt.StateFile))
+	return err == nil
+}
+
 // sameFolder reports whether a and b name one folder (however written:
 // relative, absolute, through a link).
 func sameFolder(a, b string) bool {
@@ -458,10 +464,10 @@ func planRun(f *trainFlags) (*runSetup, error) {
 		if !f.set["steps"] {
 			s.steps = r.Hyper.Steps
 		}
-		if s.steps < r.State.Step && f.set["steps"] {
-			return nil, fmt.Errorf("--steps %d: the run in %s is at step %d already; --steps is the run's total", s.steps, f.resume, r.State.Step)
-		}
 		if s.steps < r.State.Step {
+			if f.set["steps"] {
+				return nil, fmt.Errorf("--steps %d: the run in %s is at step %d already; --steps is the run's total", s.steps, f.resume, r.State.Step)
+			}
 			return nil, fmt.Errorf("the run in %s is at step %d, past its schedule's %d steps; give --steps N, the new total (above %d), to train it on", f.resume, r.State.Step, s.steps, r.State.Step)
 		}
 		if f.set["lr-steps"] {
@@ -469,7 +475,7 @@ func planRun(f *trainFlags) (*runSetup, error) {
 		}
 		s.out = f.resume
 		if f.out != "" && !sameFolder(f.out, f.resume) {
-			if _, err := os.Stat(filepath.Join(f.out, "train_state.json")); err == nil {
+			if holdsRun(f.out) {
 				return nil, fmt.Errorf("--out %s holds another run, which saving this one would replace; resume into %s itself or a new folder", f.out, f.resume)
 			}
 			s.out = f.out
@@ -503,7 +509,7 @@ func planRun(f *trainFlags) (*runSetup, error) {
 		if s.out == "" {
 			s.out = filepath.Join("runs", cfg.Name+"-"+time.Now().Format("20060102-150405"))
 		}
-		if _, err := os.Stat(filepath.Join(s.out, "train_state.json")); err == nil {
+		if holdsRun(s.out) {
 			return nil, fmt.Errorf("--out %s holds a run already; continue it with --resume %s, or name another --out", s.out, s.out)
 		}
 	}
@@ -639,19 +645,19 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 		elapsed := time.Since(started)
 		n := tr.State.Step - first
 		rec.TokensPerSecond = tokensPerStep * float64(n) / elapsed.Seconds()
-		rec.MsPerStep = float64(elapsed.Microseconds()) / 1000 / float64(n)
+		rec.MsPerStep = ms(elapsed) / float64(n)
 		fmt.Fprintf(stdout, "vkern train: %d steps in %s: %.0f tokens/s, %.1f ms/step; final loss %.4f, validation loss %s\n",
 			n, elapsed.Round(time.Millisecond), rec.TokensPerSecond, rec.MsPerStep, rec.Steps[len(rec.Steps)-1].Loss, fmtLoss(lastVal))
 		// The run's figure counts evaluations, saves and the first step (the
 		// kernels' loading, NCCL's connections); the median step after the
 		// first is the training rate.
 		if len(rec.Steps) > 1 {
-			ms := make([]float64, 0, len(rec.Steps)-1)
+			after := make([]float64, 0, len(rec.Steps)-1)
 			for _, r := range rec.Steps[1:] {
-				ms = append(ms, r.Ms)
+				after = append(after, r.Ms)
 			}
-			slices.Sort(ms)
-			rec.MedianStepMs = ms[len(ms)/2]
+			slices.Sort(after)
+			rec.MedianStepMs = after[len(after)/2]
 			if rec.MedianStepMs > 0 {
 				rec.MedianTokensPerSecond = tokensPerStep / (rec.MedianStepMs / 1000)
 			}
