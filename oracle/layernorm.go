@@ -311,18 +311,23 @@ func LayerNormGradRows(ctx context.Context, dys, xs, ws, rs []uint16, means, rst
 // the bound of a sum of R + 1 such terms in any order. The oracle's own
 // float64 sum errs by γ₆₄(R) of the magnitudes, counted twice.
 func columnSums(ref *Reference, s0 []float32, rows, cols int) *Reference {
-	out := &Reference{Value: make([]float64, cols), Bound: make([]float64, cols)}
-	for j := 0; j < cols; j++ {
-		sum, mag := float64(s0[j]), math.Abs(float64(s0[j]))
-		var errs float64
-		for r := 0; r < rows; r++ {
+	// Row by row, as ref is laid out: the sum, the magnitudes and the
+	// errors of every column at once.
+	sum, mag, errs := make([]float64, cols), make([]float64, cols), make([]float64, cols)
+	for j, v := range s0 {
+		sum[j], mag[j] = float64(v), math.Abs(float64(v))
+	}
+	for r := 0; r < rows; r++ {
+		for j := range cols {
 			v, e := ref.Value[r*cols+j], ref.Bound[r*cols+j]
-			sum += v
-			mag += math.Abs(v) + e
-			errs += e
+			sum[j] += v
+			mag[j] += math.Abs(v) + e
+			errs[j] += e
 		}
-		out.Value[j] = sum
-		out.Bound[j] = finiteBound(sum, errs+Gamma(int64(rows), u24)*mag+2*Gamma(int64(rows), U64)*mag)
+	}
+	out := &Reference{Value: sum, Bound: make([]float64, cols)}
+	for j := range cols {
+		out.Bound[j] = finiteBound(sum[j], errs[j]+Gamma(int64(rows), u24)*mag[j]+2*Gamma(int64(rows), U64)*mag[j])
 	}
 	return out
 }
