@@ -24,7 +24,7 @@ type program struct {
 type executor func(context.Context, *program) error
 
 // run sends p as one batch, its calls checked against their contracts on
-// its first run only: a program that is reused (gradientsFor) costs the
+// its first run only: a program that is reused (reused.get) costs the
 // host its encoding alone on the next.
 func (m *Model) run(ctx context.Context, p *program) error {
 	if p.batch == nil {
@@ -211,11 +211,11 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int), em
 		p.add(op.BiasGrad, dims(M, 3*C), nil, bk.dqkv, g[bl.attnB])
 		// ln_1's likewise, the sums going to the block below's MLP c_proj
 		// bias (none below block 0: the embeddings).
+		set, below := withResidual, (*vkern.Buffer)(nil)
 		if l > 0 {
-			p.add(op.LayerNormGrad, dims(M, C), withResidualSum, bk.dh, a.x, w[bl.ln1w], a.mean1, a.rstd1, bk.dres, bk.dres, g[bl.ln1w], g[bl.ln1b], g[m.lay.blocks[l-1].mlpB])
-		} else {
-			p.add(op.LayerNormGrad, dims(M, C), withResidual, bk.dh, a.x, w[bl.ln1w], a.mean1, a.rstd1, bk.dres, bk.dres, g[bl.ln1w], g[bl.ln1b], nil)
+			set, below = withResidualSum, g[m.lay.blocks[l-1].mlpB]
 		}
+		p.add(op.LayerNormGrad, dims(M, C), set, bk.dh, a.x, w[bl.ln1w], a.mean1, a.rstd1, bk.dres, bk.dres, g[bl.ln1w], g[bl.ln1b], below)
 		done(p, l)
 	}
 	if embed != nil {
@@ -228,9 +228,10 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int), em
 }
 
 // gradients is a training step's first program: clear the gradient
-// accumulators the first micro-batch does not overwrite, the forward, loss and backward of every micro-batch (the
-// gradient scaled by lossScale/K, so the K sum to the mean's), and the
-// squared norm and non-finite count of the summed gradients.
+// accumulators the first micro-batch does not overwrite, the forward, loss
+// and backward of every micro-batch (the gradient scaled by lossScale/K,
+// so the K sum to the mean's), and the squared norm and non-finite count
+// of the summed gradients.
 func (m *Model) gradients(lossScale float64) program {
 	p := m.backwardProgram(lossScale/float64(m.K), nil, nil)
 	m.norm(&p)
