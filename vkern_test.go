@@ -574,7 +574,8 @@ func checkLayerNormGradInPlace(t *testing.T, d *Device) {
 		t.Fatal(err)
 	}
 	// run gives each operand a buffer holding its input (outputs poisoned),
-	// dx r's own when inPlace, and returns dx, dw and db.
+	// dx r's own when inPlace, and returns what the call writes (dx, dw, db
+	// and dxs).
 	run := func(inPlace bool) [][]byte {
 		bufs := make([]*Buffer, len(o.Operands))
 		for i, data := range kerneltest.CallBuffers(o, s, inputs) {

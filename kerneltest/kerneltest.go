@@ -205,11 +205,12 @@ func crossEntropyBuffers(s op.Shape, labels []int32) [][]byte {
 }
 
 // layerNormGradChecks: two calls on the same inputs give the same bits, at
-// a shape where each block of a GPU kernel sums many rows' dw and db, so
-// that an accumulation whose order changes from run to run (atomics) shows.
+// a shape where each block of a GPU kernel sums many rows' dw, db and dxs,
+// so that an accumulation whose order changes from run to run (atomics)
+// shows.
 func layerNormGradChecks(t *testing.T, dev verify.Device) {
 	o := op.LayerNormGrad
-	s, err := o.ParseShape("3000x768")
+	s, err := o.ParseShape("3000x768:dx_sum=1")
 	if err != nil {
 		t.Fatal(err)
 	}
