@@ -583,6 +583,9 @@ func checkLayerNormGradInPlace(t *testing.T, d *Device) {
 				bufs[i] = bufs[i-1]
 				continue
 			}
+			if len(data) == 0 {
+				continue // an operand empty at this shape takes no buffer
+			}
 			b, err := d.Alloc(ctx, int64(len(data)))
 			if err != nil {
 				t.Fatal(err)
