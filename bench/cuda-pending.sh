@@ -5,16 +5,21 @@
 # returns what ran:
 #   verify    vkern verify --backend cuda of the changed ops at their default
 #             shapes (layernorm_grad with its residual, linear_grad_w with
-#             accumulate 0, attention_grad both ways), and at the gpt2
-#             shapes the step now runs
+#             accumulate 0, attention_grad both ways)
+#   verify-gpt2  layernorm_grad at the gpt2 shape the step runs
+#   verify-head  linear_grad_w at the lm_head's shape (about 190 s)
 #   step      the whole-step check on cuda (gpt's TestAStepOnCUDA…): the
 #             in-place layernorm_grad, the overwriting linear_grad_w and
 #             the two fills against the float64 model
-#   gpt2      vkern train --model gpt2 --batch 16, 30 steps each: as built,
+#   bench     bench/cuda-train-bench.sh for gpt2 (PyTorch eager and
+#             torch.compile, then vkern bench --suite train against them)
+#   gpt2      vkern train --model gpt2 --batch 16, 30 steps each on
+#             bin/corpus.txt (any text; made from the Go sources here): as built,
 #             with $VKERN_ATTENTION_DQ=stored (attention variant 5) and with
 #             $VKERN_SPIN_US=1000 (both sides spin 1 ms before sleeping);
 #             the median step and its phases, as ratios to the first run
-#   defects   the planted CUDA defects of layernorm and attention
+#   defects   the planted CUDA defects of layernorm and attention (or
+#             those whose names match $DEFECTS)
 # Here, first:
 #   CGO_ENABLED=0 go build -o bin/vkern ./cmd/vkern
 #   CGO_ENABLED=0 go test -c -o bin/vkern.test .
@@ -26,7 +31,7 @@ out=${OUT:-/tmp/vkern-out}
 mkdir -p "$out"
 export VKERN_CACHE=${VKERN_CACHE:-$PWD/.vkcache}
 vk=$PWD/bin/vkern
-parts=${*:-verify step gpt2 defects}
+parts=${*:-verify verify-gpt2 verify-head bench step gpt2 defects}
 budget=${BUDGET:-560}
 start=$(date +%s)
 status=0
@@ -46,7 +51,7 @@ room() {
 run() {
   local name=$1
   shift
-  if "$@" > "$out/$name.txt" 2>&1; then
+  if timeout $(( budget - $(elapsed) )) "$@" > "$out/$name.txt" 2>&1; then
     table+=("$name: ok")
   else
     status=1
@@ -65,8 +70,21 @@ if wants verify && room 120 verify; then
   step verify
   run verify-default "$vk" verify --backend cuda --op layernorm_grad,linear_grad_w,attention_grad
   run verify-dq-stored env VKERN_ATTENTION_DQ=stored "$vk" verify --backend cuda --op attention_grad
+fi
+if wants verify-gpt2 && room 60 verify-gpt2; then
+  step "verify at the gpt2 shapes"
   run verify-gpt2 "$vk" verify --backend cuda --op layernorm_grad --shape 16384x768:residual=1,dx_sum=1
+fi
+if wants verify-head && room 200 verify-head; then
+  step "verify the lm_head's weight gradient (about 190 s)"
   run verify-gpt2-head "$vk" verify --backend cuda --op linear_grad_w --shape 16384x768x50304:accumulate=0
+fi
+
+if wants bench && room 200 bench; then
+  step "gpt2 against PyTorch"
+  OUT=$out/bench timeout $(( budget - $(elapsed) )) env MODELS=gpt2 bash bench/cuda-train-bench.sh --steps 30 --warmup 10 \
+    > "$out/bench.txt" 2>&1 && table+=("bench: ok") || { status=1; table+=("bench: FAILED"); }
+  tail -4 "$out/bench.txt"
 fi
 
 if wants step && room 90 step; then
@@ -81,7 +99,7 @@ train() {
   local name=$1
   shift
   room 60 "gpt2-$name" || return 0
-  env "$@" "$vk" train --backend cuda --model gpt2 --batch 16 --steps 30 --eval-every 1000 --sample 0 \
+  timeout 120 env "$@" "$vk" train --backend cuda --model gpt2 --data bin/corpus.txt --batch 16 --steps 30 --eval-every 1000 --sample 0 \
     --out "$out/run-$name" --json "$out/gpt2-$name.json" > "$out/gpt2-$name.txt" 2>&1 ||
     { status=1; table+=("gpt2-$name: FAILED"); tail -5 "$out/gpt2-$name.txt"; return 0; }
   rm -rf "$out/run-$name"
@@ -106,7 +124,7 @@ fi
 
 if wants defects && room 200 defects; then
   step "planted CUDA defects: layernorm, attention"
-  run defects ./bin/vkern.test -test.run 'TestPlantedDefectsInTheCUDAKernelsAreIncorrect/(layernorm|attention)|TestCUDAAttentionGradFromStoredDS' -test.v
+  run defects ./bin/vkern.test -test.run "TestPlantedDefectsInTheCUDAKernelsAreIncorrect/(${DEFECTS:-layernorm|attention})|TestCUDAAttentionGradFromStoredDS" -test.v
 fi
 
 step table

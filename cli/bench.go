@@ -74,7 +74,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	runs := fs.Int("runs", 50, "")
 	quick := fs.Bool("quick", false, "")
 	list := fs.Bool("list", false, "")
-	var ops, shapes, models listFlag
+	var ops, models listFlag
+	var shapes shapeListFlag
 	fs.Var(&ops, "op", "")
 	fs.Var(&shapes, "shape", "")
 	fs.Var(&models, "model", "")

@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"unicode"
 
 	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/userop"
@@ -129,6 +130,43 @@ func (l *listFlag) Set(v string) error {
 		*l = append(*l, part)
 	}
 	return nil
+}
+
+// shapeListFlag is a listFlag of shapes, whose parameters are themselves
+// comma-separated ("64x768:residual=1,dx_sum=1"): a comma-separated part
+// of the form name=value, with no dimensions of its own, continues the
+// shape before it, so the form the help and the README show works as one
+// --shape value and in a list of them.
+type shapeListFlag []string
+
+func (l *shapeListFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *shapeListFlag) Set(v string) error {
+	var parts listFlag
+	if err := parts.Set(v); err != nil {
+		return err
+	}
+	for _, part := range parts {
+		name, _, isSetting := strings.Cut(part, "=")
+		if isSetting && isSettingName(name) && len(*l) > 0 {
+			(*l)[len(*l)-1] += "," + part
+			continue
+		}
+		*l = append(*l, part)
+	}
+	return nil
+}
+
+// isSettingName says whether s names a shape's setting (dx_sum, residual):
+// a letter or underscore, then letters, digits and underscores. A shape's
+// dimensions start with a digit.
+func isSettingName(s string) bool {
+	for i, r := range s {
+		if r != '_' && !unicode.IsLetter(r) && (i == 0 || !unicode.IsDigit(r)) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func sortedKeys(m map[string]string) []string {

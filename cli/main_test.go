@@ -106,6 +106,36 @@ func TestBenchListPrintsEachCaseWithItsAnchorName(t *testing.T) {
 	}
 }
 
+// TestAShapeWithSeveralSettingsIsOneShape: the form the help shows,
+// "16384x768:residual=1,dx_sum=1", is one --shape, alone or in a list
+// (the list's commas once cut it after its first setting).
+func TestAShapeWithSeveralSettingsIsOneShape(t *testing.T) {
+	t.Setenv("VKERN_CACHE", "/nonexistent/cache")
+	code, stdout, stderr := runCLI(t, "bench", "--suite", "ops", "--op", "layernorm_grad", "--list",
+		"--shape", "16384x768:residual=1,dx_sum=1", "--shape", "64x768,8x8:dx_sum=1,residual=0,3x3")
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	var shapes []string
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		fields := strings.Fields(line)
+		shapes = append(shapes, fields[len(fields)-1])
+	}
+	want := []string{"16384x768:residual=1,dx_sum=1", "64x768", "8x8:residual=0,dx_sum=1", "3x3"}
+	if len(shapes) != len(want) {
+		t.Fatalf("listed %q, want shapes %q", shapes, want)
+	}
+	for i := range want {
+		if shapes[i] != want[i] {
+			t.Errorf("case %d: shape %q, want %q (all: %q)", i, shapes[i], want[i], shapes)
+		}
+	}
+	var l shapeListFlag
+	if err := l.Set("dx_sum=1"); err != nil || len(l) != 1 {
+		t.Errorf("a lone setting: %q, %v; want it kept as a shape for the parser to refuse", l, err)
+	}
+}
+
 // TestAShapeThatCannotFitIsRefusedAtOnce fakes a 4 GiB machine: shapes
 // whose inputs alone would take it down are refused with exit 2, naming
 // the need and what is free, before anything is built or allocated.

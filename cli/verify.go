@@ -71,7 +71,8 @@ func verifyHelp() string {
 func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var ops, shapes, dists listFlag
+	var ops, dists listFlag
+	var shapes shapeListFlag
 	backend := fs.String("backend", "auto", "")
 	fs.Var(&ops, "op", "")
 	fs.Var(&shapes, "shape", "")
