@@ -18,8 +18,15 @@
 #             with $VKERN_ATTENTION_DQ=stored (attention variant 5) and with
 #             $VKERN_SPIN_US=1000 (both sides spin 1 ms before sleeping);
 #             the median step and its phases, as ratios to the first run
-#   defects   the planted CUDA defects of layernorm and attention (or
-#             those whose names match $DEFECTS)
+#   lngrad    layernorm_grad's variants 1 and 3 ($VKERN_LAYERNORM_GRAD_RPB
+#             8, 4, 2): the rows kernels' registers and spills (cuobjdump),
+#             vkern verify at the default and gpt2 shapes and vkern bench
+#             --suite ops against the copy floor (a copy of
+#             ../shared/bench/anchors.py at .anchors/anchors.py, carried)
+#             for each, then gpt2 steps at 8 and 4
+#   defects   the planted CUDA defects of layernorm and attention and the
+#             stored-dS attention test (or the defects whose names match
+#             $DEFECTS alone)
 # Here, first:
 #   CGO_ENABLED=0 go build -o bin/vkern ./cmd/vkern
 #   CGO_ENABLED=0 go test -c -o bin/vkern.test .
@@ -122,9 +129,47 @@ if wants gpt2; then
   train spin1ms VKERN_SPIN_US=1000
 fi
 
+if wants lngrad && room 150 lngrad; then
+  step "layernorm_grad: blocks of 8, 4 and 2 rows"
+  server=$(find "$VKERN_CACHE" -name server -type f | head -1)
+  cuobjdump --dump-resource-usage "$server" > "$out/resources.txt" 2>&1
+  # One line per layernorm_grad rows kernel: its template arguments
+  # (T, RPB, E, VW, kSum) and its registers, stack and local memory.
+  python3 - "$out/resources.txt" > "$out/lngrad-resources.txt" <<'EOF2'
+import re, sys
+name = None
+for line in open(sys.argv[1]):
+    m = re.search(r"Function (\S*layernorm_grad_rows\S*):", line)
+    if m:
+        name = m.group(1)
+        continue
+    if name and "REG:" in line:
+        args = re.findall(r"Li(\d+)E|Lb(\d)E", name)
+        print("T,RPB,E,VW,kSum =", ",".join(a or b for a, b in args),
+              " ".join(f for f in line.split() if f.split(":")[0] in ("REG", "STACK", "LOCAL", "SHARED")))
+        name = None
+EOF2
+  cat "$out/lngrad-resources.txt"
+  python3 .anchors/anchors.py > "$out/lngrad-anchors.jsonl" 2> "$out/lngrad-anchors.stderr" || echo "anchors.py failed"
+  for rpb in 8 4 2; do
+    run lngrad-verify-$rpb env VKERN_LAYERNORM_GRAD_RPB=$rpb "$vk" verify --backend cuda --op layernorm_grad
+    run lngrad-verify-gpt2-$rpb env VKERN_LAYERNORM_GRAD_RPB=$rpb "$vk" verify --backend cuda --op layernorm_grad \
+      --shape 16384x768:residual=1,dx_sum=1
+    VKERN_LAYERNORM_GRAD_RPB=$rpb timeout 120 "$vk" bench --suite ops --backend cuda --op layernorm_grad \
+      --anchors "$out/lngrad-anchors.jsonl" --json "$out/lngrad-bench-$rpb.json" > "$out/lngrad-bench-$rpb.txt" 2>&1 ||
+      { status=1; table+=("lngrad-bench-$rpb: FAILED"); }
+    sed "s/^/rpb $rpb: /" "$out/lngrad-bench-$rpb.txt" | grep -E "layernorm_grad" | tee -a "$out/lngrad-table.txt"
+  done
+  : > "$out/gpt2-table.txt"
+  train lngrad8 VKERN_LAYERNORM_GRAD_RPB=8
+  train lngrad4 VKERN_LAYERNORM_GRAD_RPB=4
+fi
+
 if wants defects && room 200 defects; then
   step "planted CUDA defects: layernorm, attention"
-  run defects ./bin/vkern.test -test.run "TestPlantedDefectsInTheCUDAKernelsAreIncorrect/(${DEFECTS:-layernorm|attention})|TestCUDAAttentionGradFromStoredDS" -test.v
+  tests="TestPlantedDefectsInTheCUDAKernelsAreIncorrect/(${DEFECTS:-layernorm|attention})"
+  [ -z "${DEFECTS:-}" ] && tests+="|TestCUDAAttentionGradFromStoredDS"
+  run defects ./bin/vkern.test -test.run "$tests" -test.v
 fi
 
 step table

@@ -24,6 +24,7 @@
 //   read once per thread, not once per row.
 // - layernorm: as many blocks as rows need (grid-stride beyond 2³⁰).
 // - layernorm_grad: P = min(rows' worth, 2 per SM) blocks walk the rows
+//   (variant 3: blocks of 4 or 2 rows, as many per SM as fit)
 //   grid-stride; each thread adds dy·x̂ and dy of its columns over the rows
 //   it sees in registers (and dx, with dx_sum), the warps of a block
 //   combine theirs in shared memory in warp order, and the block writes one
@@ -70,13 +71,21 @@
 //      occupancy, the partials finished by the last blocks to arrive in two
 //      levels of teams of 16: 57.4 µs, 0.439 (f047ce9, in a later run whose
 //      copy rate was the same, 3.00 TB/s). Slower; reverted, in git history.
+//   3. variant 1 with blocks of 4 or 2 rows ($VKERN_LAYERNORM_GRAD_RPB) and
+//      as many blocks as the reported occupancy holds: a thread's
+//      accumulators (3·E = 72 floats at C = 768 with dx_sum) and four
+//      slices (48 registers) come to over 128 registers by count, which
+//      would leave one block of 8 warps a multiprocessor where blocks of 4
+//      warps let 3 fit. Not yet measured.
 //
 // Scratch: layernorm_grad's partials, 8·C bytes per block, 12·C with
-// dx_sum (P <= 2 per SM, or up to 64 strips, and with dx_sum 64 blocks'
+// dx_sum (P <= 2 per SM, or as many as the occupancy allows for variant 3,
+// or up to 64 strips, and with dx_sum 64 blocks'
 // sums, on the long-row path), grown with cudaFree + cudaMalloc
 // (ScratchBuffer), cudaErrorMemoryAllocation when it cannot be had.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "core/backend.h"
 #include "cuda/compat.h"
@@ -203,9 +212,13 @@ __global__ void __launch_bounds__(T* RPB)
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
        r += static_cast<int64_t>(gridDim.x) * RPB) {
     const float m = VK_LDG(mean + r), s = VK_LDG(rstd + r);
-    Slice dy, x;
+    Slice dy, x, res;
     dy.load(dY + r * C, C, t, 0u);
     x.load(X + r * C, C, t, 0u);
+    // The residual is read with dy and x, so that its latency overlaps
+    // theirs rather than following the row's sums (each thread reads only
+    // the elements it later writes, so Res may be dX).
+    if (Res != nullptr) res.load(Res + r * C, C, t, 0u);
     float a = 0.0f, c = 0.0f;
 #pragma unroll
     for (int i = 0; i < E; ++i) {
@@ -219,8 +232,6 @@ __global__ void __launch_bounds__(T* RPB)
     }
     a = row_sum<T>(a, red) / n;
     c = row_sum<T>(c, red) / n;
-    Slice res;
-    if (Res != nullptr) res.load(Res + r * C, C, t, 0u);
     auto dx = [&](int i) {
       const float xh = (element(x.w, i) - m) * s;
       const float v = (element(w.w, i) * element(dy.w, i) - a - xh * c) * s;
@@ -436,15 +447,33 @@ cudaError_t launch_rows(const Backward& a, int64_t P, float* partials) {
   return cudaGetLastError();
 }
 
+// blocks_per_sm is how many blocks of the rows kernel a multiprocessor
+// holds at once: kGradBlocksPerSM for variant 1 (8 rows a block), the
+// reported occupancy for the smaller blocks of variant 3.
+template <int T, int RPB, int E, int VW, bool kSum>
+cudaError_t blocks_per_sm(int* count) {
+  if (RPB == kWarpRows || T != 32) {
+    *count = kGradBlocksPerSM;
+    return cudaSuccess;
+  }
+  const cudaError_t err =
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(count, layernorm_grad_rows<T, RPB, E, VW, kSum>, T * RPB, 0);
+  *count = std::max(1, *count);
+  return err;
+}
+
 template <int T, int RPB, int E, int VW>
 cudaError_t launch_backward(const Backward& a) {
-  int sms = 0;
+  int sms = 0, per_sm = 0;
   cudaError_t err = multiprocessors(&sms);
+  if (err == cudaSuccess) {
+    err = a.dxs != nullptr ? blocks_per_sm<T, RPB, E, VW, true>(&per_sm) : blocks_per_sm<T, RPB, E, VW, false>(&per_sm);
+  }
   if (err != cudaSuccess) return err;
   // Each block has a fixed share of the rows: leave the multiprocessors of
   // running collectives free (occupancy.h).
   sms = std::max(1, sms - vkern_occupancy::g_lent_multiprocessors);
-  const int64_t P = std::min(ceil_div(a.R, RPB), static_cast<int64_t>(kGradBlocksPerSM) * sms);
+  const int64_t P = std::min(ceil_div(a.R, RPB), static_cast<int64_t>(per_sm) * sms);
   const int64_t K = a.dxs != nullptr ? 3 : 2;
   float* partials = nullptr;
   err = partials_scratch(static_cast<size_t>(P * K * a.C) * sizeof(float), &partials);
@@ -478,12 +507,36 @@ cudaError_t backward_long(const Backward& a) {
   return reduce_params(a, sums, sum_blocks, a.C, ParamOutputs{{a.dxs, nullptr, nullptr}, 1});
 }
 
+// grad_rows_per_block is the rows a block of layernorm_grad's warp-per-row
+// path takes: $VKERN_LAYERNORM_GRAD_RPB = 8 (variant 1, the default) or 4
+// or 2 (variant 3), read once.
+int grad_rows_per_block() {
+  static const int rows = [] {
+    const char* v = std::getenv("VKERN_LAYERNORM_GRAD_RPB");
+    const int n = v != nullptr ? std::atoi(v) : kWarpRows;
+    return n == 2 || n == 4 ? n : kWarpRows;
+  }();
+  return rows;
+}
+
+template <int E, int VW>
+cudaError_t warp_rows_backward(const Backward& a) {
+  switch (grad_rows_per_block()) {
+    case 2:
+      return launch_backward<32, 2, E, VW>(a);
+    case 4:
+      return launch_backward<32, 4, E, VW>(a);
+    default:
+      return launch_backward<32, kWarpRows, E, VW>(a);
+  }
+}
+
 template <int VW>
 cudaError_t backward_with(const Backward& a) {
-  if (a.C <= 256) return launch_backward<32, kWarpRows, 8, VW>(a);
-  if (a.C <= 512) return launch_backward<32, kWarpRows, 16, VW>(a);
-  if (a.C <= 768) return launch_backward<32, kWarpRows, 24, VW>(a);
-  if (a.C <= 1024) return launch_backward<32, kWarpRows, 32, VW>(a);
+  if (a.C <= 256) return warp_rows_backward<8, VW>(a);
+  if (a.C <= 512) return warp_rows_backward<16, VW>(a);
+  if (a.C <= 768) return warp_rows_backward<24, VW>(a);
+  if (a.C <= 1024) return warp_rows_backward<32, VW>(a);
   if (a.C <= 2048) return launch_backward<128, 1, 16, VW>(a);
   if (a.C <= 4096) return launch_backward<256, 1, 16, VW>(a);
   if (a.C <= 8192) return launch_backward<512, 1, 16, VW>(a);
