@@ -13,7 +13,8 @@
 //                   their rounding to f16
 //
 // Launch shapes:
-// - Rows of C <= 1,024: one warp a row, 8 rows a block of 256 threads; each
+// - Rows of C <= 1,024: one warp a row, 8 rows a block of 256 threads (4
+//   rows, 128 threads, for layernorm_grad's rows kernel); each
 //   thread holds E <= 32 elements of the row in registers as f16 pairs
 //   (rows.cuh's RowSlice), read once with 16-byte loads where the row allows,
 //   and the row's sums are warp shuffles. Longer rows up to 16,384
@@ -23,10 +24,11 @@
 //   coalesced, and it holds the same columns in every row, so w and b are
 //   read once per thread, not once per row.
 // - layernorm: as many blocks as rows need (grid-stride beyond 2³⁰).
-// - layernorm_grad: P = min(rows' worth, 2 per SM) blocks walk the rows
-//   (variant 3: blocks of 4 or 2 rows, as many per SM as fit)
-//   grid-stride; each thread adds dy·x̂ and dy of its columns over the rows
-//   it sees in registers (and dx, with dx_sum), the warps of a block
+// - layernorm_grad: P blocks, as many as fit at once (the reported
+//   occupancy; blocks of 8 warps would leave room for one a
+//   multiprocessor, variant 3 below), walk the rows grid-stride; each
+//   thread adds dy·x̂ and dy of its columns over the rows it sees in
+//   registers (and dx, with dx_sum), the warps of a block
 //   combine theirs in shared memory in warp order, and the block writes one
 //   row of partials (P × 2C floats of scratch, 3C with dx_sum). A second
 //   kernel adds each column's P partials, in a fixed order, into dw and db
@@ -65,18 +67,22 @@
 // Variants (layernorm_grad at 16384×768 on an H100, `vkern bench --suite
 // ops`, the share of the copy floor measured in the same run):
 //   1. warp or block per row, registers, dw/db partials per block then a
-//      column reduction: 50.8 µs, 0.495 (at 51fc9cd). In use.
+//      column reduction: 50.8 µs, 0.495 (at 51fc9cd).
 //   2. one kernel: the next row prefetched while one is computed, launch
 //      bounds for 128 registers and the block count from the reported
 //      occupancy, the partials finished by the last blocks to arrive in two
 //      levels of teams of 16: 57.4 µs, 0.439 (f047ce9, in a later run whose
 //      copy rate was the same, 3.00 TB/s). Slower; reverted, in git history.
 //   3. variant 1 with blocks of 4 or 2 rows ($VKERN_LAYERNORM_GRAD_RPB) and
-//      as many blocks as the reported occupancy holds: a thread's
-//      accumulators (3·E = 72 floats at C = 768 with dx_sum) and four
-//      slices (48 registers) come to over 128 registers by count, which
-//      would leave one block of 8 warps a multiprocessor where blocks of 4
-//      warps let 3 fit. Not yet measured.
+//      as many blocks as the reported occupancy holds. At C = 768 with
+//      dx_sum a thread takes 162 registers (cuobjdump; 142 without), so a
+//      block of 8 warps leaves one block a multiprocessor, where blocks of
+//      4 warps let 3 fit. Blocks of 4 rows: 46.0 µs, 0.55 (16384×768:
+//      residual=1,dx_sum=1 as gpt2 runs it: 60.2 µs, 0.56), against
+//      variant 1's 70.4 µs, 0.36 (94.5 µs, 0.36) and blocks of 2 rows'
+//      47.5 µs, 0.53 (63.2 µs, 0.53), in one run on an H100 at 3.00 TB/s
+//      (at f46b6e1, with the residual read beside dy and x in all three,
+//      which costs variant 1 the 50.8 µs above). In use, with 4 rows.
 //
 // Scratch: layernorm_grad's partials, 8·C bytes per block, 12·C with
 // dx_sum (P <= 2 per SM, or as many as the occupancy allows for variant 3,
@@ -508,13 +514,13 @@ cudaError_t backward_long(const Backward& a) {
 }
 
 // grad_rows_per_block is the rows a block of layernorm_grad's warp-per-row
-// path takes: $VKERN_LAYERNORM_GRAD_RPB = 8 (variant 1, the default) or 4
-// or 2 (variant 3), read once.
+// path takes: $VKERN_LAYERNORM_GRAD_RPB = 4 (variant 3, the default), 2
+// (variant 3) or 8 (variant 1), read once.
 int grad_rows_per_block() {
   static const int rows = [] {
     const char* v = std::getenv("VKERN_LAYERNORM_GRAD_RPB");
-    const int n = v != nullptr ? std::atoi(v) : kWarpRows;
-    return n == 2 || n == 4 ? n : kWarpRows;
+    const int n = v != nullptr ? std::atoi(v) : 4;
+    return n == 2 || n == kWarpRows ? n : 4;
   }();
   return rows;
 }
@@ -524,10 +530,10 @@ cudaError_t warp_rows_backward(const Backward& a) {
   switch (grad_rows_per_block()) {
     case 2:
       return launch_backward<32, 2, E, VW>(a);
-    case 4:
-      return launch_backward<32, 4, E, VW>(a);
-    default:
+    case kWarpRows:
       return launch_backward<32, kWarpRows, E, VW>(a);
+    default:
+      return launch_backward<32, 4, E, VW>(a);
   }
 }
 
