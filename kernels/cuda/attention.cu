@@ -96,13 +96,16 @@
 //      0.396 at B = 8, 0.176 vs 0.111 at B = 1), and the gpt2 step 44.27
 //      ms against 42.80: the extra shared memory, barriers and f32 traffic
 //      cost more than the recomputed S and dP saved.
-//   5. (written 2026-11-26, not yet run on a GPU: off unless
-//      $VKERN_ATTENTION_DQ=stored) dq from stored dS: backward_dkdv_mma
-//      writes each pair's dS, scaled per query and rounded to f16 as
-//      backward_dq_mma rounds it, with its shifts (221 MB of scratch at
-//      16x1024x768x12), and backward_dq_stored sums dS·K in key-tile order:
-//      one product a pair instead of three, no exponentials, 2 × 214 MB
-//      more memory traffic; deterministic, as before.
+//   5. (off unless $VKERN_ATTENTION_DQ=stored) dq from stored dS:
+//      backward_dkdv_mma writes each pair's dS, scaled per query and
+//      rounded to f16 as backward_dq_mma rounds it, with its shifts (221 MB
+//      of scratch at 16x1024x768x12), and backward_dq_stored sums dS·K in
+//      key-tile order: one product a pair instead of three, no
+//      exponentials, 2 × 214 MB more memory traffic; deterministic, as
+//      before. Verified (30 of 30, its planted defects caught), but the
+//      gpt2 step took 42.39 ms against 41.65 with variant 3 (1.018×, one
+//      H100 call, 2026-11-27 at f575dca's kernels): the traffic costs more
+//      than the two products save.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -1122,8 +1125,8 @@ constexpr int64_t kStoredDSLimit = int64_t{1} << 30;
 // dq_from_stored_ds says whether attention_grad's dq comes from the dS tiles
 // backward_dkdv_mma stores (variant 5, attention.cu's list), or from S and
 // dP computed again: $VKERN_ATTENTION_DQ = "stored" or "recompute", read
-// once; recompute unless set, until a GPU run measures the variant. The lab
-// sets it directly.
+// once; recompute unless set (variant 5 measured slower in the step). The
+// lab sets it directly.
 #if defined(VKERN_ATTENTION_LAB)
 bool vk_attention_dq_stored = false;
 bool dq_from_stored_ds() { return vk_attention_dq_stored; }
