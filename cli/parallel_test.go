@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -34,7 +35,10 @@ func TestHelperRank(t *testing.T) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	os.Exit(run(context.Background(), list, os.Stdout, os.Stderr))
+	// As Main: an interrupt stops the run between steps, saved.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	os.Exit(run(ctx, list, os.Stdout, os.Stderr))
 }
 
 // smallCorpus writes this package's sources as one text file: a corpus
@@ -237,6 +241,63 @@ func TestARankKilledOrStoppedMidRunEndsTheOtherNamingIt(t *testing.T) {
 			}
 			t.Logf("rank 0 ended %v after rank 1 was %s", took.Round(time.Millisecond), tc.name)
 		})
+	}
+}
+
+// An interrupt of one process of a multi-process run (kill -INT of rank 1
+// alone) stops every rank before the same step: rank 0 saves the run at
+// that step, and both exit 130, rank 0 naming the rank interrupted. Before,
+// rank 1 stopped alone and rank 0 failed in its next step, unsaved.
+func TestAnInterruptOfOneRankStopsEveryRankSaved(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains nano in two processes")
+	}
+	corpus := smallCorpus(t)
+	out := filepath.Join(t.TempDir(), "run")
+	args := []string{"--data", corpus, "--batch", "2", "--steps", "100000", "--sample", "0", "--eval-every", "100000",
+		"--eval-windows", "2", "--save-every", "2", "--out", out, "--rank-timeout", "5s"}
+	port := freePort(t)
+	r0, out0 := rankProcess(t, 0, 2, port, args)
+	r1, out1 := rankProcess(t, 1, 2, port, args)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if _, err := os.Stat(filepath.Join(out, "train_state.json")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint after 3 minutes; rank 0 said:\n%s", out0)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := r1.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	code0, code1 := waitExit(r0, 30*time.Second), waitExit(r1, 30*time.Second)
+	if code0 != exitInterrupted || code1 != exitInterrupted {
+		t.Fatalf("exit %d and %d (-1: still running after 30 s), want %d from both; rank 0 said:\n%s\nrank 1 said:\n%s",
+			code0, code1, exitInterrupted, out0, out1)
+	}
+	var step int64
+	said := out0.String()
+	at := strings.Index(said, "vkern train: rank 1 of 2 was interrupted at step ")
+	if at < 0 {
+		t.Fatalf("rank 0 does not say rank 1 was interrupted:\n%s", said)
+	}
+	fmt.Sscanf(said[at+len("vkern train: rank 1 of 2 was interrupted at step "):], "%d", &step)
+	if !strings.Contains(out1.String(), fmt.Sprintf("vkern train: interrupted at step %d;", step)) {
+		t.Errorf("rank 1 did not stop at rank 0's step %d:\n%s", step, out1)
+	}
+	var run struct {
+		State struct {
+			Step int64 `json:"step"`
+		} `json:"state"`
+	}
+	b, err := os.ReadFile(filepath.Join(out, "train_state.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &run)
+	}
+	if err != nil || run.State.Step != step || step < 2 {
+		t.Errorf("the checkpoint is at step %d (%v), want the step both ranks stopped at, %d", run.State.Step, err, step)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,7 +91,8 @@ curve goes to DIR/loss.svg.
 
 Exit status: 0 done · 1 the run failed (the error says which step and call)
              2 usage error · 130 interrupted (once the model is set up,
-             the run is saved first)
+             the run is saved first; in a run of one process per GPU an
+             interrupt of any one stops every rank before the same step)
 `
 
 // modelDefaults are the CLI's defaults per model: enough steps to learn
@@ -526,6 +528,63 @@ func planRun(f *trainFlags) (*runSetup, error) {
 	return s, nil
 }
 
+// stopBetweenSteps stops the run before its next step when this process
+// was interrupted or, in a multi-process run, when any rank's was (every
+// rank decides alike: gpt.Parallel.Stopping): it saves (rank 0 writes),
+// waits for every rank to be past its save, and says why. stopped is
+// false when the run goes on; code is the exit status otherwise.
+func stopBetweenSteps(ctx, work context.Context, tr *gpt.Trainer, s *runSetup, save func() error, progress *progress,
+	stderr io.Writer) (stopped bool, code int) {
+	here := ctx.Err() != nil
+	var asked []int
+	if tr.Parallel != nil {
+		var err error
+		if asked, err = tr.Parallel.Stopping(work, here); err != nil {
+			progress.clear()
+			fmt.Fprintf(stderr, "vkern train: before step %d: %v\n", tr.State.Step, err)
+			return true, exitFailure
+		}
+		if len(asked) == 0 {
+			return false, 0
+		}
+	} else if !here {
+		return false, 0
+	}
+	progress.clear()
+	why := "interrupted"
+	if !here {
+		why = fmt.Sprintf("rank %s of %d was interrupted", joinInts(asked), tr.Ranks())
+		if len(asked) > 1 {
+			why = fmt.Sprintf("ranks %s of %d were interrupted", joinInts(asked), tr.Ranks())
+		}
+	}
+	if err := save(); err != nil {
+		fmt.Fprintf(stderr, "vkern train: %s at step %d, and saving failed: %v\n", why, tr.State.Step, err)
+		return true, exitFailure
+	}
+	if tr.Parallel != nil {
+		// No rank leaves before rank 0 has saved.
+		if err := tr.Parallel.Finish(work); err != nil {
+			fmt.Fprintf(stderr, "vkern train: %s at step %d: %v\n", why, tr.State.Step, err)
+			return true, exitFailure
+		}
+	}
+	fmt.Fprintf(stderr, "vkern train: %s at step %d; saved to %s; continue with --resume %s\n", why, tr.State.Step, s.out, s.out)
+	return true, exitInterrupted
+}
+
+// joinInts writes ranks as "1", "1 and 3" or "0, 1 and 3".
+func joinInts(ranks []int) string {
+	parts := make([]string, len(ranks))
+	for i, r := range ranks {
+		parts[i] = strconv.Itoa(r)
+	}
+	if len(parts) < 2 {
+		return strings.Join(parts, "")
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
+
 // trainLoop runs the steps, evaluations and saves, and finishes the run.
 func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer, rec *trainRecord, run func() gpt.Run,
 	progress *progress, stdout, stderr io.Writer) int {
@@ -557,14 +616,8 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 	var lastVal float64 = math.NaN()
 	evalStopped := false // the last evaluation was cut short by an interrupt
 	for tr.State.Step < s.steps {
-		if ctx.Err() != nil {
-			progress.clear()
-			if err := save(); err != nil {
-				fmt.Fprintf(stderr, "vkern train: interrupted at step %d, and saving failed: %v\n", tr.State.Step, err)
-				return exitFailure
-			}
-			fmt.Fprintf(stderr, "vkern train: interrupted at step %d; saved to %s; continue with --resume %s\n", tr.State.Step, s.out, s.out)
-			return exitInterrupted
+		if stopped, code := stopBetweenSteps(ctx, work, tr, s, save, progress, stderr); stopped {
+			return code
 		}
 		step := tr.State.Step
 		if batches != nil {

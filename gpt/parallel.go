@@ -540,6 +540,51 @@ func (p *Parallel) Finish(ctx context.Context) error {
 	return nil
 }
 
+// Stopping agrees, between steps, whether the run stops: stop is whether
+// this process wants to (it was interrupted), and the result, the same on
+// every rank, is the ranks that wanted to, in rank order (none: go on). A
+// process of one rank among several (torchrun's variables) is interrupted
+// on its own, so the ranks gather one byte each on the host collective: a
+// rank that stopped alone would leave the others waiting in the next
+// step's collectives, to fail there unsaved. A process that holds every
+// rank (--gpus N) has one interrupt for all of them and gathers nothing.
+// Like Finish it has no deadline of its own (a rank may be in a long
+// evaluation): a rank that dies or stops is an error naming it.
+func (p *Parallel) Stopping(ctx context.Context, stop bool) ([]int, error) {
+	if len(p.peers) == p.World {
+		if !stop {
+			return nil, nil
+		}
+		ranks := make([]int, p.World)
+		for r := range ranks {
+			ranks[r] = r
+		}
+		return ranks, nil
+	}
+	flag := []byte{0}
+	if stop {
+		flag[0] = 1
+	}
+	asked := make([][]int, len(p.peers))
+	err := eachRank(len(p.peers), func(i int) error {
+		got, err := p.peers[i].AllGather(ctx, flag)
+		if err != nil {
+			p.peers[i].Abort(err)
+			return err
+		}
+		for r, b := range got {
+			if len(b) == 1 && b[0] == 1 {
+				asked[i] = append(asked[i], r)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gpt: agreeing whether to stop before the next step: %w", err)
+	}
+	return asked[0], nil
+}
+
 // Close frees the models, ends the communicators and the peers, and
 // closes the devices.
 func (p *Parallel) Close(ctx context.Context) error {
