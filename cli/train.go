@@ -346,6 +346,13 @@ func planParallel(f *trainFlags, s *runSetup) (parallelRun, error) {
 		}
 		p.ranks = f.gpus
 	default:
+		// A data-parallel setting without a data-parallel run would be
+		// ignored: say so rather than let the user believe it applied.
+		for _, name := range []string{"rank-timeout", "step-timeout", "bucket-mb"} {
+			if f.set[name] {
+				return p, fmt.Errorf("--%s is a setting of data-parallel runs, and this is not one: add --gpus N (or run as one of torchrun's ranks), or drop --%s", name, name)
+			}
+		}
 		return p, nil
 	}
 	// 0 is the default; below a second, a rank busy for a moment (heartbeats
