@@ -301,6 +301,23 @@ func TestAnInterruptOfOneRankStopsEveryRankSaved(t *testing.T) {
 	}
 }
 
+// A rank whose peers never come says what it waits for (after 3 s), then
+// gives up at --step-timeout, exit 1.
+func TestALoneRankSaysWhatItWaitsFor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 4 s")
+	}
+	port := freePort(t)
+	r1, out1 := rankProcess(t, 1, 2, port, []string{"--data", smallCorpus(t), "--steps", "1", "--sample", "0", "--step-timeout", "4s"})
+	if code := waitExit(r1, 30*time.Second); code != exitFailure {
+		t.Fatalf("exit %d (-1: still running after 30 s), want %d:\n%s", code, exitFailure, out1)
+	}
+	want := fmt.Sprintf("vkern train: rank 1 of 2: waiting for rank 0 at 127.0.0.1:%d (MASTER_ADDR:MASTER_PORT); giving up in ", port)
+	if !strings.Contains(out1.String(), want) {
+		t.Errorf("rank 1 did not say %q…:\n%s", want, out1)
+	}
+}
+
 // Ranks whose settings differ do not start: each says which rank and
 // which setting.
 func TestRanksWithDifferentSettingsDoNotStart(t *testing.T) {

@@ -223,7 +223,14 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var dev *vkern.Device
 	if par.ranks > 0 {
 		progress.status("starting the kernel servers and meeting the ranks")
-		p, err := gpt.OpenParallel(ctx, par.options(&f, setup, corpus))
+		// A rank whose peers do not come says so (the main goroutine only
+		// waits in OpenParallel meanwhile, so the line is this one's).
+		onWait := func(msg string) {
+			progress.clear()
+			fmt.Fprintf(stderr, "vkern train: %s\n", msg)
+			progress.status("starting the kernel servers and meeting the ranks")
+		}
+		p, err := gpt.OpenParallel(ctx, par.options(&f, setup, corpus, onWait))
 		progress.clear()
 		if errors.Is(err, gpt.ErrTooLarge) {
 			return fail(exitUsage, err)
@@ -384,9 +391,10 @@ func planParallel(f *trainFlags, s *runSetup) (parallelRun, error) {
 	return p, nil
 }
 
-// options are gpt.OpenParallel's: the run's settings, and what every rank
-// must share for the handshake.
-func (p parallelRun) options(f *trainFlags, s *runSetup, corpus *data.Corpus) gpt.ParallelOptions {
+// options are gpt.OpenParallel's: the run's settings, what every rank
+// must share for the handshake, and what to say when the ranks are slow
+// to meet (onWait).
+func (p parallelRun) options(f *trainFlags, s *runSetup, corpus *data.Corpus, onWait func(string)) gpt.ParallelOptions {
 	hyper, _ := json.Marshal(s.hyper)
 	step := int64(0)
 	if s.loaded != nil && s.loaded.Run != nil {
@@ -402,7 +410,7 @@ func (p parallelRun) options(f *trainFlags, s *runSetup, corpus *data.Corpus) gp
 			"vkern": vkernVersion(), "seed": fmt.Sprint(s.seed), "hyper": string(hyper), "steps": fmt.Sprint(s.steps),
 			"start step": fmt.Sprint(step), "bucket MiB": fmt.Sprint(f.bucketMB), "data": fmt.Sprintf("%d training and %d validation tokens", len(corpus.Train), len(corpus.Val)),
 		},
-		Peer:        collective.Options{HeartbeatTimeout: f.rankTimeout},
+		Peer:        collective.Options{HeartbeatTimeout: f.rankTimeout, OnWait: onWait},
 		Timeout:     f.stepTimeout,
 		BucketBytes: int64(f.bucketMB) << 20,
 	}

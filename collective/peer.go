@@ -28,9 +28,18 @@ type Options struct {
 	// checkpoint still sends them; only a stopped or wedged process
 	// falls silent.
 	HeartbeatTimeout time.Duration
+	// OnWait, when set, hears once from Join when the ranks have not met
+	// within WaitNotice (3 s): what this rank waits for and how long it
+	// will, so that a process whose peers never come says so instead of
+	// sitting silent until its deadline.
+	OnWait     func(msg string)
+	WaitNotice time.Duration
 }
 
 func (o Options) withDefaults() Options {
+	if o.WaitNotice <= 0 {
+		o.WaitNotice = 3 * time.Second
+	}
 	if o.HeartbeatTimeout <= 0 {
 		o.HeartbeatTimeout = 30 * time.Second
 	}
@@ -509,6 +518,23 @@ func EnvFrom(getenv func(string) string) (env Env, ok bool, err error) {
 func Join(ctx context.Context, env Env, hello Hello, opts Options) (*Peer, error) {
 	p := newPeer(env.Rank, env.Size, opts)
 	hello.Rank, hello.Size = env.Rank, env.Size
+	if o := opts.withDefaults(); o.OnWait != nil {
+		what := fmt.Sprintf("rank %d of %d: waiting for rank 0 at %s (MASTER_ADDR:MASTER_PORT)", env.Rank, env.Size, env.Addr)
+		if env.Rank == 0 {
+			others := "rank 1"
+			if env.Size > 2 {
+				others = fmt.Sprintf("ranks 1 to %d", env.Size-1)
+			}
+			what = fmt.Sprintf("rank 0 of %d: waiting on %s for %s to join", env.Size, env.Addr, others)
+		}
+		notice := time.AfterFunc(o.WaitNotice, func() {
+			if deadline, ok := ctx.Deadline(); ok {
+				what += fmt.Sprintf("; giving up in %v", time.Until(deadline).Round(time.Second))
+			}
+			o.OnWait(what)
+		})
+		defer notice.Stop()
+	}
 	if env.Rank == 0 {
 		_, port, err := net.SplitHostPort(env.Addr)
 		if err != nil {

@@ -206,6 +206,39 @@ func TestRanksMeetOverTCP(t *testing.T) {
 	}
 }
 
+// A rank whose peers do not come says what it waits for, once, after
+// WaitNotice, and still gives up at its deadline.
+func TestALoneRankSaysWhatItWaitsFor(t *testing.T) {
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	for _, tc := range []struct {
+		rank int
+		want string
+	}{
+		{1, "rank 1 of 2: waiting for rank 0 at " + addr + " (MASTER_ADDR:MASTER_PORT); giving up in "},
+		{0, "rank 0 of 2: waiting on " + addr + " for rank 1 to join; giving up in "},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+		var mu sync.Mutex
+		var heard []string
+		opts := Options{WaitNotice: 100 * time.Millisecond, OnWait: func(msg string) {
+			mu.Lock()
+			heard = append(heard, msg)
+			mu.Unlock()
+		}}
+		start := time.Now()
+		_, err := Join(ctx, Env{Addr: addr, Rank: tc.rank, Size: 2}, NewHello(tc.rank, 2, nil), opts)
+		cancel()
+		mu.Lock()
+		if err == nil || len(heard) != 1 || !strings.HasPrefix(heard[0], tc.want) {
+			t.Errorf("rank %d: error %v, heard %q; want an error and once %q…", tc.rank, err, heard, tc.want)
+		}
+		mu.Unlock()
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("rank %d gave up after %v, want at its deadline", tc.rank, took)
+		}
+	}
+}
+
 // fakeRank joins rank 0 at addr as rank 1 of 2 by hand, then does what
 // misbehave says with the connection.
 func fakeRank(t *testing.T, addr string, misbehave func(net.Conn)) {
