@@ -195,6 +195,29 @@ func TestTrainOnTwoRanksInOneProcessOrTwo(t *testing.T) {
 
 // A rank killed with SIGKILL, or stopped with SIGSTOP, mid-run makes the
 // other rank's process exit with an error naming it, within its deadline.
+// twoRanksMidRun starts nano on two processes of one rank each, saving
+// every 2 steps into out, and returns once rank 0 has saved the first
+// time: mid-run.
+func twoRanksMidRun(t *testing.T, corpus, rankTimeout string) (r0, r1 *exec.Cmd, out0, out1 *bytes.Buffer, out string) {
+	t.Helper()
+	out = filepath.Join(t.TempDir(), "run")
+	args := []string{"--data", corpus, "--batch", "2", "--steps", "100000", "--sample", "0", "--eval-every", "100000",
+		"--eval-windows", "2", "--save-every", "2", "--out", out, "--rank-timeout", rankTimeout}
+	port := freePort(t)
+	r0, out0 = rankProcess(t, 0, 2, port, args)
+	r1, out1 = rankProcess(t, 1, 2, port, args)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if _, err := os.Stat(filepath.Join(out, "train_state.json")); err == nil {
+			return r0, r1, out0, out1, out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint after 3 minutes; rank 0 said:\n%s", out0)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestARankKilledOrStoppedMidRunEndsTheOtherNamingIt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains nano in two processes")
@@ -209,24 +232,7 @@ func TestARankKilledOrStoppedMidRunEndsTheOtherNamingIt(t *testing.T) {
 		{"stopped", syscall.SIGSTOP, "sent nothing for"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			out := filepath.Join(dir, "run")
-			args := []string{"--data", corpus, "--batch", "2", "--steps", "100000", "--sample", "0", "--eval-every", "100000",
-				"--eval-windows", "2", "--save-every", "2", "--out", out, "--rank-timeout", "1s"}
-			port := freePort(t)
-			r0, out0 := rankProcess(t, 0, 2, port, args)
-			r1, _ := rankProcess(t, 1, 2, port, args)
-			// Mid-run: rank 0 has saved after step 2.
-			deadline := time.Now().Add(3 * time.Minute)
-			for {
-				if _, err := os.Stat(filepath.Join(out, "train_state.json")); err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no checkpoint after 3 minutes; rank 0 said:\n%s", out0)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			r0, r1, out0, _, _ := twoRanksMidRun(t, corpus, "1s")
 			if err := r1.Process.Signal(tc.signal); err != nil {
 				t.Fatal(err)
 			}
@@ -252,23 +258,7 @@ func TestAnInterruptOfOneRankStopsEveryRankSaved(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains nano in two processes")
 	}
-	corpus := smallCorpus(t)
-	out := filepath.Join(t.TempDir(), "run")
-	args := []string{"--data", corpus, "--batch", "2", "--steps", "100000", "--sample", "0", "--eval-every", "100000",
-		"--eval-windows", "2", "--save-every", "2", "--out", out, "--rank-timeout", "5s"}
-	port := freePort(t)
-	r0, out0 := rankProcess(t, 0, 2, port, args)
-	r1, out1 := rankProcess(t, 1, 2, port, args)
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		if _, err := os.Stat(filepath.Join(out, "train_state.json")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint after 3 minutes; rank 0 said:\n%s", out0)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	r0, r1, out0, out1, out := twoRanksMidRun(t, smallCorpus(t), "5s")
 	if err := r1.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}

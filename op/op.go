@@ -57,7 +57,7 @@
 //     verify reports not_supported.
 //  4. Tests: kerneltest.All holds every registered op to its quick shapes
 //     on every backend, with nothing to add; plant at least two defects in
-//     each backend's kernel (planted_test.go, cuda_test.go) and see each
+//     each backend's kernel (kerneltest/planted_test.go, cuda_test.go) and see each
 //     reported incorrect.
 //
 // This package holds no arithmetic (references and bounds are in package
