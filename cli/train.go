@@ -48,9 +48,10 @@ scaling as PyTorch's GradScaler, clipping at norm 1, warm-up then cosine decay.
                     --resume, the resumed folder)
   --resume DIR      continue the run saved in DIR, bit for bit
   --save-every N    also save every N steps (default: only at the end)
-  --eval-every N    validation loss every N steps (default: 10 times a run)
+  --eval-every N    validation loss every N steps (default, or 0: 10 times a
+                    run)
   --eval-windows N  validation windows per evaluation, spread evenly over the
-                    validation part (default: the model's)
+                    validation part (default, or 0: the model's)
   --verify-every N  re-check every call of every N-th step against the float64
                     oracles (sampled for large tensors); stop on a wrong one
   --sample N        bytes of text to generate at the end (default 400)
@@ -443,6 +444,11 @@ func planRun(f *trainFlags) (*runSetup, error) {
 		if c.v < 0 {
 			return nil, fmt.Errorf("%s %d: want 0 or more", c.name, c.v)
 		}
+	}
+	// --warmup's default is -1, "not given" (the default depends on
+	// --steps); a negative value given is a mistake, not that default.
+	if f.set["warmup"] && f.warmup < 0 {
+		return nil, fmt.Errorf("--warmup %d: want 0 or more warm-up steps (leave it out for min(100, steps/10))", f.warmup)
 	}
 	if f.set["batch"] && f.batch < 1 {
 		return nil, fmt.Errorf("--batch %d: want at least 1", f.batch)

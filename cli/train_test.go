@@ -29,6 +29,7 @@ func TestTrainUsageErrorsNameTheValue(t *testing.T) {
 		{[]string{"train", "--gpus", "2", "--bucket-mb", "0"}, "--bucket-mb 0: want at least 1"},
 		{[]string{"train", "--gpus", "2", "--rank-timeout", "1ms"}, "--rank-timeout 1ms: want at least 1s"},
 		{[]string{"train", "--gpus", "2", "--step-timeout", "-1s"}, "--step-timeout -1s: want at least 1s"},
+		{[]string{"train", "--warmup", "-5"}, "--warmup -5: want 0 or more warm-up steps"},
 		{[]string{"train", "--bucket-mb", "50"}, "--bucket-mb is a setting of data-parallel runs, and this is not one: add --gpus N"},
 		{[]string{"train", "--rank-timeout", "10s"}, "--rank-timeout is a setting of data-parallel runs"},
 		{[]string{"train", "--lr", "-1"}, "--lr = -1 is outside AdamW's range"},
