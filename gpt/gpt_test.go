@@ -2,6 +2,8 @@ package gpt
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -285,4 +287,17 @@ func gradients(t *testing.T, m *Model, inputs, targets []int32, scale float64) (
 		t.Fatal(err)
 	}
 	return loss, g
+}
+
+// A batch that cannot fit is ErrTooLarge (a usage error to vkern train),
+// whether the device's free memory or a buffer's size limit refuses it,
+// and nothing is allocated.
+func TestABatchThatCannotFitIsErrTooLarge(t *testing.T) {
+	dev := openCPU(t, vkern.Options{})
+	for _, b := range []int{100_000_000, 1 << 40 / (64 * 256)} {
+		_, err := New(context.Background(), dev, Nano, b, 1)
+		if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), fmt.Sprintf("batch %d", b)) {
+			t.Errorf("batch %d: %v, want ErrTooLarge naming the batch", b, err)
+		}
+	}
 }

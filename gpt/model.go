@@ -136,7 +136,8 @@ func (s *slab) span(first, last **vkern.Buffer) (off, size int64, at map[**vkern
 	return 0, 0, nil
 }
 
-// ErrTooLarge: the model at this batch does not fit the device's memory.
+// ErrTooLarge: the model at this batch does not fit the device's memory,
+// or one of its buffers would be past what a buffer holds.
 var ErrTooLarge = errors.New("gpt: too large for the device")
 
 // New allocates cfg on dev for micro-batches of b sequences, k per step.
@@ -150,7 +151,7 @@ func New(ctx context.Context, dev *vkern.Device, cfg Config, b, k int) (*Model, 
 		return nil, fmt.Errorf("gpt: batch %d and accumulation %d must each be at least 1", b, k)
 	}
 	if int64(b)*int64(cfg.T)*int64(cfg.Vp()) > 1<<40 {
-		return nil, fmt.Errorf("gpt: batch %d of %d tokens over a vocabulary of %d (padded to %d) is past what one buffer holds; lower --batch", b, cfg.T, cfg.V, cfg.Vp())
+		return nil, fmt.Errorf("%w: batch %d of %d tokens over a vocabulary of %d (padded to %d) is past what one buffer holds; lower --batch", ErrTooLarge, b, cfg.T, cfg.V, cfg.Vp())
 	}
 	m := &Model{Config: cfg, B: b, K: k, dev: dev, lay: newLayout(cfg)}
 	need := m.bytes()
