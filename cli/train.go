@@ -738,11 +738,18 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 			fmt.Fprintf(stdout, "  steps after the first: median %.2f ms, %.0f tokens/s\n", rec.MedianStepMs, rec.MedianTokensPerSecond)
 		}
 	}
-	if err := save(); err != nil {
-		fmt.Fprintf(stderr, "vkern train: saving the checkpoint: %v\n", err)
-		return exitFailure
+	if f.resume != "" && tr.State.Step == first && sameFolder(s.out, f.resume) {
+		// Nothing trained: the checkpoint stays as it was (saving would
+		// only record this call's --data as the run's).
+		fmt.Fprintf(stdout, "  the run in %s is at step %d, its total; nothing to train (give --steps above %d to go on)\n",
+			s.out, first, first)
+	} else {
+		if err := save(); err != nil {
+			fmt.Fprintf(stderr, "vkern train: saving the checkpoint: %v\n", err)
+			return exitFailure
+		}
+		fmt.Fprintf(stdout, "  checkpoint saved to %s (transformers.GPT2LMHeadModel.from_pretrained loads it)\n", s.out)
 	}
-	fmt.Fprintf(stdout, "  checkpoint saved to %s (transformers.GPT2LMHeadModel.from_pretrained loads it)\n", s.out)
 	interrupted := func(during string) int {
 		fmt.Fprintf(stderr, "vkern train: interrupted %s; the run is saved in %s\n", during, s.out)
 		return exitInterrupted

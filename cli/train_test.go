@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTrainUsageErrorsNameTheValue(t *testing.T) {
@@ -110,8 +111,16 @@ func TestTrainResumeEvalSample(t *testing.T) {
 	if err := os.Symlink(pieces, link); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, stderr := runCLI(t, "train", "--resume", pieces, "--out", link, "--steps", "12", "--data", corpus, "--sample", "0"); code != exitOK {
-		t.Errorf("resuming into the run's own folder through a link: exit %d, %s", code, stderr)
+	// The run is at step 12 already: nothing trains, and the checkpoint
+	// is left as it was, not saved again.
+	before, _ := os.Stat(filepath.Join(pieces, "train_state.json"))
+	time.Sleep(10 * time.Millisecond)
+	if code, stdout, stderr := runCLI(t, "train", "--resume", pieces, "--out", link, "--steps", "12", "--data", corpus, "--sample", "0"); code != exitOK ||
+		!strings.Contains(stdout, "is at step 12, its total; nothing to train") {
+		t.Errorf("resuming into the run's own folder through a link: exit %d, %s%s", code, stdout, stderr)
+	}
+	if after, err := os.Stat(filepath.Join(pieces, "train_state.json")); err != nil || before == nil || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("a resume with nothing to train wrote the checkpoint again (%v)", err)
 	}
 	// Resuming into another run's folder is refused: saving would replace it.
 	if code, _, stderr := runCLI(t, "train", "--resume", pieces, "--out", straight, "--steps", "13", "--data", corpus); code != exitUsage || !strings.Contains(stderr, "holds another run") {
