@@ -536,6 +536,9 @@ func planRun(f *trainFlags) (*runSetup, error) {
 			return nil, fmt.Errorf("--out %s holds a run already; continue it with --resume %s, or name another --out", s.out, s.out)
 		}
 	}
+	if lo, hi := gpt.AdamWRange("lr"); f.set["lr"] && !(f.lr >= lo && f.lr <= hi) {
+		return nil, fmt.Errorf("--lr %g: want a learning rate in [%g, %g], AdamW's range", f.lr, lo, hi)
+	}
 	if err := s.hyper.Validate(); err != nil {
 		return nil, err
 	}

@@ -46,10 +46,11 @@ func (h Hyper) Validate() error {
 	for _, c := range []struct {
 		name, param string
 		v           float64
-	}{{"--lr", "lr", h.LR}, {"min lr", "lr", h.MinLR}, {"beta1", "beta1", h.Beta1}, {"beta2", "beta2", h.Beta2},
-		{"eps", "eps", h.Eps}, {"weight decay", "weight_decay", h.WeightDecay}} {
+	}{{"learning rate", "lr", h.LR}, {"floor of the learning rate", "lr", h.MinLR}, {"beta1", "beta1", h.Beta1},
+		{"beta2", "beta2", h.Beta2}, {"eps", "eps", h.Eps}, {"weight decay", "weight_decay", h.WeightDecay}} {
 		if _, err := adamw.Shape([]int64{1}, op.Setting{Name: c.param, Value: c.v}); err != nil || math.IsNaN(c.v) {
-			return fmt.Errorf("gpt: %s = %g is outside AdamW's range: %v", c.name, c.v, err)
+			lo, hi := AdamWRange(c.param)
+			return fmt.Errorf("gpt: %s %g is outside AdamW's range [%g, %g]", c.name, c.v, lo, hi)
 		}
 	}
 	switch {
@@ -63,6 +64,17 @@ func (h Hyper) Validate() error {
 		return fmt.Errorf("gpt: clip %g must be a finite norm ≥ 0 (0: no clipping)", h.Clip)
 	}
 	return nil
+}
+
+// AdamWRange is the range the adamw op takes its parameter name in (lr,
+// beta1, beta2, eps, weight_decay), as its contract states it.
+func AdamWRange(name string) (lo, hi float64) {
+	for _, p := range op.AdamW.Params {
+		if p.Name == name {
+			return p.Min, p.Max
+		}
+	}
+	return math.NaN(), math.NaN()
 }
 
 // LRAt is the learning rate of step s (from 0): nanoGPT's schedule,
