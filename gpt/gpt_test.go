@@ -87,13 +87,25 @@ func newModel(t *testing.T, dev *vkern.Device, cfg Config, b, k int, seed uint64
 // repeated to fill a few windows, enough to train and evaluate nano on.
 func goCorpus(t *testing.T) *data.Corpus {
 	t.Helper()
-	files, _ := filepath.Glob("*.go")
-	c, err := data.Load(context.Background(), files)
-	if err != nil {
-		t.Fatal(err)
+	goCorpusOnce.Do(func() {
+		files, _ := filepath.Glob("*.go")
+		goCorpusLoaded, goCorpusErr = data.Load(context.Background(), files)
+	})
+	if goCorpusErr != nil {
+		t.Fatal(goCorpusErr)
 	}
-	return c
+	return goCorpusLoaded
 }
+
+// goCorpus reads the files once per test binary: a test that builds two
+// runs to compare them (a resumed run against a straight one) must see the
+// same tokens in both, even when a file is edited while the tests run.
+// Tests only read a Corpus.
+var (
+	goCorpusOnce   sync.Once
+	goCorpusLoaded *data.Corpus
+	goCorpusErr    error
+)
 
 // fixedCorpus is a corpus that no edit to the code changes: 64 KiB of
 // Go-like text drawn from a fixed seed (words, operators, indentation and
