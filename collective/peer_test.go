@@ -155,7 +155,7 @@ func TestMismatchedRanksAreRefusedAtTheStart(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -314,5 +314,48 @@ func TestTorchrunsEnvironment(t *testing.T) {
 		if ok != tc.ok || !strings.Contains(got, tc.want) {
 			t.Errorf("%v: ok %v, %s; want ok %v and %q", tc.env, ok, got, tc.ok, tc.want)
 		}
+	}
+}
+
+// BenchmarkOneByteAllGatherOverTCP is what vkern train's stop agreement
+// (gpt.Parallel.Stopping) costs a step in a multi-process run: one byte
+// from each of two ranks on loopback TCP, gathered on both.
+func BenchmarkOneByteAllGatherOverTCP(b *testing.B) {
+	ctx := context.Background()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(b))
+	peers := make([]*Peer, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			peers[r], errs[r] = Join(ctx, Env{Addr: addr, Rank: r, Size: 2}, NewHello(r, 2, nil), Options{})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+	defer peers[0].Close()
+	defer peers[1].Close()
+	done := make(chan error)
+	go func() {
+		for i := 0; i < b.N; i++ {
+			if _, err := peers[1].AllGather(ctx, []byte{0}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := peers[0].AllGather(ctx, []byte{0}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
 	}
 }

@@ -549,7 +549,9 @@ func (p *Parallel) Finish(ctx context.Context) error {
 // step's collectives, to fail there unsaved. A process that holds every
 // rank (--gpus N) has one interrupt for all of them and gathers nothing.
 // Like Finish it has no deadline of its own (a rank may be in a long
-// evaluation): a rank that dies or stops is an error naming it.
+// evaluation): a rank that dies or stops is an error naming it. Its cost
+// a step is one host exchange of a byte (`go test -bench OneByteAllGather
+// ./collective` times it).
 func (p *Parallel) Stopping(ctx context.Context, stop bool) ([]int, error) {
 	if len(p.peers) == p.World {
 		if !stop {
