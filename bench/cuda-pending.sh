@@ -44,6 +44,8 @@ start=$(date +%s)
 status=0
 table=()
 elapsed() { echo $(( $(date +%s) - start )); }
+# left: the call's seconds left, at least 1 (timeout 0 would mean none).
+left() { local n=$(( budget - $(elapsed) )); echo $(( n > 0 ? n : 1 )); }
 step() { printf '\n=== %s (at %d s)\n' "$*" "$(elapsed)"; }
 # room N: whether N more seconds fit in the budget; says so when not.
 room() {
@@ -58,7 +60,7 @@ room() {
 run() {
   local name=$1
   shift
-  if timeout $(( budget - $(elapsed) )) "$@" > "$out/$name.txt" 2>&1; then
+  if timeout $(left) "$@" > "$out/$name.txt" 2>&1; then
     table+=("$name: ok")
   else
     status=1
@@ -89,7 +91,7 @@ fi
 
 if wants bench && room 200 bench; then
   step "gpt2 against PyTorch"
-  OUT=$out/bench timeout $(( budget - $(elapsed) )) env MODELS=gpt2 bash bench/cuda-train-bench.sh --steps 30 --warmup 10 \
+  OUT=$out/bench timeout $(left) env MODELS=gpt2 bash bench/cuda-train-bench.sh --steps 30 --warmup 10 \
     > "$out/bench.txt" 2>&1 && table+=("bench: ok") || { status=1; table+=("bench: FAILED"); }
   tail -4 "$out/bench.txt"
 fi

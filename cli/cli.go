@@ -135,8 +135,9 @@ func (l *listFlag) Set(v string) error {
 // shapeListFlag is a listFlag of shapes, whose parameters are themselves
 // comma-separated ("64x768:residual=1,dx_sum=1"): a comma-separated part
 // of the form name=value, with no dimensions of its own, continues the
-// shape before it, so the form the help and the README show works as one
-// --shape value and in a list of them.
+// shape before it in the same value when that shape has settings, so the
+// form the help and the README show works as one --shape value and in a
+// list of them.
 type shapeListFlag []string
 
 func (l *shapeListFlag) String() string { return strings.Join(*l, ",") }
@@ -146,10 +147,11 @@ func (l *shapeListFlag) Set(v string) error {
 	if err := parts.Set(v); err != nil {
 		return err
 	}
+	first := len(*l) // settings continue shapes of this value only
 	for _, part := range parts {
 		name, _, isSetting := strings.Cut(part, "=")
-		if isSetting && isSettingName(name) && len(*l) > 0 {
-			(*l)[len(*l)-1] += "," + part
+		if last := len(*l) - 1; isSetting && isSettingName(name) && last >= first && strings.Contains((*l)[last], ":") {
+			(*l)[last] += "," + part
 			continue
 		}
 		*l = append(*l, part)

@@ -130,9 +130,16 @@ func TestAShapeWithSeveralSettingsIsOneShape(t *testing.T) {
 			t.Errorf("case %d: shape %q, want %q (all: %q)", i, shapes[i], want[i], shapes)
 		}
 	}
+	// A setting joins only a shape with settings, of the same value; else
+	// it stays a shape of its own, for the parser to refuse by name.
 	var l shapeListFlag
-	if err := l.Set("dx_sum=1"); err != nil || len(l) != 1 {
-		t.Errorf("a lone setting: %q, %v; want it kept as a shape for the parser to refuse", l, err)
+	for _, v := range []string{"dx_sum=1", "8x8", "dx_sum=1", "8x8,residual=1", "8x8:dx_sum=1"} {
+		if err := l.Set(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"dx_sum=1", "8x8", "dx_sum=1", "8x8", "residual=1", "8x8:dx_sum=1"}; strings.Join(l, " ") != strings.Join(want, " ") {
+		t.Errorf("shapes %q, want %q", l, want)
 	}
 }
 

@@ -565,6 +565,18 @@ func stopBetweenSteps(ctx, work context.Context, tr *gpt.Trainer, s *runSetup, s
 		var err error
 		if asked, err = tr.Parallel.Stopping(work, here); err != nil {
 			progress.clear()
+			if here {
+				// Interrupted, and another rank failed meanwhile: this
+				// rank's state between steps is whole, so keep it (rank 0
+				// writes) before saying both.
+				if serr := save(); serr != nil {
+					err = fmt.Errorf("%w; and saving failed: %v", err, serr)
+				} else if tr.Parallel.Rank0() {
+					err = fmt.Errorf("%w; the run is saved in %s", err, s.out)
+				}
+				fmt.Fprintf(stderr, "vkern train: interrupted before step %d, and another rank failed: %v\n", tr.State.Step, err)
+				return true, exitFailure
+			}
 			fmt.Fprintf(stderr, "vkern train: before step %d: %v\n", tr.State.Step, err)
 			return true, exitFailure
 		}
@@ -752,6 +764,14 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 			return exitFailure
 		}
 		fmt.Fprintf(stdout, "  checkpoint saved to %s (transformers.GPT2LMHeadModel.from_pretrained loads it)\n", s.out)
+	}
+	if tr.Parallel != nil {
+		// No rank leaves, and says the run is saved, before rank 0 has
+		// saved it (a launcher may end the others when one exits).
+		if err := tr.Parallel.Finish(work); err != nil {
+			fmt.Fprintf(stderr, "vkern train: after saving the checkpoint: %v\n", err)
+			return exitFailure
+		}
 	}
 	interrupted := func(during string) int {
 		fmt.Fprintf(stderr, "vkern train: interrupted %s; the run is saved in %s\n", during, s.out)

@@ -527,13 +527,27 @@ func Join(ctx context.Context, env Env, hello Hello, opts Options) (*Peer, error
 			}
 			what = fmt.Sprintf("rank 0 of %d: waiting on %s for %s to join", env.Size, env.Addr, others)
 		}
+		// The notice holds mu while it speaks, and Join takes it before
+		// returning: no notice comes after Join has returned.
+		var mu sync.Mutex
+		returned := false
 		notice := time.AfterFunc(o.WaitNotice, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if returned {
+				return
+			}
 			if deadline, ok := ctx.Deadline(); ok {
 				what += fmt.Sprintf("; giving up in %v", time.Until(deadline).Round(time.Second))
 			}
 			o.OnWait(what)
 		})
-		defer notice.Stop()
+		defer func() {
+			notice.Stop()
+			mu.Lock()
+			returned = true
+			mu.Unlock()
+		}()
 	}
 	if env.Rank == 0 {
 		_, port, err := net.SplitHostPort(env.Addr)

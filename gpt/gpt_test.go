@@ -306,10 +306,16 @@ func gradients(t *testing.T, m *Model, inputs, targets []int32, scale float64) (
 // and nothing is allocated.
 func TestABatchThatCannotFitIsErrTooLarge(t *testing.T) {
 	dev := openCPU(t, vkern.Options{})
-	for _, b := range []int{100_000_000, 1 << 40 / (64 * 256)} {
-		_, err := New(context.Background(), dev, Nano, b, 1)
-		if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), fmt.Sprintf("batch %d", b)) {
-			t.Errorf("batch %d: %v, want ErrTooLarge naming the batch", b, err)
+	for _, tc := range []struct {
+		b    int
+		want string
+	}{
+		{1<<40/(64*256) + 1, "is past what one buffer holds"},      // B·T·Vp just past 2⁴⁰
+		{1 << 40 / (64 * 256), "GB of buffers and the device has"}, // at the limit: past the host's memory
+	} {
+		_, err := New(context.Background(), dev, Nano, tc.b, 1)
+		if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), fmt.Sprintf("batch %d", tc.b)) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("batch %d: %v, want ErrTooLarge naming the batch and saying %q", tc.b, err, tc.want)
 		}
 	}
 }

@@ -528,11 +528,12 @@ func (rep *Replica) agreedNorm(normBytes, raw []byte) (float64, int32, error) {
 // dies or stops is an error naming it as soon as its heartbeats stop.
 func (p *Parallel) Finish(ctx context.Context) error {
 	err := eachRank(len(p.peers), func(i int) error {
-		_, err := p.peers[i].AllGather(ctx, []byte{1})
+		got, err := p.peers[i].AllGather(ctx, []byte{finishByte})
 		if err != nil {
 			p.peers[i].Abort(err)
+			return err
 		}
-		return err
+		return agreedBytes("finish", got, finishByte, finishByte)
 	})
 	if err != nil {
 		return fmt.Errorf("gpt: waiting for every rank to finish: %w", err)
@@ -574,8 +575,12 @@ func (p *Parallel) Stopping(ctx context.Context, stop bool) ([]int, error) {
 			p.peers[i].Abort(err)
 			return err
 		}
+		if err := agreedBytes("stop or go on", got, 0, 1); err != nil {
+			p.peers[i].Abort(err)
+			return err
+		}
 		for r, b := range got {
-			if len(b) == 1 && b[0] == 1 {
+			if b[0] == 1 {
 				asked[i] = append(asked[i], r)
 			}
 		}
@@ -585,6 +590,22 @@ func (p *Parallel) Stopping(ctx context.Context, stop bool) ([]int, error) {
 		return nil, fmt.Errorf("gpt: agreeing whether to stop before the next step: %w", err)
 	}
 	return asked[0], nil
+}
+
+// finishByte is what Finish gathers; Stopping gathers 0 or 1. A rank that
+// reached one while another reached the other (their loops out of step)
+// is an error naming it, not a misread stop.
+const finishByte = 2
+
+// agreedBytes checks that every rank sent one byte in [lo, hi] for the
+// exchange what.
+func agreedBytes(what string, got [][]byte, lo, hi byte) error {
+	for r, b := range got {
+		if len(b) != 1 || b[0] < lo || b[0] > hi {
+			return fmt.Errorf("gpt: rank %d answered %v where every rank agrees to %s: the ranks are out of step", r, b, what)
+		}
+	}
+	return nil
 }
 
 // Close frees the models, ends the communicators and the peers, and

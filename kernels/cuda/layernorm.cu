@@ -513,6 +513,12 @@ cudaError_t backward_long(const Backward& a) {
   return reduce_params(a, sums, sum_blocks, a.C, ParamOutputs{{a.dxs, nullptr, nullptr}, 1});
 }
 
+// The partials' count P, and so the bits of dw, db and dxs, depend on the
+// rows a block takes and on the reported occupancy, as on
+// $VKERN_COMM_SMS (occupancy.h): fixed for a device and a setting, so a
+// run resumed on the same kind of GPU with the same settings continues
+// bit for bit.
+//
 // grad_rows_per_block is the rows a block of layernorm_grad's warp-per-row
 // path takes: $VKERN_LAYERNORM_GRAD_RPB = 4 (variant 3, the default), 2
 // (variant 3) or 8 (variant 1), read once.
