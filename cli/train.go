@@ -753,9 +753,10 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 			fmt.Fprintf(stdout, "  steps after the first: median %.2f ms, %.0f tokens/s\n", rec.MedianStepMs, rec.MedianTokensPerSecond)
 		}
 	}
-	if f.resume != "" && tr.State.Step == first && sameFolder(s.out, f.resume) {
-		// Nothing trained: the checkpoint stays as it was (saving would
-		// only record this call's --data as the run's).
+	if f.resume != "" && tr.State.Step == first && sameFolder(s.out, f.resume) && !f.set["lr-steps"] {
+		// Nothing trained and no setting changed (--lr-steps would be): the
+		// checkpoint stays as it was (saving would only record this
+		// call's --data as the run's).
 		fmt.Fprintf(stdout, "  the run in %s is at step %d, its total; nothing to train (give --steps above %d to go on)\n",
 			s.out, first, first)
 	} else {

@@ -123,6 +123,13 @@ func TestTrainResumeEvalSample(t *testing.T) {
 	if after, err := os.Stat(filepath.Join(pieces, "train_state.json")); err != nil || before == nil || !after.ModTime().Equal(before.ModTime()) {
 		t.Errorf("a resume with nothing to train wrote the checkpoint again (%v)", err)
 	}
+	// A new --lr-steps is a change to the run: it is saved, steps or none.
+	if code, _, stderr := runCLI(t, "train", "--resume", pieces, "--steps", "12", "--lr-steps", "24", "--data", corpus, "--sample", "0"); code != exitOK {
+		t.Errorf("resuming with a new --lr-steps: exit %d, %s", code, stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(pieces, "train_state.json")); err != nil || !strings.Contains(string(b), `"lr_steps": 24`) {
+		t.Errorf("the new --lr-steps was not saved: %v\n%s", err, b)
+	}
 	// Resuming into another run's folder is refused: saving would replace it.
 	if code, _, stderr := runCLI(t, "train", "--resume", pieces, "--out", straight, "--steps", "13", "--data", corpus); code != exitUsage || !strings.Contains(stderr, "holds another run") {
 		t.Errorf("resuming into another run's folder: exit %d, %s", code, stderr)
