@@ -549,10 +549,11 @@ func (p *Parallel) Finish(ctx context.Context) error {
 // rank that stopped alone would leave the others waiting in the next
 // step's collectives, to fail there unsaved. A process that holds every
 // rank (--gpus N) has one interrupt for all of them and gathers nothing.
-// Like Finish it has no deadline of its own (a rank may be in a long
-// evaluation): a rank that dies or stops is an error naming it. Its cost
-// a step is one host exchange of a byte (`go test -bench OneByteAllGather
-// ./collective` times it).
+// A rank that dies or stops is an error naming it; one that lives but
+// does not come within the step timeout (hung in an evaluation, say) is
+// an error too, as it was in the next step's collectives before the
+// ranks agreed here. Its cost a step is one host exchange of a byte
+// (`go test -bench OneByteAllGather ./collective` times it).
 func (p *Parallel) Stopping(ctx context.Context, stop bool) ([]int, error) {
 	if len(p.peers) == p.World {
 		if !stop {
@@ -567,6 +568,11 @@ func (p *Parallel) Stopping(ctx context.Context, stop bool) ([]int, error) {
 	flag := []byte{0}
 	if stop {
 		flag[0] = 1
+	}
+	if p.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.timeout)
+		defer cancel()
 	}
 	asked := make([][]int, len(p.peers))
 	err := eachRank(len(p.peers), func(i int) error {
@@ -586,6 +592,9 @@ func (p *Parallel) Stopping(ctx context.Context, stop bool) ([]int, error) {
 		}
 		return nil
 	})
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("gpt: a rank did not finish its step and evaluation within the step timeout (%v), though it still answers: %w", p.timeout, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gpt: agreeing whether to stop before the next step: %w", err)
 	}

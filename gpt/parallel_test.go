@@ -261,3 +261,27 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// Stopping waits for every rank at most the step timeout: a rank that
+// answers heartbeats but never comes (hung in an evaluation) is an error
+// naming it, as it was in the next step's collectives before the ranks
+// agreed between steps.
+func TestStoppingWaitsAtMostTheStepTimeout(t *testing.T) {
+	ctx := context.Background()
+	peers, err := collective.Local(ctx, 2, func(r int) collective.Hello { return collective.NewHello(r, 2, nil) }, collective.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peers[0].Close()
+	defer peers[1].Close()
+	// This process holds rank 0 of 2; rank 1 lives but never asks.
+	p := &Parallel{World: 2, timeout: 300 * time.Millisecond, peers: peers[:1]}
+	start := time.Now()
+	_, err = p.Stopping(ctx, false)
+	if err == nil || !strings.Contains(err.Error(), "within the step timeout (300ms)") || !strings.Contains(err.Error(), "rank 1") {
+		t.Errorf("Stopping: %v; want the step timeout's error naming rank 1", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Stopping gave up after %v, want about 300ms", took)
+	}
+}
