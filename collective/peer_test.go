@@ -165,10 +165,11 @@ func freePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func TestRanksMeetOverTCP(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+// twoPeersOverTCP joins two ranks on loopback TCP, rank 1 a little after
+// rank 0 (either may start first: rank 1 retries), each saying match.
+func twoPeersOverTCP(tb testing.TB, ctx context.Context, match map[string]string) []*Peer {
+	tb.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(tb))
 	peers := make([]*Peer, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
@@ -177,18 +178,27 @@ func TestRanksMeetOverTCP(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if r == 1 {
-				time.Sleep(50 * time.Millisecond) // rank 1 may start first: it retries
+				time.Sleep(50 * time.Millisecond)
 			}
-			peers[r], errs[r] = Join(ctx, Env{Addr: addr, Rank: r, Size: 2}, NewHello(r, 2, map[string]string{"k": "v"}), Options{})
+			peers[r], errs[r] = Join(ctx, Env{Addr: addr, Rank: r, Size: 2}, NewHello(r, 2, match), Options{})
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer peers[0].Close()
-	defer peers[1].Close()
-	errs = onEvery(peers, func(p *Peer) error {
+	tb.Cleanup(func() {
+		peers[0].Close()
+		peers[1].Close()
+	})
+	return peers
+}
+
+func TestRanksMeetOverTCP(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	peers := twoPeersOverTCP(t, ctx, map[string]string{"k": "v"})
+	errs := onEvery(peers, func(p *Peer) error {
 		x := []float32{float32(p.Rank() + 1)}
 		if err := p.AllReduceF32(ctx, x); err != nil {
 			return err
@@ -322,23 +332,7 @@ func TestTorchrunsEnvironment(t *testing.T) {
 // from each of two ranks on loopback TCP, gathered on both.
 func BenchmarkOneByteAllGatherOverTCP(b *testing.B) {
 	ctx := context.Background()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(b))
-	peers := make([]*Peer, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			peers[r], errs[r] = Join(ctx, Env{Addr: addr, Rank: r, Size: 2}, NewHello(r, 2, nil), Options{})
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		b.Fatal(err)
-	}
-	defer peers[0].Close()
-	defer peers[1].Close()
+	peers := twoPeersOverTCP(b, ctx, nil)
 	done := make(chan error)
 	go func() {
 		for i := 0; i < b.N; i++ {
