@@ -561,31 +561,23 @@ func stopBetweenSteps(ctx, work context.Context, tr *gpt.Trainer, s *runSetup, s
 	stderr io.Writer) (stopped bool, code int) {
 	here := ctx.Err() != nil
 	var asked []int
+	var failed error // another rank failed while agreeing
 	if tr.Parallel != nil {
-		var err error
-		if asked, err = tr.Parallel.Stopping(work, here); err != nil {
+		asked, failed = tr.Parallel.Stopping(work, here)
+		if failed != nil && !here {
 			progress.clear()
-			if here {
-				// Interrupted, and another rank failed meanwhile: this
-				// rank's state between steps is whole, so keep it (rank 0
-				// writes) before saying both.
-				if serr := save(); serr != nil {
-					err = fmt.Errorf("%w; and saving failed: %v", err, serr)
-				} else if tr.Parallel.Rank0() {
-					err = fmt.Errorf("%w; the run is saved in %s", err, s.out)
-				}
-				fmt.Fprintf(stderr, "vkern train: interrupted before step %d, and another rank failed: %v\n", tr.State.Step, err)
-				return true, exitFailure
-			}
-			fmt.Fprintf(stderr, "vkern train: before step %d: %v\n", tr.State.Step, err)
+			fmt.Fprintf(stderr, "vkern train: before step %d: %v\n", tr.State.Step, failed)
 			return true, exitFailure
 		}
-		if len(asked) == 0 {
+		if failed == nil && len(asked) == 0 {
 			return false, 0
 		}
 	} else if !here {
 		return false, 0
 	}
+	// Interrupted here (then this rank's state between steps is whole and
+	// is kept even when another rank failed meanwhile), or another rank
+	// was: save (rank 0 writes).
 	progress.clear()
 	why := "interrupted"
 	if !here {
@@ -596,6 +588,10 @@ func stopBetweenSteps(ctx, work context.Context, tr *gpt.Trainer, s *runSetup, s
 	}
 	if err := save(); err != nil {
 		fmt.Fprintf(stderr, "vkern train: %s at step %d, and saving failed: %v\n", why, tr.State.Step, err)
+		return true, exitFailure
+	}
+	if failed != nil {
+		fmt.Fprintf(stderr, "vkern train: %s at step %d; saved to %s; and another rank failed: %v\n", why, tr.State.Step, s.out, failed)
 		return true, exitFailure
 	}
 	if tr.Parallel != nil {
@@ -722,14 +718,6 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 		}
 	}
 	progress.clear()
-	if tr.Parallel != nil {
-		// No rank leaves before every rank has finished its last step: a
-		// rank that left would end the others' watch mid-update.
-		if err := tr.Parallel.Finish(work); err != nil {
-			fmt.Fprintf(stderr, "vkern train: after the last step: %v\n", err)
-			return exitFailure
-		}
-	}
 	if tr.State.Step > first {
 		elapsed := time.Since(started)
 		n := tr.State.Step - first
@@ -767,10 +755,11 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 		fmt.Fprintf(stdout, "  checkpoint saved to %s (transformers.GPT2LMHeadModel.from_pretrained loads it)\n", s.out)
 	}
 	if tr.Parallel != nil {
-		// No rank leaves, and says the run is saved, before rank 0 has
-		// saved it (a launcher may end the others when one exits).
+		// No rank leaves before every rank has finished its last step (one
+		// that left would end the others' watch mid-update) and rank 0 has
+		// saved the run (a launcher may end the others when one exits).
 		if err := tr.Parallel.Finish(work); err != nil {
-			fmt.Fprintf(stderr, "vkern train: after saving the checkpoint: %v\n", err)
+			fmt.Fprintf(stderr, "vkern train: after the last step: %v\n", err)
 			return exitFailure
 		}
 	}
