@@ -455,17 +455,28 @@ cudaError_t launch_rows(const Backward& a, int64_t P, float* partials) {
 
 // blocks_per_sm is how many blocks of the rows kernel a multiprocessor
 // holds at once: kGradBlocksPerSM for variant 1 (8 rows a block), the
-// reported occupancy for the smaller blocks of variant 3.
+// reported occupancy for the smaller blocks of variant 3, asked once per
+// kernel (the server uses one device), not on every call. The partials'
+// count P, and so the bits of dw, db and dxs, follow from it and from the
+// rows a block takes, as from $VKERN_COMM_SMS (occupancy.h): fixed for a
+// device and a setting, so a run resumed on the same kind of GPU with the
+// same settings continues bit for bit.
 template <int T, int RPB, int E, int VW, bool kSum>
 cudaError_t blocks_per_sm(int* count) {
   if (RPB == kWarpRows || T != 32) {
     *count = kGradBlocksPerSM;
     return cudaSuccess;
   }
-  const cudaError_t err =
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(count, layernorm_grad_rows<T, RPB, E, VW, kSum>, T * RPB, 0);
-  *count = std::max(1, *count);
-  return err;
+  static int cached = 0;
+  if (cached == 0) {
+    int n = 0;
+    const cudaError_t err =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, layernorm_grad_rows<T, RPB, E, VW, kSum>, T * RPB, 0);
+    if (err != cudaSuccess) return err;
+    cached = std::max(1, n);
+  }
+  *count = cached;
+  return cudaSuccess;
 }
 
 template <int T, int RPB, int E, int VW>
@@ -513,12 +524,6 @@ cudaError_t backward_long(const Backward& a) {
   return reduce_params(a, sums, sum_blocks, a.C, ParamOutputs{{a.dxs, nullptr, nullptr}, 1});
 }
 
-// The partials' count P, and so the bits of dw, db and dxs, depend on the
-// rows a block takes and on the reported occupancy, as on
-// $VKERN_COMM_SMS (occupancy.h): fixed for a device and a setting, so a
-// run resumed on the same kind of GPU with the same settings continues
-// bit for bit.
-//
 // grad_rows_per_block is the rows a block of layernorm_grad's warp-per-row
 // path takes: $VKERN_LAYERNORM_GRAD_RPB = 4 (variant 3, the default), 2
 // (variant 3) or 8 (variant 1), read once.
