@@ -1,14 +1,18 @@
 // attention_lab: kernels/cuda/attention.cu's tensor-core path timed alone,
 // in one process, at GPT-2's shape or any other: the forward at each block
-// size it can take (VKERN_ATTENTION_LAB builds both) and the backward with
-// dq both ways (S and dP computed again, or from the stored dS: variants 3
-// and 5), each as milliseconds and as the rate of the causal products'
-// flops. It is a lab tool, not part of the server and not a check: verify
-// and the planted defects judge correctness; this prints the forward's
-// largest difference between its block sizes, the two backwards' largest
-// dq difference and count of differing dk and dv elements (which must be
-// 0: one kernel computes them both ways), and the route's flag (which must
-// stay 0 on these finite inputs), so that a broken build is seen at once.
+// size it can take (VKERN_ATTENTION_LAB builds both) and the backward three
+// ways (on wgmma, variant 6, where the device and head size allow it; on
+// mma.sync with dq from S and dP computed again, variant 3; with dq from
+// the stored dS, variant 5), each as milliseconds and as the rate of the
+// causal products' flops. It is a lab tool, not part of the server and not
+// a check: verify and the planted defects judge correctness; this prints
+// the forward's largest difference between its block sizes, the largest
+// difference of each part between variants 6 and 3 (within 1% of the
+// part's largest value, or the exit status is 1), variant 5's largest dq
+// difference and count of differing dk and dv elements against variant 3
+// (which must be 0: one kernel computes them both ways), and the route's
+// flag (which must stay 0 on these finite inputs), so that a broken build
+// is seen at once.
 //
 //   go run ./bench/labsrc labsrc      # here: the sources with their op table
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ilabsrc \
@@ -121,44 +125,55 @@ int main(int argc, char** argv) {
   vk_attention_forward_warps = 4;
   CHECK_CUDA(vkern_attention::forward(qkv, y, lse, a, 0));
   CHECK_CUDA(cudaDeviceSynchronize());
-  // The backward both ways (attention.cu's variants 3 and 5): dq from S and
-  // dP computed again, and from the dS tiles the dk/dv kernel stores.
-  const char* dq_names[2] = {"backward", "backward, stored dS"};
-  std::vector<float> grads[2];
-  for (int v = 0; v < 2; ++v) {
-    vkern_attention::vk_attention_dq_stored = v == 1;
+  // The backward three ways (attention.cu's variants 6, 3 and 5): on
+  // wgmma (the Hopper kernels, where the device and head size allow), on
+  // mma.sync with dq from S and dP computed again, and with dq from the dS
+  // tiles the dk/dv kernel stores.
+  const char* names[3] = {"backward, wgmma", "backward, mma.sync", "backward, stored dS"};
+  std::vector<float> grads[3];
+  for (int v = 0; v < 3; ++v) {
+    vkern_attention::vk_attention_hopper = v == 0;
+    vkern_attention::vk_attention_dq_stored = v == 2;
     const double ms = median_ms([&] { CHECK_CUDA(vkern_attention::backward(dy, qkv, y, lse, dqkv, a, 0)); });
-    printf("%-22s %10.4f %10.1f\n", dq_names[v], ms, bwd_flops / ms / 1e9);
+    printf("%-22s %10.4f %10.1f\n", names[v], ms, bwd_flops / ms / 1e9);
     CHECK_CUDA(cudaDeviceSynchronize());
     grads[v] = to_host(dqkv, B * T * 3 * C);
   }
+  vkern_attention::vk_attention_hopper = true;
   vkern_attention::vk_attention_dq_stored = false;
-  // dk and dv come from the same kernel both ways: the same bits. dq sums
-  // the same roundings of dS, recomputed by other products: close.
-  double dq_diff = 0, dq_largest = 0;
+  // Stored against recomputed: dk and dv come from the same kernel, the
+  // same bits; dq sums the same roundings of dS, recomputed by other
+  // products: close. wgmma against mma.sync: the same roundings, sums in
+  // other orders: close in each part.
+  double diff[3] = {0, 0, 0}, largest[3] = {0, 0, 0}, dq_diff = 0;
   int64_t kv_differ = 0;
   for (int64_t i = 0; i < B * T * 3 * C; ++i) {
-    const double d = std::fabs(static_cast<double>(grads[0][i]) - grads[1][i]);
-    if (i % (3 * C) < C) {
-      dq_diff = std::max(dq_diff, d);
-      dq_largest = std::max(dq_largest, static_cast<double>(std::fabs(grads[0][i])));
-    } else if (!(grads[0][i] == grads[1][i]) && !(std::isnan(grads[0][i]) && std::isnan(grads[1][i]))) {
+    const int part = static_cast<int>(i % (3 * C) / C);  // 0 dq, 1 dk, 2 dv
+    diff[part] = std::max(diff[part], std::fabs(static_cast<double>(grads[0][i]) - grads[1][i]));
+    largest[part] = std::max(largest[part], static_cast<double>(std::fabs(grads[1][i])));
+    if (part == 0) {
+      dq_diff = std::max(dq_diff, std::fabs(static_cast<double>(grads[1][i]) - grads[2][i]));
+    } else if (!(grads[1][i] == grads[2][i]) && !(std::isnan(grads[1][i]) && std::isnan(grads[2][i]))) {
       ++kv_differ;
     }
   }
   printf("stored dS against recomputed: dq largest |difference| %.3g (largest |dq| %.3g); dk, dv elements that differ: %lld\n",
-         dq_diff, dq_largest, (long long)kv_differ);
+         dq_diff, largest[0], (long long)kv_differ);
+  printf("wgmma against mma.sync, largest |difference| (largest |value|): dq %.3g (%.3g), dk %.3g (%.3g), dv %.3g (%.3g)\n",
+         diff[0], largest[0], diff[1], largest[1], diff[2], largest[2]);
+  bool close = true;
+  for (int part = 0; part < 3; ++part) close = close && diff[part] <= 1e-2 * largest[part];
 
   const std::vector<float> y4h = to_host(y, B * T * C), y8h = to_host(y8, B * T * C);
-  double diff = 0, largest = 0;
+  double y_diff = 0, y_largest = 0;
   for (size_t i = 0; i < y4h.size(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::fabs(y4h[i] - y8h[i])));
-    largest = std::max(largest, static_cast<double>(std::fabs(y4h[i])));
+    y_diff = std::max(y_diff, static_cast<double>(std::fabs(y4h[i] - y8h[i])));
+    y_largest = std::max(y_largest, static_cast<double>(std::fabs(y4h[i])));
   }
   unsigned flag = 0;
   void* scratch = nullptr;
   CHECK_CUDA(vkern_attention::g_scratch.get(4, &scratch));
   CHECK_CUDA(cudaMemcpy(&flag, scratch, sizeof(flag), cudaMemcpyDeviceToHost));
-  printf("forward 4 vs 8 warps: largest |difference| %.3g (largest |y| %.3g); route flag %u\n", diff, largest, flag);
-  return flag == 0 && kv_differ == 0 ? 0 : 1;
+  printf("forward 4 vs 8 warps: largest |difference| %.3g (largest |y| %.3g); route flag %u\n", y_diff, y_largest, flag);
+  return flag == 0 && kv_differ == 0 && close ? 0 : 1;
 }

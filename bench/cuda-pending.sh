@@ -3,6 +3,12 @@
 # important first, each part skipped when too little of the call's time is
 # left for it ($BUDGET seconds, default 560), so that a call cut short still
 # returns what ran:
+#   lab       bench/attention_lab.cu built from bin/labsrc (here: go run
+#             ./bench/labsrc bin/labsrc) with ptxas's register report of
+#             the Hopper backward, run at gpt2's shape and two small ones
+#   verify-attn  vkern verify --backend cuda --op attention_grad at the
+#             default shapes and gpt2's, the Hopper backward (variant 6) and
+#             the mma.sync one ($VKERN_ATTENTION_BACKWARD=mma)
 #   verify    vkern verify --backend cuda of the changed ops at their default
 #             shapes (layernorm_grad with its residual, linear_grad_w with
 #             accumulate 0, attention_grad both ways)
@@ -15,9 +21,9 @@
 #             torch.compile, then vkern bench --suite train against them)
 #   gpt2      vkern train --model gpt2 --batch 16, 30 steps each on
 #             bin/corpus.txt (any text; made from the Go sources here): as built,
-#             with $VKERN_ATTENTION_DQ=stored (attention variant 5) and with
-#             $VKERN_SPIN_US=1000 (both sides spin 1 ms before sleeping);
-#             the median step and its phases, as ratios to the first run
+#             and with $VKERN_ATTENTION_BACKWARD=mma (attention_grad on
+#             mma.sync, variant 3); the median step and its phases, as
+#             ratios to the first run
 #   lngrad    layernorm_grad's variants 1 and 3 ($VKERN_LAYERNORM_GRAD_RPB
 #             8, 4, 2): the rows kernels' registers and spills (cuobjdump),
 #             vkern verify at the default and gpt2 shapes and vkern bench
@@ -75,6 +81,26 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 step "vkern build --backend cuda"
 run build "$vk" build --backend cuda || true
 
+if wants lab && room 150 lab; then
+  step "attention lab"
+  if nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -Ibin/labsrc -o /tmp/attention_lab \
+    bench/attention_lab.cu > "$out/lab-build.txt" 2>&1; then
+    grep -A2 -E "Compiling entry function.*(hopper|dkdv_mma|dq_mma)" "$out/lab-build.txt" | grep -E "entry|registers|spill"
+    run lab-gpt2 /tmp/attention_lab
+    run lab-d48 /tmp/attention_lab 2 129 96 2
+    run lab-t300 /tmp/attention_lab 1 300 128 2
+  else
+    status=1
+    table+=("lab build: FAILED")
+    tail -30 "$out/lab-build.txt"
+  fi
+fi
+if wants verify-attn && room 120 verify-attn; then
+  step "verify attention_grad"
+  run verify-attn "$vk" verify --backend cuda --op attention_grad
+  run verify-attn-gpt2 "$vk" verify --backend cuda --op attention_grad --shape 16x1024x768x12
+  run verify-attn-mma env VKERN_ATTENTION_BACKWARD=mma "$vk" verify --backend cuda --op attention_grad
+fi
 if wants verify && room 120 verify; then
   step verify
   run verify-default "$vk" verify --backend cuda --op layernorm_grad,linear_grad_w,attention_grad
@@ -127,8 +153,7 @@ if wants gpt2; then
   step "gpt2 steps"
   : > "$out/gpt2-table.txt"
   train base
-  train dqstored VKERN_ATTENTION_DQ=stored
-  train spin1ms VKERN_SPIN_US=1000
+  train mma VKERN_ATTENTION_BACKWARD=mma
 fi
 
 if wants lngrad && room 150 lngrad; then

@@ -797,7 +797,47 @@ var CUDADefects = []Mutation{
 		Name: "attention_grad's dq without the causal mask (tensor cores)", File: "cuda/attention.cu",
 		Old: "p[n][e] = diagonal && j > r0 + 8 * (e / 2) ? 0.0f : exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));",
 		New: "p[n][e] = exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));",
-		Op:  "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+		Op:  "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4", hopperAttention},
+	},
+	// attention_grad's variant 6 (the Hopper backward on wgmma): heads of
+	// 64 columns on an H100; elsewhere the shape takes the mma.sync
+	// kernels and the defect is not on its path.
+	{
+		Name: "attention_grad's dk never scaled back from its f16 range (Hopper)", File: "cuda/attention.cu",
+		Old: "      add_scaled(dk, part, shift);", New: "      add_scaled(dk, part, no_shift);",
+		Op: "attention_grad", Shapes: []string{hopperAttention},
+	},
+	{
+		Name: "attention_grad's dv overwritten by each query tile (Hopper)", File: "cuda/attention.cu",
+		Old: "fragment_products(dv, fp, g_addr, 1);", New: "fragment_products(dv, fp, g_addr, 0);",
+		Op: "attention_grad", Shapes: []string{hopperAttention},
+	},
+	{
+		Name: "attention_grad's dq from the values where the keys belong (Hopper)", File: "cuda/attention.cu",
+		Old: "fragment_products(part, fd, k_addr, 0);", New: "fragment_products(part, fd, v_addr, 0);",
+		Op: "attention_grad", Shapes: []string{hopperAttention},
+	},
+	{
+		Name: "attention_grad's tiles copied unswizzled (Hopper)", File: "cuda/attention.cu",
+		Old: "cp_async_16(dst + r * 128 + ((u ^ (r & 7)) << 4),", New: "cp_async_16(dst + r * 128 + (u << 4),",
+		Op: "attention_grad", Shapes: []string{hopperAttention},
+	},
+	{
+		Name: "attention_grad's scores read the first 16 columns of q four times (Hopper)", File: "cuda/attention.cu",
+		Old: "wgmma_m64n64k16<0, 0>(flat(x), da + 2 * kk, db + 2 * kk, kk);",
+		New: "wgmma_m64n64k16<0, 0>(flat(x), da + 2 * kk, db, kk);",
+		Op:  "attention_grad", Shapes: []string{hopperAttention},
+	},
+	{
+		Name: "attention_grad's products with P and dS read the first 16 rows four times (Hopper)", File: "cuda/attention.cu",
+		Old: "wgmma_m64n64k16_rs<1>(flat(x), f[kk], db + 128 * kk, accumulate | kk);",
+		New: "wgmma_m64n64k16_rs<1>(flat(x), f[kk], db, accumulate | kk);",
+		Op:  "attention_grad", Shapes: []string{hopperAttention},
+	},
+	{
+		Name: "attention_grad's tiles never raise the route's flag (Hopper)", File: "cuda/attention.cu",
+		Old: "  if (found) {\n    atomicOr(flag, 1u);\n  }", New: "",
+		Op: "attention_grad", Shapes: []string{hopperAttention},
 	},
 	// attention_grad's variant 5 (dq from the stored dS), switched on in
 	// the mutant's source as $VKERN_ATTENTION_DQ=stored switches it on.
@@ -1056,6 +1096,11 @@ var CUDADefects = []Mutation{
 		Op:  "bias_grad", Shapes: []string{"4100x40"},
 	},
 }
+
+// hopperAttention is an attention shape whose backward takes attention.cu's
+// variant 6 on an H100: heads of 64 columns, three tiles of keys and
+// queries, the last partial.
+const hopperAttention = "1x130x128x2"
 
 // storedDS switches attention.cu's variant 5 on in a mutant's source.
 var storedDS = Edit{

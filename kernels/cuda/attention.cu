@@ -3,8 +3,12 @@
 // kernels/cpu/attention.cc, with scores in base 2 (s₂ = q·k·α·log₂e, p =
 // exp2f(s₂ − m₂)) and lse = (m₂ + log2f(l))·ln 2.
 //
-// Two paths:
+// Three paths:
 //
+// - On Hopper (compute capability 9.0, the sm_90a build), attention_grad's
+//   products run on warpgroup MMA for heads of D ≤ 64 columns (D a multiple
+//   of 8): variant 6 below, the kernels of the next path with another
+//   source of operands (see backward_dkdv_hopper).
 // - Tensor cores (CUDA, compute capability 8.0 or more, head size D ≤ 128,
 //   padded to DP = 16, 32, 64 or 128 with zeros), flash-style: no T×T matrix
 //   leaves the chip. Warps own 16 rows of a tile; tiles of 64 keys (or
@@ -106,6 +110,14 @@
 //      gpt2 step took 42.39 ms against 41.65 with variant 3 (1.018×, one
 //      H100 call, 2026-11-27 at f575dca's kernels): the traffic costs more
 //      than the two products save.
+//   6. (Hopper, D ≤ 64: backward_dkdv_hopper, backward_dq_hopper) the
+//      backward's products on wgmma, every operand tile in shared memory
+//      in wgmma's swizzled layout, P and dS as register fragments; the
+//      same roundings, and on the lab's inputs the same bits as variant 3:
+//      backward 0.555 ms against variant 3's 0.812 in the same call (1.46×;
+//      SDPA flash took 0.445 in earlier calls). ptxas: 0 spills (dq), 8
+//      bytes (dkdv) at three blocks an SM, where dkdv_mma spills 120.
+//      $VKERN_ATTENTION_BACKWARD=mma keeps variant 3.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -116,6 +128,7 @@
 #include "cuda/compat.h"
 #include "cuda/mma.cuh"
 #include "cuda/rows.cuh"
+#include "cuda/wgmma.cuh"
 
 #if defined(VKERN_ATTENTION_LAB)
 int vk_attention_forward_warps = 4;  // bench/attention_lab.cu: forward_mma's warps, 4 or 8
@@ -767,6 +780,51 @@ __global__ void __launch_bounds__(32 * W, kForwardMinBlocks)
 #endif
 }
 
+// key_probabilities sets P = exp2(s₂ − lse₂) in the backward_dkdv kernels'
+// Sᵀ tile x (rows keys, columns queries), 0 for a pair whose query comes
+// before its key (on the diagonal tile) or lies past T (valid queries);
+// lse holds the tile's 64 queries' lse.
+__device__ __forceinline__ void key_probabilities(float (&x)[8][4], bool diagonal, int valid, int warp, int lane,
+                                                  float scale2, const float* lse) {
+  const int g = lane / 4, t = lane % 4, k0 = warp * 16 + g;  // the thread's first key, in the tile
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = n * 8 + 2 * t + (e & 1);
+      const bool pair = (!diagonal || col >= k0 + 8 * (e / 2)) && col < valid;
+      x[n][e] = pair ? exp2f(fmaf(x[n][e], scale2, -lse[col] * kLog2e)) : 0.0f;
+    }
+  }
+}
+
+// key_ds turns dPᵀ into dSᵀ = Pᵀ(dPᵀ − D), D per query (the tile's 64 in d).
+__device__ __forceinline__ void key_ds(float (&dp)[8][4], const float (&p)[8][4], int lane, const float* d) {
+  const int t = lane % 4;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dp[n][e] = p[n][e] * (dp[n][e] - d[n * 8 + 2 * t + (e & 1)]);
+  }
+}
+
+// query_ds sets P = exp2(s₂ − lse₂) in the backward_dq kernels' S tile p
+// (rows queries, columns keys), 0 for a key after its query on the diagonal
+// tile, and dP to dS = P(dP − D); lse2 and d are the thread's two rows'.
+__device__ __forceinline__ void query_ds(float (&p)[8][4], float (&dp)[8][4], bool diagonal, int warp, int lane,
+                                         float scale2, const float (&lse2)[2], const float (&d)[2]) {
+  const int t = lane % 4, r0 = warp * 16 + lane / 4;  // the thread's first row, in the tile
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = n * 8 + 2 * t + (e & 1);
+      p[n][e] = diagonal && j > r0 + 8 * (e / 2) ? 0.0f : exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));
+      dp[n][e] = p[n][e] * (dp[n][e] - d[e / 2]);
+    }
+  }
+}
+
 // backward_dkdv_mma: a block of 4 warps owns a key tile of one (b, h) (the
 // first, heaviest, first) and keeps its dk and dv in registers while the
 // query tiles i ≥ j stream through two stages of shared memory (q, dy, and
@@ -842,17 +900,8 @@ __global__ void __launch_bounds__(kThreads)
       float p_t[8][4] = {}, dp[8][4] = {};  // Pᵀ and dPᵀ, then dSᵀ: rows keys, columns queries
       scores_held<DP>(ka, qs, lane, p_t);
       scores_held<DP>(va, gs, lane, dp);
-      const int k0 = warp * 16 + g;  // the thread's first key, in the tile
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = n * 8 + 2 * t + (e & 1);
-          const bool pair = (!diagonal || col >= k0 + 8 * (e / 2)) && col < valid;
-          p_t[n][e] = pair ? exp2f(fmaf(p_t[n][e], scale2, -lse_s[col] * kLog2e)) : 0.0f;
-          dp[n][e] = p_t[n][e] * (dp[n][e] - ds[col]);
-        }
-      }
+      key_probabilities(p_t, diagonal, valid, warp, lane, scale2, lse_s);
+      key_ds(dp, p_t, lane, ds);
       uint32_t fa[4][4];
       round_tile<false>(p_t, no_shift, fa);
       product<DP, false>(fa, gs, lane, no_shift, dv);
@@ -926,20 +975,10 @@ __global__ void __launch_bounds__(kThreads)
         a_fragments<DP>(qs, warp * 16 + g, t, qa);
         a_fragments<DP>(gs, warp * 16 + g, t, ga);
       }
-      const bool diagonal = kt == qt;
-      const int r0 = warp * 16 + g;  // the thread's first row, in the tile
       float p[8][4] = {}, dp[8][4] = {};  // P and dP, then dS
       scores_held<DP>(qa, ks, lane, p);
       scores_held<DP>(ga, vs, lane, dp);
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = n * 8 + 2 * t + (e & 1);
-          p[n][e] = diagonal && j > r0 + 8 * (e / 2) ? 0.0f : exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));
-          dp[n][e] = p[n][e] * (dp[n][e] - d[e / 2]);
-        }
-      }
+      query_ds(p, dp, kt == qt, warp, lane, scale2, lse2, d);
       int shift[2];
       row_shift(dp, shift);
       uint32_t fa[4][4];
@@ -1020,6 +1059,311 @@ __global__ void __launch_bounds__(kThreads)
   }
 #endif
 }
+
+// ---------------------------------------------------------------------------
+// The Hopper backward (variant 6): backward_dkdv_mma and backward_dq_mma with
+// their products on warpgroup MMA (wgmma.cuh), for heads of D ≤ 64 columns
+// (D a multiple of 8, 16-byte aligned rows) on compute capability 9.0 with
+// the sm_90a bodies loaded. A block is one warpgroup; its four warps own the
+// same rows of the tile as before, and a wgmma accumulator of 64 × 64 holds
+// for each thread exactly the elements of the mma.sync kernels' float[8][4]
+// (rows 16·warp + g and + 8, columns 8n + 2t and + 1), so the masks, the
+// exponentials, the per-row shifts and the f16 roundings are the same
+// functions. What changes is where operands come from: every tile lies in
+// shared memory in the layout wgmma reads (rows of 64 halves, 128-byte
+// swizzle), and both operands of S and dP are read from there by
+// descriptor, as are the B operands of dv, dk and dq (the same q, dy and k
+// tiles, read MN-major); P and the scaled dS go in as register A fragments
+// (round_tile's). No ldmatrix, and no K, V (Q, dY) fragments held in
+// registers. The scaled products (dk += 2^shift·(dSᵀ·Q), dq likewise) are
+// summed apart over the tile's 64 terms and added as product<DP, true> adds
+// them. Accuracy: the same claims as the mma.sync path (exact f16 products,
+// f32 sums in any order, P and dS rounded once).
+
+using vkern_wgmma::fence_registers;
+using vkern_wgmma::smem_desc;
+using vkern_wgmma::wgmma_commit;
+using vkern_wgmma::wgmma_fence;
+using vkern_wgmma::wgmma_m64n64k16;
+using vkern_wgmma::wgmma_m64n64k16_rs;
+using vkern_wgmma::wgmma_wait;
+
+constexpr int kSwTile = kTile * 128;  // bytes of a swizzled tile: 64 rows of 64 halves
+
+// The Hopper kernels' register budget, as blocks an SM (the lab builds
+// others).
+#if !defined(VKERN_ATTENTION_HOPPER_MIN_BLOCKS)
+#define VKERN_ATTENTION_HOPPER_MIN_BLOCKS 3
+#endif
+constexpr int kHopperMinBlocks = VKERN_ATTENTION_HOPPER_MIN_BLOCKS;
+
+// Dynamic shared memory of the Hopper kernels: four tiles that stay (K, V or
+// Q, dY) or stream in two stages (two tiles each), two stages of 64 lse and
+// 64 D (dkdv), and 1 KB to align the tiles to the swizzle's 1024-byte period.
+constexpr int kHopperSmem = 6 * kSwTile + 2 * 2 * kTile * 4 + 1024;
+
+// align_swizzle is the first 1024-byte boundary at or after p.
+__device__ __forceinline__ unsigned char* align_swizzle(void* p) {
+  const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<unsigned char*>((u + 1023) & ~uintptr_t{1023});
+}
+
+// copy_rows_sw starts the copy of rows [row0, row0 + 64) of a head (element
+// (t, c) at src[t·width + c]) into the swizzled tile dst, 16 bytes a
+// cp.async, zero past T and past D (D a multiple of 8, rows 16-byte
+// aligned): unit u (halves 8u .. 8u + 7) of row r lands at r·128 + 16·(u ^
+// r % 8).
+__device__ __forceinline__ void copy_rows_sw(unsigned char* dst, const __half* src, int width, int64_t row0,
+                                             int64_t T, int D) {
+  const __half* from = src + row0 * width;
+  const int left = T - row0 < kTile ? static_cast<int>(T - row0) : kTile;
+#pragma unroll
+  for (int k = 0; k < kTile * 8 / kThreads; ++k) {
+    const int idx = threadIdx.x + k * kThreads, r = idx / 8, u = idx % 8;
+    const bool in = r < left && 8 * u < D;
+    cp_async_16(dst + r * 128 + ((u ^ (r & 7)) << 4), in ? from + r * width + 8 * u : src, in ? 16 : 0);
+  }
+}
+
+// async_visible makes this thread's finished cp.async writes to shared
+// memory visible to wgmma's reads (the async proxy); a barrier after it
+// makes every thread's visible.
+__device__ __forceinline__ void async_visible() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// flag_tile sets *flag when any half of a swizzled tile is an infinity or a
+// NaN.
+__device__ __forceinline__ void flag_tile(const unsigned char* tile, unsigned* flag) {
+  bool found = false;
+#pragma unroll
+  for (int k = 0; k < kSwTile / 16 / kThreads; ++k) {
+    const uint4 v = *reinterpret_cast<const uint4*>(tile + 16 * (threadIdx.x + k * kThreads));
+    found = found || special_halves(v.x) || special_halves(v.y) || special_halves(v.z) || special_halves(v.w);
+  }
+  if (found) {
+    atomicOr(flag, 1u);
+  }
+}
+
+// flat views a thread's share of a 64 × 64 tile as wgmma's accumulator.
+__device__ __forceinline__ float (&flat(float (&x)[8][4]))[32] { return reinterpret_cast<float(&)[32]>(x); }
+
+// keep_fragments pins A fragments until here (after the wait of the group
+// that reads them), so that their registers are not reused while wgmma may
+// still read them.
+__device__ __forceinline__ void keep_fragments(uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    asm volatile("" : "+r"(a[k][0]), "+r"(a[k][1]), "+r"(a[k][2]), "+r"(a[k][3])::"memory");
+  }
+}
+
+// tile_products: x = A·Bᵀ over 64 columns, A and B swizzled 64-row tiles read
+// K-major (S = Q·Kᵀ, Sᵀ = K·Qᵀ and the dP likewise); not waited for.
+__device__ __forceinline__ void tile_products(float (&x)[8][4], uint32_t a, uint32_t b) {
+  const uint64_t da = smem_desc(a, 16, 1024), db = smem_desc(b, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16<0, 0>(flat(x), da + 2 * kk, db + 2 * kk, kk);
+}
+
+// fragment_products: x (+)= F·B, F the 64 × 64 A fragments (f) and B a
+// swizzled tile read MN-major (its rows the sum's index: queries for dv and
+// dk, keys for dq); not waited for. accumulate = 0 overwrites x.
+__device__ __forceinline__ void fragment_products(float (&x)[8][4], const uint32_t (&f)[4][4], uint32_t b,
+                                                  int accumulate) {
+  const uint64_t db = smem_desc(b, 8192, 1024);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16_rs<1>(flat(x), f[kk], db + 128 * kk, accumulate | kk);
+}
+
+// add_scaled adds part, each row r of the thread scaled by 2^shift[r]
+// (exact), to x: a product of round_tile's scaled fragments scaled back.
+__device__ __forceinline__ void add_scaled(float (&x)[8][4], const float (&part)[8][4], const int (&shift)[2]) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[n][e] += ldexpf(part[n][e], shift[e / 2]);
+  }
+}
+
+// backward_dkdv_hopper is backward_dkdv_mma on wgmma (without kStoreDS):
+// dv += Pᵀ·dY is issued as soon as P is rounded and runs while dS is
+// formed.
+__global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
+    backward_dkdv_hopper(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse,
+                         const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale,
+                         float scale2, unsigned* __restrict__ flag) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint4 attention_shared[];
+  unsigned char* const ks = align_swizzle(attention_shared);
+  unsigned char* const vs = ks + kSwTile;
+  unsigned char* const stages = vs + kSwTile;  // stage s: q at 2s·kSwTile, dy after it
+  float* const stage_rows = reinterpret_cast<float*>(stages + 4 * kSwTile);  // stage s: lse at 2s·kTile, D after it
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int width = static_cast<int>(3 * a.C), C = static_cast<int>(a.C), D = static_cast<int>(a.D);
+  const int64_t tiles = ceil_div(a.T, kTile), heads = a.head_count();
+  const int no_shift[2] = {0, 0};
+  const uint32_t k_addr = vkern_mma::smem_addr(ks), v_addr = vkern_mma::smem_addr(vs);
+  const uint32_t stage_addr = vkern_mma::smem_addr(stages);
+  for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
+    const int64_t kt = item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
+    const __half* base = qkv + b * a.T * width + h * a.D;
+    const __half* dy_base = dy + b * a.T * a.C + h * a.D;
+    const float* lse_bh = lse + bh * a.T;
+    const float* dsum_bh = dsum + bh * a.T;
+    // stage_copy starts the copy of query tile qt's rows into stage st.
+    auto stage_copy = [&](int64_t qt, int st) {
+      copy_rows_sw(stages + 2 * st * kSwTile, base, width, qt * kTile, a.T, D);
+      copy_rows_sw(stages + (2 * st + 1) * kSwTile, dy_base, C, qt * kTile, a.T, D);
+      copy_floats(stage_rows + 2 * st * kTile, lse_bh, qt * kTile, a.T);
+      copy_floats(stage_rows + (2 * st + 1) * kTile, dsum_bh, qt * kTile, a.T);
+    };
+    __syncthreads();  // the last item's reads of every tile are done
+    copy_rows_sw(ks, base + C, width, kt * kTile, a.T, D);
+    copy_rows_sw(vs, base + 2 * C, width, kt * kTile, a.T, D);
+    stage_copy(kt, 0);
+    cp_async_commit();
+    const int64_t key[2] = {kt * kTile + warp * 16 + g, kt * kTile + warp * 16 + g + 8};
+    float dk[8][4] = {}, dv[8][4] = {};
+    for (int64_t qt = kt; qt < tiles; ++qt) {
+      const int st = static_cast<int>((qt - kt) & 1);
+      if (qt + 1 < tiles) stage_copy(qt + 1, st ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+      async_visible();
+      __syncthreads();
+      const unsigned char* qs = stages + 2 * st * kSwTile;
+      const uint32_t q_addr = stage_addr + 2 * st * kSwTile, g_addr = q_addr + kSwTile;
+      const float* lse_s = stage_rows + 2 * st * kTile;
+      const float* ds = lse_s + kTile;
+      const bool diagonal = qt == kt;
+      if (diagonal) {
+        flag_tile(ks, flag);
+        flag_tile(vs, flag);
+        flag_tile(qs, flag);  // query tile kt's q, once
+      }
+      float p_t[8][4] = {}, dp[8][4] = {};  // Pᵀ and dPᵀ, then dSᵀ: rows keys, columns queries
+      wgmma_fence();
+      tile_products(p_t, k_addr, q_addr);
+      tile_products(dp, v_addr, g_addr);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(flat(p_t));
+      fence_registers(flat(dp));
+      const int valid = a.T - qt * kTile < kTile ? static_cast<int>(a.T - qt * kTile) : kTile;
+      key_probabilities(p_t, diagonal, valid, warp, lane, scale2, lse_s);
+      uint32_t fp[4][4];
+      round_tile<false>(p_t, no_shift, fp);
+      wgmma_fence();
+      fragment_products(dv, fp, g_addr, 1);  // dv += Pᵀ·dY, while dS is formed
+      wgmma_commit();
+      key_ds(dp, p_t, lane, ds);
+      int shift[2];
+      row_shift(dp, shift);
+      uint32_t fd[4][4];
+      round_tile<true>(dp, shift, fd);
+      float part[8][4] = {};
+      wgmma_fence();
+      fragment_products(part, fd, q_addr, 0);  // (2^−shift·dSᵀ)·Q
+      wgmma_commit();
+      wgmma_wait<0>();
+      keep_fragments(fp);
+      keep_fragments(fd);
+      fence_registers(flat(dv));
+      fence_registers(flat(part));
+      add_scaled(dk, part, shift);
+      __syncthreads();  // this stage's reads are done before the tile after next is copied over it
+    }
+    const float dk_scale[2] = {scale, scale}, ones[2] = {1.0f, 1.0f};
+    __half* out = dqkv + b * a.T * width + h * a.D;
+    store_rows<64>(dk, dk_scale, out + a.C, width, key, a.T, a.D, t, true);
+    store_rows<64>(dv, ones, out + 2 * a.C, width, key, a.T, a.D, t, true);
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // the host launches this only when the sm_90a body is loaded (hopper_backward)
+#endif
+}
+
+// backward_dq_hopper is backward_dq_mma on wgmma.
+__global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
+    backward_dq_hopper(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse,
+                       const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale,
+                       float scale2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint4 attention_shared[];
+  unsigned char* const qs = align_swizzle(attention_shared);
+  unsigned char* const gs = qs + kSwTile;
+  unsigned char* const stages = gs + kSwTile;  // stage s: keys at 2s·kSwTile, values after them
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int width = static_cast<int>(3 * a.C), C = static_cast<int>(a.C), D = static_cast<int>(a.D);
+  const int64_t tiles = ceil_div(a.T, kTile), heads = a.head_count();
+  const uint32_t q_addr = vkern_mma::smem_addr(qs), g_addr = vkern_mma::smem_addr(gs);
+  const uint32_t stage_addr = vkern_mma::smem_addr(stages);
+  for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
+    const int64_t qt = tiles - 1 - item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
+    const __half* base = qkv + b * a.T * width + h * a.D;
+    // kv_copy starts the copy of key tile kt's keys and values into stage st.
+    auto kv_copy = [&](int64_t kt, int st) {
+      copy_rows_sw(stages + 2 * st * kSwTile, base + C, width, kt * kTile, a.T, D);
+      copy_rows_sw(stages + (2 * st + 1) * kSwTile, base + 2 * C, width, kt * kTile, a.T, D);
+    };
+    __syncthreads();  // the last item's reads of every tile are done
+    copy_rows_sw(qs, base, width, qt * kTile, a.T, D);
+    copy_rows_sw(gs, dy + b * a.T * a.C + h * a.D, C, qt * kTile, a.T, D);
+    kv_copy(0, 0);
+    cp_async_commit();
+    const int64_t row[2] = {qt * kTile + warp * 16 + g, qt * kTile + warp * 16 + g + 8};
+    float lse2[2], d[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      lse2[r] = row[r] < a.T ? lse[bh * a.T + row[r]] * kLog2e : 0.0f;
+      d[r] = row[r] < a.T ? dsum[bh * a.T + row[r]] : 0.0f;
+    }
+    float dq[8][4] = {};
+    for (int64_t kt = 0; kt <= qt; ++kt) {
+      const int st = static_cast<int>(kt & 1);
+      if (kt < qt) kv_copy(kt + 1, st ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+      async_visible();
+      __syncthreads();
+      const uint32_t k_addr = stage_addr + 2 * st * kSwTile, v_addr = k_addr + kSwTile;
+      float p[8][4] = {}, dp[8][4] = {};  // P and dP, then dS
+      wgmma_fence();
+      tile_products(p, q_addr, k_addr);
+      tile_products(dp, g_addr, v_addr);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(flat(p));
+      fence_registers(flat(dp));
+      query_ds(p, dp, kt == qt, warp, lane, scale2, lse2, d);
+      int shift[2];
+      row_shift(dp, shift);
+      uint32_t fd[4][4];
+      round_tile<true>(dp, shift, fd);
+      float part[8][4] = {};
+      wgmma_fence();
+      fragment_products(part, fd, k_addr, 0);  // (2^−shift·dS)·K
+      wgmma_commit();
+      wgmma_wait<0>();
+      keep_fragments(fd);
+      fence_registers(flat(part));
+      add_scaled(dq, part, shift);
+      __syncthreads();  // this stage's reads are done before the tile after next is copied over it
+    }
+    const float dq_factor[2] = {scale, scale};
+    store_rows<64>(dq, dq_factor, dqkv + b * a.T * width + h * a.D, width, row, a.T, a.D, t, true);
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // the host launches this only when the sm_90a body is loaded (hopper_backward)
+#endif
+}
+
+// Whether the module loaded on the current device holds the sm_90a bodies.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ const int kHopperBody = 1;
+#else
+__device__ const int kHopperBody = 0;
+#endif
 
 // Dynamic shared memory of each kernel, in bytes.
 template <int DP, int W>
@@ -1108,6 +1452,20 @@ cudaError_t launch_backward_mma(const __half* dy, const __half* qkv, const float
   return cudaGetLastError();
 }
 
+// launch_backward_hopper launches variant 6's dk and dv, then dq.
+cudaError_t launch_backward_hopper(const __half* dy, const __half* qkv, const float* lse, const float* dsum,
+                                   __half* dqkv, Heads a, float scale, float scale2, unsigned* flag, int device,
+                                   cudaStream_t s) {
+  static uint64_t raised_dkdv, raised_dq;
+  cudaError_t err = allow_smem(backward_dkdv_hopper, kHopperSmem, true, device, &raised_dkdv);
+  if (err == cudaSuccess) err = allow_smem(backward_dq_hopper, kHopperSmem, true, device, &raised_dq);
+  if (err != cudaSuccess) return err;
+  const unsigned grid = grid_for(a.head_count() * ceil_div(a.T, kTile));
+  backward_dkdv_hopper<<<grid, kThreads, kHopperSmem, s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, flag);
+  backward_dq_hopper<<<grid, kThreads, kHopperSmem, s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2);
+  return cudaGetLastError();
+}
+
 #endif  // VKERN_PTX_MMA
 
 // ---------------------------------------------------------------------------
@@ -1139,6 +1497,42 @@ bool dq_from_stored_ds() {
   return stored;
 }
 #endif
+
+// hopper_chosen says whether attention_grad may take variant 6 (the Hopper
+// backward): unless $VKERN_ATTENTION_BACKWARD = "mma", read once, which
+// keeps the mma.sync kernels for comparison. The lab sets it directly.
+#if defined(VKERN_ATTENTION_LAB)
+bool vk_attention_hopper = true;
+bool hopper_chosen() { return vk_attention_hopper; }
+#else
+bool hopper_chosen() {
+  static const bool chosen = [] {
+    const char* v = std::getenv("VKERN_ATTENTION_BACKWARD");
+    return v == nullptr || std::strcmp(v, "mma") != 0;
+  }();
+  return chosen;
+}
+#endif
+
+// hopper_backward says whether device runs variant 6: chosen, compute
+// capability 9.0, and the sm_90a bodies in the module loaded there (read
+// once per device; the first call copies one int from the device, which
+// synchronises it).
+bool hopper_backward(int device) {
+  constexpr int kMaxDevices = 64;
+  static signed char known[kMaxDevices];  // 0 unknown, 1 yes, -1 no
+  if (!hopper_chosen() || device < 0 || device >= kMaxDevices) return false;
+  if (known[device] == 0) {
+    int major = 0, minor = 0, body = 0;
+    const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+                     major == 9 && minor == 0 &&
+                     cudaMemcpyFromSymbol(&body, kHopperBody, sizeof body) == cudaSuccess && body == 1;
+    if (!yes) (void)cudaGetLastError();
+    known[device] = yes ? 1 : -1;
+  }
+  return known[device] == 1;
+}
 #endif  // VKERN_PTX_MMA
 
 #if defined(VKERN_PTX_MMA)
@@ -1238,19 +1632,16 @@ cudaError_t backward(const __half* dy, const __half* qkv, const __half* y, const
     if (err != cudaSuccess) return err;
     row_dots<<<blocks_for(rows), kThreads, 0, s>>>(dy, y, lse, dsum, a, vec8, flag);
     const bool tiles16 = vec8 && aligned16(qkv) && aligned16(dqkv);
-    switch (dp) {
-      case 16:
-        err = launch_backward_mma<16>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
-        break;
-      case 32:
-        err = launch_backward_mma<32>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
-        break;
-      case 64:
-        err = launch_backward_mma<64>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
-        break;
-      default:
-        err = launch_backward_mma<128>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
-        break;
+    if (dp == 64 && tiles16 && ds == nullptr && hopper_backward(device)) {
+      err = launch_backward_hopper(dy, qkv, lse, dsum, dqkv, a, scale, scale2, flag, device, s);
+    } else if (dp == 16) {
+      err = launch_backward_mma<16>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
+    } else if (dp == 32) {
+      err = launch_backward_mma<32>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
+    } else if (dp == 64) {
+      err = launch_backward_mma<64>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
+    } else {
+      err = launch_backward_mma<128>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
     }
     if (err != cudaSuccess) return err;
     special = flag;

@@ -1,7 +1,7 @@
 // The warp-level tensor-core and copy instructions of the mma.sync kernels
 // (gemm.cuh's tensor-core path and attention.cu), as inline PTX: CUDA only,
-// compute capability 8.0 or more (VKERN_PTX_MMA, compat.h). gemm_sm90.cu's
-// wgmma kernels have their own.
+// compute capability 8.0 or more (VKERN_PTX_MMA, compat.h). The Hopper
+// warpgroup instructions are wgmma.cuh's.
 #ifndef VKERN_CUDA_MMA_CUH
 #define VKERN_CUDA_MMA_CUH
 
