@@ -5,10 +5,10 @@
 # returns what ran:
 #   lab       bench/attention_lab.cu built from bin/labsrc (here: go run
 #             ./bench/labsrc bin/labsrc) with ptxas's register report of
-#             the Hopper backward, run at gpt2's shape and two small ones
-#   verify-attn  vkern verify --backend cuda --op attention_grad at the
-#             default shapes and gpt2's, the Hopper backward (variant 6) and
-#             the mma.sync one ($VKERN_ATTENTION_BACKWARD=mma)
+#             the attention kernels, run at gpt2's shape and two small ones
+#   verify-attn  vkern verify --backend cuda --op attention,attention_grad at the
+#             default shapes and gpt2's, the Hopper kernels (variants 6, 7) and
+#             the mma.sync ones ($VKERN_ATTENTION=mma)
 #   verify    vkern verify --backend cuda of the changed ops at their default
 #             shapes (layernorm_grad with its residual, linear_grad_w with
 #             accumulate 0, attention_grad both ways)
@@ -21,8 +21,8 @@
 #             torch.compile, then vkern bench --suite train against them)
 #   gpt2      vkern train --model gpt2 --batch 16, 30 steps each on
 #             bin/corpus.txt (any text; made from the Go sources here): as built,
-#             and with $VKERN_ATTENTION_BACKWARD=mma (attention_grad on
-#             mma.sync, variant 3); the median step and its phases, as
+#             and with $VKERN_ATTENTION=mma (attention and attention_grad
+#             on mma.sync, variant 3); the median step and its phases, as
 #             ratios to the first run
 #   lngrad    layernorm_grad's variants 1 and 3 ($VKERN_LAYERNORM_GRAD_RPB
 #             8, 4, 2): the rows kernels' registers and spills (cuobjdump),
@@ -85,7 +85,7 @@ if wants lab && room 150 lab; then
   step "attention lab"
   if nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -Ibin/labsrc -o /tmp/attention_lab \
     bench/attention_lab.cu > "$out/lab-build.txt" 2>&1; then
-    grep -A2 -E "Compiling entry function.*(hopper|dkdv_mma|dq_mma)" "$out/lab-build.txt" | grep -E "entry|registers|spill"
+    grep -A2 -E "Compiling entry function.*(hopper|dkdv_mma|dq_mma|forward_mma)" "$out/lab-build.txt" | grep -E "entry|registers|spill"
     run lab-gpt2 /tmp/attention_lab
     run lab-d48 /tmp/attention_lab 2 129 96 2
     run lab-t300 /tmp/attention_lab 1 300 128 2
@@ -97,14 +97,14 @@ if wants lab && room 150 lab; then
 fi
 if wants verify-attn && room 120 verify-attn; then
   step "verify attention_grad"
-  run verify-attn "$vk" verify --backend cuda --op attention_grad
-  run verify-attn-gpt2 "$vk" verify --backend cuda --op attention_grad --shape 16x1024x768x12
-  run verify-attn-mma env VKERN_ATTENTION_BACKWARD=mma "$vk" verify --backend cuda --op attention_grad
+  run verify-attn "$vk" verify --backend cuda --op attention,attention_grad
+  run verify-attn-gpt2 "$vk" verify --backend cuda --op attention,attention_grad --shape 16x1024x768x12
+  run verify-attn-mma env VKERN_ATTENTION=mma "$vk" verify --backend cuda --op attention,attention_grad
 fi
 if wants verify && room 120 verify; then
   step verify
   run verify-default "$vk" verify --backend cuda --op layernorm_grad,linear_grad_w,attention_grad
-  run verify-dq-stored env VKERN_ATTENTION_DQ=stored "$vk" verify --backend cuda --op attention_grad
+  run verify-dq-stored env VKERN_ATTENTION_DQ=stored "$vk" verify --backend cuda --op attention,attention_grad
 fi
 if wants verify-gpt2 && room 60 verify-gpt2; then
   step "verify at the gpt2 shapes"
@@ -153,7 +153,7 @@ if wants gpt2; then
   step "gpt2 steps"
   : > "$out/gpt2-table.txt"
   train base
-  train mma VKERN_ATTENTION_BACKWARD=mma
+  train mma VKERN_ATTENTION=mma
 fi
 
 if wants lngrad && room 150 lngrad; then

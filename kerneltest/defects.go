@@ -743,13 +743,13 @@ var CUDADefects = []Mutation{
 		Name: "attention without the causal mask (tensor cores)", File: "cuda/attention.cu",
 		Old: "if (n * 8 + 2 * t + (e & 1) > r0 + 8 * (e / 2)) s[n][e] = vkern_rows::neg_inf();",
 		New: "",
-		Op:  "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+		Op:  "attention", Shapes: []string{"2x17x24x3", "1x64x64x4", hopperAttention},
 	},
 	{
 		Name: "attention's lse without the row max (tensor cores)", File: "cuda/attention.cu",
-		Old: "if (t == 0) lse[bh * a.T + row[r]] = (m[r] + log2f(l[r])) * kLn2;",
-		New: "if (t == 0) lse[bh * a.T + row[r]] = log2f(l[r]) * kLn2;",
-		Op:  "attention", Shapes: []string{"2x17x24x3"},
+		Old: "if (t == 0) lse_bh[row[r]] = (m[r] + log2f(l[r])) * kLn2;",
+		New: "if (t == 0) lse_bh[row[r]] = log2f(l[r]) * kLn2;",
+		Op:  "attention", Shapes: []string{"2x17x24x3", hopperAttention},
 	},
 	{
 		Name: "attention's scores scaled by 1/D where 1/√D belongs", File: "cuda/attention.cu",
@@ -798,6 +798,23 @@ var CUDADefects = []Mutation{
 		Old: "p[n][e] = diagonal && j > r0 + 8 * (e / 2) ? 0.0f : exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));",
 		New: "p[n][e] = exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));",
 		Op:  "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4", hopperAttention},
+	},
+	// attention's variant 7 (the Hopper forward on wgmma), at a shape it
+	// takes on an H100.
+	{
+		Name: "attention's P·V overwrites o at each key tile (Hopper)", File: "cuda/attention.cu",
+		Old: "fragment_products(o, pa, v_addr, 1);", New: "fragment_products(o, pa, v_addr, 0);",
+		Op: "attention", Shapes: []string{hopperAttention},
+	},
+	{
+		Name: "attention's P·V reads the keys where the values belong (Hopper)", File: "cuda/attention.cu",
+		Old: "fragment_products(o, pa, v_addr, 1);", New: "fragment_products(o, pa, k_addr, 1);",
+		Op: "attention", Shapes: []string{hopperAttention},
+	},
+	{
+		Name: "attention's tiles never raise the route's flag (Hopper)", File: "cuda/attention.cu",
+		Old: "  if (found) {\n    atomicOr(flag, 1u);\n  }", New: "",
+		Op: "attention", Shapes: []string{hopperAttention},
 	},
 	// attention_grad's variant 6 (the Hopper backward on wgmma): heads of
 	// 64 columns on an H100; elsewhere the shape takes the mma.sync
@@ -1097,9 +1114,9 @@ var CUDADefects = []Mutation{
 	},
 }
 
-// hopperAttention is an attention shape whose backward takes attention.cu's
-// variant 6 on an H100: heads of 64 columns, three tiles of keys and
-// queries, the last partial.
+// hopperAttention is an attention shape that takes attention.cu's Hopper
+// kernels (variants 6 and 7) on an H100: heads of 64 columns, three tiles
+// of keys and queries, the last partial.
 const hopperAttention = "1x130x128x2"
 
 // storedDS switches attention.cu's variant 5 on in a mutant's source.

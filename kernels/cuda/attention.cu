@@ -5,10 +5,10 @@
 //
 // Three paths:
 //
-// - On Hopper (compute capability 9.0, the sm_90a build), attention_grad's
-//   products run on warpgroup MMA for heads of D ≤ 64 columns (D a multiple
-//   of 8): variant 6 below, the kernels of the next path with another
-//   source of operands (see backward_dkdv_hopper).
+// - On Hopper (compute capability 9.0, the sm_90a build), the products of
+//   both ops run on warpgroup MMA for heads of D ≤ 64 columns (D a
+//   multiple of 8): variants 6 and 7 below, the kernels of the next path
+//   with another source of operands (see backward_dkdv_hopper).
 // - Tensor cores (CUDA, compute capability 8.0 or more, head size D ≤ 128,
 //   padded to DP = 16, 32, 64 or 128 with zeros), flash-style: no T×T matrix
 //   leaves the chip. Warps own 16 rows of a tile; tiles of 64 keys (or
@@ -117,7 +117,13 @@
 //      backward 0.555 ms against variant 3's 0.812 in the same call (1.46×;
 //      SDPA flash took 0.445 in earlier calls). ptxas: 0 spills (dq), 8
 //      bytes (dkdv) at three blocks an SM, where dkdv_mma spills 120.
-//      $VKERN_ATTENTION_BACKWARD=mma keeps variant 3.
+//   7. (Hopper, D ≤ 64: forward_hopper) the forward's products on wgmma
+//      the same way, a block of one warpgroup per 64-row query tile: 0.127
+//      ms against variant 3's 0.175 in the same call (1.38×; SDPA flash
+//      took 0.135 in earlier calls), the same bits on the lab's inputs;
+//      0 spills at four blocks an SM. With variant 6, gpt2's step took
+//      38.14 ms (0.987× torch.compile in the same call; 41.61 ms, 0.926×,
+//      before). $VKERN_ATTENTION=mma keeps variant 3 for both ops.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -672,6 +678,75 @@ __device__ __forceinline__ void store_rows(const float (&x)[DP / 8][4], const fl
   }
 }
 
+// mask_after sets to −∞ the scores of keys after the query in a warp's
+// 16 × 64 S tile whose keys start where r0 (the thread's first row, as a
+// key of the tile) says.
+__device__ __forceinline__ void mask_after(float (&s)[8][4], int r0, int t) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (n * 8 + 2 * t + (e & 1) > r0 + 8 * (e / 2)) s[n][e] = vkern_rows::neg_inf();
+    }
+  }
+}
+
+// online_softmax takes a tile of scores s into the thread's two rows'
+// running max m (of s·α₂), sum l (this thread's columns) and output o: the
+// max raised to the tile's, l and o rescaled by exp2(m_old − m_new), and s
+// replaced by p = exp2(s·α₂ − m), added into l.
+template <int N>
+__device__ __forceinline__ void online_softmax(float (&s)[8][4], float (&m)[2], float (&l)[2], float (&o)[N][4],
+                                               float scale2) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float largest = vkern_rows::neg_inf();
+#pragma unroll
+    for (int n = 0; n < 8; ++n) largest = fmaxf(largest, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+    largest = fmaxf(largest, VK_SHFL_XOR(largest, 1));
+    largest = fmaxf(largest, VK_SHFL_XOR(largest, 2));
+    const float m_new = fmaxf(m[r], largest * scale2);
+    const float m_use = m_new == vkern_rows::neg_inf() ? 0.0f : m_new;  // a row with no key yet
+    const float rescale = exp2f(m[r] - m_use);
+    m[r] = m_new;
+    l[r] *= rescale;
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      o[n][2 * r] *= rescale;
+      o[n][2 * r + 1] *= rescale;
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      s[n][2 * r] = exp2f(fmaf(s[n][2 * r], scale2, -m_use));
+      s[n][2 * r + 1] = exp2f(fmaf(s[n][2 * r + 1], scale2, -m_use));
+      l[r] += s[n][2 * r] + s[n][2 * r + 1];
+    }
+  }
+}
+
+// finish_rows ends the forward of the thread's rows row[r] < T: l summed
+// over the quad, o divided by it, lse written (by one lane of the quad),
+// then o stored to y (row t's column c at y[t·C + c]) as store_rows stores.
+template <int DP>
+__device__ __forceinline__ void finish_rows(float (&o)[DP / 8][4], const float (&m)[2], float (&l)[2],
+                                            const int64_t (&row)[2], __half* y, float* lse_bh, Heads a, int t,
+                                            bool vec8) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += VK_SHFL_XOR(l[r], 1);
+    l[r] += VK_SHFL_XOR(l[r], 2);
+    if (row[r] >= a.T) continue;
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n) {
+      o[n][2 * r] /= l[r];
+      o[n][2 * r + 1] /= l[r];
+    }
+    if (t == 0) lse_bh[row[r]] = (m[r] + log2f(l[r])) * kLn2;
+  }
+  const float one[2] = {1.0f, 1.0f};
+  store_rows<DP>(o, one, y, a.C, row, a.T, a.D, t, vec8);
+}
+
 // forward_mma: a block of W warps owns kRows = 16·W query rows of one (b,
 // h), heaviest (last) tile first; the key and value tiles stream through two
 // stages of shared memory (the next pair's cp.async in flight while this
@@ -723,59 +798,16 @@ __global__ void __launch_bounds__(32 * W, kForwardMinBlocks)
         float s[8][4] = {};
         scores<DP>(qs, warp * 16, ks, lane, s);
         if (kt * kTile + kTile - 1 > first_row) {  // keys after some row of the warp's: mask them
-          const int r0 = static_cast<int>(row[0] - kt * kTile);  // the thread's first row, as a key of the tile
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              if (n * 8 + 2 * t + (e & 1) > r0 + 8 * (e / 2)) s[n][e] = vkern_rows::neg_inf();
-            }
-          }
+          mask_after(s, static_cast<int>(row[0] - kt * kTile), t);
         }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float largest = vkern_rows::neg_inf();
-#pragma unroll
-          for (int n = 0; n < 8; ++n) largest = fmaxf(largest, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-          largest = fmaxf(largest, VK_SHFL_XOR(largest, 1));
-          largest = fmaxf(largest, VK_SHFL_XOR(largest, 2));
-          const float m_new = fmaxf(m[r], largest * scale2);
-          const float m_use = m_new == vkern_rows::neg_inf() ? 0.0f : m_new;  // a row with no key yet
-          const float rescale = exp2f(m[r] - m_use);
-          m[r] = m_new;
-          l[r] *= rescale;
-#pragma unroll
-          for (int n = 0; n < S::kNTiles; ++n) {
-            o[n][2 * r] *= rescale;
-            o[n][2 * r + 1] *= rescale;
-          }
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-            s[n][2 * r] = exp2f(fmaf(s[n][2 * r], scale2, -m_use));
-            s[n][2 * r + 1] = exp2f(fmaf(s[n][2 * r + 1], scale2, -m_use));
-            l[r] += s[n][2 * r] + s[n][2 * r + 1];
-          }
-        }
+        online_softmax(s, m, l, o, scale2);
         uint32_t pa[4][4];
         round_tile<false>(s, no_shift, pa);
         product<DP, false>(pa, vs, lane, no_shift, o);
       }
       __syncthreads();  // this stage's reads are done before the next pair is copied over it
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      l[r] += VK_SHFL_XOR(l[r], 1);
-      l[r] += VK_SHFL_XOR(l[r], 2);
-      if (row[r] >= a.T) continue;
-#pragma unroll
-      for (int n = 0; n < S::kNTiles; ++n) {
-        o[n][2 * r] /= l[r];
-        o[n][2 * r + 1] /= l[r];
-      }
-      if (t == 0) lse[bh * a.T + row[r]] = (m[r] + log2f(l[r])) * kLn2;
-    }
-    const float one[2] = {1.0f, 1.0f};
-    store_rows<DP>(o, one, y + b * a.T * a.C + h * a.D, a.C, row, a.T, a.D, t, vec8);
+    finish_rows<DP>(o, m, l, row, y + b * a.T * a.C + h * a.D, lse + bh * a.T, a, t, vec8);
   }
 #endif
 }
@@ -1090,17 +1122,23 @@ using vkern_wgmma::wgmma_wait;
 
 constexpr int kSwTile = kTile * 128;  // bytes of a swizzled tile: 64 rows of 64 halves
 
-// The Hopper kernels' register budget, as blocks an SM (the lab builds
-// others).
+// The Hopper kernels' register budgets, as blocks an SM (the lab builds
+// others): the backward's, the forward's.
 #if !defined(VKERN_ATTENTION_HOPPER_MIN_BLOCKS)
 #define VKERN_ATTENTION_HOPPER_MIN_BLOCKS 3
 #endif
 constexpr int kHopperMinBlocks = VKERN_ATTENTION_HOPPER_MIN_BLOCKS;
+#if !defined(VKERN_ATTENTION_HOPPER_FORWARD_MIN_BLOCKS)
+#define VKERN_ATTENTION_HOPPER_FORWARD_MIN_BLOCKS 4
+#endif
+constexpr int kHopperForwardMinBlocks = VKERN_ATTENTION_HOPPER_FORWARD_MIN_BLOCKS;
 
-// Dynamic shared memory of the Hopper kernels: four tiles that stay (K, V or
-// Q, dY) or stream in two stages (two tiles each), two stages of 64 lse and
-// 64 D (dkdv), and 1 KB to align the tiles to the swizzle's 1024-byte period.
+// Dynamic shared memory of the Hopper backward: two tiles that stay (K and V,
+// or Q and dY) and two that stream in two stages, two stages of 64 lse and
+// 64 D (dkdv), and 1 KB to align the tiles to the swizzle's 1024-byte
+// period; of the forward: Q, and K and V in two stages.
 constexpr int kHopperSmem = 6 * kSwTile + 2 * 2 * kTile * 4 + 1024;
+constexpr int kHopperForwardSmem = 5 * kSwTile + 1024;
 
 // align_swizzle is the first 1024-byte boundary at or after p.
 __device__ __forceinline__ unsigned char* align_swizzle(void* p) {
@@ -1279,7 +1317,7 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
     store_rows<64>(dv, ones, out + 2 * a.C, width, key, a.T, a.D, t, true);
   }
 #elif defined(__CUDA_ARCH__)
-  __trap();  // the host launches this only when the sm_90a body is loaded (hopper_backward)
+  __trap();  // the host launches this only when the sm_90a body is loaded (hopper)
 #endif
 }
 
@@ -1354,7 +1392,76 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
     store_rows<64>(dq, dq_factor, dqkv + b * a.T * width + h * a.D, width, row, a.T, a.D, t, true);
   }
 #elif defined(__CUDA_ARCH__)
-  __trap();  // the host launches this only when the sm_90a body is loaded (hopper_backward)
+  __trap();  // the host launches this only when the sm_90a body is loaded (hopper)
+#endif
+}
+
+// forward_hopper is forward_mma on wgmma (W = 4: a block of one warpgroup
+// owns a query tile of 64 rows): S = Q·Kᵀ from the swizzled tiles by
+// descriptor, the same mask and online softmax, O += P·V with P as register
+// fragments and V read MN-major.
+__global__ void __launch_bounds__(kThreads, kHopperForwardMinBlocks)
+    forward_hopper(const __half* __restrict__ qkv, __half* __restrict__ y, float* __restrict__ lse, Heads a,
+                   float scale2, unsigned* __restrict__ flag) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint4 attention_shared[];
+  unsigned char* const qs = align_swizzle(attention_shared);
+  unsigned char* const stages = qs + kSwTile;  // stage s: keys at 2s·kSwTile, values after them
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int width = static_cast<int>(3 * a.C), C = static_cast<int>(a.C), D = static_cast<int>(a.D);
+  const int64_t tiles = ceil_div(a.T, kTile), heads = a.head_count();
+  const int no_shift[2] = {0, 0};
+  const uint32_t q_addr = vkern_mma::smem_addr(qs), stage_addr = vkern_mma::smem_addr(stages);
+  for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
+    const int64_t qt = tiles - 1 - item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
+    const __half* base = qkv + b * a.T * width + h * a.D;  // q of token 0; k at + C, v at + 2C
+    // kv_copy starts the copy of key tile kt's keys and values into stage st.
+    auto kv_copy = [&](int64_t kt, int st) {
+      copy_rows_sw(stages + 2 * st * kSwTile, base + C, width, kt * kTile, a.T, D);
+      copy_rows_sw(stages + (2 * st + 1) * kSwTile, base + 2 * C, width, kt * kTile, a.T, D);
+    };
+    const int64_t row[2] = {qt * kTile + warp * 16 + g, qt * kTile + warp * 16 + g + 8};
+    __syncthreads();  // the last item's reads of every stage are done
+    copy_rows_sw(qs, base, width, qt * kTile, a.T, D);
+    kv_copy(0, 0);
+    cp_async_commit();
+    float o[8][4] = {};
+    float m[2] = {vkern_rows::neg_inf(), vkern_rows::neg_inf()}, l[2] = {0.0f, 0.0f};
+    for (int64_t kt = 0; kt <= qt; ++kt) {
+      const int st = static_cast<int>(kt & 1);
+      if (kt < qt) kv_copy(kt + 1, st ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // all but the group just started: this pair (and q)
+      async_visible();
+      __syncthreads();
+      const uint32_t k_addr = stage_addr + 2 * st * kSwTile, v_addr = k_addr + kSwTile;
+      if (kt == 0) flag_tile(qs, flag);
+      if (kt == qt) {  // the key tile of this block's own query rows: scanned here, once
+        flag_tile(stages + 2 * st * kSwTile, flag);
+        flag_tile(stages + (2 * st + 1) * kSwTile, flag);
+      }
+      float s[8][4] = {};
+      wgmma_fence();
+      tile_products(s, q_addr, k_addr);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(flat(s));
+      if (kt == qt) mask_after(s, warp * 16 + g, t);
+      online_softmax(s, m, l, o, scale2);
+      uint32_t pa[4][4];
+      round_tile<false>(s, no_shift, pa);
+      wgmma_fence();
+      fragment_products(o, pa, v_addr, 1);  // O += P·V
+      wgmma_commit();
+      wgmma_wait<0>();
+      keep_fragments(pa);
+      fence_registers(flat(o));
+      __syncthreads();  // this stage's reads are done before the next pair is copied over it
+    }
+    finish_rows<64>(o, m, l, row, y + b * a.T * a.C + h * a.D, lse + bh * a.T, a, t, true);
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // the host launches this only when the sm_90a body is loaded (hopper)
 #endif
 }
 
@@ -1452,6 +1559,17 @@ cudaError_t launch_backward_mma(const __half* dy, const __half* qkv, const float
   return cudaGetLastError();
 }
 
+// launch_forward_hopper launches variant 7's forward.
+cudaError_t launch_forward_hopper(const __half* qkv, __half* y, float* lse, Heads a, float scale2, unsigned* flag,
+                                  int device, cudaStream_t s) {
+  static uint64_t raised;
+  const cudaError_t err = allow_smem(forward_hopper, kHopperForwardSmem, true, device, &raised);
+  if (err != cudaSuccess) return err;
+  const unsigned grid = grid_for(a.head_count() * ceil_div(a.T, kTile));
+  forward_hopper<<<grid, kThreads, kHopperForwardSmem, s>>>(qkv, y, lse, a, scale2, flag);
+  return cudaGetLastError();
+}
+
 // launch_backward_hopper launches variant 6's dk and dv, then dq.
 cudaError_t launch_backward_hopper(const __half* dy, const __half* qkv, const float* lse, const float* dsum,
                                    __half* dqkv, Heads a, float scale, float scale2, unsigned* flag, int device,
@@ -1498,27 +1616,28 @@ bool dq_from_stored_ds() {
 }
 #endif
 
-// hopper_chosen says whether attention_grad may take variant 6 (the Hopper
-// backward): unless $VKERN_ATTENTION_BACKWARD = "mma", read once, which
-// keeps the mma.sync kernels for comparison. The lab sets it directly.
+// hopper_chosen says whether attention and attention_grad may take the
+// Hopper kernels (variants 6 and 7): unless $VKERN_ATTENTION = "mma", read
+// once, which keeps the mma.sync kernels for comparison. The lab sets it
+// directly.
 #if defined(VKERN_ATTENTION_LAB)
 bool vk_attention_hopper = true;
 bool hopper_chosen() { return vk_attention_hopper; }
 #else
 bool hopper_chosen() {
   static const bool chosen = [] {
-    const char* v = std::getenv("VKERN_ATTENTION_BACKWARD");
+    const char* v = std::getenv("VKERN_ATTENTION");
     return v == nullptr || std::strcmp(v, "mma") != 0;
   }();
   return chosen;
 }
 #endif
 
-// hopper_backward says whether device runs variant 6: chosen, compute
+// hopper says whether device runs the Hopper kernels: chosen, compute
 // capability 9.0, and the sm_90a bodies in the module loaded there (read
 // once per device; the first call copies one int from the device, which
 // synchronises it).
-bool hopper_backward(int device) {
+bool hopper(int device) {
   constexpr int kMaxDevices = 64;
   static signed char known[kMaxDevices];  // 0 unknown, 1 yes, -1 no
   if (!hopper_chosen() || device < 0 || device >= kMaxDevices) return false;
@@ -1583,11 +1702,16 @@ cudaError_t forward(const __half* qkv, __half* y, float* lse, Heads a, cudaStrea
     err = clear_flag(flag, s);
     if (err != cudaSuccess) return err;
     const bool vec8 = a.D % 8 == 0 && aligned16(qkv) && aligned16(y);
-    switch (dp) {
-      case 16: err = launch_forward_mma<16>(qkv, y, lse, a, scale2, vec8, flag, device, s); break;
-      case 32: err = launch_forward_mma<32>(qkv, y, lse, a, scale2, vec8, flag, device, s); break;
-      case 64: err = launch_forward_mma<64>(qkv, y, lse, a, scale2, vec8, flag, device, s); break;
-      default: err = launch_forward_mma<128>(qkv, y, lse, a, scale2, vec8, flag, device, s); break;
+    if (dp == 64 && vec8 && hopper(device)) {
+      err = launch_forward_hopper(qkv, y, lse, a, scale2, flag, device, s);
+    } else if (dp == 16) {
+      err = launch_forward_mma<16>(qkv, y, lse, a, scale2, vec8, flag, device, s);
+    } else if (dp == 32) {
+      err = launch_forward_mma<32>(qkv, y, lse, a, scale2, vec8, flag, device, s);
+    } else if (dp == 64) {
+      err = launch_forward_mma<64>(qkv, y, lse, a, scale2, vec8, flag, device, s);
+    } else {
+      err = launch_forward_mma<128>(qkv, y, lse, a, scale2, vec8, flag, device, s);
     }
     if (err != cudaSuccess) return err;
     special = flag;
@@ -1632,7 +1756,7 @@ cudaError_t backward(const __half* dy, const __half* qkv, const __half* y, const
     if (err != cudaSuccess) return err;
     row_dots<<<blocks_for(rows), kThreads, 0, s>>>(dy, y, lse, dsum, a, vec8, flag);
     const bool tiles16 = vec8 && aligned16(qkv) && aligned16(dqkv);
-    if (dp == 64 && tiles16 && ds == nullptr && hopper_backward(device)) {
+    if (dp == 64 && tiles16 && ds == nullptr && hopper(device)) {
       err = launch_backward_hopper(dy, qkv, lse, dsum, dqkv, a, scale, scale2, flag, device, s);
     } else if (dp == 16) {
       err = launch_backward_mma<16>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
