@@ -7,8 +7,9 @@
 #             ./bench/labsrc bin/labsrc) with ptxas's register report of
 #             the attention kernels, run at gpt2's shape and two small ones
 #   verify-attn  vkern verify --backend cuda --op attention,attention_grad at the
-#             default shapes and gpt2's, the Hopper kernels (variants 6, 7) and
-#             the mma.sync ones ($VKERN_ATTENTION=mma)
+#             default shapes, the Hopper kernels (variants 6, 7) and the
+#             mma.sync ones ($VKERN_ATTENTION=mma)
+#   verify-attn-gpt2  the same at gpt2's shape, the Hopper kernels
 #   verify    vkern verify --backend cuda of the changed ops at their default
 #             shapes (layernorm_grad with its residual, linear_grad_w with
 #             accumulate 0, attention_grad both ways)
@@ -95,11 +96,14 @@ if wants lab && room 150 lab; then
     tail -30 "$out/lab-build.txt"
   fi
 fi
-if wants verify-attn && room 120 verify-attn; then
-  step "verify attention_grad"
+if wants verify-attn && room 60 verify-attn; then
+  step "verify attention and attention_grad"
   run verify-attn "$vk" verify --backend cuda --op attention,attention_grad
-  run verify-attn-gpt2 "$vk" verify --backend cuda --op attention,attention_grad --shape 16x1024x768x12
   run verify-attn-mma env VKERN_ATTENTION=mma "$vk" verify --backend cuda --op attention,attention_grad
+fi
+if wants verify-attn-gpt2 && room 120 verify-attn-gpt2; then
+  step "verify attention and attention_grad at gpt2's shape (about 105 s)"
+  run verify-attn-gpt2 "$vk" verify --backend cuda --op attention,attention_grad --shape 16x1024x768x12
 fi
 if wants verify && room 120 verify; then
   step verify

@@ -851,11 +851,11 @@ var CUDADefects = []Mutation{
 		New: "wgmma_m64n64k16_rs<1>(flat(x), f[kk], db, accumulate | kk);",
 		Op:  "attention_grad", Shapes: []string{hopperAttention},
 	},
-	{
-		Name: "attention_grad's tiles never raise the route's flag (Hopper)", File: "cuda/attention.cu",
-		Old: "  if (found) {\n    atomicOr(flag, 1u);\n  }", New: "",
-		Op: "attention_grad", Shapes: []string{hopperAttention},
-	},
+	// Not planted: attention_grad's tile scans never raising the flag. On
+	// an H100 (2026-11-27) verify passed that mutant: in the op's domain y
+	// and lse are the forward's outputs, and an infinity or a NaN anywhere
+	// in qkv reaches some row's y or lse, which row_dots scans, so the
+	// call is routed anyway. The scans guard inputs outside the domain.
 	// attention_grad's variant 5 (dq from the stored dS), switched on in
 	// the mutant's source as $VKERN_ATTENTION_DQ=stored switches it on.
 	{

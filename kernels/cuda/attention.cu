@@ -117,13 +117,17 @@
 //      backward 0.555 ms against variant 3's 0.812 in the same call (1.46×;
 //      SDPA flash took 0.445 in earlier calls). ptxas: 0 spills (dq), 8
 //      bytes (dkdv) at three blocks an SM, where dkdv_mma spills 120.
+//      Then S and dP in two groups, P formed while dP's products run: 0.553
+//      ms against variant 3's 0.809 the next call, no change to measure.
 //   7. (Hopper, D ≤ 64: forward_hopper) the forward's products on wgmma
 //      the same way, a block of one warpgroup per 64-row query tile: 0.127
 //      ms against variant 3's 0.175 in the same call (1.38×; SDPA flash
 //      took 0.135 in earlier calls), the same bits on the lab's inputs;
 //      0 spills at four blocks an SM. With variant 6, gpt2's step took
-//      38.14 ms (0.987× torch.compile in the same call; 41.61 ms, 0.926×,
-//      before). $VKERN_ATTENTION=mma keeps variant 3 for both ops.
+//      38.14 ms and 37.62 ms in two calls, 0.987× and 1.006× torch.compile
+//      in the same call (41.61 ms, 0.926×, before; docs/
+//      attention-hopper-h100/). $VKERN_ATTENTION=mma keeps variant 3 for
+//      both ops.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -840,11 +844,11 @@ __device__ __forceinline__ void key_ds(float (&dp)[8][4], const float (&p)[8][4]
   }
 }
 
-// query_ds sets P = exp2(s₂ − lse₂) in the backward_dq kernels' S tile p
-// (rows queries, columns keys), 0 for a key after its query on the diagonal
-// tile, and dP to dS = P(dP − D); lse2 and d are the thread's two rows'.
-__device__ __forceinline__ void query_ds(float (&p)[8][4], float (&dp)[8][4], bool diagonal, int warp, int lane,
-                                         float scale2, const float (&lse2)[2], const float (&d)[2]) {
+// query_probabilities sets P = exp2(s₂ − lse₂) in the backward_dq kernels'
+// S tile p (rows queries, columns keys), 0 for a key after its query on the
+// diagonal tile; lse2 is the thread's two rows'.
+__device__ __forceinline__ void query_probabilities(float (&p)[8][4], bool diagonal, int warp, int lane, float scale2,
+                                                    const float (&lse2)[2]) {
   const int t = lane % 4, r0 = warp * 16 + lane / 4;  // the thread's first row, in the tile
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
@@ -852,8 +856,16 @@ __device__ __forceinline__ void query_ds(float (&p)[8][4], float (&dp)[8][4], bo
     for (int e = 0; e < 4; ++e) {
       const int j = n * 8 + 2 * t + (e & 1);
       p[n][e] = diagonal && j > r0 + 8 * (e / 2) ? 0.0f : exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));
-      dp[n][e] = p[n][e] * (dp[n][e] - d[e / 2]);
     }
+  }
+}
+
+// query_ds turns dP into dS = P(dP − D), D per row (the thread's two in d).
+__device__ __forceinline__ void query_ds(float (&dp)[8][4], const float (&p)[8][4], const float (&d)[2]) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dp[n][e] = p[n][e] * (dp[n][e] - d[e / 2]);
   }
 }
 
@@ -1010,7 +1022,8 @@ __global__ void __launch_bounds__(kThreads)
       float p[8][4] = {}, dp[8][4] = {};  // P and dP, then dS
       scores_held<DP>(qa, ks, lane, p);
       scores_held<DP>(ga, vs, lane, dp);
-      query_ds(p, dp, kt == qt, warp, lane, scale2, lse2, d);
+      query_probabilities(p, kt == qt, warp, lane, scale2, lse2);
+      query_ds(dp, p, d);
       int shift[2];
       row_shift(dp, shift);
       uint32_t fa[4][4];
@@ -1282,15 +1295,17 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
       float p_t[8][4] = {}, dp[8][4] = {};  // Pᵀ and dPᵀ, then dSᵀ: rows keys, columns queries
       wgmma_fence();
       tile_products(p_t, k_addr, q_addr);
+      wgmma_commit();
       tile_products(dp, v_addr, g_addr);
       wgmma_commit();
-      wgmma_wait<0>();
+      wgmma_wait<1>();  // Sᵀ is done: P is formed while dPᵀ's products run
       fence_registers(flat(p_t));
-      fence_registers(flat(dp));
       const int valid = a.T - qt * kTile < kTile ? static_cast<int>(a.T - qt * kTile) : kTile;
       key_probabilities(p_t, diagonal, valid, warp, lane, scale2, lse_s);
       uint32_t fp[4][4];
       round_tile<false>(p_t, no_shift, fp);
+      wgmma_wait<0>();
+      fence_registers(flat(dp));
       wgmma_fence();
       fragment_products(dv, fp, g_addr, 1);  // dv += Pᵀ·dY, while dS is formed
       wgmma_commit();
@@ -1368,12 +1383,15 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
       float p[8][4] = {}, dp[8][4] = {};  // P and dP, then dS
       wgmma_fence();
       tile_products(p, q_addr, k_addr);
+      wgmma_commit();
       tile_products(dp, g_addr, v_addr);
       wgmma_commit();
-      wgmma_wait<0>();
+      wgmma_wait<1>();  // S is done: P is formed while dP's products run
       fence_registers(flat(p));
+      query_probabilities(p, kt == qt, warp, lane, scale2, lse2);
+      wgmma_wait<0>();
       fence_registers(flat(dp));
-      query_ds(p, dp, kt == qt, warp, lane, scale2, lse2, d);
+      query_ds(dp, p, d);
       int shift[2];
       row_shift(dp, shift);
       uint32_t fd[4][4];
