@@ -6,8 +6,8 @@
 // Three paths:
 //
 // - On Hopper (compute capability 9.0, the sm_90a build), the products of
-//   both ops run on warpgroup MMA for heads of D ≤ 64 columns (D a
-//   multiple of 8): variants 6 and 7 below, the kernels of the next path
+//   both ops run on warpgroup MMA for heads of 32 < D ≤ 64 columns (D a
+//   multiple of 8: the heads padded to DP = 64): variants 6 and 7 below, the kernels of the next path
 //   with another source of operands (see backward_dkdv_hopper).
 // - Tensor cores (CUDA, compute capability 8.0 or more, head size D ≤ 128,
 //   padded to DP = 16, 32, 64 or 128 with zeros), flash-style: no T×T matrix
@@ -46,9 +46,10 @@
 // Which path a call takes is settled on the device, without a pass of its
 // own: the flag word in scratch is cleared, and the tensor-core kernels set
 // it when a tile they copied holds an infinity or a NaN (each tile of q, k
-// and v is scanned by exactly one block: forward_mma its own query tile and
-// the key tiles that start inside it; backward_dkdv_mma its key tile and
-// the query tile on its diagonal), as row_dots does for dy, y and lse; the
+// and v is scanned by exactly one block: forward_mma (forward_hopper) its
+// own query tile and the key tiles that start inside it; backward_dkdv_mma
+// (backward_dkdv_hopper) its key tile and the query tile on its diagonal),
+// as row_dots does for dy, y and lse; the
 // exact kernels, launched after them, return at once when the flag is clear
 // and otherwise write every output again. The host never waits.
 //
@@ -110,7 +111,7 @@
 //      gpt2 step took 42.39 ms against 41.65 with variant 3 (1.018×, one
 //      H100 call, 2026-11-27 at f575dca's kernels): the traffic costs more
 //      than the two products save.
-//   6. (Hopper, D ≤ 64: backward_dkdv_hopper, backward_dq_hopper) the
+//   6. (Hopper, DP = 64: backward_dkdv_hopper, backward_dq_hopper) the
 //      backward's products on wgmma, every operand tile in shared memory
 //      in wgmma's swizzled layout, P and dS as register fragments; the
 //      same roundings, and on the lab's inputs the same bits as variant 3:
@@ -119,7 +120,7 @@
 //      bytes (dkdv) at three blocks an SM, where dkdv_mma spills 120.
 //      Then S and dP in two groups, P formed while dP's products run: 0.553
 //      ms against variant 3's 0.809 the next call, no change to measure.
-//   7. (Hopper, D ≤ 64: forward_hopper) the forward's products on wgmma
+//   7. (Hopper, DP = 64: forward_hopper) the forward's products on wgmma
 //      the same way, a block of one warpgroup per 64-row query tile: 0.127
 //      ms against variant 3's 0.175 in the same call (1.38×; SDPA flash
 //      took 0.135 in earlier calls), the same bits on the lab's inputs;
@@ -1106,10 +1107,10 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------------------
-// The Hopper backward (variant 6): backward_dkdv_mma and backward_dq_mma with
-// their products on warpgroup MMA (wgmma.cuh), for heads of D ≤ 64 columns
-// (D a multiple of 8, 16-byte aligned rows) on compute capability 9.0 with
-// the sm_90a bodies loaded. A block is one warpgroup; its four warps own the
+// The Hopper kernels (variants 6 and 7): backward_dkdv_mma, backward_dq_mma
+// and forward_mma with their products on warpgroup MMA (wgmma.cuh), for
+// heads of 32 < D ≤ 64 columns (D a multiple of 8, 16-byte aligned rows) on
+// compute capability 9.0 with the sm_90a bodies loaded. A block is one warpgroup; its four warps own the
 // same rows of the tile as before, and a wgmma accumulator of 64 × 64 holds
 // for each thread exactly the elements of the mma.sync kernels' float[8][4]
 // (rows 16·warp + g and + 8, columns 8n + 2t and + 1), so the masks, the
@@ -1514,8 +1515,9 @@ constexpr int dq_stored_smem() {
 // allow_smem raises a kernel's dynamic shared-memory limit to bytes and,
 // with carveout, asks for the largest shared-memory carveout (the default
 // one holds two forward blocks an SM where their registers allow three; the
-// backward kernels, two a SM by their registers, keep the default and its
-// larger L1), once per device (devices < 64).
+// mma.sync backward kernels, two a SM by their registers, keep the default
+// and its larger L1; the Hopper kernels, whose operands all come through
+// shared memory, ask for it), once per device (devices < 64).
 template <class Kernel>
 cudaError_t allow_smem(Kernel kernel, int bytes, bool carveout, int device, uint64_t* raised) {
   if (*raised >> device & 1u) return cudaSuccess;
