@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vkern/vkern/cache"
 	"github.com/vkern/vkern/kernels"
 )
 
@@ -26,9 +28,15 @@ func buildServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The unit that defines the sources' hash, as the builder writes it.
+	source := filepath.Join(dir, "src", cache.SourceUnit)
+	if err := os.WriteFile(source, cache.SourceUnitText("bench-test"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	units = append(units, source)
 	bin := filepath.Join(dir, "server")
 	// g++ compiles each unit on its own and links them, as the builder does.
-	args := []string{"-std=c++17", "-O1", "-pthread", "-I" + filepath.Join(dir, "src"), `-DVKERN_SOURCE_SHA256="bench-test"`, "-o", bin}
+	args := []string{"-std=c++17", "-O1", "-pthread", "-I" + filepath.Join(dir, "src"), "-o", bin}
 	cmd := exec.Command(cxx, append(args, units...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v: %v\n%s", cmd, err, out)

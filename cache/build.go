@@ -40,8 +40,6 @@ const (
 	buildWaitDelay = 5 * time.Second
 	// buildErrorTailLines is how much compiler output a BuildError quotes.
 	buildErrorTailLines = 40
-	// sourceDefine is the string macro that carries SourceSHA256 into the binary.
-	sourceDefine = "VKERN_SOURCE_SHA256"
 )
 
 // BuildError is a failed build: the first unit whose compile failed (the
@@ -162,24 +160,69 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 	}()
 
 	src := filepath.Join(tmp, srcDirName)
+	sourceSHA := SourceSHA256(r.Files)
 	if err := writeSources(src, r.Files); err != nil {
 		return nil, err
 	}
-	sourceSHA := SourceSHA256(r.Files)
-	defines := map[string]string{sourceDefine: sourceSHA}
-	objects := make([]string, len(r.Units))
-	commands := make([][]string, len(r.Units), len(r.Units)+1)
-	for i, u := range r.Units {
+	if err := writeFileSync(filepath.Join(src, SourceUnit), SourceUnitText(sourceSHA)); err != nil {
+		return nil, err
+	}
+	// Every unit, then the one that carries the sources' SHA-256; each
+	// unit's object from the object cache where it has one (objects.go),
+	// otherwise compiled, writing its dependencies for the cache.
+	units := append(append([]string(nil), r.Units...), SourceUnit)
+	reuse := objectReuse(r.Compiler)
+	cached := s.objects()
+	objects := make([]string, len(units))
+	commands := make([][]string, len(units), len(units)+1)
+	unitKeys := make([]string, len(units))
+	reused := make([]bool, len(units))
+	var compile []int // the units to compile, by index
+	for i, u := range units {
 		objects[i] = path.Join(objDirName, u+".o")
 		if err := os.MkdirAll(filepath.Join(tmp, filepath.FromSlash(path.Dir(objects[i]))), 0o755); err != nil {
 			return nil, fmt.Errorf("cache: making the object folder for %s: %w", u, err)
 		}
-		commands[i] = r.Compiler.CompileCommand(srcDirName, u, objects[i], defines)
+		commands[i] = r.Compiler.CompileCommand(srcDirName, u, objects[i], nil)
+		if !reuse || u == SourceUnit {
+			compile = append(compile, i)
+			continue
+		}
+		unitKeys[i] = unitKey(r.Compiler, commands[i], r.Files, u)
+		if cached.lookup(unitKeys[i], r.Files, filepath.Join(tmp, filepath.FromSlash(objects[i]))) {
+			reused[i] = true
+			continue
+		}
+		// The dependency flags go before the unit, the command's last word.
+		argv := commands[i]
+		commands[i] = append(append(argv[:len(argv)-1:len(argv)-1], depFlags(objects[i]+".d")...), argv[len(argv)-1])
+		compile = append(compile, i)
 	}
 	start := time.Now()
-	outputs, unitSeconds, err := compileUnits(ctx, tmp, r.Units, commands, objects)
+	compiledUnits, compiledCommands, compiledObjects := make([]string, len(compile)), make([][]string, len(compile)), make([]string, len(compile))
+	for j, i := range compile {
+		compiledUnits[j], compiledCommands[j], compiledObjects[j] = units[i], commands[i], objects[i]
+	}
+	compiledOutputs, compiledSeconds, err := compileUnits(ctx, tmp, compiledUnits, compiledCommands, compiledObjects)
 	if err != nil {
 		return nil, err
+	}
+	outputs := make([][]byte, len(units), len(units)+1)
+	unitSeconds := make([]float64, len(units))
+	var reusedUnits []string
+	for i, u := range units {
+		if reused[i] {
+			outputs[i] = []byte("(not run: the object came from the object cache, " + objectsDirName + "/" + unitKeys[i] + ")\n")
+			reusedUnits = append(reusedUnits, u)
+		}
+	}
+	absSrc, _ := filepath.Abs(src)
+	for j, i := range compile {
+		outputs[i], unitSeconds[i] = compiledOutputs[j], compiledSeconds[j]
+		if unitKeys[i] != "" {
+			cached.store(unitKeys[i], units[i], filepath.Join(tmp, filepath.FromSlash(objects[i])),
+				filepath.Join(tmp, filepath.FromSlash(objects[i]+".d")), absSrc, r.Files)
+		}
 	}
 	link := r.Compiler.LinkCommand(objects, binaryName)
 	commands = append(commands, link)
@@ -208,7 +251,8 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 		Format:        manifestFormat,
 		Key:           key,
 		Backend:       c.Backend,
-		Units:         append([]string(nil), r.Units...),
+		Units:         units,
+		ReusedUnits:   reusedUnits,
 		SourceSHA256:  sourceSHA,
 		BinarySHA256:  binarySHA,
 		Compiler:      CompilerInfo{Name: c.Name, Path: c.Path, Version: c.Version, Fingerprint: c.Fingerprint},

@@ -47,10 +47,23 @@ fi
 chmod +x "$out"
 `
 
+// builderUnitCompiles, in a script, compiles the builder's own
+// vkern_source.cc (an empty object) and exits, so that a script's failure
+// is main.cc's alone and not a race between two units.
+const builderUnitCompiles = `case "$*" in *src/vkern_source.cc*)
+  prev=
+  for a in "$@"; do
+    if [ "$prev" = "-o" ]; then : > "$a"; fi
+    prev="$a"
+  done
+  exit 0 ;;
+esac
+`
+
 // failingCompilerScript prints 100 numbered error lines and fails.
 const failingCompilerScript = `#!/bin/sh
 PATH=/usr/bin:/bin
-i=1
+` + builderUnitCompiles + `i=1
 while [ $i -le 100 ]; do
   printf 'src/main.cc:%d:1: error: problem %03d\n' $i $i >&2
   i=$((i+1))
@@ -58,8 +71,9 @@ done
 exit 1
 `
 
-// silentCompilerScript succeeds without writing anything.
-const silentCompilerScript = "#!/bin/sh\nexit 0\n"
+// silentCompilerScript succeeds without writing anything (but the
+// builder's own unit).
+const silentCompilerScript = "#!/bin/sh\nPATH=/usr/bin:/bin\n" + builderUnitCompiles + "exit 0\n"
 
 // slowCompilerScript runs a grandchild that outlives a killed parent unless the
 // whole process group is killed.
@@ -160,9 +174,11 @@ func TestBuildOnceThenHit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Run("the first build compiles once and publishes a complete entry", func(t *testing.T) {
-		if n, c := builds(t, counter), runs(t, counter, "compile"); n != 1 || c != 1 {
-			t.Errorf("compiler linked %d times and compiled %d, want once each", n, c)
+	t.Run("the first build compiles each unit once and publishes a complete entry", func(t *testing.T) {
+		// main.cc and the builder's vkern_source.cc. The fake compiler
+		// writes no dependency file, so nothing goes to the object cache.
+		if n, c := builds(t, counter), runs(t, counter, "compile"); n != 1 || c != 2 {
+			t.Errorf("compiler linked %d times and compiled %d, want 1 and 2", n, c)
 		}
 		if got, want := dirNames(t, s.Dir), []string{Key(r)}; !slices.Equal(got, want) {
 			t.Errorf("store holds %q, want only the entry %q (no lock file, no build folder)", got, want)
@@ -186,17 +202,20 @@ func TestBuildOnceThenHit(t *testing.T) {
 		}{
 			{"Key", m.Key, Key(r)},
 			{"Backend", m.Backend, "cpu"},
-			{"Units", strings.Join(m.Units, " "), "main.cc"},
+			{"Units", strings.Join(m.Units, " "), "main.cc vkern_source.cc"},
+			{"ReusedUnits", len(m.ReusedUnits), 0},
 			{"SourceSHA256", m.SourceSHA256, SourceSHA256(r.Files)},
 			{"BinarySHA256", m.BinarySHA256, sum},
 			{"Compiler", m.Compiler, CompilerInfo{Name: "fakecc", Path: cc.Path, Version: "fakecc 1.0", Fingerprint: "fakecc-fingerprint"}},
 			{"Flags", strings.Join(m.Flags, " "), "-std=c++17 -O3 -pthread"},
 			{"Target", m.Target, cc.Target},
-			{"BuildCommands", len(m.BuildCommands), 2},
+			{"BuildCommands", len(m.BuildCommands), 3},
 			{"the compile", strings.Join(m.BuildCommands[0], " "),
-				cc.Path + ` -std=c++17 -O3 -pthread -I src -DVKERN_SOURCE_SHA256="` + SourceSHA256(r.Files) + `" -c -o obj/main.cc.o src/main.cc`},
-			{"the link", strings.Join(m.BuildCommands[1], " "), cc.Path + ` -std=c++17 -O3 -pthread -o server obj/main.cc.o`},
-			{"UnitSeconds", len(m.UnitSeconds), 1},
+				cc.Path + ` -std=c++17 -O3 -pthread -I src -c -o obj/main.cc.o -MD -MF obj/main.cc.o.d src/main.cc`},
+			{"the source unit's compile", strings.Join(m.BuildCommands[1], " "),
+				cc.Path + ` -std=c++17 -O3 -pthread -I src -c -o obj/vkern_source.cc.o src/vkern_source.cc`},
+			{"the link", strings.Join(m.BuildCommands[2], " "), cc.Path + ` -std=c++17 -O3 -pthread -o server obj/main.cc.o obj/vkern_source.cc.o`},
+			{"UnitSeconds", len(m.UnitSeconds), 2},
 			{"Replaced", m.Replaced, ""},
 		}
 		for _, c := range checks {
@@ -209,13 +228,13 @@ func TestBuildOnceThenHit(t *testing.T) {
 			t.Errorf("BuiltAt %v, BuildSeconds %v, UnitSeconds %v, LinkSeconds %v", m.BuiltAt, m.BuildSeconds, m.UnitSeconds, m.LinkSeconds)
 		}
 	})
-	t.Run("the source hash reaches the compiler as a string define", func(t *testing.T) {
+	t.Run("no unit is compiled with the source hash", func(t *testing.T) {
 		b, err := os.ReadFile(first.Binary)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := `-DVKERN_SOURCE_SHA256="` + SourceSHA256(r.Files) + `"`; !strings.Contains(string(b), want) {
-			t.Errorf("the fake binary records its build arguments as\n%s\nwithout %s", b, want)
+		if strings.Contains(string(b), SourceSHA256(r.Files)) {
+			t.Errorf("the fake binary records its build arguments as\n%s\nwith the source hash: objects could not be shared", b)
 		}
 	})
 	t.Run("a second build of the same request is a hit", func(t *testing.T) {
@@ -417,7 +436,7 @@ func TestFailedBuildsLeaveNothingBehind(t *testing.T) {
 			name:   "a compiler error reports the last 40 lines of output and the command",
 			script: failingCompilerScript,
 			want: []string{"build failed: compiling main.cc: exit status 1\nfirst error: src/main.cc:1:1: error: problem 001",
-				"problem 061", "problem 100", "-c -o obj/main.cc.o src/main.cc", "'-DVKERN_SOURCE_SHA256=\""},
+				"problem 061", "problem 100", "-c -o obj/main.cc.o -MD -MF obj/main.cc.o.d src/main.cc"},
 			notWant: []string{"problem 060"},
 		},
 		{
@@ -496,8 +515,10 @@ func TestUnitsCompileAtOnceThenLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc := compilerAt(compiler)
+	// The request's units and the builder's vkern_source.cc, at most 4.
 	units := min(runtime.NumCPU(), 4)
-	r := unitsRequest(cc, units)
+	r := unitsRequest(cc, units-1)
+	all := append(append([]string(nil), r.Units...), SourceUnit)
 	a, err := s.Build(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
@@ -510,11 +531,11 @@ func TestUnitsCompileAtOnceThenLink(t *testing.T) {
 	if m.BuildSeconds >= float64(units)*0.5 {
 		t.Errorf("%d units of 0.5 s each took %.2f s to build: they did not compile at once", units, m.BuildSeconds)
 	}
-	if !slices.Equal(m.Units, r.Units) || len(m.UnitSeconds) != units || len(m.BuildCommands) != units+1 {
+	if !slices.Equal(m.Units, all) || len(m.UnitSeconds) != units || len(m.BuildCommands) != units+1 {
 		t.Fatalf("manifest units %q, unit seconds %v, %d commands", m.Units, m.UnitSeconds, len(m.BuildCommands))
 	}
 	link := m.BuildCommands[units]
-	for i, u := range r.Units {
+	for i, u := range all {
 		if obj := "obj/" + u + ".o"; link[len(link)-units+i] != obj || !slices.Contains(m.BuildCommands[i], "src/"+u) {
 			t.Errorf("unit %s: compile %q, link %q; want src/%s compiled to %s and linked in unit order", u, m.BuildCommands[i], link, u, obj)
 		}
@@ -804,38 +825,94 @@ func TestBuildWithTheRealCompiler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Two units, as the kernel server: main calls a function of the other.
-	r := Request{
-		Files: map[string][]byte{
+	// Two units, as the kernel server: main calls a function of the other
+	// and prints the sources' hash, which the builder's unit defines.
+	files := func(word string, mainHeader string) map[string][]byte {
+		return map[string][]byte{
 			"main.cc": []byte(`#include <cstdio>
 #include "kernels/greeting.h"
-int main() { std::printf("%s %s\n", greeting(), VKERN_SOURCE_SHA256); }
+#include "kernels/main.h"
+extern "C" const char vkern_source_sha256[];
+int main() { std::printf("%s %d %s\n", greeting(), kMain, vkern_source_sha256); }
 `),
+			"kernels/main.h":      []byte(mainHeader),
 			"kernels/greeting.h":  []byte("const char* greeting();\n"),
-			"kernels/greeting.cc": []byte(`#include "kernels/greeting.h"` + "\nconst char* greeting() { return \"hello from vkern\"; }\n"),
-		},
-		Units:    []string{"main.cc", "kernels/greeting.cc"},
-		Compiler: cc,
+			"kernels/greeting.cc": []byte(`#include "kernels/greeting.h"` + "\nconst char* greeting() { return \"" + word + "\"; }\n"),
+		}
 	}
-	a, err := s.Build(ctx, r)
-	if err != nil {
-		t.Fatal(err)
+	build := func(t *testing.T, f map[string][]byte, wantOut string, wantReused ...string) *Artifact {
+		t.Helper()
+		r := Request{Files: f, Units: []string{"main.cc", "kernels/greeting.cc"}, Compiler: cc}
+		a, err := s.Build(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(a.Binary).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := wantOut + " " + SourceSHA256(r.Files) + "\n"; string(out) != want {
+			t.Errorf("the built binary printed %q, want %q", out, want)
+		}
+		if !slices.Equal(a.Manifest.ReusedUnits, wantReused) {
+			t.Errorf("units from the object cache: %q, want %q", a.Manifest.ReusedUnits, wantReused)
+		}
+		return a
 	}
-	out, err := exec.Command(a.Binary).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "hello from vkern " + SourceSHA256(r.Files) + "\n"; string(out) != want {
-		t.Errorf("the built binary printed %q, want %q", out, want)
-	}
-	again, err := s.Build(ctx, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !again.Manifest.BuiltAt.Equal(a.Manifest.BuiltAt) {
-		t.Error("the second Build compiled again")
-	}
+	a := build(t, files("hello from vkern", "const int kMain = 1;\n"), "hello from vkern 1")
+	t.Run("the same request is the same entry", func(t *testing.T) {
+		again := build(t, files("hello from vkern", "const int kMain = 1;\n"), "hello from vkern 1")
+		if !again.Manifest.BuiltAt.Equal(a.Manifest.BuiltAt) {
+			t.Error("the second Build compiled again")
+		}
+	})
+	t.Run("a changed unit is compiled, the unchanged one reused", func(t *testing.T) {
+		build(t, files("hello again", "const int kMain = 1;\n"), "hello again 1", "main.cc")
+	})
+	t.Run("a changed header recompiles the unit that includes it", func(t *testing.T) {
+		build(t, files("hello again", "const int kMain = 2;\n"), "hello again 2", "kernels/greeting.cc")
+	})
+	t.Run("a file added beside the sources recompiles every unit", func(t *testing.T) {
+		f := files("hello again", "const int kMain = 2;\n")
+		f["kernels/notes.txt"] = []byte("nothing includes this\n")
+		build(t, f, "hello again 2")
+	})
+	t.Run("a damaged object is compiled again", func(t *testing.T) {
+		objs, err := filepath.Glob(filepath.Join(s.Dir, objectsDirName, "*", "*.o"))
+		if err != nil || len(objs) == 0 {
+			t.Fatalf("no objects in the object cache: %v", err)
+		}
+		for _, o := range objs {
+			if err := os.WriteFile(o, []byte("damaged"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		build(t, files("hello once more", "const int kMain = 2;\n"), "hello once more 2")
+	})
+	t.Run("Clean removes the object cache", func(t *testing.T) {
+		if _, err := s.Clean(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(s.Dir, objectsDirName)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after Clean the object cache is still there: %v", err)
+		}
+	})
 	t.Logf("%s built %s in %.2fs", cc.Version, a.Key[:12], a.Manifest.BuildSeconds)
+}
+
+func TestParseDepsKeepsTheSourcesOnly(t *testing.T) {
+	dep := "obj/main.cc.o: src/main.cc src/kernels/a\\ b.h \\\n /usr/include/stdio.h src/cpu/../core/x.h \\\n" +
+		" /abs/build/src/core/y.h src/main.cc\n\nsrc/kernels/a\\ b.h:\n"
+	got, err := parseDeps([]byte(dep), "src/", "/abs/build/src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"core/x.h", "core/y.h", "kernels/a b.h", "main.cc"}; !slices.Equal(got, want) {
+		t.Errorf("parseDeps = %q, want %q", got, want)
+	}
+	if _, err := parseDeps([]byte("no rule here\n"), "src/", ""); err == nil {
+		t.Error("a file without a target parsed")
+	}
 }
 
 func write(t *testing.T, path, content string) {

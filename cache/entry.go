@@ -50,11 +50,16 @@ type Manifest struct {
 	Key string `json:"key"`
 	// Backend is the backend the binary serves ("cpu").
 	Backend string `json:"backend"`
-	// Units are the translation units that were compiled, each to an
-	// object of its own, and linked (Request.Units).
+	// Units are the translation units, each compiled to an object of its
+	// own (or taken from the object cache) and linked in this order:
+	// Request.Units, then the builder's own vkern_source.cc.
 	Units []string `json:"units"`
-	// SourceSHA256 is SourceSHA256 of the sources; the binary was built with
-	// it as the string macro VKERN_SOURCE_SHA256 and reports it in its HELLO.
+	// ReusedUnits are the units whose objects came from the object cache
+	// (objects.go) instead of a compile.
+	ReusedUnits []string `json:"reused_units,omitempty"`
+	// SourceSHA256 is SourceSHA256 of the sources; vkern_source.cc defines
+	// it as the C string vkern_source_sha256, which the binary reports in
+	// its HELLO.
 	SourceSHA256 string `json:"source_sha256"`
 	// BinarySHA256 is the hex SHA-256 of the binary as built.
 	BinarySHA256 string `json:"binary_sha256"`
@@ -66,14 +71,16 @@ type Manifest struct {
 	Target string `json:"target"`
 	// BuildCommands are the argvs that built it, run in the build folder,
 	// so their paths are relative to that folder ("src/…", "obj/…",
-	// "server"): one compile per unit, in Units' order, then the link.
+	// "server"): one compile per unit, in Units' order (for a reused unit,
+	// the command that compiles it), then the link.
 	BuildCommands [][]string `json:"build_commands"`
 	// BuiltAt is when the build finished.
 	BuiltAt time.Time `json:"built_at"`
 	// BuildSeconds is how long the build took, from the first compile's
 	// start to the link's end.
 	BuildSeconds float64 `json:"build_seconds"`
-	// UnitSeconds is how long each unit's compile ran, in Units' order. The
+	// UnitSeconds is how long each unit's compile ran, in Units' order (0
+	// for a reused unit). The
 	// units compile at once, as many as there are CPUs, so with CPUs enough
 	// the build takes about the largest of these plus LinkSeconds.
 	UnitSeconds []float64 `json:"unit_seconds"`

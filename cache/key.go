@@ -117,6 +117,9 @@ func (r Request) validate() error {
 		if p == "" || path.Clean(p) != p || !filepath.IsLocal(filepath.FromSlash(p)) || strings.Contains(p, `\`) {
 			return fmt.Errorf("cache: source path %q must be relative, clean, slash-separated and inside the source folder (like \"cpu/gemm.cc\")", p)
 		}
+		if p == SourceUnit {
+			return fmt.Errorf("cache: source path %q is the builder's own (it defines vkern_source_sha256); rename that file", p)
+		}
 	}
 	if len(r.Units) == 0 {
 		return fmt.Errorf("cache: the request has no units to compile; kernels.Sources lists them")

@@ -45,8 +45,9 @@ func (s *Store) List() ([]Manifest, error) {
 	return manifests, errors.Join(errs...)
 }
 
-// Clean removes every entry, and the temporary folders, lock files and
-// writability probes that killed processes leave behind, and returns how many entries it removed.
+// Clean removes every entry, the object cache, and the temporary folders,
+// lock files and writability probes that killed processes leave behind, and
+// returns how many entries it removed.
 // Files in Dir that are not the store's own are left alone. A key that
 // another process is building right now is left in place and named in the
 // error.
@@ -66,7 +67,7 @@ func (s *Store) Clean() (removed int, err error) {
 			keys[strings.TrimSuffix(name, lockSuffix)] = true
 		case strings.HasPrefix(name, buildPrefix) && len(name) > len(buildPrefix)+64 && isSHA256Hex(name[len(buildPrefix):][:64]):
 			keys[name[len(buildPrefix):][:64]] = true
-		case strings.HasPrefix(name, trashPrefix), strings.HasPrefix(name, probePrefix):
+		case name == objectsDirName, strings.HasPrefix(name, trashPrefix), strings.HasPrefix(name, probePrefix):
 			if err := os.RemoveAll(filepath.Join(s.Dir, name)); err != nil {
 				errs = append(errs, fmt.Errorf("cache: %w", err))
 			}

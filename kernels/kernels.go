@@ -22,10 +22,14 @@
 // the objects:
 //
 //	$CXX -std=c++17 -O3 -march=native -pthread -I<dir> \
-//	    -DVKERN_SOURCE_SHA256=\"<hex>\" -c -o <unit>.o <dir>/<unit>    (every unit)
+//	    -c -o <unit>.o <dir>/<unit>    (every unit)
 //	$CXX -std=c++17 -O3 -march=native -pthread -o server <unit>.o …
 //
-// where <dir> holds the files of Sources at their relative paths. So a
+// where <dir> holds the files of Sources at their relative paths, and the
+// builder adds a unit of its own, vkern_source.cc, that defines the
+// sources' SHA-256 (core/server.cc reports it in HELLO). On the cpu the
+// builder also keeps each unit's object and reuses it when nothing the unit
+// reads has changed (package cache). So a
 // build takes about as long as its largest unit, where one unity file took
 // the sum of them all.
 //

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vkern/vkern/cache"
 	"github.com/vkern/vkern/kernels"
 )
 
@@ -56,10 +57,15 @@ func buildRealServer(t testing.TB) string {
 			realErr = err
 			return
 		}
+		// The unit that defines the sources' hash, as the builder writes it.
+		if realErr = os.WriteFile(filepath.Join(src, cache.SourceUnit), cache.SourceUnitText(realSourceSHA), 0o644); realErr != nil {
+			return
+		}
+		units = append(units, filepath.Join(src, cache.SourceUnit))
 		bin := filepath.Join(realDir, "server")
 		// -O1: the tests exercise the process, not the kernels' speed. g++
 		// compiles each unit on its own and links them, as the builder does.
-		args := []string{"-std=c++17", "-O1", "-pthread", "-I" + src, `-DVKERN_SOURCE_SHA256="` + realSourceSHA + `"`, "-o", bin}
+		args := []string{"-std=c++17", "-O1", "-pthread", "-I" + src, "-o", bin}
 		cmd := exec.Command(cxx, append(args, units...)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			realErr = fmt.Errorf("%v: %v\n%s", cmd, err, out)

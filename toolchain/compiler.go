@@ -128,8 +128,8 @@ type Compiler struct {
 // "-x hip", so that it is compiled as GPU code whatever its extension (the
 // GPU units are .cu files). LinkCommand then links the objects.
 //
-// Every define becomes a C string literal, so -DVKERN_SOURCE_SHA256 arrives
-// in the code as "3f9a…". The argv is meant for exec, not a shell. Keys are
+// Every define becomes a C string literal, so -DNAME with the value 3f9a…
+// arrives in the code as "3f9a…". The argv is meant for exec, not a shell. Keys are
 // used as given; they must be C identifiers. For cpu and hip the value is
 // quoted and its backslashes, double quotes and newlines escaped (hipcc
 // re-quotes every argument for the shell it runs clang through). nvcc runs

@@ -40,9 +40,10 @@
 #include "core/ops.h"
 #include "core/protocol.h"
 
-#ifndef VKERN_SOURCE_SHA256
-#define VKERN_SOURCE_SHA256 "unknown"
-#endif
+// vkern_source_sha256 is the SHA-256 of the sources this server was built
+// from, as hex: the builder writes the unit that defines it (package cache,
+// vkern_source.cc), and HELLO reports it.
+extern "C" const char vkern_source_sha256[];
 
 namespace vkern {
 namespace {
@@ -411,7 +412,7 @@ bool Server::send_error(uint32_t id, uint16_t opcode, const Outcome& o) {
 
 bool Server::send_hello() {
   std::vector<HelloField> fields = backend_hello_fields();
-  fields.push_back({"source_sha256", VKERN_SOURCE_SHA256});
+  fields.push_back({"source_sha256", vkern_source_sha256});
   fields.push_back({"ops", backend_op_names()});
   size_t n = 8;
   for (const HelloField& f : fields) n += 2 + f.key.size() + 4 + f.value.size();

@@ -7,10 +7,13 @@
 // objects:
 //
 //   $CXX -std=c++17 -O3 -march=native -pthread -I<dir>
-//        -DVKERN_SOURCE_SHA256=\"<hex>\" -c -o <unit>.o <dir>/<unit>   (each unit)
+//        -c -o <unit>.o -MD -MF <unit>.o.d <dir>/<unit>   (each unit)
 //   $CXX -std=c++17 -O3 -march=native -pthread -o server <unit>.o …
 //
-// (<dir> holds core/ and cpu/). What the units share is in headers:
+// (<dir> holds core/ and cpu/, and the builder's vkern_source.cc, one more
+// unit, which defines the sources' SHA-256 that HELLO reports; the
+// dependency files let the builder reuse a unit's object when nothing it
+// reads has changed: package cache, objects.go). What the units share is in headers:
 // cpu/device.h (the pool and scratch), cpu/convert.h, cpu/vmath.h and
 // cpu/rows.h (inline helpers), and the run_<op> declarations in
 // kernel_list.inc, which kernels.cc includes.

@@ -7,7 +7,7 @@
 // compiles them at once, one nvcc each, and links the objects:
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xcompiler=-pthread
-//        -I<dir> -DVKERN_SOURCE_SHA256=\"<hex>\" -c -o <unit>.o -x cu <dir>/<unit>   (each unit)
+//        -I<dir> -c -o <unit>.o -x cu <dir>/<unit>   (each unit, and the builder's vkern_source.cc)
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xcompiler=-pthread -o server <unit>.o …
 //
 // (the arch from the GPU's own compute capability; <dir> holds core/ and

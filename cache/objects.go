@@ -1,0 +1,284 @@
+package cache
+
+// The object cache: the compiled units of earlier builds, kept in
+// <Dir>/objects/ so that a build whose sources differ from an earlier one's
+// in a few files compiles only the units that read one of them. A planted
+// defect edits one kernel file; before this, each of the test suites'
+// hundred-odd mutant servers compiled every unit again.
+//
+// An object is found in two steps, so that what a unit includes never has
+// to be guessed:
+//
+//   - The unit key hashes what the compile depends on besides the contents
+//     of the files it reads: the compiler's fingerprint, target and backend,
+//     the compile command, the unit's path and content, and the paths of all
+//     the sources (a file added beside the others could change what an
+//     include finds). Its folder, objects/<unit key>/, holds "deps": the
+//     source paths the unit's last compile read, from the dependency file
+//     the compiler wrote (-MD -MF).
+//   - The dependency key hashes those paths and their contents in this
+//     build's sources. The object is <dependency key>.o in that folder, and
+//     <dependency key>.sum holds its SHA-256, checked before the object is
+//     used; a mismatch is a miss.
+//
+// A miss compiles the unit and stores its object and deps. Files outside
+// the sources (the compiler's own headers) are the compiler's, which its
+// fingerprint names. Every file is written to a temporary name in its
+// folder and renamed, so a reader sees a whole file or none, and two builds
+// storing the same object at once both succeed. Clean removes the folder;
+// nothing else does, so it grows by about one object per unit changed.
+//
+// Only the cpu backend reuses objects (objectReuse): g++ and clang write
+// the dependency file this reads. nvcc and hipcc take the same flags, but
+// that path has not been run on a GPU machine, so their builds compile
+// every unit as before.
+//
+// Because an object is shared between builds of different sources, no unit
+// may carry SourceSHA256 in its code: the builder writes one more unit,
+// SourceUnit, which defines it, and compiles that one every time.
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/vkern/vkern/toolchain"
+)
+
+const (
+	// objectsDirName is the object cache's folder in Dir.
+	objectsDirName = "objects"
+	// objectFormat opens every unit key's hash input; change it whenever the
+	// encoding or the folder's layout changes.
+	objectFormat = "vkern-object/1"
+	// depsName is the file of a unit key's folder that lists what the unit
+	// read.
+	depsName = "deps"
+)
+
+// SourceUnit is the unit the builder writes beside the sources. It defines
+// the C symbol vkern_source_sha256, the sources' SourceSHA256 as a string,
+// which the server reports in its HELLO. Request.Files may not use its path.
+// A server built without the builder (a test's own g++ line) compiles
+// SourceUnitText as one more unit.
+const SourceUnit = "vkern_source.cc"
+
+// SourceUnitText is SourceUnit's content for sources whose SourceSHA256 is sha.
+func SourceUnitText(sha string) []byte {
+	return []byte("// Written by vkern's builder (package cache): the SHA-256 of the sources\n" +
+		"// this server was built from, which it reports in its HELLO.\n" +
+		"extern \"C\" const char vkern_source_sha256[] = \"" + sha + "\";\n")
+}
+
+// objectReuse says whether c's builds take units from the object cache.
+func objectReuse(c *toolchain.Compiler) bool { return c.Backend == toolchain.BackendCPU }
+
+// depFlags are the compile flags that make the compiler write the
+// dependency file dep of the unit it compiles.
+func depFlags(dep string) []string { return []string{"-MD", "-MF", dep} }
+
+// unitKey is the unit key of unit, compiled by c with argv (the command
+// without the dependency flags), among files.
+func unitKey(c *toolchain.Compiler, argv []string, files map[string][]byte, unit string) string {
+	h := sha256.New()
+	writeBytes(h, []byte(objectFormat))
+	writeBytes(h, []byte(c.Fingerprint))
+	writeBytes(h, []byte(c.Target))
+	writeBytes(h, []byte(c.Backend))
+	writeCount(h, len(argv))
+	for _, a := range argv {
+		writeBytes(h, []byte(a))
+	}
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	writeCount(h, len(paths))
+	for _, p := range paths {
+		writeBytes(h, []byte(p))
+	}
+	writeBytes(h, []byte(unit))
+	writeBytes(h, files[unit])
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// depsKey is the dependency key of deps in files, and false when one of
+// them is not among files.
+func depsKey(deps []string, files map[string][]byte) (string, bool) {
+	h := sha256.New()
+	writeCount(h, len(deps))
+	for _, d := range deps {
+		content, ok := files[d]
+		if !ok {
+			return "", false
+		}
+		writeBytes(h, []byte(d))
+		sum := sha256.Sum256(content)
+		h.Write(sum[:])
+	}
+	return hex.EncodeToString(h.Sum(nil)), true
+}
+
+// parseDeps reads a make-style dependency file (what -MD -MF writes: a
+// target, a colon, then the files, with backslash-newline continuations
+// and backslash-escaped spaces) and returns the source paths among its
+// files, relative to the source folder: those under srcPrefix
+// ("src/", as the build's commands name it) or absSrc (the same folder
+// named absolutely), cleaned, sorted and without repeats. A file under
+// neither is the compiler's own and left out.
+func parseDeps(data []byte, srcPrefix, absSrc string) ([]string, error) {
+	text := strings.ReplaceAll(string(data), "\\\r\n", " ")
+	text = strings.ReplaceAll(text, "\\\n", " ")
+	// The first rule's prerequisites: what follows the target's colon (a
+	// colon followed by a space or the end; a drive letter's is not).
+	colon := -1
+	for i := 0; i < len(text); i++ {
+		if text[i] == ':' && (i+1 == len(text) || text[i+1] == ' ' || text[i+1] == '\t' || text[i+1] == '\n') {
+			colon = i
+			break
+		}
+	}
+	if colon < 0 {
+		return nil, fmt.Errorf("no target in the dependency file")
+	}
+	rest := text[colon+1:]
+	if end := strings.IndexByte(rest, '\n'); end >= 0 {
+		rest = rest[:end] // -MD may add rules after the first; the first has them all
+	}
+	seen := map[string]bool{}
+	var out []string
+	var tok strings.Builder
+	flush := func() {
+		if tok.Len() == 0 {
+			return
+		}
+		p := strings.ReplaceAll(tok.String(), "$$", "$")
+		tok.Reset()
+		slash := filepath.ToSlash(p)
+		var rel string
+		switch {
+		case strings.HasPrefix(path.Clean(slash), srcPrefix):
+			rel = strings.TrimPrefix(path.Clean(slash), srcPrefix)
+		case absSrc != "" && strings.HasPrefix(path.Clean(slash), filepath.ToSlash(absSrc)+"/"):
+			rel = strings.TrimPrefix(path.Clean(slash), filepath.ToSlash(absSrc)+"/")
+		default:
+			return
+		}
+		if !seen[rel] {
+			seen[rel] = true
+			out = append(out, rel)
+		}
+	}
+	for i := 0; i < len(rest); i++ {
+		switch c := rest[i]; {
+		case c == '\\' && i+1 < len(rest) && (rest[i+1] == ' ' || rest[i+1] == '#'):
+			tok.WriteByte(rest[i+1])
+			i++
+		case c == ' ' || c == '\t' || c == '\r':
+			flush()
+		default:
+			tok.WriteByte(c)
+		}
+	}
+	flush()
+	sort.Strings(out)
+	return out, nil
+}
+
+// objectCache is the object cache of one store.
+type objectCache struct{ dir string }
+
+func (s *Store) objects() objectCache { return objectCache{dir: filepath.Join(s.Dir, objectsDirName)} }
+
+// lookup copies unit key ukey's object for files to dst and says whether it
+// did: its deps are known, all among files, and the object's SHA-256 is the
+// one stored beside it. Anything else is a miss, never an error: the unit
+// is compiled instead.
+func (o objectCache) lookup(ukey string, files map[string][]byte, dst string) bool {
+	folder := filepath.Join(o.dir, ukey)
+	deps, err := os.ReadFile(filepath.Join(folder, depsName))
+	if err != nil {
+		return false
+	}
+	dkey, ok := depsKey(strings.Fields(string(deps)), files)
+	if !ok {
+		return false
+	}
+	sum, err := os.ReadFile(filepath.Join(folder, dkey+".sum"))
+	if err != nil {
+		return false
+	}
+	obj, err := os.ReadFile(filepath.Join(folder, dkey+".o"))
+	if err != nil || len(obj) == 0 {
+		return false
+	}
+	got := sha256.Sum256(obj)
+	if hex.EncodeToString(got[:]) != strings.TrimSpace(string(sum)) {
+		return false
+	}
+	return os.WriteFile(dst, obj, 0o644) == nil
+}
+
+// store keeps the object at obj, compiled from files as unit key ukey, with
+// the dependency file dep its compile wrote. An object whose dependencies
+// cannot be read, or that read a source file not among files, is not
+// kept; failing to keep one is not an error either (the next build
+// compiles the unit again).
+func (o objectCache) store(ukey, unit, obj, dep, absSrc string, files map[string][]byte) {
+	data, err := os.ReadFile(dep)
+	if err != nil {
+		return
+	}
+	deps, err := parseDeps(data, srcDirName+"/", absSrc)
+	if err != nil || !slices.Contains(deps, unit) {
+		return
+	}
+	dkey, ok := depsKey(deps, files)
+	if !ok {
+		return
+	}
+	object, err := os.ReadFile(obj)
+	if err != nil || len(object) == 0 {
+		return
+	}
+	folder := filepath.Join(o.dir, ukey)
+	if err := os.MkdirAll(folder, 0o755); err != nil {
+		return
+	}
+	sum := sha256.Sum256(object)
+	// The object and its sum first, then the deps that lead to them.
+	if writeRenamed(folder, dkey+".o", object) != nil ||
+		writeRenamed(folder, dkey+".sum", []byte(hex.EncodeToString(sum[:])+"\n")) != nil {
+		return
+	}
+	_ = writeRenamed(folder, depsName, []byte(strings.Join(deps, "\n")+"\n"))
+}
+
+// writeRenamed writes data to folder/name through a temporary file renamed
+// over it.
+func writeRenamed(folder, name string, data []byte) error {
+	f, err := os.CreateTemp(folder, ".tmp-")
+	if err != nil {
+		return err
+	}
+	_, werr := io.Copy(f, bytes.NewReader(data))
+	cerr := f.Close()
+	if werr != nil || cerr != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("cache: writing %s: %v %v", name, werr, cerr)
+	}
+	if err := os.Rename(f.Name(), filepath.Join(folder, name)); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return nil
+}
