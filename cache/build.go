@@ -90,8 +90,9 @@ func (e *BuildError) Unwrap() error { return e.Err }
 // ErrBadEntry (and ErrTampered or ErrCorrupt) that names the problem; call
 // Rebuild to replace it. A missing entry is built under the key's lock: of many
 // processes that build one key at once, one compiles and the others wait (as
-// long as ctx allows) and return its result. A failed build leaves nothing in
-// the store and returns a *BuildError.
+// long as ctx allows) and return its result. A failed build leaves no entry
+// (only the objects of units that compiled, in the object cache) and returns
+// a *BuildError.
 func (s *Store) Build(ctx context.Context, r Request) (*Artifact, error) {
 	if err := r.validate(); err != nil {
 		return nil, err
@@ -171,13 +172,15 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 	// unit's object from the object cache where it has one (objects.go),
 	// otherwise compiled, writing its dependencies for the cache.
 	units := append(append([]string(nil), r.Units...), SourceUnit)
-	reuse := objectReuse(r.Compiler)
+	// Rebuild replaces an entry found bad: it trusts no stored object.
+	reuse, lookups := objectReuse(r.Compiler), replaced == ""
 	cached := s.objects()
+	start := time.Now()
 	objects := make([]string, len(units))
 	commands := make([][]string, len(units), len(units)+1)
 	unitKeys := make([]string, len(units))
-	reused := make([]bool, len(units))
-	var compile []int // the units to compile, by index
+	reused := make([]string, len(units)) // where a reused unit's object came from
+	var compile []int                    // the units to compile, by index
 	for i, u := range units {
 		objects[i] = path.Join(objDirName, u+".o")
 		if err := os.MkdirAll(filepath.Join(tmp, filepath.FromSlash(path.Dir(objects[i]))), 0o755); err != nil {
@@ -189,16 +192,17 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 			continue
 		}
 		unitKeys[i] = unitKey(r.Compiler, commands[i], r.Files, u)
-		if cached.lookup(unitKeys[i], r.Files, filepath.Join(tmp, filepath.FromSlash(objects[i]))) {
-			reused[i] = true
-			continue
+		if lookups {
+			if from := cached.lookup(unitKeys[i], r.Files, filepath.Join(tmp, filepath.FromSlash(objects[i]))); from != "" {
+				reused[i] = from
+				continue
+			}
 		}
 		// The dependency flags go before the unit, the command's last word.
 		argv := commands[i]
 		commands[i] = append(append(argv[:len(argv)-1:len(argv)-1], depFlags(objects[i]+".d")...), argv[len(argv)-1])
 		compile = append(compile, i)
 	}
-	start := time.Now()
 	compiledUnits, compiledCommands, compiledObjects := make([]string, len(compile)), make([][]string, len(compile)), make([]string, len(compile))
 	for j, i := range compile {
 		compiledUnits[j], compiledCommands[j], compiledObjects[j] = units[i], commands[i], objects[i]
@@ -211,8 +215,8 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 	unitSeconds := make([]float64, len(units))
 	var reusedUnits []string
 	for i, u := range units {
-		if reused[i] {
-			outputs[i] = []byte("(not run: the object came from the object cache, " + objectsDirName + "/" + unitKeys[i] + ")\n")
+		if reused[i] != "" {
+			outputs[i] = []byte("(not run: the object is the object cache's " + reused[i] + ")\n")
 			reusedUnits = append(reusedUnits, u)
 		}
 	}

@@ -889,6 +889,24 @@ int main() { std::printf("%s %d %s\n", greeting(), kMain, vkern_source_sha256); 
 		}
 		build(t, files("hello once more", "const int kMain = 2;\n"), "hello once more 2")
 	})
+	t.Run("Rebuild trusts no stored object", func(t *testing.T) {
+		f := files("hello once more", "const int kMain = 2;\n")
+		r := Request{Files: f, Units: []string{"main.cc", "kernels/greeting.cc"}, Compiler: cc}
+		entry, err := s.Build(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(entry.Binary, []byte("tampered"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		rebuilt, err := s.Rebuild(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rebuilt.Manifest.ReusedUnits) != 0 || rebuilt.Manifest.Replaced == "" {
+			t.Errorf("Rebuild reused %q (replaced %q); want every unit compiled", rebuilt.Manifest.ReusedUnits, rebuilt.Manifest.Replaced)
+		}
+	})
 	t.Run("Clean removes the object cache", func(t *testing.T) {
 		if _, err := s.Clean(); err != nil {
 			t.Fatal(err)
@@ -900,18 +918,52 @@ int main() { std::printf("%s %d %s\n", greeting(), kMain, vkern_source_sha256); 
 	t.Logf("%s built %s in %.2fs", cc.Version, a.Key[:12], a.Manifest.BuildSeconds)
 }
 
-func TestParseDepsKeepsTheSourcesOnly(t *testing.T) {
+func TestParseDepsNamesSourcesRelativeAndHeadersAbsolute(t *testing.T) {
 	dep := "obj/main.cc.o: src/main.cc src/kernels/a\\ b.h \\\n /usr/include/stdio.h src/cpu/../core/x.h \\\n" +
 		" /abs/build/src/core/y.h src/main.cc\n\nsrc/kernels/a\\ b.h:\n"
 	got, err := parseDeps([]byte(dep), "src/", "/abs/build/src")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"core/x.h", "core/y.h", "kernels/a b.h", "main.cc"}; !slices.Equal(got, want) {
+	if want := []string{"/usr/include/stdio.h", "core/x.h", "core/y.h", "kernels/a b.h", "main.cc"}; !slices.Equal(got, want) {
 		t.Errorf("parseDeps = %q, want %q", got, want)
 	}
 	if _, err := parseDeps([]byte("no rule here\n"), "src/", ""); err == nil {
 		t.Error("a file without a target parsed")
+	}
+	if _, err := parseDeps([]byte("obj/m.o: src/m.cc elsewhere/h.h\n"), "src/", ""); err == nil {
+		t.Error("a relative dependency outside the sources parsed; it could not be found again")
+	}
+}
+
+func TestDepsKeyFollowsSourcesAndHeaders(t *testing.T) {
+	header := filepath.Join(t.TempDir(), "sys.h")
+	write(t, header, "int a;\n")
+	files := map[string][]byte{"m.cc": []byte("x"), "h.h": []byte("y")}
+	deps := []string{header, "h.h", "m.cc"}
+	first, ok := depsKey(deps, files)
+	if !ok {
+		t.Fatal("depsKey refused sources and a header that exist")
+	}
+	if again, _ := depsKey(deps, files); again != first {
+		t.Error("the same sources and header gave two keys")
+	}
+	changed := map[string][]byte{"m.cc": []byte("x"), "h.h": []byte("z")}
+	if k, _ := depsKey(deps, changed); k == first {
+		t.Error("a changed source kept the key")
+	}
+	write(t, header, "int a, b;\n")
+	if k, _ := depsKey(deps, files); k == first {
+		t.Error("a changed header (size) kept the key")
+	}
+	if _, ok := depsKey(append(deps, "gone.h"), files); ok {
+		t.Error("a source that is not among the files gave a key")
+	}
+	if err := os.Remove(header); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := depsKey(deps, files); ok {
+		t.Error("a header that is gone gave a key")
 	}
 }
 

@@ -2,9 +2,9 @@ package cache
 
 // The object cache: the compiled units of earlier builds, kept in
 // <Dir>/objects/ so that a build whose sources differ from an earlier one's
-// in a few files compiles only the units that read one of them. A planted
-// defect edits one kernel file; before this, each of the test suites'
-// hundred-odd mutant servers compiled every unit again.
+// only in files some units do not read compiles just the units that read
+// them. A planted defect edits one kernel file; before this, each of the
+// test suites' hundred-odd mutant servers compiled every unit again.
 //
 // An object is found in two steps, so that what a unit includes never has
 // to be guessed:
@@ -13,20 +13,31 @@ package cache
 //     of the files it reads: the compiler's fingerprint, target and backend,
 //     the compile command, the unit's path and content, and the paths of all
 //     the sources (a file added beside the others could change what an
-//     include finds). Its folder, objects/<unit key>/, holds "deps": the
-//     source paths the unit's last compile read, from the dependency file
-//     the compiler wrote (-MD -MF).
-//   - The dependency key hashes those paths and their contents in this
-//     build's sources. The object is <dependency key>.o in that folder, and
-//     <dependency key>.sum holds its SHA-256, checked before the object is
-//     used; a mismatch is a miss.
+//     include, or __has_include, finds). Its folder, objects/<unit key>/,
+//     holds "deps": the files the unit's last compile read, from the
+//     dependency file the compiler wrote (-MD -MF), the sources by path and
+//     the compiler's own headers (outside the sources) by absolute path.
+//   - The dependency key hashes that list, each source's content in this
+//     build, and each header's size and modification time now. The object
+//     is <dependency key>.o in that folder, and <dependency key>.sum holds
+//     its SHA-256, checked before the object is used; a mismatch is a miss.
 //
-// A miss compiles the unit and stores its object and deps. Files outside
-// the sources (the compiler's own headers) are the compiler's, which its
-// fingerprint names. Every file is written to a temporary name in its
-// folder and renamed, so a reader sees a whole file or none, and two builds
-// storing the same object at once both succeed. Clean removes the folder;
-// nothing else does, so it grows by about one object per unit changed.
+// A miss compiles the unit and stores its object and deps. Every file is
+// written to a temporary name in its folder and renamed, so a reader sees a
+// whole file or none (short of a crash, after which the keys and the
+// SHA-256 still refuse a damaged file), and two builds storing objects for
+// one unit key at once both succeed. Objects are stored as soon as every
+// unit has compiled, even when the link then fails: each is what its
+// sources compile to. Rebuild, which replaces an entry found bad, compiles
+// every unit without looking here. Clean removes the folder (objects is the
+// store's name in Dir); nothing else does, so it grows by one object per
+// unit for each new combination of what the unit reads, and by a whole set
+// when a source file is added, removed or renamed.
+//
+// What this rests on: a compile reads only what its dependency file lists
+// (no assembler .incbin of a source file, no precompiled headers among the
+// sources) and does not depend on the time (__DATE__, __TIME__ and
+// __TIMESTAMP__, which no kernel file uses).
 //
 // Only the cpu backend reuses objects (objectReuse): g++ and clang write
 // the dependency file this reads. nvcc and hipcc take the same flags, but
@@ -111,17 +122,28 @@ func unitKey(c *toolchain.Compiler, argv []string, files map[string][]byte, unit
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// depsKey is the dependency key of deps in files, and false when one of
-// them is not among files.
+// depsKey is the dependency key of deps: each source (a relative path) by
+// its content in files, each header of the compiler's (an absolute path)
+// by its size and modification time now; false when a source is not among
+// files or a header cannot be read.
 func depsKey(deps []string, files map[string][]byte) (string, bool) {
 	h := sha256.New()
 	writeCount(h, len(deps))
 	for _, d := range deps {
+		writeBytes(h, []byte(d))
+		if filepath.IsAbs(d) {
+			info, err := os.Stat(d)
+			if err != nil {
+				return "", false
+			}
+			writeCount(h, int(info.Size()))
+			writeCount(h, int(info.ModTime().UnixNano()))
+			continue
+		}
 		content, ok := files[d]
 		if !ok {
 			return "", false
 		}
-		writeBytes(h, []byte(d))
 		sum := sha256.Sum256(content)
 		h.Write(sum[:])
 	}
@@ -130,11 +152,12 @@ func depsKey(deps []string, files map[string][]byte) (string, bool) {
 
 // parseDeps reads a make-style dependency file (what -MD -MF writes: a
 // target, a colon, then the files, with backslash-newline continuations
-// and backslash-escaped spaces) and returns the source paths among its
-// files, relative to the source folder: those under srcPrefix
-// ("src/", as the build's commands name it) or absSrc (the same folder
-// named absolutely), cleaned, sorted and without repeats. A file under
-// neither is the compiler's own and left out.
+// and backslash-escaped spaces) and returns its files, cleaned, sorted and
+// without repeats: the sources relative to the source folder (those under
+// srcPrefix, "src/" as the build's commands name it, or absSrc, the same
+// folder named absolutely), the compiler's own headers by absolute path. A
+// relative path outside the source folder is an error: it could not be
+// found again once the build folder is gone.
 func parseDeps(data []byte, srcPrefix, absSrc string) ([]string, error) {
 	text := strings.ReplaceAll(string(data), "\\\r\n", " ")
 	text = strings.ReplaceAll(text, "\\\n", " ")
@@ -156,6 +179,7 @@ func parseDeps(data []byte, srcPrefix, absSrc string) ([]string, error) {
 	}
 	seen := map[string]bool{}
 	var out []string
+	var bad error
 	var tok strings.Builder
 	flush := func() {
 		if tok.Len() == 0 {
@@ -163,19 +187,22 @@ func parseDeps(data []byte, srcPrefix, absSrc string) ([]string, error) {
 		}
 		p := strings.ReplaceAll(tok.String(), "$$", "$")
 		tok.Reset()
-		slash := filepath.ToSlash(p)
-		var rel string
+		clean := path.Clean(filepath.ToSlash(p))
+		var dep string
 		switch {
-		case strings.HasPrefix(path.Clean(slash), srcPrefix):
-			rel = strings.TrimPrefix(path.Clean(slash), srcPrefix)
-		case absSrc != "" && strings.HasPrefix(path.Clean(slash), filepath.ToSlash(absSrc)+"/"):
-			rel = strings.TrimPrefix(path.Clean(slash), filepath.ToSlash(absSrc)+"/")
+		case strings.HasPrefix(clean, srcPrefix):
+			dep = strings.TrimPrefix(clean, srcPrefix)
+		case absSrc != "" && strings.HasPrefix(clean, filepath.ToSlash(absSrc)+"/"):
+			dep = strings.TrimPrefix(clean, filepath.ToSlash(absSrc)+"/")
+		case filepath.IsAbs(p):
+			dep = filepath.Clean(p)
 		default:
+			bad = fmt.Errorf("the dependency %q is neither a source nor an absolute path", p)
 			return
 		}
-		if !seen[rel] {
-			seen[rel] = true
-			out = append(out, rel)
+		if !seen[dep] {
+			seen[dep] = true
+			out = append(out, dep)
 		}
 	}
 	for i := 0; i < len(rest); i++ {
@@ -190,6 +217,9 @@ func parseDeps(data []byte, srcPrefix, absSrc string) ([]string, error) {
 		}
 	}
 	flush()
+	if bad != nil {
+		return nil, bad
+	}
 	sort.Strings(out)
 	return out, nil
 }
@@ -199,33 +229,34 @@ type objectCache struct{ dir string }
 
 func (s *Store) objects() objectCache { return objectCache{dir: filepath.Join(s.Dir, objectsDirName)} }
 
-// lookup copies unit key ukey's object for files to dst and says whether it
-// did: its deps are known, all among files, and the object's SHA-256 is the
-// one stored beside it. Anything else is a miss, never an error: the unit
-// is compiled instead.
-func (o objectCache) lookup(ukey string, files map[string][]byte, dst string) bool {
+// lookup copies unit key ukey's object for files to dst and says which it
+// copied (its path in the store and its SHA-256), or "" for a miss: its
+// deps are unknown, a source among them is not among files, a header has
+// changed, or the object's SHA-256 is not the one stored beside it. A miss
+// is never an error: the unit is compiled instead.
+func (o objectCache) lookup(ukey string, files map[string][]byte, dst string) string {
 	folder := filepath.Join(o.dir, ukey)
 	deps, err := os.ReadFile(filepath.Join(folder, depsName))
-	if err != nil {
-		return false
+	if err != nil || len(deps) == 0 {
+		return ""
 	}
-	dkey, ok := depsKey(strings.Fields(string(deps)), files)
+	dkey, ok := depsKey(strings.Split(strings.TrimSuffix(string(deps), "\n"), "\n"), files)
 	if !ok {
-		return false
+		return ""
 	}
 	sum, err := os.ReadFile(filepath.Join(folder, dkey+".sum"))
 	if err != nil {
-		return false
+		return ""
 	}
 	obj, err := os.ReadFile(filepath.Join(folder, dkey+".o"))
 	if err != nil || len(obj) == 0 {
-		return false
+		return ""
 	}
 	got := sha256.Sum256(obj)
-	if hex.EncodeToString(got[:]) != strings.TrimSpace(string(sum)) {
-		return false
+	if hex.EncodeToString(got[:]) != strings.TrimSpace(string(sum)) || os.WriteFile(dst, obj, 0o644) != nil {
+		return ""
 	}
-	return os.WriteFile(dst, obj, 0o644) == nil
+	return path.Join(objectsDirName, ukey, dkey+".o") + ", sha256 " + hex.EncodeToString(got[:])
 }
 
 // store keeps the object at obj, compiled from files as unit key ukey, with

@@ -22,7 +22,7 @@
 // the objects:
 //
 //	$CXX -std=c++17 -O3 -march=native -pthread -I<dir> \
-//	    -c -o <unit>.o <dir>/<unit>    (every unit)
+//	    -c -o <unit>.o -MD -MF <unit>.o.d <dir>/<unit>    (each of Sources' units)
 //	$CXX -std=c++17 -O3 -march=native -pthread -o server <unit>.o …
 //
 // where <dir> holds the files of Sources at their relative paths, and the
