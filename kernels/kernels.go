@@ -25,13 +25,12 @@
 //	    -c -o <unit>.o -MD -MF <unit>.o.d <dir>/<unit>    (each of Sources' units)
 //	$CXX -std=c++17 -O3 -march=native -pthread -o server <unit>.o …
 //
-// where <dir> holds the files of Sources at their relative paths, and the
-// builder adds a unit of its own, vkern_source.cc, that defines the
-// sources' SHA-256 (core/server.cc reports it in HELLO). On the cpu the
-// builder also keeps each unit's object and reuses it when nothing the unit
-// reads has changed (package cache). So a
-// build takes about as long as its largest unit, where one unity file took
-// the sum of them all.
+// where <dir> holds the files of Sources at their relative paths. So a build
+// takes about as long as its largest unit, where one unity file took the sum
+// of them all. The builder adds a unit of its own, vkern_source.cc, that
+// defines the sources' SHA-256 (core/server.cc reports it in HELLO), and on
+// the cpu keeps each unit's object and reuses it when nothing the unit
+// reads has changed (package cache).
 //
 // Why the cpu op files share a unit: every g++ unit first pays about 0.4 s
 // (the standard headers, and the std:: templates it instantiates again),
