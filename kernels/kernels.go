@@ -14,8 +14,7 @@
 // A backend's server is several translation units (Sources' units): the
 // main file (the core, the device and the op dispatch); the op kernel files
 // of the backend's folder, those that no source file includes by name
-// (gemm.cuh includes gemm_sm90.cu), each a unit of its own on cuda and hip,
-// and all in one generated unit, cpu/ops.cc, on the cpu; and each kernel
+// (gemm.cuh includes gemm_sm90.cu), each a unit of its own; and each kernel
 // file of an op declared outside vkern. What units share is in headers,
 // and kernel_list.inc declares every run_<op> for the dispatch. The
 // builder compiles the units at once, one compiler process each, and links
@@ -32,16 +31,17 @@
 // the cpu keeps each unit's object and reuses it when nothing the unit
 // reads has changed (package cache).
 //
-// Why the cpu op files share a unit: every g++ unit first pays about 0.4 s
-// (the standard headers, and the std:: templates it instantiates again),
-// about what most cpu op files cost themselves, so one unit per file would
-// take twice the CPU time of a single unit for the whole server (13-14 s
-// against 6.5 s at -O3) and be no faster on the 2-core machines vkern is
-// developed on; the two units take about 8.5 s of CPU (main.cc 3 s, ops.cc
-// 5.5 s) and finish with ops.cc. A GPU unit's fixed cost is larger (hipcc
-// about 2 s), but the GPU machine has a core for every unit, and there the
-// units themselves are long (the whole cuda server is 97-116 s of nvcc
-// work on the H100 machine).
+// Why each cpu op file is a unit of its own, when every g++ unit first pays
+// for the standard headers and the std:: templates it instantiates again:
+// the cold build costs a little more (on the 2-core build machine, at -O3,
+// 8.8 s against 8.2 s, 15.3 s of CPU against 12.6, when the op files
+// shared one generated unit, cpu/ops.cc), and every later build that
+// changes one op file compiles that file (0.6-2.2 s) instead of all of
+// them (5.5 s), since the cache keeps each unit's object. The test suites'
+// planted defects build over a hundred such servers. A GPU unit's fixed
+// cost is larger (hipcc about 2 s), but the GPU machine has a core for
+// every unit, and there the units themselves are long (the whole cuda
+// server is 97-116 s of nvcc work on the H100 machine).
 //
 // This package only hands out bytes; it does not compile, cache or run them
 // (see the toolchain, cache and kserver packages).
@@ -74,12 +74,9 @@ var backendDirs = map[string]struct {
 	// may use without including anything (Call and the op names, the f16
 	// conversions and cpu_pool on the cpu, compat.h's names on a GPU).
 	prelude []string
-	// opsUnit, when set, is the generated unit that includes every op
-	// kernel file of the folder; when empty each is a unit of its own.
-	opsUnit string
 }{
 	"cpu": {dirs: []string{"core", "cpu"}, main: "cpu/main.cc", ext: ".cc",
-		prelude: []string{"core/backend.h", "core/f16.h", "cpu/device.h"}, opsUnit: "cpu/ops.cc"},
+		prelude: []string{"core/backend.h", "core/f16.h", "cpu/device.h"}},
 	// HIP compiles the cuda sources through cuda/compat.h.
 	"cuda": {dirs: []string{"core", "cuda"}, main: "cuda/main.cu", ext: ".cu",
 		prelude: []string{"core/backend.h", "cuda/compat.h", "cuda/ops.cuh"}},
@@ -93,8 +90,7 @@ var backendDirs = map[string]struct {
 // own, which are then linked into the server (see the package doc). The
 // units are the main file first, then the backend's op kernel files (the
 // other kernel files of its folder that no source file includes by name) in
-// name order, or on the cpu the generated cpu/ops.cc that includes them,
-// then the declared kernel files (DeclaredDir), in name order. "cuda" and
+// name order, then the declared kernel files (DeclaredDir), in name order. "cuda" and
 // "hip" share one set of sources.
 func Sources(backend string) (files map[string][]byte, units []string, err error) {
 	b, ok := backendDirs[backend]
@@ -131,16 +127,7 @@ func Sources(backend string) (files map[string][]byte, units []string, err error
 	dir := path.Dir(b.main)
 	files[dir+"/kernel_list.inc"] = kernelList(files, ops, backend, dir, b.ext)
 	opFiles, declared := kernelFiles(files, b.main, dir, b.ext)
-	units = []string{b.main}
-	if b.opsUnit != "" {
-		if _, ok := files[b.opsUnit]; ok {
-			return nil, nil, fmt.Errorf("kernels: %s is generated, but a %s source file has that name; rename it", b.opsUnit, backend)
-		}
-		files[b.opsUnit] = opsUnit(opFiles)
-		units = append(units, b.opsUnit)
-	} else {
-		units = append(units, opFiles...)
-	}
+	units = append([]string{b.main}, opFiles...)
 	return files, append(units, declared...), nil
 }
 
@@ -199,18 +186,6 @@ func kernelFiles(files map[string][]byte, main, dir, ext string) (ops, declared 
 	sort.Strings(ops)
 	sort.Strings(declared)
 	return ops, declared
-}
-
-// opsUnit writes the unit that compiles the op kernel files opFiles
-// together (backendDirs' opsUnit): an #include of each, in order. Each
-// file includes what it uses itself, and so compiles alone too.
-func opsUnit(opFiles []string) []byte {
-	var b strings.Builder
-	b.WriteString("// Generated by vkern (kernels.Sources): the op kernel files, compiled as one\n// translation unit (see package kernels' doc for why).\n")
-	for _, f := range opFiles {
-		fmt.Fprintf(&b, "#include %q\n", f)
-	}
-	return []byte(b.String())
 }
 
 // kernelList writes <dir>/kernel_list.inc, which kernels.cc (or .cu)

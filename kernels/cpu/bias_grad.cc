@@ -24,7 +24,7 @@
 
 namespace vkern {
 namespace {
-namespace column_sums {  // cpu/ops.cc, one unit of every op file, shares one anonymous namespace
+namespace column_sums {
 
 constexpr size_t kStrip = 64;     // columns per task: 128 bytes of each row
 constexpr size_t kRowBlock = 64;  // rows per block sum: oracle.BiasGradRowBlock

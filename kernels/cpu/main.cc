@@ -1,10 +1,9 @@
 // The cpu backend's main translation unit: the server core, the device (its
 // buffers and pool, device.cc, and its collectives, collective.cc) and the op
-// dispatch. The op kernel files (gemm.cc, softmax.cc, …) are compiled
-// together in one more unit, cpu/ops.cc, which kernels.Sources generates,
-// and each declared op's kernel file is a unit of its own; the builder
-// compiles the units at once, one compiler process each, and links the
-// objects:
+// dispatch. Each op kernel file (gemm.cc, softmax.cc, …) and each declared
+// op's kernel file is a unit of its own (kernels.Sources lists them); the
+// builder compiles the units at once, one compiler process each, and links
+// the objects:
 //
 //   $CXX -std=c++17 -O3 -march=native -pthread -I<dir>
 //        -c -o <unit>.o -MD -MF <unit>.o.d <dir>/<unit>   (each unit)
