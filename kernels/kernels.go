@@ -36,8 +36,9 @@
 // the cold build costs a little more (on the 2-core build machine, at -O3,
 // 8.8 s against 8.2 s, 15.3 s of CPU against 12.6, when the op files
 // shared one generated unit, cpu/ops.cc), and every later build that
-// changes one op file compiles that file (0.6-2.2 s) instead of all of
-// them (5.5 s), since the cache keeps each unit's object. The test suites'
+// changes one op file compiles that file (0.6-2.9 s alone at -O3) instead
+// of all of them (cpu/ops.cc: 9.6 s alone, measured the same hour), since
+// the cache keeps each unit's object. The test suites'
 // planted defects build over a hundred such servers. A GPU unit's fixed
 // cost is larger (hipcc about 2 s), but the GPU machine has a core for
 // every unit, and there the units themselves are long (the whole cuda
