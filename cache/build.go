@@ -174,6 +174,13 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 	units := append(append([]string(nil), r.Units...), SourceUnit)
 	// Rebuild replaces an entry found bad: it trusts no stored object.
 	reuse, lookups := objectReuse(r.Compiler), replaced == ""
+	var shared []string
+	if reuse == includeNames {
+		var ok bool
+		if shared, ok = sharedSources(r.Files, r.Units); !ok {
+			reuse = noReuse
+		}
+	}
 	cached := s.objects()
 	start := time.Now()
 	objects := make([]string, len(units))
@@ -187,7 +194,7 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 			return nil, fmt.Errorf("cache: making the object folder for %s: %w", u, err)
 		}
 		commands[i] = r.Compiler.CompileCommand(srcDirName, u, objects[i], nil)
-		if !reuse || u == SourceUnit {
+		if reuse == noReuse || u == SourceUnit {
 			compile = append(compile, i)
 			continue
 		}
@@ -198,9 +205,11 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 				continue
 			}
 		}
-		// The dependency flags go before the unit, the command's last word.
-		argv := commands[i]
-		commands[i] = append(append(argv[:len(argv)-1:len(argv)-1], depFlags(objects[i]+".d")...), argv[len(argv)-1])
+		if reuse == depFiles {
+			// The dependency flags go before the unit, the command's last word.
+			argv := commands[i]
+			commands[i] = append(append(argv[:len(argv)-1:len(argv)-1], depFlags(objects[i]+".d")...), argv[len(argv)-1])
+		}
 		compile = append(compile, i)
 	}
 	compiledUnits, compiledCommands, compiledObjects := make([]string, len(compile)), make([][]string, len(compile)), make([]string, len(compile))
@@ -223,9 +232,15 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 	absSrc, _ := filepath.Abs(src)
 	for j, i := range compile {
 		outputs[i], unitSeconds[i] = compiledOutputs[j], compiledSeconds[j]
-		if unitKeys[i] != "" {
-			cached.store(unitKeys[i], units[i], filepath.Join(tmp, filepath.FromSlash(objects[i])),
-				filepath.Join(tmp, filepath.FromSlash(objects[i]+".d")), absSrc, r.Files)
+		if unitKeys[i] == "" {
+			continue
+		}
+		deps, ok := unitDeps(units[i], shared), true
+		if reuse == depFiles {
+			deps, ok = depFileDeps(filepath.Join(tmp, filepath.FromSlash(objects[i]+".d")), units[i], absSrc)
+		}
+		if ok {
+			cached.store(unitKeys[i], deps, filepath.Join(tmp, filepath.FromSlash(objects[i])), r.Files)
 		}
 	}
 	link := r.Compiler.LinkCommand(objects, binaryName)

@@ -980,3 +980,85 @@ func remove(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// TestGPUBuildsReuseTheUnitsNoIncludeNames: on cuda (and hip) a unit is
+// taken to read itself and every source but the units no #include names,
+// so an edited kernel file recompiles that unit alone and an edited header
+// every unit, with the compile commands unchanged (no dependency files).
+func TestGPUBuildsReuseTheUnitsNoIncludeNames(t *testing.T) {
+	s, cc, counter := fakeSetup(t, fakeCompilerScript)
+	cc.Backend = toolchain.BackendCUDA
+	files := func(b, header string) map[string][]byte {
+		return map[string][]byte{
+			"main.cu":   []byte("#include \"ops.cuh\"\n#include \"shared.cu\"\nint main() { return 0; }\n"),
+			"a.cu":      []byte("#include \"ops.cuh\"\nint a() { return 1; }\n"),
+			"b.cu":      []byte(b),
+			"ops.cuh":   []byte(header),
+			"shared.cu": []byte("int shared() { return 3; }\n"),
+		}
+	}
+	ctx := context.Background()
+	compiles := 0
+	build := func(t *testing.T, f map[string][]byte, units []string, wantCompiles int, wantReused ...string) {
+		t.Helper()
+		a, err := s.Build(ctx, Request{Files: f, Units: units, Compiler: cc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := runs(t, counter, "compile")
+		if now-compiles != wantCompiles {
+			t.Errorf("%d compiles, want %d (the build's vkern_source.cc among them)", now-compiles, wantCompiles)
+		}
+		compiles = now
+		if !slices.Equal(a.Manifest.ReusedUnits, wantReused) {
+			t.Errorf("units from the object cache: %q, want %q", a.Manifest.ReusedUnits, wantReused)
+		}
+		for _, argv := range a.Manifest.BuildCommands {
+			if slices.Contains(argv, "-MD") {
+				t.Errorf("a GPU compile asked for a dependency file: %q", argv)
+			}
+		}
+	}
+	units := []string{"main.cu", "a.cu", "b.cu"}
+	build(t, files("int b() { return 2; }\n", "// ops\n"), units, 4)
+	t.Run("an edited kernel file recompiles its unit alone", func(t *testing.T) {
+		build(t, files("int b() { return 20; }\n", "// ops\n"), units, 2, "main.cu", "a.cu")
+	})
+	t.Run("an edited header recompiles every unit", func(t *testing.T) {
+		build(t, files("int b() { return 20; }\n", "// ops, edited\n"), units, 4)
+	})
+	t.Run("a unit that an #include names is read by every unit", func(t *testing.T) {
+		// shared.cu, a header before, is a unit too now: the others read
+		// what they read before. main.cu includes it, so editing it
+		// recompiles them all.
+		u := append(append([]string(nil), units...), "shared.cu")
+		f := files("int b() { return 20; }\n", "// ops, edited\n")
+		build(t, f, u, 2, "main.cu", "a.cu", "b.cu")
+		f["shared.cu"] = []byte("int shared() { return 30; }\n")
+		build(t, f, u, 5)
+	})
+	t.Run("an #include it cannot read turns reuse off", func(t *testing.T) {
+		f := files("#define HEADER \"ops.cuh\"\n#include HEADER\nint b() { return 2; }\n", "// ops, edited\n")
+		build(t, f, units, 4)
+		f["b.cu"] = []byte("#define HEADER \"ops.cuh\"\n#include HEADER\nint b() { return 21; }\n")
+		build(t, f, units, 4)
+	})
+}
+
+func TestSharedSourcesAreAllButTheUnitsNoIncludeNames(t *testing.T) {
+	files := map[string][]byte{
+		"cuda/main.cu":      []byte("#include \"core/server.cc\"\n  #  include <cuda/gemm_sm90.cu>\n"),
+		"core/server.cc":    []byte("/* an #include in a comment still counts:\n#include \"cuda/unused.cu\"\n*/\n"),
+		"cuda/gemm.cu":      []byte("int g;\n"),
+		"cuda/gemm_sm90.cu": []byte("int h;\n"),
+		"cuda/unused.cu":    []byte("int u;\n"),
+	}
+	got, ok := sharedSources(files, []string{"cuda/main.cu", "cuda/gemm.cu", "cuda/unused.cu"})
+	if want := []string{"core/server.cc", "cuda/gemm_sm90.cu", "cuda/unused.cu"}; !ok || !slices.Equal(got, want) {
+		t.Errorf("sharedSources = %q, %v; want %q, true", got, ok, want)
+	}
+	files["cuda/gemm.cu"] = []byte("#include_next <x.h>\n")
+	if _, ok := sharedSources(files, []string{"cuda/main.cu"}); ok {
+		t.Error("an #include_next was read as a plain #include")
+	}
+}

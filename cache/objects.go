@@ -39,10 +39,20 @@ package cache
 // sources) and does not depend on the time (__DATE__, __TIME__ and
 // __TIMESTAMP__, which no kernel file uses).
 //
-// Only the cpu backend reuses objects (objectReuse): g++ and clang write
-// the dependency file this reads. nvcc and hipcc take the same flags, but
-// that path has not been run on a GPU machine, so their builds compile
-// every unit as before.
+// Where a unit's dependencies come from (objectReuse):
+//
+//   - cpu: the dependency file g++ or clang writes (-MD -MF), so that a
+//     changed header recompiles only the units that read it.
+//   - cuda and hip: the sources themselves, with no change to the compile
+//     command (nvcc's and hipcc's dependency files have not been checked on
+//     those machines, and nvcc's may list only its host pass's includes).
+//     A unit is taken to read itself and every source file but the units
+//     no #include line names (by base name, even inside a comment or an
+//     #if 0 block); the toolkit's own headers are the compiler's, which its
+//     fingerprint (its version) names. A source with an #include this
+//     cannot read (a macro, include_next, a continued line) turns reuse off
+//     for the build. So an edited kernel file recompiles that unit alone,
+//     and an edited header every unit.
 //
 // Because an object is shared between builds of different sources, no unit
 // may carry SourceSHA256 in its code: the builder writes one more unit,
@@ -57,6 +67,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -89,8 +100,73 @@ func SourceUnitText(sha string) []byte {
 		"extern \"C\" const char vkern_source_sha256[] = \"" + sha + "\";\n")
 }
 
-// objectReuse says whether c's builds take units from the object cache.
-func objectReuse(c *toolchain.Compiler) bool { return c.Backend == toolchain.BackendCPU }
+// reuseMode is where a build's units' dependencies come from.
+type reuseMode int
+
+const (
+	noReuse      reuseMode = iota
+	depFiles               // the compiler's dependency files (-MD -MF)
+	includeNames           // every source but the units no #include names
+)
+
+// objectReuse says where c's units' dependencies come from.
+func objectReuse(c *toolchain.Compiler) reuseMode {
+	switch c.Backend {
+	case toolchain.BackendCPU:
+		return depFiles
+	case toolchain.BackendCUDA, toolchain.BackendHIP:
+		return includeNames
+	}
+	return noReuse
+}
+
+var (
+	anyInclude  = regexp.MustCompile(`^\s*#\s*include`)
+	nameInclude = regexp.MustCompile(`^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)`)
+)
+
+// sharedSources are, for includeNames, what every unit is taken to read
+// besides itself: each source file but the units that no #include of any
+// source names (by base name). ok is false when a source has an #include
+// line this cannot read.
+func sharedSources(files map[string][]byte, units []string) (shared []string, ok bool) {
+	named := map[string]bool{} // base names that some #include names
+	for _, data := range files {
+		for _, line := range strings.Split(string(data), "\n") {
+			if !anyInclude.MatchString(line) {
+				continue
+			}
+			m := nameInclude.FindStringSubmatch(line)
+			if m == nil {
+				return nil, false
+			}
+			named[path.Base(m[1]+m[2])] = true
+		}
+	}
+	alone := map[string]bool{}
+	for _, u := range units {
+		if !named[path.Base(u)] {
+			alone[u] = true
+		}
+	}
+	for p := range files {
+		if !alone[p] {
+			shared = append(shared, p)
+		}
+	}
+	sort.Strings(shared)
+	return shared, true
+}
+
+// unitDeps is what unit reads under includeNames: itself and shared.
+func unitDeps(unit string, shared []string) []string {
+	if slices.Contains(shared, unit) {
+		return shared
+	}
+	deps := append(append([]string(nil), shared...), unit)
+	sort.Strings(deps)
+	return deps
+}
 
 // depFlags are the compile flags that make the compiler write the
 // dependency file dep of the unit it compiles.
@@ -259,20 +335,24 @@ func (o objectCache) lookup(ukey string, files map[string][]byte, dst string) st
 	return path.Join(objectsDirName, ukey, dkey+".o") + ", sha256 " + hex.EncodeToString(got[:])
 }
 
-// store keeps the object at obj, compiled from files as unit key ukey, with
-// the dependency file dep its compile wrote. An object whose dependencies
-// cannot be read, or that read a source file not among files, is not
-// kept; failing to keep one is not an error either (the next build
-// compiles the unit again).
-func (o objectCache) store(ukey, unit, obj, dep, absSrc string, files map[string][]byte) {
+// depFileDeps is what the dependency file dep of unit says its compile
+// read (parseDeps), or false when it cannot be read or does not name unit.
+func depFileDeps(dep, unit, absSrc string) ([]string, bool) {
 	data, err := os.ReadFile(dep)
 	if err != nil {
-		return
+		return nil, false
 	}
 	deps, err := parseDeps(data, srcDirName+"/", absSrc)
 	if err != nil || !slices.Contains(deps, unit) {
-		return
+		return nil, false
 	}
+	return deps, true
+}
+
+// store keeps the object at obj, compiled from files as unit key ukey,
+// whose compile read deps. Failing to keep one is not an error (the next
+// build compiles the unit again).
+func (o objectCache) store(ukey string, deps []string, obj string, files map[string][]byte) {
 	dkey, ok := depsKey(deps, files)
 	if !ok {
 		return

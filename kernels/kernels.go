@@ -27,9 +27,9 @@
 // where <dir> holds the files of Sources at their relative paths. So a build
 // takes about as long as its largest unit, where one unity file took the sum
 // of them all. The builder adds a unit of its own, vkern_source.cc, that
-// defines the sources' SHA-256 (core/server.cc reports it in HELLO), and on
-// the cpu keeps each unit's object and reuses it when nothing the unit
-// reads has changed (package cache).
+// defines the sources' SHA-256 (core/server.cc reports it in HELLO), and
+// keeps each unit's object and reuses it when nothing the unit reads has
+// changed (package cache).
 //
 // Why each cpu op file is a unit of its own, when every g++ unit first pays
 // for the standard headers and the std:: templates it instantiates again:

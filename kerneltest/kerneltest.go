@@ -495,12 +495,18 @@ type Edit struct{ Old, New string }
 
 // Planted checks that the verifier catches each defect: open builds a
 // device from sources edited by the defect (Plant), as vkern.Open does
-// with Options{EditSources: edit, QuickBuild: true}, and Run must find its
+// with Options{EditSources: edit, QuickBuild: true} (edit is nil for the
+// unmutated sources, which Planted opens first), and Run must find its
 // op incorrect there. Each defect is a parallel subtest named for it.
 // Declared ops are planted in as built-in ones are: a Mutation's File is
 // the path the kernel file was declared by.
 func Planted(t *testing.T, open func(t *testing.T, edit func(files map[string][]byte) error) verify.Device, defects []Mutation) {
 	t.Helper()
+	// The unmutated server first, before the mutants build at once: its
+	// units' objects go to the build cache's object cache, so each mutant
+	// compiles only the unit its defect edits. (Not a subtest, which a -run
+	// pattern naming defects would leave out.)
+	open(t, nil)
 	for _, m := range defects {
 		t.Run(m.Name, func(t *testing.T) {
 			t.Parallel()
