@@ -181,7 +181,7 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 			reuse = noReuse
 		}
 	}
-	cached := s.objects()
+	cached, hashed := s.objects(), newSources(r.Files) // each source hashed once
 	start := time.Now()
 	objects := make([]string, len(units))
 	commands := make([][]string, len(units), len(units)+1)
@@ -198,9 +198,9 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 			compile = append(compile, i)
 			continue
 		}
-		unitKeys[i] = unitKey(r.Compiler, commands[i], r.Files, u)
+		unitKeys[i] = unitKey(r.Compiler, commands[i], hashed, u)
 		if lookups {
-			if from := cached.lookup(unitKeys[i], r.Files, filepath.Join(tmp, filepath.FromSlash(objects[i]))); from != "" {
+			if from := cached.lookup(unitKeys[i], hashed, filepath.Join(tmp, filepath.FromSlash(objects[i]))); from != "" {
 				reused[i] = from
 				continue
 			}
@@ -240,7 +240,7 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 			deps, ok = depFileDeps(filepath.Join(tmp, filepath.FromSlash(objects[i]+".d")), units[i], absSrc)
 		}
 		if ok {
-			cached.store(unitKeys[i], deps, filepath.Join(tmp, filepath.FromSlash(objects[i])), r.Files)
+			cached.store(unitKeys[i], deps, filepath.Join(tmp, filepath.FromSlash(objects[i])), hashed)
 		}
 	}
 	link := r.Compiler.LinkCommand(objects, binaryName)

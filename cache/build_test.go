@@ -941,28 +941,28 @@ func TestDepsKeyFollowsSourcesAndHeaders(t *testing.T) {
 	write(t, header, "int a;\n")
 	files := map[string][]byte{"m.cc": []byte("x"), "h.h": []byte("y")}
 	deps := []string{header, "h.h", "m.cc"}
-	first, ok := depsKey(deps, files)
+	first, ok := depsKey(deps, newSources(files))
 	if !ok {
 		t.Fatal("depsKey refused sources and a header that exist")
 	}
-	if again, _ := depsKey(deps, files); again != first {
+	if again, _ := depsKey(deps, newSources(files)); again != first {
 		t.Error("the same sources and header gave two keys")
 	}
 	changed := map[string][]byte{"m.cc": []byte("x"), "h.h": []byte("z")}
-	if k, _ := depsKey(deps, changed); k == first {
+	if k, _ := depsKey(deps, newSources(changed)); k == first {
 		t.Error("a changed source kept the key")
 	}
 	write(t, header, "int a, b;\n")
-	if k, _ := depsKey(deps, files); k == first {
+	if k, _ := depsKey(deps, newSources(files)); k == first {
 		t.Error("a changed header (size) kept the key")
 	}
-	if _, ok := depsKey(append(deps, "gone.h"), files); ok {
+	if _, ok := depsKey(append(deps, "gone.h"), newSources(files)); ok {
 		t.Error("a source that is not among the files gave a key")
 	}
 	if err := os.Remove(header); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := depsKey(deps, files); ok {
+	if _, ok := depsKey(deps, newSources(files)); ok {
 		t.Error("a header that is gone gave a key")
 	}
 }

@@ -59,11 +59,9 @@ package cache
 // SourceUnit, which defines it, and compiles that one every time.
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -80,7 +78,7 @@ const (
 	objectsDirName = "objects"
 	// objectFormat opens every unit key's hash input; change it whenever the
 	// encoding or the folder's layout changes.
-	objectFormat = "vkern-object/1"
+	objectFormat = "vkern-object/2"
 	// depsName is the file of a unit key's folder that lists what the unit
 	// read.
 	depsName = "deps"
@@ -172,9 +170,33 @@ func unitDeps(unit string, shared []string) []string {
 // dependency file dep of the unit it compiles.
 func depFlags(dep string) []string { return []string{"-MD", "-MF", dep} }
 
+// sources is what the object cache reads of a build's source files, taken
+// once per build: each file's SHA-256, and one digest of all their paths.
+type sources struct {
+	sums  map[string][sha256.Size]byte
+	paths string
+}
+
+func newSources(files map[string][]byte) sources {
+	src := sources{sums: make(map[string][sha256.Size]byte, len(files))}
+	paths := make([]string, 0, len(files))
+	for p, content := range files {
+		src.sums[p] = sha256.Sum256(content)
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	h := sha256.New()
+	writeCount(h, len(paths))
+	for _, p := range paths {
+		writeBytes(h, []byte(p))
+	}
+	src.paths = hex.EncodeToString(h.Sum(nil))
+	return src
+}
+
 // unitKey is the unit key of unit, compiled by c with argv (the command
-// without the dependency flags), among files.
-func unitKey(c *toolchain.Compiler, argv []string, files map[string][]byte, unit string) string {
+// without the dependency flags), among src.
+func unitKey(c *toolchain.Compiler, argv []string, src sources, unit string) string {
 	h := sha256.New()
 	writeBytes(h, []byte(objectFormat))
 	writeBytes(h, []byte(c.Fingerprint))
@@ -184,25 +206,18 @@ func unitKey(c *toolchain.Compiler, argv []string, files map[string][]byte, unit
 	for _, a := range argv {
 		writeBytes(h, []byte(a))
 	}
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	writeCount(h, len(paths))
-	for _, p := range paths {
-		writeBytes(h, []byte(p))
-	}
+	writeBytes(h, []byte(src.paths))
 	writeBytes(h, []byte(unit))
-	writeBytes(h, files[unit])
+	sum := src.sums[unit]
+	h.Write(sum[:])
 	return hex.EncodeToString(h.Sum(nil))
 }
 
 // depsKey is the dependency key of deps: each source (a relative path) by
-// its content in files, each header of the compiler's (an absolute path)
-// by its size and modification time now; false when a source is not among
-// files or a header cannot be read.
-func depsKey(deps []string, files map[string][]byte) (string, bool) {
+// its content's SHA-256 in src, each header of the compiler's (an absolute
+// path) by its size and modification time now; false when a source is not
+// among src or a header cannot be read.
+func depsKey(deps []string, src sources) (string, bool) {
 	h := sha256.New()
 	writeCount(h, len(deps))
 	for _, d := range deps {
@@ -216,11 +231,10 @@ func depsKey(deps []string, files map[string][]byte) (string, bool) {
 			writeCount(h, int(info.ModTime().UnixNano()))
 			continue
 		}
-		content, ok := files[d]
+		sum, ok := src.sums[d]
 		if !ok {
 			return "", false
 		}
-		sum := sha256.Sum256(content)
 		h.Write(sum[:])
 	}
 	return hex.EncodeToString(h.Sum(nil)), true
@@ -310,13 +324,13 @@ func (s *Store) objects() objectCache { return objectCache{dir: filepath.Join(s.
 // deps are unknown, a source among them is not among files, a header has
 // changed, or the object's SHA-256 is not the one stored beside it. A miss
 // is never an error: the unit is compiled instead.
-func (o objectCache) lookup(ukey string, files map[string][]byte, dst string) string {
+func (o objectCache) lookup(ukey string, src sources, dst string) string {
 	folder := filepath.Join(o.dir, ukey)
 	deps, err := os.ReadFile(filepath.Join(folder, depsName))
 	if err != nil || len(deps) == 0 {
 		return ""
 	}
-	dkey, ok := depsKey(strings.Split(strings.TrimSuffix(string(deps), "\n"), "\n"), files)
+	dkey, ok := depsKey(strings.Split(strings.TrimSuffix(string(deps), "\n"), "\n"), src)
 	if !ok {
 		return ""
 	}
@@ -349,11 +363,11 @@ func depFileDeps(dep, unit, absSrc string) ([]string, bool) {
 	return deps, true
 }
 
-// store keeps the object at obj, compiled from files as unit key ukey,
+// store keeps the object at obj, compiled from src as unit key ukey,
 // whose compile read deps. Failing to keep one is not an error (the next
 // build compiles the unit again).
-func (o objectCache) store(ukey string, deps []string, obj string, files map[string][]byte) {
-	dkey, ok := depsKey(deps, files)
+func (o objectCache) store(ukey string, deps []string, obj string, src sources) {
+	dkey, ok := depsKey(deps, src)
 	if !ok {
 		return
 	}
@@ -381,7 +395,7 @@ func writeRenamed(folder, name string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	_, werr := io.Copy(f, bytes.NewReader(data))
+	_, werr := f.Write(data)
 	cerr := f.Close()
 	if werr != nil || cerr != nil {
 		os.Remove(f.Name())
