@@ -1484,13 +1484,6 @@ __global__ void __launch_bounds__(kThreads, kHopperForwardMinBlocks)
 #endif
 }
 
-// Whether the module loaded on the current device holds the sm_90a bodies.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ const int kHopperBody = 1;
-#else
-__device__ const int kHopperBody = 0;
-#endif
-
 // Dynamic shared memory of each kernel, in bytes.
 template <int DP, int W>
 constexpr int forward_smem() {
@@ -1653,25 +1646,10 @@ bool hopper_chosen() {
 }
 #endif
 
-// hopper says whether device runs the Hopper kernels: chosen, compute
-// capability 9.0, and the sm_90a bodies in the module loaded there (read
-// once per device; the first call copies one int from the device, which
-// synchronises it).
-bool hopper(int device) {
-  constexpr int kMaxDevices = 64;
-  static signed char known[kMaxDevices];  // 0 unknown, 1 yes, -1 no
-  if (!hopper_chosen() || device < 0 || device >= kMaxDevices) return false;
-  if (known[device] == 0) {
-    int major = 0, minor = 0, body = 0;
-    const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-                     major == 9 && minor == 0 &&
-                     cudaMemcpyFromSymbol(&body, kHopperBody, sizeof body) == cudaSuccess && body == 1;
-    if (!yes) (void)cudaGetLastError();
-    known[device] = yes ? 1 : -1;
-  }
-  return known[device] == 1;
-}
+// hopper says whether device runs the Hopper kernels: chosen, and wgmma.cuh's
+// sm90a_loaded (compute capability 9.0, the sm_90a bodies in this unit's
+// module there).
+bool hopper(int device) { return hopper_chosen() && vkern_wgmma::sm90a_loaded(device); }
 #endif  // VKERN_PTX_MMA
 
 #if defined(VKERN_PTX_MMA)

@@ -57,10 +57,11 @@
 //
 // Availability: everything here is CUDA-only (VKERN_PTX_MMA). The kernel
 // body exists only in the sm_90a pass (__CUDA_ARCH_FEAT_SM90_ALL); other
-// passes get an empty kernel that traps, and available() reads a device
-// constant so the host launches the kernels only when the loaded module has
-// the sm_90a body. Tensor maps come from the driver's cuTensorMapEncodeTiled,
-// found through cudaGetDriverEntryPoint (no -lcuda), and are cached per
+// passes get an empty kernel that traps, and available() asks wgmma.cuh's
+// sm90a_loaded so the host launches the kernels only when the loaded module
+// has the sm_90a body. Tensor maps come from the driver's
+// cuTensorMapEncodeTiled, found through cudaGetDriverEntryPoint (no -lcuda),
+// and are cached per
 // (pointer, shape, box).
 //
 // Measured on an H100 (nvcc 12.4 build; timed interleaved with cublasGemmEx
@@ -635,13 +636,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
-// Whether the module loaded on the current device holds the sm_90a bodies.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ const int kWgmmaBody = 1;
-#else
-__device__ const int kWgmmaBody = 0;
-#endif
-
 // ---------------------------------------------------------------------------
 // Host side.
 
@@ -669,22 +663,11 @@ EncodeTiled encode_tiled() {
   return fn;
 }
 
-// available: compute capability 9.0, the sm_90a bodies loaded, and a driver
-// that encodes tensor maps. Read once per device (the first call copies one
-// int from the device, which synchronises it).
+// available: compute capability 9.0, the sm_90a bodies loaded
+// (wgmma.cuh's sm90a_loaded, read once per device), and a driver that
+// encodes tensor maps.
 bool available(int device, int cc_major, int cc_minor) {
-  constexpr int kMaxDevices = 64;
-  static signed char known[kMaxDevices];  // 0 unknown, 1 yes, -1 no
-  if (cc_major != 9 || cc_minor != 0 || device < 0 || device >= kMaxDevices) return false;
-  if (known[device] == 0) {
-    int body = 0;
-    if (cudaMemcpyFromSymbol(&body, kWgmmaBody, sizeof body) != cudaSuccess) {
-      (void)cudaGetLastError();
-      body = 0;
-    }
-    known[device] = body == 1 && encode_tiled() != nullptr ? 1 : -1;
-  }
-  return known[device] == 1;
+  return cc_major == 9 && cc_minor == 0 && vkern_wgmma::sm90a_loaded(device) && encode_tiled() != nullptr;
 }
 
 // A 2-D f16 tensor map: `inner` contiguous elements per row, `outer` rows

@@ -171,6 +171,37 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
 }
 
+// Whether the module loaded on a device holds the sm_90a bodies: each
+// translation unit is a module of its own and has its own copy.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ const int kSm90aBody = 1;
+#else
+__device__ const int kSm90aBody = 0;
+#endif
+
+// sm90a_loaded says whether device has compute capability 9.0 and this
+// unit's module there holds the sm_90a bodies, which the host must know
+// before it launches a kernel that uses these instructions (other passes
+// compile such a kernel's body to a trap). Read once per device (< 64): the
+// first call copies one int from the device, which synchronises it. A
+// failed runtime call's error is cleared, not left for the next launch's
+// check.
+inline bool sm90a_loaded(int device) {
+  constexpr int kMaxDevices = 64;
+  static signed char known[kMaxDevices];  // 0 unknown, 1 yes, -1 no
+  if (device < 0 || device >= kMaxDevices) return false;
+  if (known[device] == 0) {
+    int major = 0, minor = 0, body = 0;
+    cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    const bool hopper = err == cudaSuccess && major == 9 && minor == 0;
+    if (hopper) err = cudaMemcpyFromSymbol(&body, kSm90aBody, sizeof body);
+    if (err != cudaSuccess) (void)cudaGetLastError();
+    known[device] = hopper && err == cudaSuccess && body == 1 ? 1 : -1;
+  }
+  return known[device] == 1;
+}
+
 }  // namespace vkern_wgmma
 }  // namespace
 #endif  // VKERN_PTX_MMA
