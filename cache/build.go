@@ -229,7 +229,6 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 			reusedUnits = append(reusedUnits, u)
 		}
 	}
-	absSrc, _ := filepath.Abs(src)
 	for j, i := range compile {
 		outputs[i], unitSeconds[i] = compiledOutputs[j], compiledSeconds[j]
 		if unitKeys[i] == "" {
@@ -237,7 +236,7 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 		}
 		deps, ok := unitDeps(units[i], shared), true
 		if reuse == depFiles {
-			deps, ok = depFileDeps(filepath.Join(tmp, filepath.FromSlash(objects[i]+".d")), units[i], absSrc)
+			deps, ok = depFileDeps(filepath.Join(tmp, filepath.FromSlash(objects[i]+".d")), units[i], src) // absolute, as Store.Dir is
 		}
 		if ok {
 			cached.store(unitKeys[i], deps, filepath.Join(tmp, filepath.FromSlash(objects[i])), hashed)
