@@ -17,6 +17,14 @@
 #           gradients' sizes (bench/nccl_allreduce.py); two processes
 #           (torchrun's variables) against --gpus 2, which must be the
 #           same bits
+#   accum   (2 GPUs) the same at the global batch of 4 x BATCH, where each
+#           GPU accumulates over its share as a longer run's step does: one
+#           GPU at --batch 2xBATCH --accum 2, --batch BATCH --accum 4 and
+#           --batch 4xBATCH; two at --batch 2xBATCH (one micro-batch a GPU)
+#           and --batch BATCH --accum 2 (two a GPU; with --gpus, --batch and
+#           --accum are per GPU); tokens/s
+#           of each two-GPU run over the fastest one-GPU run, and the
+#           losses of each against the one-GPU run of its micro-batches
 #   faults  (2 GPUs) kill -9 and SIGSTOP of rank 1's process mid-run, REPEAT
 #           (5) times each, of rank 0's once each, and kill -9 of a rank's
 #           kernel server: the other rank must stop with an error naming the
@@ -48,7 +56,7 @@ data=${DATA:-bin/corpus.txt}
 steps=${STEPS:-50}
 batch=${BATCH:-8}
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-parts=${*:-nccl one two faults overlap anchors}
+parts=${*:-nccl one two accum faults overlap anchors}
 work=/tmp/dp
 rm -rf "$work"; mkdir -p "$work"
 start=$(date +%s)
@@ -159,6 +167,29 @@ two_part() {
   note "two processes: $(rate mp0) tokens/s; against --gpus 2: $(compare mp0 g2 bits)"
 }
 
+accum_part() {
+  if [ "$gpus" -lt 2 ]; then note "accum: skipped, $gpus GPU(s) here"; return; fi
+  step "two GPUs at the global batch of 4 x BATCH, accumulating: throughput and loss parity"
+  train a-one2b2 --batch $((2 * batch)) --accum 2
+  train a-one1b4 --accum 4
+  train a-one4b --batch $((4 * batch))
+  train a-two2b2 --gpus 2 --batch $((2 * batch))
+  train a-two1b4 --gpus 2 --accum 2
+  local r best=0 name
+  for r in a-one2b2 a-one1b4 a-one4b; do
+    [ -s "$out/$r.json" ] || continue
+    local x; x=$(rate "$r"); note "1 GPU $r: $x tokens/s; $(phases "$r")"
+    [ "$x" -gt "$best" ] && { best=$x; name=$r; }
+  done
+  for r in a-two2b2 a-two1b4; do
+    [ -s "$out/$r.json" ] || continue
+    local x; x=$(rate "$r")
+    note "2 GPUs $r: $x tokens/s, $(python3 -c "print(f'{$x/$best:.3f}')")x the fastest 1-GPU run ($name; bar: >= 1.85); $(phases "$r")"
+  done
+  note "losses, a-two2b2 against a-one2b2: $(compare a-two2b2 a-one2b2)"
+  note "losses, a-two1b4 against a-one1b4: $(compare a-two1b4 a-one1b4)"
+}
+
 # leftovers: the vkern processes and kernel servers still alive.
 leftovers() { pgrep -f "vkern train|$VKERN_CACHE/.*/server" | tr '\n' ' '; }
 
@@ -245,10 +276,13 @@ overlap_part() {
 
 anchors_part() {
   if [ "$gpus" -lt 2 ]; then note "anchors: skipped, $gpus GPU(s) here"; return; fi
-  step "PyTorch's gpt2 step on one GPU at --batch $((2 * batch)) and under DDP on two at $batch each"
-  python3 bench/train_anchors.py --models gpt2 --batch $((2 * batch)) > "$out/anchors-1gpu.jsonl" 2> "$out/anchors-1gpu.log" ||
+  # ANCHOR_BATCH: the sequences a GPU takes under DDP (BATCH); one GPU
+  # takes twice as many.
+  local b=${ANCHOR_BATCH:-$batch}
+  step "PyTorch's gpt2 step on one GPU at --batch $((2 * b)) and under DDP on two at $b each"
+  python3 bench/train_anchors.py --models gpt2 --batch $((2 * b)) > "$out/anchors-1gpu.jsonl" 2> "$out/anchors-1gpu.log" ||
     fail "train_anchors.py on one GPU (see anchors-1gpu.log)"
-  python3 bench/train_anchors.py --models gpt2 --batch "$batch" --gpus 2 --port $(( 32500 + RANDOM % 1000 )) \
+  python3 bench/train_anchors.py --models gpt2 --batch "$b" --gpus 2 --port $(( 32500 + RANDOM % 1000 )) \
     > "$out/anchors-ddp.jsonl" 2> "$out/anchors-ddp.log" || fail "train_anchors.py --gpus 2 (see anchors-ddp.log)"
   python3 - "$out/anchors-1gpu.jsonl" "$out/anchors-ddp.jsonl" <<'EOF2' | tee -a "$out/summary.txt"
 import json, sys
