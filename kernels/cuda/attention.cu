@@ -129,6 +129,17 @@
 //      in the same call (41.61 ms, 0.926×, before; docs/
 //      attention-hopper-h100/). $VKERN_ATTENTION=mma keeps variant 3 for
 //      both ops.
+//   8. (off unless $VKERN_ATTENTION_HEAD_GROUP is set) variants 6 and 7
+//      taking their items a group of heads at a time (tile_item), so that
+//      the blocks running at once share a few heads' tiles in L2. In the
+//      lab (2026-11-27, one H100 call, the same bits at every group), the
+//      forward at 32x1024x768x12 took 0.232 ms with groups of 16 heads
+//      against 0.324 over all heads at once (1.40×; the forward at B = 32
+//      was 2.5 times its time at B = 16 in the gpt2 step's profile), and
+//      the backward 1.053 against 1.075 ms; at 16x1024x768x12, 0.1274 and
+//      0.5639 ms against 0.1276 and 0.5597 (groups of 8, 4 and 2 were
+//      slower at both sizes: the heaviest tiles of later groups start
+//      late). Not yet verified at a shape of more heads than a group.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -166,8 +177,31 @@ constexpr int kForwardWarps = 4;  // forward_mma's warps a block (16 query rows 
 // only part 0) at column p·C + h·D.
 struct Heads {
   int64_t B, T, C, H, D;
+  // group is the heads whose tiles the Hopper kernels take together
+  // (tile_item); 0 for all of them. Their launchers set it.
+  int64_t group = 0;
   __host__ __device__ int64_t head_count() const { return B * H; }
 };
+
+// tile_item is the Hopper kernels' order of a grid's items, heads·tiles of
+// them: item's head bh (b·H + h) and the rank of its tile by weight, 0 for
+// the heaviest (the forward's and dq's last query tile, dk and dv's first
+// key tile). The heads go in groups of a.group: every tile of a group comes
+// before the next group's, the heaviest first within it. So the blocks that
+// run at once read the tiles of a few heads, which stay in L2, where the
+// order over all heads at once (every head's heaviest tile, then every
+// head's next, a.group = 0) swept every head's keys and values through L2
+// once for each tile rank: 1.35 MB of them a head at gpt2's shape, against
+// 50 MB of L2 on an H100. The order moves no arithmetic: each item is
+// computed the same way.
+__device__ __forceinline__ void tile_item(int64_t item, const Heads& a, int64_t tiles, int64_t* rank, int64_t* bh) {
+  const int64_t heads = a.head_count();
+  const int64_t per = a.group > 0 && a.group < heads ? a.group : heads;
+  const int64_t first = item / (per * tiles) * per, n = per < heads - first ? per : heads - first;
+  const int64_t r = item - first * tiles;
+  *rank = r / n;
+  *bh = first + r % n;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -1257,7 +1291,9 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
   const uint32_t k_addr = vkern_mma::smem_addr(ks), v_addr = vkern_mma::smem_addr(vs);
   const uint32_t stage_addr = vkern_mma::smem_addr(stages);
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
-    const int64_t kt = item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
+    int64_t kt, bh;
+    tile_item(item, a, tiles, &kt, &bh);
+    const int64_t b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;
     const __half* dy_base = dy + b * a.T * a.C + h * a.D;
     const float* lse_bh = lse + bh * a.T;
@@ -1353,7 +1389,9 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
   const uint32_t q_addr = vkern_mma::smem_addr(qs), g_addr = vkern_mma::smem_addr(gs);
   const uint32_t stage_addr = vkern_mma::smem_addr(stages);
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
-    const int64_t qt = tiles - 1 - item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
+    int64_t rank, bh;
+    tile_item(item, a, tiles, &rank, &bh);
+    const int64_t qt = tiles - 1 - rank, b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;
     // kv_copy starts the copy of key tile kt's keys and values into stage st.
     auto kv_copy = [&](int64_t kt, int st) {
@@ -1432,7 +1470,9 @@ __global__ void __launch_bounds__(kThreads, kHopperForwardMinBlocks)
   const int no_shift[2] = {0, 0};
   const uint32_t q_addr = vkern_mma::smem_addr(qs), stage_addr = vkern_mma::smem_addr(stages);
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
-    const int64_t qt = tiles - 1 - item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
+    int64_t rank, bh;
+    tile_item(item, a, tiles, &rank, &bh);
+    const int64_t qt = tiles - 1 - rank, b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;  // q of token 0; k at + C, v at + 2C
     // kv_copy starts the copy of key tile kt's keys and values into stage st.
     auto kv_copy = [&](int64_t kt, int st) {
@@ -1572,9 +1612,29 @@ cudaError_t launch_backward_mma(const __half* dy, const __half* qkv, const float
   return cudaGetLastError();
 }
 
+// head_group is the Hopper kernels' heads a group (tile_item):
+// $VKERN_ATTENTION_HEAD_GROUP, read once; 0, all heads at once (the order
+// of variants 6 and 7 as measured), unless set. 16 was the fastest group
+// in the lab (variant 8 in the list above), but vkern verify has not yet
+// run it at a shape of more heads than a group, so it is not the default.
+// The lab sets it directly.
+#if defined(VKERN_ATTENTION_LAB)
+int64_t vk_attention_head_group = 0;
+int64_t head_group() { return vk_attention_head_group; }
+#else
+int64_t head_group() {
+  static const int64_t group = [] {
+    const char* v = std::getenv("VKERN_ATTENTION_HEAD_GROUP");
+    return v != nullptr ? std::max<int64_t>(0, std::atoll(v)) : int64_t{0};
+  }();
+  return group;
+}
+#endif
+
 // launch_forward_hopper launches variant 7's forward.
 cudaError_t launch_forward_hopper(const __half* qkv, __half* y, float* lse, Heads a, float scale2, unsigned* flag,
                                   int device, cudaStream_t s) {
+  a.group = head_group();
   static uint64_t raised;
   const cudaError_t err = allow_smem(forward_hopper, kHopperForwardSmem, true, device, &raised);
   if (err != cudaSuccess) return err;
@@ -1587,6 +1647,7 @@ cudaError_t launch_forward_hopper(const __half* qkv, __half* y, float* lse, Head
 cudaError_t launch_backward_hopper(const __half* dy, const __half* qkv, const float* lse, const float* dsum,
                                    __half* dqkv, Heads a, float scale, float scale2, unsigned* flag, int device,
                                    cudaStream_t s) {
+  a.group = head_group();
   static uint64_t raised_dkdv, raised_dq;
   cudaError_t err = allow_smem(backward_dkdv_hopper, kHopperSmem, true, device, &raised_dkdv);
   if (err == cudaSuccess) err = allow_smem(backward_dq_hopper, kHopperSmem, true, device, &raised_dq);
