@@ -31,6 +31,15 @@
 #             --suite ops against the copy floor (a copy of
 #             ../shared/bench/anchors.py at .anchors/anchors.py, carried)
 #             for each, then gpt2 steps at 8 and 4
+#   groups    attention's variant 8, the Hopper kernels' items in groups of
+#             heads: vkern verify of attention and attention_grad at the
+#             default shapes (3x130x384x6: 18 heads, a ragged last group) and
+#             at gpt2's with $VKERN_ATTENTION_HEAD_GROUP=16, then gpt2 steps
+#             at B 16 and 32 with groups of all heads (the default) and 16
+#   spin      gpt2 steps with $VKERN_SPIN_US 50 (the default), 1000 and
+#             5000: whether the host's phases around the device work
+#             (write, read, update) shrink when neither side of the kernel
+#             server's link sleeps through a step's batch
 #   defects   the planted CUDA defects of layernorm and attention and the
 #             stored-dS attention test (or the defects whose names match
 #             $DEFECTS alone)
@@ -45,7 +54,7 @@ out=${OUT:-/tmp/vkern-out}
 mkdir -p "$out"
 export VKERN_CACHE=${VKERN_CACHE:-$PWD/.vkcache}
 vk=$PWD/bin/vkern
-parts=${*:-verify verify-gpt2 verify-head bench step gpt2 defects}
+parts=${*:-groups spin bench defects}
 budget=${BUDGET:-560}
 start=$(date +%s)
 status=0
@@ -138,7 +147,7 @@ train() {
   local name=$1
   shift
   room 60 "gpt2-$name" || return 0
-  timeout 120 env "$@" "$vk" train --backend cuda --model gpt2 --data bin/corpus.txt --batch 16 --steps 30 --eval-every 1000 --sample 0 \
+  timeout 120 env "$@" "$vk" train --backend cuda --model gpt2 --data bin/corpus.txt --batch "${gpt2_batch:-16}" --steps 30 --eval-every 1000 --sample 0 \
     --out "$out/run-$name" --json "$out/gpt2-$name.json" > "$out/gpt2-$name.txt" 2>&1 ||
     { status=1; table+=("gpt2-$name: FAILED"); tail -5 "$out/gpt2-$name.txt"; return 0; }
   rm -rf "$out/run-$name"
@@ -158,6 +167,24 @@ if wants gpt2; then
   : > "$out/gpt2-table.txt"
   train base
   train mma VKERN_ATTENTION=mma
+fi
+
+if wants groups && room 200 groups; then
+  step "attention's head groups (variant 8)"
+  run verify-groups env VKERN_ATTENTION_HEAD_GROUP=16 "$vk" verify --backend cuda --op attention,attention_grad
+  run verify-groups-gpt2 env VKERN_ATTENTION_HEAD_GROUP=16 "$vk" verify --backend cuda --op attention,attention_grad \
+    --shape 16x1024x768x12
+  : > "$out/gpt2-table.txt"
+  for gpt2_batch in 16 32; do
+    train "b$gpt2_batch-all"
+    train "b$gpt2_batch-g16" VKERN_ATTENTION_HEAD_GROUP=16
+  done
+  gpt2_batch=16
+fi
+
+if wants spin && room 120 spin; then
+  step "the link's spin and the host's phases"
+  for us in 50 1000 5000; do train "spin$us" VKERN_SPIN_US=$us; done
 fi
 
 if wants lngrad && room 150 lngrad; then
