@@ -282,11 +282,14 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 	fmt.Fprintf(stdout, "vkern train: %s on %s (%s)\n", setup.cfg, info.Backend, info.Device["device"])
 	if tr.Parallel != nil {
-		fmt.Fprintf(stdout, "  data-parallel: %d ranks, collectives by %s; %d micro-batches per step in all\n", tr.Ranks(), tr.Parallel.Engine(), tr.MicroBatches())
+		fmt.Fprintf(stdout, "  data-parallel: %d ranks, collectives by %s; %d micro-batches per step in all, %d a rank\n",
+			tr.Ranks(), tr.Parallel.Engine(), tr.MicroBatches(), tr.MicroBatches()/tr.Ranks())
 	}
 	fmt.Fprintf(stdout, "  data: %s (%d training, %d validation tokens)\n", corpus.Source, len(corpus.Train), len(corpus.Val))
-	fmt.Fprintf(stdout, "  batch %d × %d tokens × accum %d; lr %g (warm-up %d, cosine to %g at step %d); seed %d\n",
-		setup.batch, setup.cfg.T, setup.accum, setup.hyper.LR, setup.hyper.Warmup, setup.hyper.MinLR, setup.hyper.Steps, setup.seed)
+	// The global batch: with --gpus, --batch and --accum are a rank's, and
+	// accum here is every rank's micro-batches together.
+	fmt.Fprintf(stdout, "  batch %d × %d tokens × accum %d = %d sequences a step; lr %g (warm-up %d, cosine to %g at step %d); seed %d\n",
+		setup.batch, setup.cfg.T, tr.MicroBatches(), setup.batch*tr.MicroBatches(), setup.hyper.LR, setup.hyper.Warmup, setup.hyper.MinLR, setup.hyper.Steps, setup.seed)
 	if tr.State.Step > 0 {
 		fmt.Fprintf(stdout, "  resuming %s at step %d (loss scale %g)\n", f.resume, tr.State.Step, tr.State.LossScale)
 	}
