@@ -174,10 +174,10 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 	units := append(append([]string(nil), r.Units...), SourceUnit)
 	// Rebuild replaces an entry found bad: it trusts no stored object.
 	reuse, lookups := objectReuse(r.Compiler), replaced == ""
-	var shared []string
+	var reads map[string][]string // includeNames: what each unit reads
 	if reuse == includeNames {
 		var ok bool
-		if shared, ok = sharedSources(r.Files, r.Units); !ok {
+		if reads, ok = includeReads(r.Files, r.Units); !ok {
 			reuse = noReuse
 		}
 	}
@@ -234,7 +234,7 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 		if unitKeys[i] == "" {
 			continue
 		}
-		deps, ok := unitDeps(units[i], shared), true
+		deps, ok := reads[units[i]], true
 		if reuse == depFiles {
 			deps, ok = depFileDeps(filepath.Join(tmp, filepath.FromSlash(objects[i]+".d")), units[i], src) // absolute, as Store.Dir is
 		}

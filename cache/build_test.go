@@ -981,11 +981,12 @@ func remove(t *testing.T, path string) {
 	}
 }
 
-// TestGPUBuildsReuseTheUnitsNoIncludeNames: on cuda (and hip) a unit is
-// taken to read itself and every source but the units no #include names,
-// so an edited kernel file recompiles that unit alone and an edited header
-// every unit, with the compile commands unchanged (no dependency files).
-func TestGPUBuildsReuseTheUnitsNoIncludeNames(t *testing.T) {
+// TestGPUBuildsRecompileTheUnitsAnEditReaches: on cuda (and hip) a unit is
+// taken to read itself and, transitively, the sources its #include lines
+// name, so an edited kernel file recompiles that unit alone and an edited
+// header the units that include it, with the compile commands unchanged
+// (no dependency files).
+func TestGPUBuildsRecompileTheUnitsAnEditReaches(t *testing.T) {
 	s, cc, counter := fakeSetup(t, fakeCompilerScript)
 	cc.Backend = toolchain.BackendCUDA
 	files := func(b, header string) map[string][]byte {
@@ -1024,18 +1025,24 @@ func TestGPUBuildsReuseTheUnitsNoIncludeNames(t *testing.T) {
 	t.Run("an edited kernel file recompiles its unit alone", func(t *testing.T) {
 		build(t, files("int b() { return 20; }\n", "// ops\n"), units, 2, "main.cu", "a.cu")
 	})
-	t.Run("an edited header recompiles every unit", func(t *testing.T) {
-		build(t, files("int b() { return 20; }\n", "// ops, edited\n"), units, 4)
+	t.Run("an edited header recompiles the units that include it", func(t *testing.T) {
+		build(t, files("int b() { return 20; }\n", "// ops, edited\n"), units, 3, "b.cu")
 	})
-	t.Run("a unit that an #include names is read by every unit", func(t *testing.T) {
-		// shared.cu, a header before, is a unit too now: the others read
-		// what they read before. main.cu includes it, so editing it
-		// recompiles them all.
+	t.Run("a header that includes another passes an edit of it on", func(t *testing.T) {
+		f := files("#include \"ops.cuh\"\nint b() { return 20; }\n", "#include \"deep.cuh\"\n")
+		f["deep.cuh"] = []byte("// deep\n")
+		build(t, f, units, 4) // a new file: every unit key changes
+		f["deep.cuh"] = []byte("// deep, edited\n")
+		build(t, f, units, 4)
+		f["shared.cu"] = []byte("int shared() { return 4; }\n") // main.cu's alone
+		build(t, f, units, 2, "a.cu", "b.cu")
+	})
+	t.Run("a unit that an #include names recompiles with the units that include it", func(t *testing.T) {
 		u := append(append([]string(nil), units...), "shared.cu")
 		f := files("int b() { return 20; }\n", "// ops, edited\n")
 		build(t, f, u, 2, "main.cu", "a.cu", "b.cu")
 		f["shared.cu"] = []byte("int shared() { return 30; }\n")
-		build(t, f, u, 5)
+		build(t, f, u, 3, "a.cu", "b.cu")
 	})
 	t.Run("an #include it cannot read turns reuse off", func(t *testing.T) {
 		f := files("#define HEADER \"ops.cuh\"\n#include HEADER\nint b() { return 2; }\n", "// ops, edited\n")
@@ -1045,20 +1052,32 @@ func TestGPUBuildsReuseTheUnitsNoIncludeNames(t *testing.T) {
 	})
 }
 
-func TestSharedSourcesAreAllButTheUnitsNoIncludeNames(t *testing.T) {
+func TestIncludeReadsFollowEveryIncludeByBaseName(t *testing.T) {
 	files := map[string][]byte{
 		"cuda/main.cu":      []byte("#include \"core/server.cc\"\n  #  include <cuda/gemm_sm90.cu>\n"),
 		"core/server.cc":    []byte("/* an #include in a comment still counts:\n#include \"cuda/unused.cu\"\n*/\n"),
-		"cuda/gemm.cu":      []byte("int g;\n"),
+		"cuda/gemm.cu":      []byte("#include \"gemm.cuh\"\nint g;\n"),
+		"cuda/gemm.cuh":     []byte("#include \"cuda/gemm_sm90.cu\"\n"),
+		"other/gemm.cuh":    []byte("int o; // the same base name: read too\n"),
 		"cuda/gemm_sm90.cu": []byte("int h;\n"),
 		"cuda/unused.cu":    []byte("int u;\n"),
 	}
-	got, ok := sharedSources(files, []string{"cuda/main.cu", "cuda/gemm.cu", "cuda/unused.cu"})
-	if want := []string{"core/server.cc", "cuda/gemm_sm90.cu", "cuda/unused.cu"}; !ok || !slices.Equal(got, want) {
-		t.Errorf("sharedSources = %q, %v; want %q, true", got, ok, want)
+	got, ok := includeReads(files, []string{"cuda/main.cu", "cuda/gemm.cu", "cuda/unused.cu"})
+	want := map[string][]string{
+		"cuda/main.cu":   {"core/server.cc", "cuda/gemm_sm90.cu", "cuda/main.cu", "cuda/unused.cu"},
+		"cuda/gemm.cu":   {"cuda/gemm.cu", "cuda/gemm.cuh", "cuda/gemm_sm90.cu", "other/gemm.cuh"},
+		"cuda/unused.cu": {"cuda/unused.cu"},
+	}
+	if !ok || len(got) != len(want) {
+		t.Fatalf("includeReads = %q, %v; want %q, true", got, ok, want)
+	}
+	for u, w := range want {
+		if !slices.Equal(got[u], w) {
+			t.Errorf("%s reads %q, want %q", u, got[u], w)
+		}
 	}
 	files["cuda/gemm.cu"] = []byte("#include_next <x.h>\n")
-	if _, ok := sharedSources(files, []string{"cuda/main.cu"}); ok {
+	if _, ok := includeReads(files, []string{"cuda/main.cu"}); ok {
 		t.Error("an #include_next was read as a plain #include")
 	}
 }

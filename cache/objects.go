@@ -46,13 +46,16 @@ package cache
 //   - cuda and hip: the sources themselves, with no change to the compile
 //     command (nvcc's and hipcc's dependency files have not been checked on
 //     those machines, and nvcc's may list only its host pass's includes).
-//     A unit is taken to read itself and every source file but the units
-//     no #include line names (by base name, even inside a comment or an
-//     #if 0 block); the toolkit's own headers are the compiler's, which its
-//     fingerprint (its version) names. A source with an #include this
-//     cannot read (a macro, include_next, a continued line) turns reuse off
-//     for the build. So an edited kernel file recompiles that unit alone,
-//     and an edited header every unit.
+//     A unit is taken to read itself and, transitively, every source whose
+//     base name an #include line of a file it reads names (includeReads:
+//     by base name, even inside a comment or an #if 0 block, so never
+//     fewer files than the compile reads); the toolkit's own headers are
+//     the compiler's, which its fingerprint (its version) names. A source
+//     with an #include this cannot read (a macro, include_next, a
+//     continued line) turns reuse off for the build. So an edited kernel
+//     file recompiles that unit alone, or with the units that include it
+//     (gemm_sm90.cu, which gemm.cuh includes), and an edited header the
+//     units that include it, directly or through other headers.
 //
 // Because an object is shared between builds of different sources, no unit
 // may carry SourceSHA256 in its code: the builder writes one more unit,
@@ -104,7 +107,7 @@ type reuseMode int
 const (
 	noReuse      reuseMode = iota
 	depFiles               // the compiler's dependency files (-MD -MF)
-	includeNames           // every source but the units no #include names
+	includeNames           // the sources a unit's #include lines name, transitively
 )
 
 // objectReuse says where c's units' dependencies come from.
@@ -123,13 +126,16 @@ var (
 	nameInclude = regexp.MustCompile(`^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)`)
 )
 
-// sharedSources are, for includeNames, what every unit is taken to read
-// besides itself: each source file but the units that no #include of any
-// source names (by base name). ok is false when a source has an #include
+// includeReads are, for includeNames, the sources each unit is taken to
+// read: itself and, transitively, every source whose base name an #include
+// line of a file it reads names (even one inside a comment or an #if 0
+// block, which can only add). ok is false when a source has an #include
 // line this cannot read.
-func sharedSources(files map[string][]byte, units []string) (shared []string, ok bool) {
-	named := map[string]bool{} // base names that some #include names
-	for _, data := range files {
+func includeReads(files map[string][]byte, units []string) (reads map[string][]string, ok bool) {
+	byBase := map[string][]string{} // the sources of each base name
+	names := map[string][]string{}  // the base names each source's #include lines name
+	for p, data := range files {
+		byBase[path.Base(p)] = append(byBase[path.Base(p)], p)
 		for _, line := range strings.Split(string(data), "\n") {
 			if !anyInclude.MatchString(line) {
 				continue
@@ -138,32 +144,30 @@ func sharedSources(files map[string][]byte, units []string) (shared []string, ok
 			if m == nil {
 				return nil, false
 			}
-			named[path.Base(m[1]+m[2])] = true
+			names[p] = append(names[p], path.Base(m[1]+m[2]))
 		}
 	}
-	alone := map[string]bool{}
+	reads = make(map[string][]string, len(units))
 	for _, u := range units {
-		if !named[path.Base(u)] {
-			alone[u] = true
+		seen := map[string]bool{u: true}
+		for queue := []string{u}; len(queue) > 0; queue = queue[1:] {
+			for _, name := range names[queue[0]] {
+				for _, p := range byBase[name] {
+					if !seen[p] {
+						seen[p] = true
+						queue = append(queue, p)
+					}
+				}
+			}
 		}
-	}
-	for p := range files {
-		if !alone[p] {
-			shared = append(shared, p)
+		r := make([]string, 0, len(seen))
+		for p := range seen {
+			r = append(r, p)
 		}
+		sort.Strings(r)
+		reads[u] = r
 	}
-	sort.Strings(shared)
-	return shared, true
-}
-
-// unitDeps is what unit reads under includeNames: itself and shared.
-func unitDeps(unit string, shared []string) []string {
-	if slices.Contains(shared, unit) {
-		return shared
-	}
-	deps := append(append([]string(nil), shared...), unit)
-	sort.Strings(deps)
-	return deps
+	return reads, true
 }
 
 // depFlags are the compile flags that make the compiler write the
