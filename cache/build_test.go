@@ -998,21 +998,23 @@ func TestGPUBuildsRecompileTheUnitsAnEditReaches(t *testing.T) {
 			"shared.cu": []byte("int shared() { return 3; }\n"),
 		}
 	}
+	// The builds run in order, each against the object cache the ones
+	// before it left; what says which case a failure belongs to.
 	ctx := context.Background()
-	compiles := 0
+	compiles, what := 0, "the first build"
 	build := func(t *testing.T, f map[string][]byte, units []string, wantCompiles int, wantReused ...string) {
 		t.Helper()
 		a, err := s.Build(ctx, Request{Files: f, Units: units, Compiler: cc})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", what, err)
 		}
 		now := runs(t, counter, "compile")
 		if now-compiles != wantCompiles {
-			t.Errorf("%d compiles, want %d (the build's vkern_source.cc among them)", now-compiles, wantCompiles)
+			t.Errorf("%s: %d compiles, want %d (the build's vkern_source.cc among them)", what, now-compiles, wantCompiles)
 		}
 		compiles = now
 		if !slices.Equal(a.Manifest.ReusedUnits, wantReused) {
-			t.Errorf("units from the object cache: %q, want %q", a.Manifest.ReusedUnits, wantReused)
+			t.Errorf("%s: units from the object cache: %q, want %q", what, a.Manifest.ReusedUnits, wantReused)
 		}
 		for _, argv := range a.Manifest.BuildCommands {
 			if slices.Contains(argv, "-MD") {
@@ -1022,40 +1024,41 @@ func TestGPUBuildsRecompileTheUnitsAnEditReaches(t *testing.T) {
 	}
 	units := []string{"main.cu", "a.cu", "b.cu"}
 	build(t, files("int b() { return 2; }\n", "// ops\n"), units, 4)
-	t.Run("an edited kernel file recompiles its unit alone", func(t *testing.T) {
-		build(t, files("int b() { return 20; }\n", "// ops\n"), units, 2, "main.cu", "a.cu")
-	})
-	t.Run("an edited header recompiles the units that include it", func(t *testing.T) {
-		build(t, files("int b() { return 20; }\n", "// ops, edited\n"), units, 3, "b.cu")
-	})
-	t.Run("a header that includes another passes an edit of it on", func(t *testing.T) {
-		f := files("#include \"ops.cuh\"\nint b() { return 20; }\n", "#include \"deep.cuh\"\n")
+	what = "an edited kernel file recompiles its unit alone"
+	build(t, files("int b() { return 20; }\n", "// ops\n"), units, 2, "main.cu", "a.cu")
+	what = "an edited header recompiles the units that include it"
+	build(t, files("int b() { return 20; }\n", "// ops, edited\n"), units, 3, "b.cu")
+	what = "a header that includes another passes an edit of it on"
+	{
+		f := files("int b() { return 20; }\n", "#include \"deep.cuh\"\n")
 		f["deep.cuh"] = []byte("// deep\n")
 		build(t, f, units, 4) // a new file: every unit key changes
 		f["deep.cuh"] = []byte("// deep, edited\n")
-		build(t, f, units, 4)
+		build(t, f, units, 3, "b.cu")                           // main.cu and a.cu, through ops.cuh
 		f["shared.cu"] = []byte("int shared() { return 4; }\n") // main.cu's alone
 		build(t, f, units, 2, "a.cu", "b.cu")
-	})
-	t.Run("a unit that an #include names recompiles with the units that include it", func(t *testing.T) {
+	}
+	what = "a unit that an #include names recompiles with the units that include it"
+	{
 		u := append(append([]string(nil), units...), "shared.cu")
 		f := files("int b() { return 20; }\n", "// ops, edited\n")
 		build(t, f, u, 2, "main.cu", "a.cu", "b.cu")
 		f["shared.cu"] = []byte("int shared() { return 30; }\n")
 		build(t, f, u, 3, "a.cu", "b.cu")
-	})
-	t.Run("an #include it cannot read turns reuse off", func(t *testing.T) {
+	}
+	what = "an #include it cannot read turns reuse off"
+	{
 		f := files("#define HEADER \"ops.cuh\"\n#include HEADER\nint b() { return 2; }\n", "// ops, edited\n")
 		build(t, f, units, 4)
 		f["b.cu"] = []byte("#define HEADER \"ops.cuh\"\n#include HEADER\nint b() { return 21; }\n")
 		build(t, f, units, 4)
-	})
+	}
 }
 
 func TestIncludeReadsFollowEveryIncludeByBaseName(t *testing.T) {
 	files := map[string][]byte{
 		"cuda/main.cu":      []byte("#include \"core/server.cc\"\n  #  include <cuda/gemm_sm90.cu>\n"),
-		"core/server.cc":    []byte("/* an #include in a comment still counts:\n#include \"cuda/unused.cu\"\n*/\n"),
+		"core/server.cc":    []byte("#if 0\n#include \"cuda/unused.cu\" // an #if 0 block still counts\n#endif\n"),
 		"cuda/gemm.cu":      []byte("#include \"gemm.cuh\"\nint g;\n"),
 		"cuda/gemm.cuh":     []byte("#include \"cuda/gemm_sm90.cu\"\n"),
 		"other/gemm.cuh":    []byte("int o; // the same base name: read too\n"),
@@ -1079,5 +1082,72 @@ func TestIncludeReadsFollowEveryIncludeByBaseName(t *testing.T) {
 	files["cuda/gemm.cu"] = []byte("#include_next <x.h>\n")
 	if _, ok := includeReads(files, []string{"cuda/main.cu"}); ok {
 		t.Error("an #include_next was read as a plain #include")
+	}
+}
+
+// TestIncludedNamesMissNoDirective: every spelling of a directive that
+// reads x.cuh which g++ and clang accept (a review of the first scan found
+// ten it missed) names it or turns reuse off; what only looks like one
+// names nothing.
+func TestIncludedNamesMissNoDirective(t *testing.T) {
+	reads := []string{
+		"#include \"x.cuh\"\n",
+		"  #  include <dir/x.cuh>\n",
+		"#include\"x.cuh\"// a comment\n",
+		"/**/ #include \"x.cuh\"\n",
+		"#/**/include \"x.cuh\"\n",
+		"#\\\ninclude \"x.cuh\"\n",
+		"#inc\\\nlude \"x.cuh\"\n",
+		"#inc\\  \nlude \"x.cuh\"\n", // blanks after the backslash, as gcc allows
+		"%:include \"x.cuh\"\n",
+		"??=include \"x.cuh\"\n",
+		"\ufeff#include \"x.cuh\"\n",
+		"\v#include \"x.cuh\"\n",
+		"\f #include \"x.cuh\"\n",
+		"#import \"x.cuh\"\n",
+		"#embed \"x.cuh\" limit(4)\n",
+		"// a\r#include \"x.cuh\"\r",
+		"// a\r\n#include \"x.cuh\"\r\n",
+		"/* a\n*/ #include \"x.cuh\"\n",
+		"int a; /* a\n*/ #include \"x.cuh\"\n", // more than the compiler reads: fine
+		"int n = 1'000;\n#include \"x.cuh\"\n",
+		"auto c = u8'a';\n#include \"x.cuh\"\n",
+		"const char* s = \"/*\";\n#include \"x.cuh\"\n",
+		"char q = '\"';\n#include \"x.cuh\"\n",
+		"const char* e = \"\\\"/*\";\n#include \"x.cuh\"\n",
+		"#error don't\n#include \"x.cuh\"\n",
+		"#if 0\n#include \"x.cuh\"\n#endif\n",
+	}
+	for _, src := range reads {
+		names, ok := includedNames([]byte(src))
+		if ok && !slices.Contains(names, "x.cuh") {
+			t.Errorf("%q: names %q, and reuse stays on: x.cuh missed", src, names)
+		}
+	}
+	off := []string{
+		"#define H \"x.cuh\"\n#include H\n",
+		"#include_next <x.cuh>\n",
+		"const char* r = R\"(\n#include \"x.cuh\"\n)\";\n",
+		"auto r = u8R\"d(/*)d\";\n#include \"x.cuh\"\n",
+		"#include\n",
+		"#include <a//x.cuh>\n",
+	}
+	for _, src := range off {
+		if names, ok := includedNames([]byte(src)); ok {
+			t.Errorf("%q: names %q with reuse on; want it off", src, names)
+		}
+	}
+	none := []string{
+		"// #include \"x.cuh\"\n",
+		"/* #include \"x.cuh\" */\n",
+		"/*\n#include \"x.cuh\"\n*/\n",
+		"const char* s = \"#include \\\"x.cuh\\\"\";\n",
+		"int a; // \\\n#include \"x.cuh\"\n", // the comment goes on past the splice
+		"const char* s = \"COMM_REDUCE_SCATTER\"; // R\" inside a string\n",
+	}
+	for _, src := range none {
+		if names, ok := includedNames([]byte(src)); !ok || len(names) != 0 {
+			t.Errorf("%q: names %q, ok %v; want none, ok", src, names, ok)
+		}
 	}
 }

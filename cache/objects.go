@@ -6,17 +6,17 @@ package cache
 // them. A planted defect edits one kernel file; before this, each of the
 // test suites' hundred-odd mutant servers compiled every unit again.
 //
-// An object is found in two steps, so that what a unit includes never has
-// to be guessed:
+// An object is found in two steps:
 //
 //   - The unit key hashes what the compile depends on besides the contents
 //     of the files it reads: the compiler's fingerprint, target and backend,
 //     the compile command, the unit's path and content, and the paths of all
 //     the sources (a file added beside the others could change what an
 //     include, or __has_include, finds). Its folder, objects/<unit key>/,
-//     holds "deps": the files the unit's last compile read, from the
-//     dependency file the compiler wrote (-MD -MF), the sources by path and
-//     the compiler's own headers (outside the sources) by absolute path.
+//     holds "deps": the files the unit's last compile read (below: from
+//     the compiler's dependency file, or the sources' directives), the
+//     sources by path and the compiler's own headers (outside the sources)
+//     by absolute path.
 //   - The dependency key hashes that list, each source's content in this
 //     build, and each header's size and modification time now. The object
 //     is <dependency key>.o in that folder, and <dependency key>.sum holds
@@ -34,10 +34,11 @@ package cache
 // unit for each new combination of what the unit reads, and by a whole set
 // when a source file is added, removed or renamed.
 //
-// What this rests on: a compile reads only what its dependency file lists
-// (no assembler .incbin of a source file, no precompiled headers among the
-// sources) and does not depend on the time (__DATE__, __TIME__ and
-// __TIMESTAMP__, which no kernel file uses).
+// What this rests on: a compile reads only what its dependency file lists,
+// or for cuda and hip what its sources' directives name (no assembler
+// .incbin of a source file, no precompiled headers among the sources), and
+// does not depend on the time (__DATE__, __TIME__ and __TIMESTAMP__, which
+// no kernel file uses).
 //
 // Where a unit's dependencies come from (objectReuse):
 //
@@ -47,15 +48,17 @@ package cache
 //     command (nvcc's and hipcc's dependency files have not been checked on
 //     those machines, and nvcc's may list only its host pass's includes).
 //     A unit is taken to read itself and, transitively, every source whose
-//     base name an #include line of a file it reads names (includeReads:
-//     by base name, even inside a comment or an #if 0 block, so never
-//     fewer files than the compile reads); the toolkit's own headers are
-//     the compiler's, which its fingerprint (its version) names. A source
-//     with an #include this cannot read (a macro, include_next, a
-//     continued line) turns reuse off for the build. So an edited kernel
-//     file recompiles that unit alone, or with the units that include it
-//     (gemm_sm90.cu, which gemm.cuh includes), and an edited header the
-//     units that include it, directly or through other headers.
+//     base name an #include, #import or #embed of a file it reads names
+//     (includeReads, includedNames: the lines read as the preprocessor
+//     reads them, spliced, comments removed; one inside an #if 0 block
+//     counts, which only adds); the toolkit's own headers are the
+//     compiler's, which its fingerprint (its version) names. A source with
+//     a directive the scan cannot be sure of (a name made by a macro,
+//     include_next, a raw string literal) turns reuse off for the build.
+//     So an edited kernel file recompiles that unit alone, or with the
+//     units that include it (gemm_sm90.cu, which gemm.cuh includes), and
+//     an edited header the units that include it, directly or through
+//     other headers.
 //
 // Because an object is shared between builds of different sources, no unit
 // may carry SourceSHA256 in its code: the builder writes one more unit,
@@ -68,7 +71,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -121,30 +123,18 @@ func objectReuse(c *toolchain.Compiler) reuseMode {
 	return noReuse
 }
 
-var (
-	anyInclude  = regexp.MustCompile(`^\s*#\s*include`)
-	nameInclude = regexp.MustCompile(`^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)`)
-)
-
 // includeReads are, for includeNames, the sources each unit is taken to
-// read: itself and, transitively, every source whose base name an #include
-// line of a file it reads names (even one inside a comment or an #if 0
-// block, which can only add). ok is false when a source has an #include
-// line this cannot read.
+// read: itself and, transitively, every source whose base name a directive
+// of a file it reads names (includedNames: every #include, #import and
+// #embed, even one inside an #if 0 block, which can only add). ok is false
+// when a source has a directive the scan cannot be sure of.
 func includeReads(files map[string][]byte, units []string) (reads map[string][]string, ok bool) {
 	byBase := map[string][]string{} // the sources of each base name
-	names := map[string][]string{}  // the base names each source's #include lines name
+	names := map[string][]string{}  // the base names each source's directives name
 	for p, data := range files {
 		byBase[path.Base(p)] = append(byBase[path.Base(p)], p)
-		for _, line := range strings.Split(string(data), "\n") {
-			if !anyInclude.MatchString(line) {
-				continue
-			}
-			m := nameInclude.FindStringSubmatch(line)
-			if m == nil {
-				return nil, false
-			}
-			names[p] = append(names[p], path.Base(m[1]+m[2]))
+		if names[p], ok = includedNames(data); !ok {
+			return nil, false
 		}
 	}
 	reads = make(map[string][]string, len(units))
