@@ -1085,10 +1085,10 @@ func TestIncludeReadsFollowEveryIncludeByBaseName(t *testing.T) {
 	}
 }
 
-// TestIncludedNamesMissNoDirective: every spelling of a directive that
-// reads x.cuh which g++ and clang accept (a review of the first scan found
-// ten it missed) names it or turns reuse off; what only looks like one
-// names nothing.
+// TestIncludedNamesMissNoDirective: each spelling of a directive that
+// reads x.cuh which g++ or clang accept, as two reviews of the scan found
+// them (ten missed by its first form, nine kinds by its second), names it
+// or turns reuse off; what only looks like one names nothing.
 func TestIncludedNamesMissNoDirective(t *testing.T) {
 	reads := []string{
 		"#include \"x.cuh\"\n",
@@ -1117,6 +1117,17 @@ func TestIncludedNamesMissNoDirective(t *testing.T) {
 		"const char* e = \"\\\"/*\";\n#include \"x.cuh\"\n",
 		"#error don't\n#include \"x.cuh\"\n",
 		"#if 0\n#include \"x.cuh\"\n#endif\n",
+		"#include <a//x.cuh>\n",
+		"#include <a/*b*/x.cuh>\n",
+		"#define S(x) #x\nconst char* s = S(1'/*');\n#include \"x.cuh\"\n// */\n",
+		"#define S(x) #x\nconst char* s = S(0x1'/*');\n#include \"x.cuh\"\n// */\n",
+		"#define S(x) #x\nconst char* s = S(1_x'/*');\n#include \"x.cuh\"\n// */\n",
+		"#define S(x) #x\nconst char* s = S(1'x'/*');\n#include \"x.cuh\"\n// */\n",
+		"#define S(x) #x\nconst char* s = S($1'/*');\n#include \"x.cuh\"\n// */\n",
+		"#define S(x) #x\nconst char* s = S(1$'a'/*');\n#include \"x.cuh\"\n// */\n",
+		"#define UNUSED 1'/*'\n#include \"x.cuh\"\n// */\n",
+		"#if 0\nversion 2' /* x\n#endif\n#include \"x.cuh\"\n// */\n",
+		"#error version 2' /* x\n#include \"x.cuh\"\n// */\n",
 	}
 	for _, src := range reads {
 		names, ok := includedNames([]byte(src))
@@ -1130,7 +1141,15 @@ func TestIncludedNamesMissNoDirective(t *testing.T) {
 		"const char* r = R\"(\n#include \"x.cuh\"\n)\";\n",
 		"auto r = u8R\"d(/*)d\";\n#include \"x.cuh\"\n",
 		"#include\n",
-		"#include <a//x.cuh>\n",
+		"#define S(x) #x\nconst char* s = S(1\\u00e9'a'/*');\n#include \"x.cuh\"\n// */\n",
+		"#\x00include \"x.cuh\"\n",
+		"\x00#include \"x.cuh\"\n",
+		"#include \"x.cuh\x00junk\"\n",
+		"#inc\\\x00\nlude \"x.cuh\"\n",
+		"#define UNUSED \u00b0R\"x(\")/*)x\"\n#include \"x.cuh\"\n// */\n",
+		"#define UNUSED \u00d71'a'/*'\n#include \"x.cuh\"\n// */\n",
+		"#define UNUSED \xb0R\"x(\")/*)x\"\n#include \"x.cuh\"\n// */\n", // Latin-1
+		"auto s = FOOR\"x\";\n",                                          // an identifier ending in R before a quote: taken for a raw string
 	}
 	for _, src := range off {
 		if names, ok := includedNames([]byte(src)); ok {
