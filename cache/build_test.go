@@ -1150,6 +1150,7 @@ func TestIncludedNamesMissNoDirective(t *testing.T) {
 		"#define UNUSED \u00d71'a'/*'\n#include \"x.cuh\"\n// */\n",
 		"#define UNUSED \xb0R\"x(\")/*)x\"\n#include \"x.cuh\"\n// */\n", // Latin-1
 		"auto s = FOOR\"x\";\n",                                          // an identifier ending in R before a quote: taken for a raw string
+		"// a ??/\n#include \"x.cuh\"\n",                                 // a splice where trigraphs are on
 	}
 	for _, src := range off {
 		if names, ok := includedNames([]byte(src)); ok {

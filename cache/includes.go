@@ -16,7 +16,7 @@ import (
 // search path; and any text whose tokens g++ and clang may read otherwise
 // than it does (a NUL byte, a byte past ASCII or a backslash outside
 // comments and literals, where compilers differ on what an identifier or a
-// number holds). A compiler's dependency file would be exact, but the GPU
+// number holds; ??/, a line splice where trigraphs are on). A compiler's dependency file would be exact, but the GPU
 // builds do not ask for one (objects.go), so the scan reads the source as
 // the preprocessor's first phases do:
 //
@@ -33,8 +33,8 @@ import (
 //   - a directive is a line whose first text is # or %: (or ??=, a
 //     trigraph the compilers ignore in C++17: it can only add names).
 func includedNames(src []byte) (names []string, ok bool) {
-	if bytes.IndexByte(src, 0) >= 0 {
-		return nil, false
+	if bytes.IndexByte(src, 0) >= 0 || bytes.Contains(src, []byte("??/")) {
+		return nil, false // a NUL byte; the trigraph of a backslash, a splice where trigraphs are on
 	}
 	text := strings.TrimPrefix(string(src), "\ufeff")
 	text = strings.ReplaceAll(text, "\r\n", "\n")
