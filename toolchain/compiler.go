@@ -41,6 +41,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -113,12 +114,43 @@ type Compiler struct {
 	// and when the architecture came from $VKERN_CUDA_ARCH or
 	// $VKERN_HIP_ARCH: then no device was asked.
 	GPUs []GPU
-	// Fingerprint is the hex SHA-256 of Path, VersionText and Flags, encoded
-	// without ambiguity: for each of Path and VersionText its length as a
-	// big-endian uint64 and then its bytes; then the number of flags as a
-	// big-endian uint64; then each flag as its length and bytes. Nothing else
-	// goes in: Backend, Target and the sources enter the cache key separately.
+	// Env is the compiler drivers' environment as detection found it: each
+	// variable of DriverEnv that was set, as "NAME=value", in DriverEnv's
+	// order. They change what a compile reads (include paths) or how it
+	// runs (flags a driver adds, nvcc's host compiler), so they are part
+	// of the Fingerprint.
+	Env []string
+	// Fingerprint is the hex SHA-256 of Path, VersionText, Flags and Env,
+	// encoded without ambiguity: for each of Path and VersionText its
+	// length as a big-endian uint64 and then its bytes; then the number of
+	// flags as a big-endian uint64; then each flag as its length and bytes;
+	// then, only when Env is not empty, the field "env", the number of its
+	// entries and each entry the same way (so a compiler detected with none
+	// of them set keeps the fingerprint it had before Env existed). Nothing
+	// else goes in: Backend, Target and the sources enter the cache key
+	// separately.
 	Fingerprint string
+}
+
+// DriverEnv are the environment variables that compiler drivers read to
+// change a compile: include paths (gcc's and clang's CPATH family), flags
+// that nvcc and hipcc add, nvcc's host compiler, gcc's search for its own
+// programs. A build run with any of them set is another build.
+var DriverEnv = []string{
+	"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH",
+	"NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN",
+	"HIPCC_COMPILE_FLAGS_APPEND", "HIPCC_LINK_FLAGS_APPEND",
+}
+
+// driverEnv is Compiler.Env for the environment now.
+func driverEnv() []string {
+	var env []string
+	for _, name := range DriverEnv {
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	return env
 }
 
 // CompileCommand returns the argv that compiles one translation unit of the
@@ -210,13 +242,20 @@ func nvccStringLiteral(s string) string {
 }
 
 // fingerprint computes Compiler.Fingerprint; the field's doc gives the encoding.
-func fingerprint(path, versionText string, flags []string) string {
+func fingerprint(path, versionText string, flags, env []string) string {
 	h := sha256.New()
 	writeField(h, path)
 	writeField(h, versionText)
 	writeCount(h, len(flags))
 	for _, f := range flags {
 		writeField(h, f)
+	}
+	if len(env) > 0 {
+		writeField(h, "env")
+		writeCount(h, len(env))
+		for _, e := range env {
+			writeField(h, e)
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

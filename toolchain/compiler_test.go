@@ -9,10 +9,10 @@ import (
 func TestFingerprint(t *testing.T) {
 	basePath, baseText := "/usr/bin/x86_64-linux-gnu-g++-12", "g++ (Debian 12.2.0-14) 12.2.0\nCopyright (C) 2022"
 	baseFlags := []string{"-std=c++17", "-O3", "-march=native", "-pthread"}
-	base := fingerprint(basePath, baseText, baseFlags)
+	base := fingerprint(basePath, baseText, baseFlags, nil)
 
 	t.Run("the same inputs give the same fingerprint", func(t *testing.T) {
-		if again := fingerprint(basePath, baseText, slices.Clone(baseFlags)); again != base {
+		if again := fingerprint(basePath, baseText, slices.Clone(baseFlags), nil); again != base {
 			t.Errorf("fingerprint is not stable: %s then %s", base, again)
 		}
 		if len(base) != 64 || strings.Trim(base, "0123456789abcdef") != "" {
@@ -36,10 +36,40 @@ func TestFingerprint(t *testing.T) {
 	}
 	for _, c := range changes {
 		t.Run(c.name, func(t *testing.T) {
-			if got := fingerprint(c.path, c.text, c.flags); got == base {
+			if got := fingerprint(c.path, c.text, c.flags, nil); got == base {
 				t.Errorf("fingerprint(%q, %q, %q) = base fingerprint %s", c.path, c.text, c.flags, base)
 			}
 		})
+	}
+
+	t.Run("a compiler driver's variable changes the fingerprint; none keeps it", func(t *testing.T) {
+		if got := fingerprint(basePath, baseText, baseFlags, []string{"NVCC_APPEND_FLAGS=-G"}); got == base {
+			t.Errorf("NVCC_APPEND_FLAGS=-G left the fingerprint at %s", got)
+		}
+		if a, b := fingerprint(basePath, baseText, baseFlags, []string{"CPATH=/a"}), fingerprint(basePath, baseText, baseFlags, []string{"CPATH=/b"}); a == b {
+			t.Errorf("CPATH=/a and CPATH=/b gave the same fingerprint %s", a)
+		}
+		if got := fingerprint(basePath, baseText, baseFlags, []string{}); got != base {
+			t.Errorf("an empty environment gave %s, want the fingerprint without one, %s", got, base)
+		}
+	})
+}
+
+func TestDetectionRecordsTheDriversEnvironment(t *testing.T) {
+	t.Setenv("CPATH", "/opt/include")
+	t.Setenv("NVCC_APPEND_FLAGS", "-G")
+	env := driverEnv()
+	for _, want := range []string{"CPATH=/opt/include", "NVCC_APPEND_FLAGS=-G"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("driverEnv() = %q, want %q among them", env, want)
+		}
+	}
+	c, err := DetectCPU(t.Context())
+	if err != nil {
+		t.Skipf("no C++ compiler here: %v", err)
+	}
+	if !slices.Equal(c.Env, env) || c.Fingerprint != fingerprint(c.Path, c.VersionText, c.Flags, env) {
+		t.Errorf("DetectCPU: Env %q and fingerprint %s; want %q and the fingerprint over it", c.Env, c.Fingerprint, env)
 	}
 }
 

@@ -286,7 +286,7 @@ func TestDetectCUDAMapsTheDevicesAnswerToFlags(t *testing.T) {
 				c.Version != "nvcc 13.0.48" || c.VersionText != nvcc13Version {
 				t.Errorf("got Backend %q Name %q Path %q Invoke %q Version %q", c.Backend, c.Name, c.Path, c.Invoke, c.Version)
 			}
-			if want := fingerprint(c.Path, c.VersionText, c.Flags); c.Fingerprint != want {
+			if want := fingerprint(c.Path, c.VersionText, c.Flags, c.Env); c.Fingerprint != want {
 				t.Errorf("Fingerprint = %s, want %s", c.Fingerprint, want)
 			}
 			if len(c.GPUs) != len(tt.devices) {

@@ -149,7 +149,8 @@ func probeCPU(ctx context.Context, nameOrPath string) (*Compiler, error) {
 		ArchFlag:    p.archFlag,
 		Target:      HostTarget(),
 	}
-	c.Fingerprint = fingerprint(c.Path, c.VersionText, c.Flags)
+	c.Env = driverEnv()
+	c.Fingerprint = fingerprint(c.Path, c.VersionText, c.Flags, c.Env)
 	return c, nil
 }
 

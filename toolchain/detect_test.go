@@ -158,7 +158,7 @@ func TestDetectCPUHonoursCXX(t *testing.T) {
 			if c.Target != HostTarget() || c.Target == "" {
 				t.Errorf("Target = %q, want HostTarget() = %q", c.Target, HostTarget())
 			}
-			if want := fingerprint(c.Path, c.VersionText, c.Flags); c.Fingerprint != want {
+			if want := fingerprint(c.Path, c.VersionText, c.Flags, c.Env); c.Fingerprint != want {
 				t.Errorf("Fingerprint = %s, want %s", c.Fingerprint, want)
 			}
 		})

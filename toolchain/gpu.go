@@ -296,6 +296,7 @@ func gpuCompiler(backend string, t foundTool, version string, flags, archFlags, 
 		Target:      target,
 		GPUs:        gpus,
 	}
-	c.Fingerprint = fingerprint(c.Path, c.VersionText, c.Flags)
+	c.Env = driverEnv()
+	c.Fingerprint = fingerprint(c.Path, c.VersionText, c.Flags, c.Env)
 	return c
 }

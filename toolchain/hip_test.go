@@ -253,7 +253,7 @@ func TestDetectHIPArchitectures(t *testing.T) {
 			if c.Backend != BackendHIP || c.Path != hipcc || c.Version != "hipcc (HIP 5.2.21153-0)" {
 				t.Errorf("Backend %q Path %q Version %q", c.Backend, c.Path, c.Version)
 			}
-			if want := fingerprint(c.Path, c.VersionText, c.Flags); c.Fingerprint != want {
+			if want := fingerprint(c.Path, c.VersionText, c.Flags, c.Env); c.Fingerprint != want {
 				t.Errorf("Fingerprint = %s, want %s", c.Fingerprint, want)
 			}
 			if tt.arch != "" {
