@@ -130,8 +130,8 @@
 //      attention-hopper-h100/). $VKERN_ATTENTION=mma keeps variant 3 for
 //      both ops.
 //   8. (off unless $VKERN_ATTENTION_HEAD_GROUP is set) variants 6 and 7
-//      taking their items a group of heads at a time (tile_item), so that
-//      the blocks running at once share a few heads' tiles in L2. In the
+//      taking their items a group of heads at a time (tile_order.cuh), so
+//      that the blocks running at once share a few heads' tiles in L2. In the
 //      lab (2026-11-27, one H100 call, the same bits at every group), the
 //      forward at 32x1024x768x12 took 0.232 ms with groups of 16 heads
 //      against 0.324 over all heads at once (1.40×; the forward at B = 32
@@ -150,6 +150,7 @@
 #include "cuda/compat.h"
 #include "cuda/mma.cuh"
 #include "cuda/rows.cuh"
+#include "cuda/tile_order.cuh"
 #include "cuda/wgmma.cuh"
 
 #if defined(VKERN_ATTENTION_LAB)
@@ -178,30 +179,11 @@ constexpr int kForwardWarps = 4;  // forward_mma's warps a block (16 query rows 
 struct Heads {
   int64_t B, T, C, H, D;
   // group is the heads whose tiles the Hopper kernels take together
-  // (tile_item); 0 for all of them. Their launchers set it.
+  // (tile_order.cuh); 0 for all of them. Their launchers set it.
   int64_t group = 0;
   __host__ __device__ int64_t head_count() const { return B * H; }
 };
 
-// tile_item is the Hopper kernels' order of a grid's items, heads·tiles of
-// them: item's head bh (b·H + h) and the rank of its tile by weight, 0 for
-// the heaviest (the forward's and dq's last query tile, dk and dv's first
-// key tile). The heads go in groups of a.group: every tile of a group comes
-// before the next group's, the heaviest first within it. So the blocks that
-// run at once read the tiles of a few heads, which stay in L2, where the
-// order over all heads at once (every head's heaviest tile, then every
-// head's next, a.group = 0) swept every head's keys and values through L2
-// once for each tile rank: 1.35 MB of them a head at gpt2's shape, against
-// 50 MB of L2 on an H100. The order moves no arithmetic: each item is
-// computed the same way.
-__device__ __forceinline__ void tile_item(int64_t item, const Heads& a, int64_t tiles, int64_t* rank, int64_t* bh) {
-  const int64_t heads = a.head_count();
-  const int64_t per = a.group > 0 && a.group < heads ? a.group : heads;
-  const int64_t first = item / (per * tiles) * per, n = per < heads - first ? per : heads - first;
-  const int64_t r = item - first * tiles;
-  *rank = r / n;
-  *bh = first + r % n;
-}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -1292,7 +1274,7 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
   const uint32_t stage_addr = vkern_mma::smem_addr(stages);
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
     int64_t kt, bh;
-    tile_item(item, a, tiles, &kt, &bh);
+    vkern_tiles::tile_item(item, a.head_count(), a.group, tiles, &kt, &bh);
     const int64_t b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;
     const __half* dy_base = dy + b * a.T * a.C + h * a.D;
@@ -1390,7 +1372,7 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
   const uint32_t stage_addr = vkern_mma::smem_addr(stages);
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
     int64_t rank, bh;
-    tile_item(item, a, tiles, &rank, &bh);
+    vkern_tiles::tile_item(item, a.head_count(), a.group, tiles, &rank, &bh);
     const int64_t qt = tiles - 1 - rank, b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;
     // kv_copy starts the copy of key tile kt's keys and values into stage st.
@@ -1471,7 +1453,7 @@ __global__ void __launch_bounds__(kThreads, kHopperForwardMinBlocks)
   const uint32_t q_addr = vkern_mma::smem_addr(qs), stage_addr = vkern_mma::smem_addr(stages);
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
     int64_t rank, bh;
-    tile_item(item, a, tiles, &rank, &bh);
+    vkern_tiles::tile_item(item, a.head_count(), a.group, tiles, &rank, &bh);
     const int64_t qt = tiles - 1 - rank, b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;  // q of token 0; k at + C, v at + 2C
     // kv_copy starts the copy of key tile kt's keys and values into stage st.
@@ -1612,7 +1594,7 @@ cudaError_t launch_backward_mma(const __half* dy, const __half* qkv, const float
   return cudaGetLastError();
 }
 
-// head_group is the Hopper kernels' heads a group (tile_item):
+// head_group is the Hopper kernels' heads a group (tile_order.cuh):
 // $VKERN_ATTENTION_HEAD_GROUP, read once; 0, all heads at once (the order
 // of variants 6 and 7 as measured), unless set. 16 was the fastest group
 // in the lab (variant 8 in the list above), but vkern verify has not yet
