@@ -7,87 +7,95 @@ import (
 )
 
 // includedNames are the base names of the files that src's #include,
-// #import and #embed directives name, for includeReads. It errs on one side
-// only. It may name files the preprocessor never reads (a directive inside
-// an #if 0 block, a line a block comment ends on), which only recompiles
-// more. ok is false wherever it cannot be sure it has seen every such
-// directive: a raw string literal, whose end it does not look for; a name
-// made by a macro; #include_next, which names a file by its place on the
-// search path; and any text whose tokens g++ and clang may read otherwise
-// than it does (a NUL byte, a byte past ASCII or a backslash outside
-// comments and literals, where compilers differ on what an identifier or a
-// number holds; ??/, a line splice where trigraphs are on). A compiler's dependency file would be exact, but the GPU
-// builds do not ask for one (objects.go), so the scan reads the source as
-// the preprocessor's first phases do:
+// #import and #embed directives may name, for includeReads. It may name
+// more than the preprocessor reads, which only recompiles more; it must
+// never name fewer while ok is true.
 //
-//   - a byte-order mark dropped, "\r\n" and a lone "\r" read as line ends;
-//   - a backslash at the end of a line (blanks after it allowed, as gcc
-//     allows them) joins the next line to it;
-//   - comments removed, a block comment that spans lines leaving a line
-//     end (so that a directive after it starts a line, as at most it
-//     might); string and character literals, and the <name> of an
-//     include, skipped whole to their closing quote (or >) or the line's
-//     end, so that a "/*" inside one opens no comment; a ' inside a number
-//     and before a digit or a letter is a digit separator (1'000), as the
-//     compilers read it, and any other opens a character literal;
-//   - a directive is a line whose first text is # or %: (or ??=, a
-//     trigraph the compilers ignore in C++17: it can only add names).
+// It does not tokenize the source as a compiler does: three reviews of a
+// scanner that did (comments and literals removed first) found a dozen
+// ways to make it hide a directive that g++ or clang act on, through the
+// corners where compilers disagree on what is a comment, a literal or a
+// number. Here nothing is removed, so nothing can be hidden. After joining
+// spliced lines (a backslash, blanks allowed, then a line end), every #, %:
+// and ??= in the text, wherever it stands (in code, a comment, a string, an
+// #if 0 block), is read as a directive could be: blanks and block comments
+// (which may span lines, as inside a directive) skipped, a word, blanks
+// and block comments again, then "name" or <name> up to the closing mark
+// on that line. Where the word is include, import or embed, the name
+// counts. ok is false where the text after such a word is not a plain name
+// (a name made by a macro), at include_next (which names a file by its
+// place on the search path), and at what this does not read as compilers
+// might: a NUL byte, a carriage return, the trigraph ??/ (a backslash
+// where trigraphs are on), a universal character name (\u, \U), and a
+// block comment after a # that never ends.
 func includedNames(src []byte) (names []string, ok bool) {
-	if bytes.IndexByte(src, 0) >= 0 || bytes.Contains(src, []byte("??/")) {
-		return nil, false // a NUL byte; the trigraph of a backslash, a splice where trigraphs are on
-	}
-	text := strings.TrimPrefix(string(src), "\ufeff")
-	text = strings.ReplaceAll(text, "\r\n", "\n")
-	text = strings.ReplaceAll(text, "\r", "\n")
-	code, ok := stripComments(spliceLines(text))
-	if !ok {
+	if bytes.IndexByte(src, 0) >= 0 || bytes.IndexByte(src, '\r') >= 0 || bytes.Contains(src, []byte("??/")) ||
+		bytes.Contains(src, []byte(`\u`)) || bytes.Contains(src, []byte(`\U`)) {
 		return nil, false
 	}
-	for _, line := range strings.Split(code, "\n") {
-		word, rest, directive := directiveWord(line)
-		if !directive {
+	text := spliceLines(strings.TrimPrefix(string(src), "\ufeff"))
+	for i := 0; i < len(text); i++ {
+		var at int
+		switch {
+		case text[i] == '#':
+			at = i + 1
+		case strings.HasPrefix(text[i:], "%:"):
+			at = i + 2
+		case strings.HasPrefix(text[i:], "??="):
+			at = i + 3
+		default:
 			continue
 		}
-		switch word {
-		case "include", "import", "embed":
-			name, ok := headerName(strings.TrimLeft(rest, blanks))
-			if !ok {
-				return nil, false
-			}
-			names = append(names, path.Base(name))
-		case "include_next":
+		if at, ok = skipSpace(text, at); !ok {
 			return nil, false
 		}
+		end := at
+		for end < len(text) && isWordByte(text[end]) {
+			end++
+		}
+		switch text[at:end] {
+		case "include", "import", "embed":
+		case "include_next":
+			return nil, false
+		default:
+			continue
+		}
+		if at, ok = skipSpace(text, end); !ok {
+			return nil, false
+		}
+		name, ok := headerName(text[at:])
+		if !ok {
+			return nil, false
+		}
+		names = append(names, path.Base(name))
 	}
 	return names, true
 }
 
-// blanks are the white space that may open a line or separate a
-// directive's words (the newline aside).
+// blanks are the white space that may separate a directive's parts.
 const blanks = " \t\v\f"
 
-// directiveWord reads line as a directive: its first word (include, if…)
-// and what follows it. directive is false when the line's first text is
-// not #, %: or ??=.
-func directiveWord(line string) (word, rest string, directive bool) {
-	rest = strings.TrimLeft(line, blanks)
-	for _, intro := range []string{"#", "%:", "??="} {
-		if strings.HasPrefix(rest, intro) {
-			rest, directive = strings.TrimLeft(rest[len(intro):], blanks), true
-			break
+// skipSpace returns the index of the first byte at or after at that is
+// neither a blank nor inside a block comment; false when a block comment
+// there never ends.
+func skipSpace(text string, at int) (int, bool) {
+	for {
+		for at < len(text) && strings.IndexByte(blanks, text[at]) >= 0 {
+			at++
 		}
+		if !strings.HasPrefix(text[at:], "/*") {
+			return at, true
+		}
+		end := strings.Index(text[at+2:], "*/")
+		if end < 0 {
+			return at, false
+		}
+		at += 2 + end + 2
 	}
-	if !directive {
-		return "", "", false
-	}
-	n := 0
-	for n < len(rest) && isIdent(rest[n]) {
-		n++
-	}
-	return rest[:n], rest[n:], true
 }
 
-// headerName is the name of a directive's "name" or <name>.
+// headerName is the name of "name" or <name> at the start of s, which must
+// close on its line.
 func headerName(s string) (string, bool) {
 	if len(s) < 2 {
 		return "", false
@@ -96,15 +104,16 @@ func headerName(s string) (string, bool) {
 	if closing == 0 {
 		return "", false
 	}
-	end := strings.IndexByte(s[1:], closing)
+	line, _, _ := strings.Cut(s[1:], "\n")
+	end := strings.IndexByte(line, closing)
 	if end <= 0 {
 		return "", false
 	}
-	return s[1 : 1+end], true
+	return line[:end], true
 }
 
 // spliceLines joins each line that ends in a backslash (blanks after it
-// allowed) to the next.
+// allowed, as gcc and clang allow them) to the next.
 func spliceLines(text string) string {
 	if !strings.Contains(text, "\\") {
 		return text
@@ -126,98 +135,7 @@ func spliceLines(text string) string {
 	return b.String()
 }
 
-// stripComments removes text's comments: a line comment up to its line's
-// end, a block comment for a space, or a line end if it spans lines.
-// String and character literals, and an include's <name>, are copied whole,
-// to their closing quote (or >) or their line's end. ok is false at a raw
-// string literal (R"…(…)…" and its prefixed forms), whose end this does not
-// look for, and at a byte past ASCII or a backslash outside comments and
-// literals.
-func stripComments(text string) (string, bool) {
-	out := make([]byte, 0, len(text))
-	lineStart := 0  // where the current line starts in out
-	number := false // inside a pp-number
-	// copyTo copies text[i] and what follows it, to the first close
-	// (unescaped when escapes) or the line's end, and returns the index
-	// of the last byte copied.
-	copyTo := func(i int, close byte, escapes bool) int {
-		out = append(out, text[i])
-		for i+1 < len(text) && text[i+1] != '\n' {
-			i++
-			out = append(out, text[i])
-			if escapes && text[i] == '\\' && i+1 < len(text) && text[i+1] != '\n' {
-				i++
-				out = append(out, text[i])
-			} else if text[i] == close {
-				break
-			}
-		}
-		return i
-	}
-	for i := 0; i < len(text); i++ {
-		c := text[i]
-		switch {
-		case c == '/' && i+1 < len(text) && text[i+1] == '/':
-			for i+1 < len(text) && text[i+1] != '\n' {
-				i++
-			}
-			number = false
-			continue
-		case c == '/' && i+1 < len(text) && text[i+1] == '*':
-			end := strings.Index(text[i+2:], "*/")
-			if end < 0 {
-				end = len(text) - (i + 2) // unterminated: to the end
-			}
-			if strings.Contains(text[i+2:i+2+end], "\n") {
-				out = append(out, '\n')
-				lineStart = len(out)
-			} else {
-				out = append(out, ' ')
-			}
-			i += 2 + end + 1
-			number = false
-			continue
-		case c == '"':
-			if i > 0 && text[i-1] == 'R' { // R", u8R", LR", …: a raw string, or an identifier the compilers may split before R
-				return "", false
-			}
-			i = copyTo(i, '"', true)
-			number = false
-			continue
-		case c == '\'' && !(number && i+1 < len(text) && isIdent(text[i+1])):
-			i = copyTo(i, '\'', true)
-			number = false
-			continue
-		case c == '<':
-			if word, rest, directive := directiveWord(string(out[lineStart:])); directive && strings.TrimLeft(rest, blanks) == "" &&
-				(word == "include" || word == "import" || word == "embed") {
-				i = copyTo(i, '>', false)
-				number = false
-				continue
-			}
-		case c >= 0x80 || c == '\\':
-			return "", false
-		}
-		switch {
-		case number && (isIdent(c) || c == '.' || c == '\''):
-		case number && (c == '+' || c == '-') && strings.IndexByte("eEpP", text[i-1]) >= 0:
-		case c >= '0' && c <= '9' && (i == 0 || !isIdent(text[i-1])):
-			number = true
-		case c == '.' && i+1 < len(text) && text[i+1] >= '0' && text[i+1] <= '9':
-			number = true
-		default:
-			number = false
-		}
-		out = append(out, c)
-		if c == '\n' {
-			lineStart = len(out)
-		}
-	}
-	return string(out), true
-}
-
-// isIdent says whether c may be part of an identifier or a number: an
-// ASCII letter, digit, _ or $ (which g++ and clang take in identifiers).
-func isIdent(c byte) bool {
-	return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+// isWordByte says whether c may be part of a directive's word.
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }

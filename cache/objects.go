@@ -48,13 +48,14 @@ package cache
 //     command (nvcc's and hipcc's dependency files have not been checked on
 //     those machines, and nvcc's may list only its host pass's includes).
 //     A unit is taken to read itself and, transitively, every source whose
-//     base name an #include, #import or #embed of a file it reads names
-//     (includeReads, includedNames: the lines read as the preprocessor
-//     reads them, spliced, comments removed; one inside an #if 0 block
-//     counts, which only adds); the toolkit's own headers are the
-//     compiler's, which its fingerprint (its version) names. A source with
-//     a directive the scan cannot be sure of (a name made by a macro,
-//     include_next, a raw string literal) turns reuse off for the build.
+//     base name an #include, #import or #embed of a file it reads may name
+//     (includeReads, includedNames: every # in the text read as a
+//     directive could be, in code, comments, strings and #if 0 blocks
+//     alike, so that no tokenizing can hide one); the toolkit's own
+//     headers are the compiler's, which its fingerprint (its version and
+//     the drivers' environment) names. A source with a directive the scan
+//     cannot be sure of (a name made by a macro, include_next, and the
+//     few texts it refuses) turns reuse off for the build.
 //     So an edited kernel file recompiles that unit alone, or with the
 //     units that include it (gemm_sm90.cu, which gemm.cuh includes), and
 //     an edited header the units that include it, directly or through
@@ -125,9 +126,8 @@ func objectReuse(c *toolchain.Compiler) reuseMode {
 
 // includeReads are, for includeNames, the sources each unit is taken to
 // read: itself and, transitively, every source whose base name a directive
-// of a file it reads names (includedNames: every #include, #import and
-// #embed, even one inside an #if 0 block, which can only add). ok is false
-// when a source has a directive the scan cannot be sure of.
+// of a file it reads may name (includedNames, which errs toward more). ok is
+// false when a source has a directive the scan cannot be sure of.
 func includeReads(files map[string][]byte, units []string) (reads map[string][]string, ok bool) {
 	byBase := map[string][]string{} // the sources of each base name
 	names := map[string][]string{}  // the base names each source's directives name
