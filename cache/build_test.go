@@ -1086,7 +1086,7 @@ func TestIncludeReadsFollowEveryIncludeByBaseName(t *testing.T) {
 }
 
 // TestIncludedNamesMissNoDirective: each spelling of a directive that
-// reads x.cuh which g++ or clang accept, as three reviews of the scan found
+// reads x.cuh which g++ or clang accept, as four reviews of the scan found
 // them, names it or turns reuse off; a name made by a macro turns it off;
 // and text that only mentions a directive leaves it on.
 func TestIncludedNamesMissNoDirective(t *testing.T) {
@@ -1149,6 +1149,10 @@ func TestIncludedNamesMissNoDirective(t *testing.T) {
 		"#if 0\n#import <a/* >\n/*/\n#endif\n#include \"x.cuh\"\n// */\n",
 		"#if __has_include(\"a\\\" /*\n/*/ )\n#endif\n#include \"x.cuh\"\n// */\n",
 		"const char* s = \"\\\n\r/*\";\n#include \"x.cuh\"\n// */\n", // clang splices backslash, LF, CR
+		"#\u00a0include \"x.cuh\"\n",                                 // a no-break space, white space to clang
+		"%:\u3000include \"x.cuh\"\n",
+		"#include\u00a0\"x.cuh\"\n",
+		"#include \"d\\\"/x.cuh\"\n", // clang reads d\"/x.cuh
 	}
 	off := []string{
 		"#define H \"x.cuh\"\n#include H\n",

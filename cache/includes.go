@@ -18,16 +18,17 @@ import (
 // number. Here nothing is removed, so nothing can be hidden. After joining
 // spliced lines (a backslash, blanks allowed, then a line end), every #, %:
 // and ??= in the text, wherever it stands (in code, a comment, a string, an
-// #if 0 block), is read as a directive could be: blanks and block comments
-// (which may span lines, as inside a directive) skipped, a word, blanks
-// and block comments again, then "name" or <name> up to the closing mark
-// on that line. Where the word is include, import or embed, the name
+// #if 0 block), is read as a directive could be: blanks, bytes past ASCII
+// (clang reads Unicode white space as a blank) and block comments (which
+// may span lines, as inside a directive) skipped, a word, the same skipped
+// again, then "name" or <name> up to the closing mark on that line. Where the word is include, import or embed, the name
 // counts. ok is false where the text after such a word is not a plain name
 // (a name made by a macro), at include_next (which names a file by its
 // place on the search path), and at what this does not read as compilers
 // might: a NUL byte, a carriage return, the trigraph ??/ (a backslash
-// where trigraphs are on), a universal character name (\u, \U), and a
-// block comment after a # that never ends.
+// where trigraphs are on), a universal character name (\u, \U), a
+// backslash inside a name (an escape to clang, not to g++), and a block
+// comment after a # that never ends.
 func includedNames(src []byte) (names []string, ok bool) {
 	if bytes.IndexByte(src, 0) >= 0 || bytes.IndexByte(src, '\r') >= 0 || bytes.Contains(src, []byte("??/")) ||
 		bytes.Contains(src, []byte(`\u`)) || bytes.Contains(src, []byte(`\U`)) {
@@ -76,11 +77,12 @@ func includedNames(src []byte) (names []string, ok bool) {
 const blanks = " \t\v\f"
 
 // skipSpace returns the index of the first byte at or after at that is
-// neither a blank nor inside a block comment; false when a block comment
-// there never ends.
+// neither a blank, nor a byte past ASCII (clang reads Unicode white space,
+// a no-break space for one, as a blank), nor inside a block comment; false
+// when a block comment there never ends.
 func skipSpace(text string, at int) (int, bool) {
 	for {
-		for at < len(text) && strings.IndexByte(blanks, text[at]) >= 0 {
+		for at < len(text) && (strings.IndexByte(blanks, text[at]) >= 0 || text[at] >= 0x80) {
 			at++
 		}
 		if !strings.HasPrefix(text[at:], "/*") {
@@ -106,8 +108,8 @@ func headerName(s string) (string, bool) {
 	}
 	line, _, _ := strings.Cut(s[1:], "\n")
 	end := strings.IndexByte(line, closing)
-	if end <= 0 {
-		return "", false
+	if end <= 0 || strings.Contains(line[:end], "\\") {
+		return "", false // clang reads a backslash in a name as an escape, g++ does not
 	}
 	return line[:end], true
 }
