@@ -2,9 +2,7 @@ package kernels
 
 import (
 	"encoding/json"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 )
 
@@ -15,32 +13,7 @@ import (
 // within a group of heads, and no group is the order the kernels had
 // before groups.
 func TestAttentionTileOrderVisitsEveryItemOnce(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiles and runs a C++ program")
-	}
-	cxx, err := exec.LookPath("g++")
-	if err != nil {
-		if cxx, err = exec.LookPath("clang++"); err != nil {
-			t.Skip("no C++ compiler (g++ or clang++) on PATH")
-		}
-	}
-	files, _, err := Sources("cuda")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "cuda"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cuda", "tile_order.cuh"), files["cuda/tile_order.cuh"], 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "tile_order_check")
-	build := exec.Command(cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-I"+dir, "-o", bin,
-		filepath.Join("testdata", "tile_order_check.cc"))
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", build, err, out)
-	}
+	bin := buildHostCheck(t, "cuda", "cuda/tile_order.cuh", "tile_order_check.cc", "-O1")
 	cmd := exec.Command(bin)
 	out, err := cmd.Output()
 	var got struct {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -15,32 +16,7 @@ import (
 // (all exponents, 330 million arguments); VKERN_EXHAUSTIVE=1 checks all
 // 2³² (about a minute on two cores).
 func TestVectorMathAccuracy(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiles and runs a C++ program")
-	}
-	cxx, err := exec.LookPath("g++")
-	if err != nil {
-		if cxx, err = exec.LookPath("clang++"); err != nil {
-			t.Skip("no C++ compiler (g++ or clang++) on PATH")
-		}
-	}
-	files, _, err := Sources("cpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "cpu"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cpu", "vmath.h"), files["cpu/vmath.h"], 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "vmath_check")
-	build := exec.Command(cxx, "-std=c++17", "-O3", "-march=native", "-pthread", "-Wall", "-Wextra", "-Werror",
-		"-I"+dir, "-o", bin, filepath.Join("testdata", "vmath_check.cc"))
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", build, err, out)
-	}
+	bin := buildHostCheck(t, "cpu", "cpu/vmath.h", "vmath_check.cc", "-O3", "-march=native", "-pthread")
 	stride := "13"
 	if os.Getenv("VKERN_EXHAUSTIVE") == "1" {
 		stride = "1"
@@ -69,4 +45,40 @@ func TestVectorMathAccuracy(t *testing.T) {
 	if got.Bad != 0 {
 		t.Errorf("%d arguments got a wrong special value (NaN, +Inf, 0)", got.Bad)
 	}
+}
+
+// buildHostCheck compiles testdata/main, a C++ program that includes the
+// kernel header header of backend's sources, for this machine with flags,
+// and returns the program's path. It skips the test under -short or when
+// no C++ compiler (g++ or clang++) is on PATH.
+func buildHostCheck(t *testing.T, backend, header, main string, flags ...string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("compiles and runs a C++ program")
+	}
+	cxx, err := exec.LookPath("g++")
+	if err != nil {
+		if cxx, err = exec.LookPath("clang++"); err != nil {
+			t.Skip("no C++ compiler (g++ or clang++) on PATH")
+		}
+	}
+	files, _, err := Sources(backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(header)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, header), files[header], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, strings.TrimSuffix(main, ".cc"))
+	args := append([]string{"-std=c++17"}, flags...)
+	args = append(args, "-Wall", "-Wextra", "-Werror", "-I"+dir, "-o", bin, filepath.Join("testdata", main))
+	build := exec.Command(cxx, args...)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", build, err, out)
+	}
+	return bin
 }
