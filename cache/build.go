@@ -181,7 +181,7 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 			reuse = noReuse
 		}
 	}
-	cached, hashed := s.objects(), newSources(r.Files) // each source hashed once
+	cached, hashed := s.objects(), newSources(r.Files) // each source's SHA-256, taken once for every unit's keys
 	start := time.Now()
 	objects := make([]string, len(units))
 	commands := make([][]string, len(units), len(units)+1)

@@ -99,11 +99,13 @@ func skipSpace(text string, at int) (int, bool) {
 // headerName is the name of "name" or <name> at the start of s, which must
 // close on its line.
 func headerName(s string) (string, bool) {
-	if len(s) < 2 {
-		return "", false
-	}
-	closing := map[byte]byte{'"': '"', '<': '>'}[s[0]]
-	if closing == 0 {
+	var closing byte
+	switch {
+	case strings.HasPrefix(s, `"`):
+		closing = '"'
+	case strings.HasPrefix(s, "<"):
+		closing = '>'
+	default:
 		return "", false
 	}
 	line, _, _ := strings.Cut(s[1:], "\n")

@@ -173,15 +173,11 @@ type sources struct {
 
 func newSources(files map[string][]byte) sources {
 	src := sources{sums: make(map[string][sha256.Size]byte, len(files))}
-	paths := make([]string, 0, len(files))
-	for p, content := range files {
-		src.sums[p] = sha256.Sum256(content)
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
+	paths := sortedPaths(files)
 	h := sha256.New()
 	writeCount(h, len(paths))
 	for _, p := range paths {
+		src.sums[p] = sha256.Sum256(files[p])
 		writeBytes(h, []byte(p))
 	}
 	src.paths = hex.EncodeToString(h.Sum(nil))
