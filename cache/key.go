@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"maps"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -38,7 +40,7 @@ type Request struct {
 // each file in byte order of path its path's length and bytes, and its
 // content's length and bytes (lengths are big-endian uint64).
 func SourceSHA256(files map[string][]byte) string {
-	paths := sortedPaths(files)
+	paths := slices.Sorted(maps.Keys(files))
 	h := sha256.New()
 	writeCount(h, len(paths))
 	for _, p := range paths {
@@ -46,16 +48,6 @@ func SourceSHA256(files map[string][]byte) string {
 		writeBytes(h, files[p])
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// sortedPaths are the paths of files in byte order.
-func sortedPaths(files map[string][]byte) []string {
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	return paths
 }
 
 // Key returns the hex SHA-256 that names r's entry. The hash input is a

@@ -69,6 +69,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -173,7 +174,7 @@ type sources struct {
 
 func newSources(files map[string][]byte) sources {
 	src := sources{sums: make(map[string][sha256.Size]byte, len(files))}
-	paths := sortedPaths(files)
+	paths := slices.Sorted(maps.Keys(files))
 	h := sha256.New()
 	writeCount(h, len(paths))
 	for _, p := range paths {

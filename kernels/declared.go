@@ -3,8 +3,10 @@ package kernels
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -114,7 +116,7 @@ func (d Declared) check() error {
 	ext := backendDirs[d.Backend].ext
 	var compiled []string
 	defines := false
-	for _, p := range sortedPaths(d.Files) {
+	for _, p := range slices.Sorted(maps.Keys(d.Files)) {
 		if p == "" || path.Clean(p) != p || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") || !plainPath(p) {
 			return fmt.Errorf("kernels: %s: kernel file path %q: want a clean relative path with / between folders, such as \"kernels/%s/%s%s\"", d.Op, p, d.Backend, d.Op, ext)
 		}
@@ -133,7 +135,7 @@ func (d Declared) check() error {
 	}
 	if len(compiled) == 0 {
 		return fmt.Errorf("kernels: %s: none of its %s kernel files (%s) ends in %s, so none would be compiled; name the file that defines run_%s so",
-			d.Op, d.Backend, strings.Join(sortedPaths(d.Files), ", "), ext, d.Op)
+			d.Op, d.Backend, strings.Join(slices.Sorted(maps.Keys(d.Files)), ", "), ext, d.Op)
 	}
 	if !defines {
 		return fmt.Errorf("kernels: %s: no entry point: none of its %s kernel files (%s) defines run_%s; define\n\t"+entrySignature[d.Backend]+"\nin namespace vkern, with the return type at the start of the line",
@@ -205,13 +207,4 @@ func plainPath(p string) bool {
 		}
 	}
 	return true
-}
-
-func sortedPaths(files map[string][]byte) []string {
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	return paths
 }
