@@ -129,7 +129,8 @@
 //      in the same call (41.61 ms, 0.926×, before; docs/
 //      attention-hopper-h100/). $VKERN_ATTENTION=mma keeps variant 3 for
 //      both ops.
-//   8. (off unless $VKERN_ATTENTION_HEAD_GROUP is set) variants 6 and 7
+//   8. (groups of 16 heads unless $VKERN_ATTENTION_HEAD_GROUP says
+//      otherwise; 0 is the order of variants 6 and 7) variants 6 and 7
 //      taking their items a group of heads at a time (tile_order.cuh), so
 //      that the blocks running at once share a few heads' tiles in L2. In the
 //      lab (2026-11-27, one H100 call, the same bits at every group), the
@@ -139,7 +140,10 @@
 //      the backward 1.053 against 1.075 ms; at 16x1024x768x12, 0.1274 and
 //      0.5639 ms against 0.1276 and 0.5597 (groups of 8, 4 and 2 were
 //      slower at both sizes: the heaviest tiles of later groups start
-//      late). Not yet verified at a shape of more heads than a group.
+//      late). The next H100 call (67632c4): vkern verify 70 of 70 at the
+//      default shapes and 10 of 10 at gpt2's with groups of 16, and gpt2's
+//      step at B = 32 71.06 ms against 72.42 (1.019×), at B = 16 37.54
+//      against 37.57, the same losses (docs/fixed-cost-h100/).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -1595,19 +1599,18 @@ cudaError_t launch_backward_mma(const __half* dy, const __half* qkv, const float
 }
 
 // head_group is the Hopper kernels' heads a group (tile_order.cuh):
-// $VKERN_ATTENTION_HEAD_GROUP, read once; 0, all heads at once (the order
-// of variants 6 and 7 as measured), unless set. 16 was the fastest group
-// in the lab (variant 8 in the list above), but vkern verify has not yet
-// run it at a shape of more heads than a group, so it is not the default.
+// $VKERN_ATTENTION_HEAD_GROUP, read once, 0 meaning all heads at once (the
+// order of variants 6 and 7 as first measured); 16 unless set, the fastest
+// group in the lab (variant 8 in the list above).
 // The lab sets it directly.
 #if defined(VKERN_ATTENTION_LAB)
-int64_t vk_attention_head_group = 0;
+int64_t vk_attention_head_group = 16;
 int64_t head_group() { return vk_attention_head_group; }
 #else
 int64_t head_group() {
   static const int64_t group = [] {
     const char* v = std::getenv("VKERN_ATTENTION_HEAD_GROUP");
-    return v != nullptr ? std::max<int64_t>(0, std::atoll(v)) : int64_t{0};
+    return v != nullptr ? std::max<int64_t>(0, std::atoll(v)) : int64_t{16};
   }();
   return group;
 }
