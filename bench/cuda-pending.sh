@@ -6,6 +6,12 @@
 #   lab       bench/attention_lab.cu built from bin/labsrc (here: go run
 #             ./bench/labsrc bin/labsrc) with ptxas's register report of
 #             the attention kernels, run at gpt2's shape and two small ones
+#   labab     the attention lab built from bin/labsrc-base (the sources of
+#             a base commit: git worktree add /tmp/base BASE, then there go
+#             run ./bench/labsrc <this tree>/bin/labsrc-base) and from
+#             bin/labsrc, both with ptxas's report of the Hopper kernels,
+#             run in turn twice at 16x1024x768x12 and at 32x1024x768x12:
+#             the Hopper kernels' times, base against new, in one call
 #   verify-attn  vkern verify --backend cuda --op attention,attention_grad at the
 #             default shapes, the Hopper kernels (variants 6, 7) and the
 #             mma.sync ones ($VKERN_ATTENTION=mma)
@@ -43,6 +49,14 @@
 #             server's link sleeps through a step's batch (in the H100
 #             call of 67632c4 they did not: 37.46, 37.15 and 37.46 ms,
 #             write 0.165–0.199 and read 0.153–0.175 ms at every spin)
+#   ncu       the attention lab built twice (the default register budget
+#             of the Hopper backward, three blocks an SM, and two:
+#             -DVKERN_ATTENTION_HOPPER_MIN_BLOCKS=2), both run at gpt2's
+#             shape, then Nsight Compute (--set full, the clocks left
+#             alone) on one launch each of forward_hopper,
+#             backward_dkdv_hopper and backward_dq_hopper there: each
+#             kernel's details page and its SASS with the sampled stall
+#             reasons (CSV), to place the backward's time
 #   defects   the planted CUDA defects of layernorm and attention and the
 #             stored-dS attention test (or the defects whose names match
 #             $DEFECTS alone)
@@ -106,6 +120,38 @@ if wants lab && room 150 lab; then
     status=1
     table+=("lab build: FAILED")
     tail -30 "$out/lab-build.txt"
+  fi
+fi
+if wants labab && room 200 labab; then
+  step "attention lab: base against new"
+  lab_build() {
+    nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I"$1" -o "$2" bench/attention_lab.cu
+  }
+  lab_build bin/labsrc-base /tmp/lab-base > "$out/labab-build-base.txt" 2>&1 &
+  lab_build bin/labsrc /tmp/lab-new > "$out/labab-build-new.txt" 2>&1 &
+  wait
+  if [ -x /tmp/lab-base ] && [ -x /tmp/lab-new ]; then
+    for v in base new; do
+      grep -A2 -E "Compiling entry function.*hopper" "$out/labab-build-$v.txt" | grep -E "entry|registers|spill" |
+        sed -E "s/^/$v: /; s/Compiling entry function '_ZN[^']*(forward_hopper|backward_dkdv_hopper|backward_dq_hopper)[^']*'/\1/"
+    done
+    : > "$out/labab-table.txt"
+    for round in 1 2; do
+      for v in base new; do
+        for b in 16 32; do
+          timeout $(left) /tmp/lab-$v $b 1024 768 12 > "$out/labab-$v-$b-$round.txt" 2>&1 || { status=1; table+=("labab $v $b: FAILED"); }
+          printf '%-5s B=%-3s round %s: %s\n' $v $b $round \
+            "$(grep -E '^(forward|backward), wgmma|^backward, mma.sync|differen' "$out/labab-$v-$b-$round.txt" | tr -s ' ' | paste -sd ';')" \
+            >> "$out/labab-table.txt"
+        done
+      done
+    done
+    cat "$out/labab-table.txt"
+    table+=("labab: ok")
+  else
+    status=1
+    table+=("labab build: FAILED")
+    tail -20 "$out/labab-build-base.txt" "$out/labab-build-new.txt"
   fi
 fi
 if wants verify-attn && room 60 verify-attn; then
@@ -223,6 +269,39 @@ EOF2
   : > "$out/gpt2-table.txt"
   train lngrad8 VKERN_LAYERNORM_GRAD_RPB=8
   train lngrad4 VKERN_LAYERNORM_GRAD_RPB=4
+fi
+
+if wants ncu && room 240 ncu; then
+  step "attention under Nsight Compute"
+  nvcc_lab() {
+    nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -Ibin/labsrc "$@" bench/attention_lab.cu
+  }
+  nvcc_lab -o /tmp/lab3 > "$out/ncu-build3.txt" 2>&1 &
+  nvcc_lab -DVKERN_ATTENTION_HOPPER_MIN_BLOCKS=2 -o /tmp/lab2 > "$out/ncu-build2.txt" 2>&1 &
+  wait
+  if [ -x /tmp/lab3 ] && [ -x /tmp/lab2 ]; then
+    for f in 3 2; do
+      grep -A2 -E "Compiling entry function.*hopper" "$out/ncu-build$f.txt" | grep -E "entry|registers|spill" |
+        sed "s/^/min-blocks $f: /"
+    done
+    run lab-min3 /tmp/lab3
+    run lab-min2 /tmp/lab2
+    for k in forward_hopper backward_dkdv_hopper backward_dq_hopper; do
+      timeout $(left) ncu --clock-control none --set full --import-source no -k "regex:$k" --launch-skip 1 -c 1 \
+        -f -o "$out/ncu-$k" /tmp/lab3 > "$out/ncu-$k-run.txt" 2>&1 || { status=1; table+=("ncu $k: FAILED"); }
+      if [ -f "$out/ncu-$k.ncu-rep" ]; then
+        ncu -i "$out/ncu-$k.ncu-rep" --page details > "$out/ncu-$k-details.txt" 2>&1
+        ncu -i "$out/ncu-$k.ncu-rep" --page source --print-source sass --csv > "$out/ncu-$k-sass.csv" 2>&1
+        table+=("ncu $k: ok")
+        grep -E "^    (Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued)" \
+          "$out/ncu-$k-details.txt" | sed "s/^/$k: /"
+      fi
+    done
+  else
+    status=1
+    table+=("ncu lab build: FAILED")
+    tail -20 "$out/ncu-build3.txt" "$out/ncu-build2.txt"
+  fi
 fi
 
 if wants defects && room 200 defects; then

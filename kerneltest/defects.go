@@ -795,7 +795,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "attention_grad's dq without the causal mask (tensor cores)", File: "cuda/attention.cu",
-		Old: "p[n][e] = diagonal && j > r0 + 8 * (e / 2) ? 0.0f : exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));",
+		Old: "p[n][e] = j > r0 + 8 * (e / 2) ? 0.0f : exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));",
 		New: "p[n][e] = exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));",
 		Op:  "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4", hopperAttention},
 	},

@@ -144,6 +144,22 @@
 //      default shapes and 10 of 10 at gpt2's with groups of 16, and gpt2's
 //      step at B = 32 71.06 ms against 72.42 (1.019×), at B = 16 37.54
 //      against 37.57, the same losses (docs/fixed-cost-h100/).
+//   9. the Hopper backward's dS scaled into f16's range and its products
+//      scaled back by multiplications by 2^∓shift (round_scaled,
+//      add_scaled; ldexpf where a warp has a row shift below −127), the
+//      mask tests of key_probabilities and query_probabilities taken out
+//      of the tiles that need none, and the Hopper tiles' pointer aligned
+//      without leaving shared memory (align_swizzle). Nsight Compute had
+//      shown backward_dkdv_hopper (303.5 µs) and backward_dq_hopper
+//      (182.5 µs) issuing an instruction every 1.8 cycles a scheduler, with
+//      FMUL 27% and 39% of their instructions, most of them ldexpf's, and
+//      the lse and D of dkdv's stage read by generic loads. Lab, one H100
+//      call (2026-11-27), alternating builds: backward 0.4699 and 0.4705
+//      ms against 0.5675 and 0.5593 (1.20×) at 16x1024x768x12, 0.8759 and
+//      0.8833 against 1.0530 and 1.0508 (1.19×) at B = 32; the mma.sync
+//      backward (variant 3, the mask tests alone) 0.68 against 0.81 ms; the
+//      same bits as before on the lab's inputs; dkdv's 8 bytes of spills
+//      gone.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -844,6 +860,14 @@ __global__ void __launch_bounds__(32 * W, kForwardMinBlocks)
 __device__ __forceinline__ void key_probabilities(float (&x)[8][4], bool diagonal, int valid, int warp, int lane,
                                                   float scale2, const float* lse) {
   const int g = lane / 4, t = lane % 4, k0 = warp * 16 + g;  // the thread's first key, in the tile
+  if (!diagonal && valid == kTile) {  // every pair of the tile is formed: no test an element
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[n][e] = exp2f(fmaf(x[n][e], scale2, -lse[n * 8 + 2 * t + (e & 1)] * kLog2e));
+    }
+    return;
+  }
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
@@ -871,12 +895,20 @@ __device__ __forceinline__ void key_ds(float (&dp)[8][4], const float (&p)[8][4]
 __device__ __forceinline__ void query_probabilities(float (&p)[8][4], bool diagonal, int warp, int lane, float scale2,
                                                     const float (&lse2)[2]) {
   const int t = lane % 4, r0 = warp * 16 + lane / 4;  // the thread's first row, in the tile
+  if (!diagonal) {  // every pair of the tile is formed: no test an element
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[n][e] = exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));
+    }
+    return;
+  }
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int j = n * 8 + 2 * t + (e & 1);
-      p[n][e] = diagonal && j > r0 + 8 * (e / 2) ? 0.0f : exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));
+      p[n][e] = j > r0 + 8 * (e / 2) ? 0.0f : exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));
     }
   }
 }
@@ -1174,10 +1206,14 @@ constexpr int kHopperForwardMinBlocks = VKERN_ATTENTION_HOPPER_FORWARD_MIN_BLOCK
 constexpr int kHopperSmem = 6 * kSwTile + 2 * 2 * kTile * 4 + 1024;
 constexpr int kHopperForwardSmem = 5 * kSwTile + 1024;
 
-// align_swizzle is the first 1024-byte boundary at or after p.
+// align_swizzle is the first 1024-byte boundary at or after p, a pointer
+// into shared memory. It steps p itself rather than rounding its address
+// as an integer, so that the compiler can still see shared memory in what
+// is read through it (rounded as an integer, the stage's lse and D were
+// read by generic loads, LD, in backward_dkdv_hopper's SASS).
 __device__ __forceinline__ unsigned char* align_swizzle(void* p) {
-  const uintptr_t u = reinterpret_cast<uintptr_t>(p);
-  return reinterpret_cast<unsigned char*>((u + 1023) & ~uintptr_t{1023});
+  unsigned char* const c = static_cast<unsigned char*>(p);
+  return c + ((1024u - vkern_mma::smem_addr(c) % 1024u) % 1024u);
 }
 
 // copy_rows_sw starts the copy of rows [row0, row0 + 64) of a head (element
@@ -1247,13 +1283,66 @@ __device__ __forceinline__ void fragment_products(float (&x)[8][4], const uint32
   for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16_rs<1>(flat(x), f[kk], db + 128 * kk, accumulate | kk);
 }
 
+// The Hopper kernels scale dS's rows into f16's range and their products
+// back (round_scaled, add_scaled) by multiplying by 2^∓shift as a float,
+// where every row of the warp allows it. ldexpf, which the mma.sync kernels
+// keep, takes any exponent: ptxas makes it three multiplications an element
+// and the code that splits the exponent (288 FMULs of a warp's 1,424
+// instructions a tile pair in backward_dkdv_hopper, Nsight Compute,
+// 2026-11-27). A multiplication by a power of two that is a float rounds
+// the exact product once, as ldexpf does, so the bits are the same.
+
+// pow2 is 2^n for n in [−149, 127]: exact, subnormal below −126.
+__device__ __forceinline__ float pow2(int n) {
+  return __int_as_float(n >= -126 ? (n + 127) << 23 : 1 << (n + 149));
+}
+
+// fast_shifts says whether every row shift of the warp is at least −127, so
+// that 2^−shift and 2^shift are both floats (shift_for gives at most 113 for
+// a finite largest, and at least −163). Below −127 lie rows whose largest
+// |dS| is under 2⁻¹¹³; there the warp takes ldexpf.
+__device__ __forceinline__ bool fast_shifts(const int (&shift)[2]) {
+  return __all_sync(0xffffffffu, shift[0] >= -127 && shift[1] >= -127);
+}
+
+// round_scaled is round_tile<true> for the Hopper kernels: the same
+// roundings, each row scaled by a multiplication by 2^−shift where
+// fast_shifts allows.
+__device__ __forceinline__ void round_scaled(const float (&x)[8][4], const int (&shift)[2], uint32_t (&a)[4][4]) {
+  if (!fast_shifts(shift)) {
+    round_tile<true>(x, shift, a);
+    return;
+  }
+  const float f[2] = {pow2(-shift[0]), pow2(-shift[1])};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float(&n)[4] = x[2 * k + half];
+      a[k][2 * half] = pack_f16(__fmul_rn(n[0], f[0]), __fmul_rn(n[1], f[0]));
+      a[k][2 * half + 1] = pack_f16(__fmul_rn(n[2], f[1]), __fmul_rn(n[3], f[1]));
+    }
+  }
+}
+
 // add_scaled adds part, each row r of the thread scaled by 2^shift[r]
-// (exact), to x: a product of round_tile's scaled fragments scaled back.
+// (exact, or rounded once where the result is subnormal), to x: a product
+// of round_scaled's fragments scaled back. __fmul_rn keeps the
+// multiplication and the addition apart (not fused), as with ldexpf.
 __device__ __forceinline__ void add_scaled(float (&x)[8][4], const float (&part)[8][4], const int (&shift)[2]) {
+  if (!fast_shifts(shift)) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[n][e] += ldexpf(part[n][e], shift[e / 2]);
+    }
+    return;
+  }
+  const float f[2] = {pow2(shift[0]), pow2(shift[1])};
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) x[n][e] += ldexpf(part[n][e], shift[e / 2]);
+    for (int e = 0; e < 4; ++e) x[n][e] += __fmul_rn(part[n][e], f[e / 2]);
   }
 }
 
@@ -1336,7 +1425,7 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
       int shift[2];
       row_shift(dp, shift);
       uint32_t fd[4][4];
-      round_tile<true>(dp, shift, fd);
+      round_scaled(dp, shift, fd);
       float part[8][4] = {};
       wgmma_fence();
       fragment_products(part, fd, q_addr, 0);  // (2^−shift·dSᵀ)·Q
@@ -1420,7 +1509,7 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
       int shift[2];
       row_shift(dp, shift);
       uint32_t fd[4][4];
-      round_tile<true>(dp, shift, fd);
+      round_scaled(dp, shift, fd);
       float part[8][4] = {};
       wgmma_fence();
       fragment_products(part, fd, k_addr, 0);  // (2^−shift·dS)·K
