@@ -135,13 +135,22 @@ if wants labab && room 200 labab; then
       grep -A2 -E "Compiling entry function.*hopper" "$out/labab-build-$v.txt" | grep -E "entry|registers|spill" |
         sed -E "s/^/$v: /; s/Compiling entry function '_ZN[^']*(forward_hopper|backward_dkdv_hopper|backward_dq_hopper)[^']*'/\1/"
     done
+    # Each Hopper kernel's loads in its SASS: generic (LD), shared (LDS),
+    # local (LDL), and its MUFU.EX2 and FMUL instructions.
+    for v in base new; do
+      cuobjdump -sass /tmp/lab-$v | awk -v v=$v '
+        /Function :/ { name = ""; if (match($0, /(forward|backward_dkdv|backward_dq)_hopper/)) name = substr($0, RSTART, RLENGTH) }
+        name != "" && /[^A-Z_]LD\.E/ { ld[name]++ } name != "" && /LDS/ { lds[name]++ } name != "" && /LDL/ { ldl[name]++ }
+        name != "" && /MUFU\.EX2/ { ex2[name]++ } name != "" && /FMUL/ { fmul[name]++ }
+        END { for (k in ex2) printf "%s sass %s: LD %d, LDS %d, LDL %d, MUFU.EX2 %d, FMUL %d\n", v, k, ld[k], lds[k], ldl[k], ex2[k], fmul[k] }'
+    done
     : > "$out/labab-table.txt"
     for round in 1 2; do
       for v in base new; do
         for b in 16 32; do
           timeout $(left) /tmp/lab-$v $b 1024 768 12 > "$out/labab-$v-$b-$round.txt" 2>&1 || { status=1; table+=("labab $v $b: FAILED"); }
           printf '%-5s B=%-3s round %s: %s\n' $v $b $round \
-            "$(grep -E '^(forward|backward), wgmma|^backward, mma.sync|differen' "$out/labab-$v-$b-$round.txt" | tr -s ' ' | paste -sd ';')" \
+            "$(grep -E '^(forward|backward), wgmma|^backward, mma.sync|differen|^bits' "$out/labab-$v-$b-$round.txt" | tr -s ' ' | paste -sd ';')" \
             >> "$out/labab-table.txt"
         done
       done

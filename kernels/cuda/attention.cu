@@ -160,6 +160,17 @@
 //      backward (variant 3, the mask tests alone) 0.68 against 0.81 ms; the
 //      same bits as before on the lab's inputs; dkdv's 8 bytes of spills
 //      gone.
+//   10. exp2_tile: the backward's and the forward's exponentials of a
+//      tile as ex2.approx.ftz alone where every element of the warp is at
+//      least −126 (exp2f's own instruction there; exp2f otherwise). Lab, one
+//      H100 call (2026-11-27), alternating builds against variant 9: the
+//      Hopper backward 0.4538 and 0.4466 ms against 0.4737 and 0.4755
+//      (1.05×) at 16x1024x768x12, 0.8335 and 0.8451 against 0.8817 and
+//      0.8905 at B = 32; the forward unchanged (0.1323 and 0.1299 against
+//      0.1291 and 0.1296); vkern verify 70 of 70 on both paths and 10 of 10
+//      at 16x1024x768x12 (docs/attention-backward-h100/). y's bits differ
+//      from variant 9's (online_softmax says why); the exponentials' do
+//      not.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -732,10 +743,44 @@ __device__ __forceinline__ void mask_after(float (&s)[8][4], int r0, int t) {
   }
 }
 
+// exp2_tile sets each of a thread's 32 elements x to exp2f(x), faster
+// where it can, with the same bits: exp2f is one ex2.approx.ftz (MUFU.EX2)
+// for x ≥ −126, whose results are normal, and below that the same
+// instruction on x/2, squared, so ptxas gives every element a test and two
+// predicated multiplications around it (in backward_dq_hopper's SASS the
+// most stalled instructions, Nsight Compute, 2026-11-27). Where every
+// element of the warp is at least −126 (or NaN), the tile takes the
+// instruction alone; else exp2f. On an H100 the two gave the same bits for
+// every float in [−126, 128] (bench/exp2_check.cu, 2026-11-27).
+__device__ __forceinline__ void exp2_tile(float (&x)[8][4]) {
+  float least = x[0][0];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) least = fminf(least, x[n][e]);  // fminf passes over a NaN
+  }
+  if (__all_sync(0xffffffffu, !(least < -126.0f))) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) asm("ex2.approx.ftz.f32 %0, %0;" : "+f"(x[n][e]));
+    }
+    return;
+  }
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[n][e] = exp2f(x[n][e]);
+  }
+}
+
 // online_softmax takes a tile of scores s into the thread's two rows'
 // running max m (of s·α₂), sum l (this thread's columns) and output o: the
 // max raised to the tile's, l and o rescaled by exp2(m_old − m_new), and s
-// replaced by p = exp2(s·α₂ − m), added into l.
+// replaced by p = exp2(s·α₂ − m), added into l. Before exp2_tile, nvcc fused
+// l's rescale with the first addition into it (an FFMA in forward_hopper's
+// SASS); with exp2_tile's branch between them it no longer does, so y's
+// bits differ from variant 9's build, within the bound either way.
 template <int N>
 __device__ __forceinline__ void online_softmax(float (&s)[8][4], float (&m)[2], float (&l)[2], float (&o)[N][4],
                                                float scale2) {
@@ -758,10 +803,15 @@ __device__ __forceinline__ void online_softmax(float (&s)[8][4], float (&m)[2], 
     }
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      s[n][2 * r] = exp2f(fmaf(s[n][2 * r], scale2, -m_use));
-      s[n][2 * r + 1] = exp2f(fmaf(s[n][2 * r + 1], scale2, -m_use));
-      l[r] += s[n][2 * r] + s[n][2 * r + 1];
+      s[n][2 * r] = fmaf(s[n][2 * r], scale2, -m_use);
+      s[n][2 * r + 1] = fmaf(s[n][2 * r + 1], scale2, -m_use);
     }
+  }
+  exp2_tile(s);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) l[r] += s[n][2 * r] + s[n][2 * r + 1];
   }
 }
 
@@ -864,8 +914,9 @@ __device__ __forceinline__ void key_probabilities(float (&x)[8][4], bool diagona
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) x[n][e] = exp2f(fmaf(x[n][e], scale2, -lse[n * 8 + 2 * t + (e & 1)] * kLog2e));
+      for (int e = 0; e < 4; ++e) x[n][e] = fmaf(x[n][e], scale2, -lse[n * 8 + 2 * t + (e & 1)] * kLog2e);
     }
+    exp2_tile(x);
     return;
   }
 #pragma unroll
@@ -899,8 +950,9 @@ __device__ __forceinline__ void query_probabilities(float (&p)[8][4], bool diago
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) p[n][e] = exp2f(fmaf(p[n][e], scale2, -lse2[e / 2]));
+      for (int e = 0; e < 4; ++e) p[n][e] = fmaf(p[n][e], scale2, -lse2[e / 2]);
     }
+    exp2_tile(p);
     return;
   }
 #pragma unroll
@@ -1208,9 +1260,10 @@ constexpr int kHopperForwardSmem = 5 * kSwTile + 1024;
 
 // align_swizzle is the first 1024-byte boundary at or after p, a pointer
 // into shared memory. It steps p itself rather than rounding its address
-// as an integer, so that the compiler can still see shared memory in what
-// is read through it (rounded as an integer, the stage's lse and D were
-// read by generic loads, LD, in backward_dkdv_hopper's SASS).
+// as an integer, so that the compiler still sees shared memory in what is
+// read through it: rounded as an integer, the stage's lse and D were read
+// by generic loads (LD) in backward_dkdv_hopper's SASS; stepped, no Hopper
+// kernel has one (docs/attention-backward-h100/).
 __device__ __forceinline__ unsigned char* align_swizzle(void* p) {
   unsigned char* const c = static_cast<unsigned char*>(p);
   return c + ((1024u - vkern_mma::smem_addr(c) % 1024u) % 1024u);

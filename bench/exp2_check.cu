@@ -1,0 +1,87 @@
+// exp2_check: every binary32 x in [−126, 128] through exp2f and through
+// ex2.approx.ftz.f32 (attention.cu's exp2_tile), each result's error
+// against the float64 exp2(x) in units in the last place of the exact
+// result and relative, in the oracle's u = 2⁻²³; the largest of each, and
+// how many x the two give different bits for. oracle/attention.go takes
+// exp within 2 ulps, a relative 2u; the exit status is 0 when both stay
+// within that on the device it runs on, for every input exp2_tile's fast
+// path can see (below −126 it calls exp2f).
+//
+//   nvcc -std=c++17 -O3 -arch=sm_90 -o exp2_check bench/exp2_check.cu
+//   ./exp2_check
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "lab.cuh"
+
+namespace {
+
+struct Tally {
+  unsigned long long differ;     // x where the two differ in bits
+  unsigned max_ulps[2];          // exp2f's and the instruction's largest errors, in 2⁻²⁰ ulp
+  unsigned max_rel[2];           // and relative, in 2⁻²⁰ u
+  unsigned first_differ;         // the bits of the first x seen differing
+};
+
+// scaled saturates err·2²⁰ to an unsigned.
+__device__ unsigned scaled(double err) {
+  err *= 1048576.0;
+  return err > 4.0e9 ? 4000000000u : static_cast<unsigned>(err);
+}
+
+__global__ void check(uint32_t first, uint64_t count, Tally* t) {
+  unsigned ulps[2] = {0, 0}, rel[2] = {0, 0};
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < count; i += uint64_t{gridDim.x} * blockDim.x) {
+    const uint32_t bits = first + static_cast<uint32_t>(i);
+    float x;
+    memcpy(&x, &bits, sizeof(x));
+    if (!(x >= -126.0f && x <= 128.0f)) continue;
+    float got[2] = {exp2f(x), x};
+    asm("ex2.approx.ftz.f32 %0, %0;" : "+f"(got[1]));
+    if (x < 128.0f) {  // exp2(128) overflows: both give +Inf
+      const double want = exp2(static_cast<double>(x));  // at least 2⁻¹²⁶: normal
+      int e = 0;
+      frexp(want, &e);  // want in [2^(e−1), 2^e), its ulp 2^(e−24)
+      for (int k = 0; k < 2; ++k) {
+        const double err = fabs(static_cast<double>(got[k]) - want);
+        ulps[k] = max(ulps[k], scaled(err / ldexp(1.0, e - 24)));
+        rel[k] = max(rel[k], scaled(err / want / 0x1p-23));
+      }
+    }
+    uint32_t a, b;
+    memcpy(&a, &got[0], sizeof(a));
+    memcpy(&b, &got[1], sizeof(b));
+    if (a != b) {
+      atomicAdd(&t->differ, 1ull);
+      atomicCAS(&t->first_differ, 0u, bits);
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    atomicMax(&t->max_ulps[k], ulps[k]);
+    atomicMax(&t->max_rel[k], rel[k]);
+  }
+}
+
+}  // namespace
+
+int main() {
+  Tally* t = nullptr;
+  CHECK_CUDA(cudaMallocManaged(&t, sizeof(Tally)));
+  memset(t, 0, sizeof(Tally));
+  // The non-negative floats up to 128, then the negative ones down to −126.
+  check<<<4096, 256>>>(0u, 0x43000000ull + 1, t);
+  check<<<4096, 256>>>(0x80000000u, 0xC2FC0000ull - 0x80000000ull + 1, t);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  float first;
+  memcpy(&first, &t->first_differ, sizeof(first));
+  const char* names[2] = {"exp2f", "ex2.approx.ftz.f32"};
+  printf("every float x in [-126, 128]:\n");
+  for (int k = 0; k < 2; ++k) {
+    printf("  %-19s largest error %.4f ulp of the exact result, relative %.4f u (u = 2^-23)\n", names[k],
+           t->max_ulps[k] / 1048576.0, t->max_rel[k] / 1048576.0);
+  }
+  printf("  %llu inputs give different bits (one: x = %.9g)\n", t->differ, t->differ ? first : 0.0f);
+  return t->max_rel[0] <= 2u * 1048576u && t->max_rel[1] <= 2u * 1048576u ? 0 : 1;
+}
