@@ -193,7 +193,7 @@ func (s *Store) compile(ctx context.Context, key string, r Request, replaced str
 		if err := os.MkdirAll(filepath.Join(tmp, filepath.FromSlash(path.Dir(objects[i]))), 0o755); err != nil {
 			return nil, fmt.Errorf("cache: making the object folder for %s: %w", u, err)
 		}
-		commands[i] = r.Compiler.CompileCommand(srcDirName, u, objects[i], nil)
+		commands[i] = r.Compiler.CompileCommand(srcDirName, u, objects[i])
 		if reuse == noReuse || u == SourceUnit {
 			compile = append(compile, i)
 			continue

@@ -39,12 +39,9 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"fmt"
 	"hash"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 )
 
 // The backends, as Compiler.Backend and Detect spell them.
@@ -155,39 +152,17 @@ func driverEnv() []string {
 
 // CompileCommand returns the argv that compiles one translation unit of the
 // kernel server to an object file: Invoke (or Path when Invoke is empty),
-// Flags, -I srcDir, one -D per define in sorted key order, -c, -o obj, and
-// srcDir/unit. For cuda and hip the source file is preceded by "-x cu" or
-// "-x hip", so that it is compiled as GPU code whatever its extension (the
-// GPU units are .cu files). LinkCommand then links the objects.
-//
-// Every define becomes a C string literal, so -DNAME with the value 3f9a…
-// arrives in the code as "3f9a…". The argv is meant for exec, not a shell. Keys are
-// used as given; they must be C identifiers. For cpu and hip the value is
-// quoted and its backslashes, double quotes and newlines escaped (hipcc
-// re-quotes every argument for the shell it runs clang through). nvcc runs
-// its sub-steps through sh with each -D in double quotes, escaping only the
-// double quotes: a backslash would be eaten and $ or a backquote expanded.
-// So for cuda every byte of the value other than a letter, a digit or one of
-// " _.,:/+-=" is written as a C octal escape whose backslash is doubled
-// ("\042"); the shell halves the backslash and the compiler reads the byte.
-// A value of hex digits (a digest) is the same in every form.
-func (c *Compiler) CompileCommand(srcDir, unit, obj string, defines map[string]string) []string {
+// Flags, -I srcDir, -c, -o obj, and srcDir/unit. For cuda and hip the
+// source file is preceded by "-x cu" or "-x hip", so that it is compiled as
+// GPU code whatever its extension (the GPU units are .cu files).
+// LinkCommand then links the objects. The argv is meant for exec, not a
+// shell. It takes no defines: what a unit needs to know is written into the
+// sources (the source hash into vkern_source.cc), so that nothing has to
+// survive the quoting of nvcc's and hipcc's shells.
+func (c *Compiler) CompileCommand(srcDir, unit, obj string) []string {
 	argv := []string{c.exe()}
 	argv = append(argv, c.Flags...)
-	argv = append(argv, "-I", srcDir)
-	keys := make([]string, 0, len(defines))
-	for k := range defines {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	literal := cStringLiteral
-	if c.Backend == BackendCUDA {
-		literal = nvccStringLiteral
-	}
-	for _, k := range keys {
-		argv = append(argv, "-D"+k+"="+literal(defines[k]))
-	}
-	argv = append(argv, "-c", "-o", obj)
+	argv = append(argv, "-I", srcDir, "-c", "-o", obj)
 	switch c.Backend {
 	case BackendCUDA:
 		argv = append(argv, "-x", "cu")
@@ -215,30 +190,6 @@ func (c *Compiler) exe() string {
 		return c.Invoke
 	}
 	return c.Path
-}
-
-// cStringLiteral quotes s as a C string literal.
-func cStringLiteral(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\r", `\r`)
-	return `"` + r.Replace(s) + `"`
-}
-
-// nvccStringLiteral quotes s as a C string literal that survives nvcc's
-// shell: see CompileCommand.
-func nvccStringLiteral(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', strings.IndexByte(" _.,:/+-=", c) >= 0:
-			b.WriteByte(c)
-		default:
-			fmt.Fprintf(&b, `\\%03o`, c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }
 
 // fingerprint computes Compiler.Fingerprint; the field's doc gives the encoding.

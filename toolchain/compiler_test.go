@@ -80,25 +80,16 @@ func TestCompileCommand(t *testing.T) {
 		Flags:  []string{"-std=c++17", "-O3", "-march=native", "-pthread"},
 	}
 	tests := []struct {
-		name    string
-		c       *Compiler
-		main    string // "" means cpu/main.cc
-		defines map[string]string
-		want    []string
+		name string
+		c    *Compiler
+		main string // "" means cpu/main.cc
+		want []string
 	}{
 		{
-			name:    "defines become sorted string literals after the flags and include path",
-			c:       c,
-			defines: map[string]string{"VKERN_SOURCE_SHA256": "abc123", "A_FIRST": "x"},
+			name: "the flags, the include path, -c and -o, then the unit",
+			c:    c,
 			want: []string{"/usr/bin/clang++", "-std=c++17", "-O3", "-march=native", "-pthread",
-				"-I", "src", `-DA_FIRST="x"`, `-DVKERN_SOURCE_SHA256="abc123"`, "-c", "-o", "main.o", "src/cpu/main.cc"},
-		},
-		{
-			name:    "quotes, backslashes and newlines in a define are escaped",
-			c:       c,
-			defines: map[string]string{"NOTE": "say \"hi\"\\\nbye"},
-			want: []string{"/usr/bin/clang++", "-std=c++17", "-O3", "-march=native", "-pthread",
-				"-I", "src", `-DNOTE="say \"hi\"\\\nbye"`, "-c", "-o", "main.o", "src/cpu/main.cc"},
+				"-I", "src", "-c", "-o", "main.o", "src/cpu/main.cc"},
 		},
 		{
 			name: "a compiler without Invoke is run by its Path",
@@ -106,31 +97,20 @@ func TestCompileCommand(t *testing.T) {
 			want: []string{"/opt/fake/cc", "-O2", "-I", "src", "-c", "-o", "main.o", "src/cpu/main.cc"},
 		},
 		{
-			name: "nvcc gets its flags, the defines, -c, and -x cu before the .cu file",
+			name: "nvcc gets its flags, -c, and -x cu before the .cu file",
 			c: &Compiler{Backend: BackendCUDA, Path: "/usr/local/cuda-13.0/bin/nvcc", Invoke: "/usr/local/cuda/bin/nvcc",
 				Flags: []string{"-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-pthread"}},
-			main:    "cuda/main.cu",
-			defines: map[string]string{"VKERN_SOURCE_SHA256": "abc123"},
+			main: "cuda/main.cu",
 			want: []string{"/usr/local/cuda/bin/nvcc", "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler=-pthread",
-				"-I", "src", `-DVKERN_SOURCE_SHA256="abc123"`, "-c", "-o", "main.o", "-x", "cu", "src/cuda/main.cu"},
-		},
-		{
-			name:    "for nvcc every byte of a define but letters, digits and a few marks is a doubled-backslash octal escape",
-			c:       &Compiler{Backend: BackendCUDA, Path: "/usr/local/cuda/bin/nvcc", Flags: []string{"-O3"}},
-			main:    "cuda/main.cu",
-			defines: map[string]string{"NOTE": "say \"hi\" \\ $HOME `id` 100%\n", "VKERN_SOURCE_SHA256": "3f9a_0c2b-1.2:x/y+z=w,v"},
-			want: []string{"/usr/local/cuda/bin/nvcc", "-O3", "-I", "src",
-				`-DNOTE="say \\042hi\\042 \\134 \\044HOME \\140id\\140 100\\045\\012"`,
-				`-DVKERN_SOURCE_SHA256="3f9a_0c2b-1.2:x/y+z=w,v"`, "-c", "-o", "main.o", "-x", "cu", "src/cuda/main.cu"},
+				"-I", "src", "-c", "-o", "main.o", "-x", "cu", "src/cuda/main.cu"},
 		},
 		{
 			name: "hipcc gets one --offload-arch per architecture, -c, and -x hip before the .cu file",
 			c: &Compiler{Backend: BackendHIP, Path: "/usr/bin/hipcc",
 				Flags: []string{"-std=c++17", "-O3", "--offload-arch=gfx1030", "--offload-arch=gfx90a", "-pthread"}},
-			main:    "cuda/main.cu",
-			defines: map[string]string{"VKERN_SOURCE_SHA256": "abc123"},
+			main: "cuda/main.cu",
 			want: []string{"/usr/bin/hipcc", "-std=c++17", "-O3", "--offload-arch=gfx1030", "--offload-arch=gfx90a", "-pthread",
-				"-I", "src", `-DVKERN_SOURCE_SHA256="abc123"`, "-c", "-o", "main.o", "-x", "hip", "src/cuda/main.cu"},
+				"-I", "src", "-c", "-o", "main.o", "-x", "hip", "src/cuda/main.cu"},
 		},
 	}
 	for _, tt := range tests {
@@ -139,7 +119,7 @@ func TestCompileCommand(t *testing.T) {
 			if main == "" {
 				main = "cpu/main.cc"
 			}
-			got := tt.c.CompileCommand("src", main, "main.o", tt.defines)
+			got := tt.c.CompileCommand("src", main, "main.o")
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("CompileCommand =\n%q\nwant\n%q", got, tt.want)
 			}

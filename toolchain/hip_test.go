@@ -331,9 +331,9 @@ func TestParseHIPArch(t *testing.T) {
 // TestHIPBuildsWithTheRealHipcc runs where hipcc is installed (CI installs
 // Debian's): it builds a small kernel for gfx1030 and gfx90a with
 // CompileCommand's and LinkCommand's argvs (two units, as the server),
-// which shows that hipcc takes the flags and that the define arrives
-// unchanged (a static_assert compares it with the value). No AMD GPU is
-// needed, or used: the program is built, not run on a device.
+// which shows that hipcc takes the flags and writes a code object for each
+// architecture. No AMD GPU is needed, or used: the program is built, not run
+// on a device.
 func TestHIPBuildsWithTheRealHipcc(t *testing.T) {
 	t.Setenv(hipArchEnv, "gfx1030,gfx90a")
 	c, err := DetectHIP(context.Background())
@@ -346,13 +346,12 @@ func TestHIPBuildsWithTheRealHipcc(t *testing.T) {
 	t.Logf("found %s (%s) at %s, flags %q", c.Name, c.Version, c.Path, c.Flags)
 	dir := buildUnits(t, c, map[string]string{
 		"hip/put.cu": `#include <hip/hip_runtime.h>
-` + defineCheck + `
 __global__ void put(int* p) { p[threadIdx.x] = 40 + threadIdx.x; }
 bool has_put() { return put != nullptr; }
 `,
 		"hip/main.cu": `#include <cstdio>
 bool has_put();
-int main() { std::printf("%s\n", VKERN_TEST_NOTE); return has_put() ? 0 : 1; }
+int main() { std::printf("put\n"); return has_put() ? 0 : 1; }
 `,
 	})
 	binary, err := os.ReadFile(filepath.Join(dir, "server"))
