@@ -82,3 +82,25 @@ func buildHostCheck(t *testing.T, backend, header, main string, flags ...string)
 	}
 	return bin
 }
+
+// runHostCheck runs a host check that prints {"checked": N, "bad": M} and
+// exits 1 when M > 0, and fails the test unless it checked something and
+// found nothing wrong (its stderr, which names the first failures, quoted).
+func runHostCheck(t *testing.T, bin string) {
+	t.Helper()
+	out, err := exec.Command(bin).Output()
+	var got struct {
+		Checked int64 `json:"checked"`
+		Bad     int64 `json:"bad"`
+	}
+	if jerr := json.Unmarshal(out, &got); jerr != nil {
+		t.Fatalf("%s printed %q (%v): %v", filepath.Base(bin), out, err, jerr)
+	}
+	if err != nil || got.Bad != 0 || got.Checked == 0 {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Errorf("%s: %d of %d checks failed (exit %v)\n%s", filepath.Base(bin), got.Bad, got.Checked, err, stderr)
+	}
+}

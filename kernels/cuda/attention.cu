@@ -180,6 +180,7 @@
 #include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/mma.cuh"
+#include "cuda/row_scale.cuh"
 #include "cuda/rows.cuh"
 #include "cuda/tile_order.cuh"
 #include "cuda/wgmma.cuh"
@@ -409,6 +410,8 @@ using vkern_mma::ldmatrix_x4;
 using vkern_mma::ldmatrix_x4_trans;
 using vkern_mma::mma_16816;
 using vkern_mma::pack_f16;
+using vkern_scale::pow2;
+using vkern_scale::shift_for;
 
 constexpr int kTile = 64;  // keys of a streamed key tile; rows (queries or keys) of a backward block
 
@@ -598,18 +601,6 @@ __device__ __forceinline__ void round_tile(const float (&x)[8][4], const int (&s
       a[k][2 * half + 1] = pack_f16(scaled<kShift>(n[2], -shift[1]), scaled<kShift>(n[3], -shift[1]));
     }
   }
-}
-
-// shift_for is the shift that puts largest (≥ 0) in [2¹⁴, 2¹⁵) once scaled
-// by 2^−shift; 0 for 0.
-__device__ __forceinline__ int shift_for(float largest) {
-  int e = 0;  // largest in [2^(e−1), 2^e)
-  if (largest >= 1.17549435e-38f) {
-    e = static_cast<int>(__float_as_uint(largest) >> 23 & 0xffu) - 126;  // normal (an infinity: unused)
-  } else if (largest > 0.0f) {
-    frexpf(largest, &e);
-  }
-  return largest > 0.0f ? e - 15 : 0;
 }
 
 // row_shift sets shift[r] so that the largest |x| of the thread's row r
@@ -1343,12 +1334,9 @@ __device__ __forceinline__ void fragment_products(float (&x)[8][4], const uint32
 // and the code that splits the exponent (288 FMULs of a warp's 1,424
 // instructions a tile pair in backward_dkdv_hopper, Nsight Compute,
 // 2026-11-27). A multiplication by a power of two that is a float rounds
-// the exact product once, as ldexpf does, so the bits are the same.
-
-// pow2 is 2^n for n in [−149, 127]: exact, subnormal below −126.
-__device__ __forceinline__ float pow2(int n) {
-  return __int_as_float(n >= -126 ? (n + 127) << 23 : 1 << (n + 149));
-}
+// the exact product once, as ldexpf does, so the bits are the same
+// (row_scale.cuh's pow2; kernels/testdata/row_scale_check.cc holds the
+// host's multiplication to ldexpf's bits for every such power).
 
 // fast_shifts says whether every row shift of the warp is at least −127, so
 // that 2^−shift and 2^shift are both floats (shift_for gives at most 113 for
