@@ -21,6 +21,13 @@
 #             accumulate 0, attention_grad both ways)
 #   verify-gpt2  layernorm_grad at the gpt2 shape the step runs
 #   verify-head  linear_grad_w at the lm_head's shape (about 190 s)
+#   exp2      bench/exp2_check.cu: every float in [−126, 128] through exp2f
+#             and ex2.approx.ftz (attention.cu's exp2_tile), their largest
+#             errors in ulps and relative (the oracle's u = 2⁻²³; exit 1
+#             above 2u), and how many inputs the two differ on
+#   verify-every  vkern train --verify-every on real runs: char, 20 steps,
+#             every 5th step's calls checked against the float64 oracles;
+#             gpt2, 10 steps, the 10th checked (sampled where large)
 #   step      the whole-step check on cuda (gpt's TestAStepOnCUDA…): the
 #             in-place layernorm_grad, the overwriting linear_grad_w and
 #             the two fills against the float64 model
@@ -71,7 +78,7 @@ out=${OUT:-/tmp/vkern-out}
 mkdir -p "$out"
 export VKERN_CACHE=${VKERN_CACHE:-$PWD/.vkcache}
 vk=$PWD/bin/vkern
-parts=${*:-bench defects}
+parts=${*:-exp2 verify-attn verify-attn-gpt2 defects verify-every}
 budget=${BUDGET:-560}
 start=$(date +%s)
 status=0
@@ -191,6 +198,26 @@ if wants bench && room 200 bench; then
   OUT=$out/bench timeout $(left) env MODELS=gpt2 bash bench/cuda-train-bench.sh --steps 30 --warmup 10 \
     > "$out/bench.txt" 2>&1 && table+=("bench: ok") || { status=1; table+=("bench: FAILED"); }
   tail -4 "$out/bench.txt"
+fi
+
+if wants exp2 && room 30 exp2; then
+  step "exp2f against ex2.approx.ftz, every float in [-126, 128]"
+  if nvcc -std=c++17 -O3 -arch=sm_90 -Ibench -o /tmp/exp2_check bench/exp2_check.cu > "$out/exp2-build.txt" 2>&1; then
+    run exp2 /tmp/exp2_check
+  else
+    status=1
+    table+=("exp2 build: FAILED")
+    tail -20 "$out/exp2-build.txt"
+  fi
+fi
+
+if wants verify-every && room 240 verify-every; then
+  step "vkern train --verify-every: char, then gpt2"
+  run verify-every-char "$vk" train --backend cuda --model char --data bin/corpus.txt --steps 20 --verify-every 5 \
+    --eval-every 1000 --sample 0 --out "$out/run-verify-char"
+  run verify-every-gpt2 "$vk" train --backend cuda --model gpt2 --data bin/corpus.txt --steps 10 --verify-every 10 \
+    --eval-every 1000 --sample 0 --out "$out/run-verify-gpt2"
+  rm -rf "$out/run-verify-char" "$out/run-verify-gpt2"
 fi
 
 if wants step && room 90 step; then
