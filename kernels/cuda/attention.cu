@@ -157,8 +157,10 @@
 //      call (2026-11-27), alternating builds: backward 0.4699 and 0.4705
 //      ms against 0.5675 and 0.5593 (1.20×) at 16x1024x768x12, 0.8759 and
 //      0.8833 against 1.0530 and 1.0508 (1.19×) at B = 32; the mma.sync
-//      backward (variant 3, the mask tests alone) 0.68 against 0.81 ms; the
-//      same bits as before on the lab's inputs; dkdv's 8 bytes of spills
+//      backward (variant 3, the mask tests alone) 0.68 against 0.81 ms;
+//      within each build the wgmma outputs equal the mma.sync ones (largest
+//      difference 0, as before; the lab printed no hashes yet, so base
+//      against new was not compared bit for bit); dkdv's 8 bytes of spills
 //      gone.
 //   10. exp2_tile: the backward's and the forward's exponentials of a
 //      tile as ex2.approx.ftz alone where every element of the warp is at
@@ -166,9 +168,12 @@
 //      H100 call (2026-11-27), alternating builds against variant 9: the
 //      Hopper backward 0.4538 and 0.4466 ms against 0.4737 and 0.4755
 //      (1.05×) at 16x1024x768x12, 0.8335 and 0.8451 against 0.8817 and
-//      0.8905 at B = 32; the forward unchanged (0.1323 and 0.1299 against
-//      0.1291 and 0.1296); vkern verify 70 of 70 on both paths and 10 of 10
-//      at 16x1024x768x12 (docs/attention-backward-h100/). y's bits differ
+//      0.8905 at B = 32; the forward about 1% slower in all four pairs
+//      (0.1323 and 0.1299 against 0.1291 and 0.1296 at B = 16, 0.2368 and
+//      0.2364 against 0.2335 and 0.2344 at B = 32), and the mma.sync
+//      backward 2% slower (0.6946 and 0.6953 against 0.6807 and 0.6815);
+//      vkern verify 70 of 70 on both paths and 10 of 10 at
+//      16x1024x768x12 (docs/attention-backward-h100/). y's bits differ
 //      from variant 9's (online_softmax says why); the exponentials' do
 //      not.
 #include <algorithm>
@@ -1331,19 +1336,20 @@ __device__ __forceinline__ void fragment_products(float (&x)[8][4], const uint32
 // back (round_scaled, add_scaled) by multiplying by 2^∓shift as a float,
 // where every row of the warp allows it. ldexpf, which the mma.sync kernels
 // keep, takes any exponent: ptxas makes it three multiplications an element
-// and the code that splits the exponent (288 FMULs of a warp's 1,424
-// instructions a tile pair in backward_dkdv_hopper, Nsight Compute,
+// and the code that splits the exponent (backward_dkdv_hopper executed 388
+// FMULs in a warp's 1,424 instructions a tile pair, Nsight Compute,
 // 2026-11-27). A multiplication by a power of two that is a float rounds
-// the exact product once, as ldexpf does, so the bits are the same
+// the exact product once, as ldexpf (0 ulps, the CUDA Math API's table)
+// does, and nvcc keeps subnormals (-ftz=false), so the bits are the same
 // (row_scale.cuh's pow2; kernels/testdata/row_scale_check.cc holds the
-// host's multiplication to ldexpf's bits for every such power).
+// host's multiplication to the host's ldexp for every such power).
 
-// fast_shifts says whether every row shift of the warp is at least −127, so
-// that 2^−shift and 2^shift are both floats (shift_for gives at most 113 for
-// a finite largest, and at least −163). Below −127 lie rows whose largest
-// |dS| is under 2⁻¹¹³; there the warp takes ldexpf.
+// fast_shifts says whether every row shift of the warp is at least
+// kFastShiftMin (−127), so that 2^−shift and 2^shift are both floats
+// (shift_for gives at most 114, at an infinity, and at least −163). Below
+// lie rows whose largest |dS| is under 2⁻¹¹³; there the warp takes ldexpf.
 __device__ __forceinline__ bool fast_shifts(const int (&shift)[2]) {
-  return __all_sync(0xffffffffu, shift[0] >= -127 && shift[1] >= -127);
+  return __all_sync(0xffffffffu, shift[0] >= vkern_scale::kFastShiftMin && shift[1] >= vkern_scale::kFastShiftMin);
 }
 
 // round_scaled is round_tile<true> for the Hopper kernels: the same

@@ -52,6 +52,12 @@ VKERN_SCALE_HD int shift_for(float largest) {
   return largest > 0.0f ? e - 15 : 0;
 }
 
+// kFastShiftMin is the least row shift for which attention.cu's
+// round_scaled and add_scaled multiply by pow2(∓shift) (fast_shifts): with
+// shift_for's largest, 114 (at an infinity), both powers lie in pow2's
+// range.
+constexpr int kFastShiftMin = -127;
+
 // pow2 is 2^n for n in [−149, 127]: exact, subnormal below −126. A
 // multiplication by it rounds the exact product once, as ldexpf does, so
 // x·pow2(n) has ldexpf(x, n)'s bits.

@@ -8,7 +8,8 @@
 //     and the extremes, and ldexp(x, −shift) lies in [2¹⁴, 2¹⁵) for x > 0;
 //     shift_for(0) is 0;
 //   - every shift round_scaled and add_scaled take their fast path for,
-//     [−127, 113], has both 2^shift and 2^−shift in pow2's range.
+//     kFastShiftMin up to shift_for(+Inf), has both 2^shift and 2^−shift
+//     exact (ldexp's bits, neither 0 nor infinite).
 // It prints {"checked": N, "bad": M} and exits 1 when M > 0 (the first few
 // failures on stderr).
 #include <cmath>
@@ -76,9 +77,16 @@ int main() {
   }
   ++checked;
   if (shift_for(from_bits(1)) != -163 || shift_for(from_bits(0x7f7fffff)) != 113) fail("shift_for's extremes", 0.0f, 0);
-  for (int s = -127; s <= 113; ++s) {
+  // Every shift the fast path takes, kFastShiftMin up to shift_for's
+  // largest (at an infinity), has both powers exact: 2^s and 2^−s as
+  // ldexp gives them.
+  const int most = shift_for(INFINITY);
+  for (int s = vkern_scale::kFastShiftMin; s <= most; ++s) {
     ++checked;
-    if (s < -149 || s > 127 || -s < -149 || -s > 127) fail("a fast shift outside pow2's range", 0.0f, s);
+    if (!same(pow2(s), std::ldexp(1.0f, s)) || !same(pow2(-s), std::ldexp(1.0f, -s)) || pow2(s) == 0.0f ||
+        pow2(-s) == 0.0f || std::isinf(pow2(s)) || std::isinf(pow2(-s))) {
+      fail("a fast shift whose power is not a float", 0.0f, s);
+    }
   }
 
   std::printf("{\"checked\": %ld, \"bad\": %ld}\n", checked, bad);
