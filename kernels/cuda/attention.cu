@@ -221,7 +221,6 @@ struct Heads {
   __host__ __device__ int64_t head_count() const { return B * H; }
 };
 
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += VK_SHFL_XOR(v, o);
@@ -591,21 +590,28 @@ __device__ __forceinline__ void scores_held(const uint32_t (&a)[DP / 16][4], con
   }
 }
 
-// round_tile turns a warp's 16 × 64 accumulator tile x (8 n-tiles of 8
-// columns), each row r of the thread (g, g + 8) scaled by 2^−shift[r] when
-// kShift, into the f16 A fragments of the four 16-column k-steps (n-tiles
-// 2k and 2k + 1 make k-step k), each element rounded once to nearest.
-template <bool kShift>
-__device__ __forceinline__ void round_tile(const float (&x)[8][4], const int (&shift)[2], uint32_t (&a)[4][4]) {
+// round_rows turns a warp's 16 × 64 accumulator tile x (8 n-tiles of 8
+// columns) into the f16 A fragments of the four 16-column k-steps (n-tiles
+// 2k and 2k + 1 make k-step k), each element v of the thread's row r (g,
+// g + 8) taken as scale(v, r) and rounded once to nearest.
+template <class Scale>
+__device__ __forceinline__ void round_rows(const float (&x)[8][4], Scale scale, uint32_t (&a)[4][4]) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float(&n)[4] = x[2 * k + half];
-      a[k][2 * half] = pack_f16(scaled<kShift>(n[0], -shift[0]), scaled<kShift>(n[1], -shift[0]));
-      a[k][2 * half + 1] = pack_f16(scaled<kShift>(n[2], -shift[1]), scaled<kShift>(n[3], -shift[1]));
+      a[k][2 * half] = pack_f16(scale(n[0], 0), scale(n[1], 0));
+      a[k][2 * half + 1] = pack_f16(scale(n[2], 1), scale(n[3], 1));
     }
   }
+}
+
+// round_tile is round_rows with each row r scaled by 2^−shift[r] when
+// kShift (ldexpf), and as it is otherwise.
+template <bool kShift>
+__device__ __forceinline__ void round_tile(const float (&x)[8][4], const int (&shift)[2], uint32_t (&a)[4][4]) {
+  round_rows(x, [&](float v, int r) { return scaled<kShift>(v, -shift[r]); }, a);
 }
 
 // row_shift sets shift[r] so that the largest |x| of the thread's row r
@@ -1361,15 +1367,7 @@ __device__ __forceinline__ void round_scaled(const float (&x)[8][4], const int (
     return;
   }
   const float f[2] = {pow2(-shift[0]), pow2(-shift[1])};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float(&n)[4] = x[2 * k + half];
-      a[k][2 * half] = pack_f16(__fmul_rn(n[0], f[0]), __fmul_rn(n[1], f[0]));
-      a[k][2 * half + 1] = pack_f16(__fmul_rn(n[2], f[1]), __fmul_rn(n[3], f[1]));
-    }
-  }
+  round_rows(x, [&](float v, int r) { return __fmul_rn(v, f[r]); }, a);
 }
 
 // add_scaled adds part, each row r of the thread scaled by 2^shift[r]
@@ -1414,7 +1412,7 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
   const uint32_t stage_addr = vkern_mma::smem_addr(stages);
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
     int64_t kt, bh;
-    vkern_tiles::tile_item(item, a.head_count(), a.group, tiles, &kt, &bh);
+    vkern_tiles::tile_item(item, heads, a.group, tiles, &kt, &bh);
     const int64_t b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;
     const __half* dy_base = dy + b * a.T * a.C + h * a.D;
@@ -1512,7 +1510,7 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
   const uint32_t stage_addr = vkern_mma::smem_addr(stages);
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
     int64_t rank, bh;
-    vkern_tiles::tile_item(item, a.head_count(), a.group, tiles, &rank, &bh);
+    vkern_tiles::tile_item(item, heads, a.group, tiles, &rank, &bh);
     const int64_t qt = tiles - 1 - rank, b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;
     // kv_copy starts the copy of key tile kt's keys and values into stage st.
@@ -1593,7 +1591,7 @@ __global__ void __launch_bounds__(kThreads, kHopperForwardMinBlocks)
   const uint32_t q_addr = vkern_mma::smem_addr(qs), stage_addr = vkern_mma::smem_addr(stages);
   for (int64_t item = blockIdx.x; item < heads * tiles; item += gridDim.x) {
     int64_t rank, bh;
-    vkern_tiles::tile_item(item, a.head_count(), a.group, tiles, &rank, &bh);
+    vkern_tiles::tile_item(item, heads, a.group, tiles, &rank, &bh);
     const int64_t qt = tiles - 1 - rank, b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;  // q of token 0; k at + C, v at + 2C
     // kv_copy starts the copy of key tile kt's keys and values into stage st.
