@@ -151,12 +151,7 @@ func includeReads(files map[string][]byte, units []string) (reads map[string][]s
 				}
 			}
 		}
-		r := make([]string, 0, len(seen))
-		for p := range seen {
-			r = append(r, p)
-		}
-		sort.Strings(r)
-		reads[u] = r
+		reads[u] = slices.Sorted(maps.Keys(seen))
 	}
 	return reads, true
 }
