@@ -114,6 +114,23 @@ run() {
   tail -15 "$out/$name.txt"
 }
 wants() { [[ " $parts " == *" $1 "* ]]; }
+# lab_build SRC OUT [FLAG…]: the attention lab from the kernel sources in
+# SRC (bench/labsrc's output) to OUT, ptxas's report in
+# $out/<OUT's base name>-build.txt; a stale OUT (a warm machine keeps
+# /tmp) is removed first.
+lab_build() {
+  local src=$1 bin=$2
+  shift 2
+  rm -f "$bin"
+  nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I"$src" "$@" -o "$bin" \
+    bench/attention_lab.cu > "$out/$(basename "$bin")-build.txt" 2>&1
+}
+# lab_registers OUT PATTERN PREFIX: ptxas's registers and spills of OUT's
+# kernels whose names match PATTERN, each line after PREFIX.
+lab_registers() {
+  grep -A3 -E "Compiling entry function.*($2)" "$out/$(basename "$1")-build.txt" | grep -E "entry|registers|spill" |
+    sed -E "s/^/$3: /; s/Compiling entry function '_ZN[^']*($2)[^']*'/\1/"
+}
 
 step device
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -122,37 +139,29 @@ run build "$vk" build --backend cuda || true
 
 if wants lab && room 150 lab; then
   step "attention lab"
-  if nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -Ibin/labsrc -o /tmp/attention_lab \
-    bench/attention_lab.cu > "$out/lab-build.txt" 2>&1; then
-    grep -A3 -E "Compiling entry function.*(hopper|dkdv_mma|dq_mma|forward_mma)" "$out/lab-build.txt" | grep -E "entry|registers|spill"
+  if lab_build bin/labsrc /tmp/attention_lab; then
+    lab_registers /tmp/attention_lab "hopper|dkdv_mma|dq_mma|forward_mma" lab
     run lab-gpt2 /tmp/attention_lab
     run lab-d48 /tmp/attention_lab 2 129 96 2
     run lab-t300 /tmp/attention_lab 1 300 128 2
   else
     status=1
     table+=("lab build: FAILED")
-    tail -30 "$out/lab-build.txt"
+    tail -30 "$out/attention_lab-build.txt"
   fi
 fi
 if wants labab && room 200 labab; then
   step "attention lab: base against new"
-  lab_build() {
-    nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I"$1" -o "$2" bench/attention_lab.cu
-  }
-  rm -f /tmp/lab-base /tmp/lab-new  # a warm machine may hold an earlier call's
-  lab_build bin/labsrc-base /tmp/lab-base > "$out/labab-build-base.txt" 2>&1 &
+  lab_build bin/labsrc-base /tmp/lab-base &
   base_pid=$!
-  lab_build bin/labsrc /tmp/lab-new > "$out/labab-build-new.txt" 2>&1 &
+  lab_build bin/labsrc /tmp/lab-new &
   new_pid=$!
   built=1
   wait $base_pid || built=0
   wait $new_pid || built=0
   if (( built )); then
     labab_ok=1
-    for v in base new; do
-      grep -A3 -E "Compiling entry function.*hopper" "$out/labab-build-$v.txt" | grep -E "entry|registers|spill" |
-        sed -E "s/^/$v: /; s/Compiling entry function '_ZN[^']*(forward_hopper|backward_dkdv_hopper|backward_dq_hopper)[^']*'/\1/"
-    done
+    for v in base new; do lab_registers /tmp/lab-$v "forward_hopper|backward_dkdv_hopper|backward_dq_hopper" $v; done
     # Each Hopper kernel's loads in its SASS: generic (LD), shared (LDS),
     # local (LDL), and its MUFU.EX2 and FMUL instructions.
     for v in base new; do
@@ -179,7 +188,7 @@ if wants labab && room 200 labab; then
   else
     status=1
     table+=("labab build: FAILED")
-    tail -20 "$out/labab-build-base.txt" "$out/labab-build-new.txt"
+    tail -20 "$out/lab-base-build.txt" "$out/lab-new-build.txt"
   fi
 fi
 if wants verify-attn && room 60 verify-attn; then
@@ -321,22 +330,15 @@ fi
 
 if wants ncu && room 240 ncu; then
   step "attention under Nsight Compute"
-  nvcc_lab() {
-    nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -Ibin/labsrc "$@" bench/attention_lab.cu
-  }
-  rm -f /tmp/lab3 /tmp/lab2  # a warm machine may hold an earlier call's
-  nvcc_lab -o /tmp/lab3 > "$out/ncu-build3.txt" 2>&1 &
+  lab_build bin/labsrc /tmp/lab3 &
   pid3=$!
-  nvcc_lab -DVKERN_ATTENTION_HOPPER_MIN_BLOCKS=2 -o /tmp/lab2 > "$out/ncu-build2.txt" 2>&1 &
+  lab_build bin/labsrc /tmp/lab2 -DVKERN_ATTENTION_HOPPER_MIN_BLOCKS=2 &
   pid2=$!
   built=1
   wait $pid3 || built=0
   wait $pid2 || built=0
   if (( built )); then
-    for f in 3 2; do
-      grep -A3 -E "Compiling entry function.*hopper" "$out/ncu-build$f.txt" | grep -E "entry|registers|spill" |
-        sed "s/^/min-blocks $f: /"
-    done
+    for f in 3 2; do lab_registers /tmp/lab$f "forward_hopper|backward_dkdv_hopper|backward_dq_hopper" "min-blocks $f"; done
     run lab-min3 /tmp/lab3
     run lab-min2 /tmp/lab2
     for k in forward_hopper backward_dkdv_hopper backward_dq_hopper; do
@@ -353,7 +355,7 @@ if wants ncu && room 240 ncu; then
   else
     status=1
     table+=("ncu lab build: FAILED")
-    tail -20 "$out/ncu-build3.txt" "$out/ncu-build2.txt"
+    tail -20 "$out/lab3-build.txt" "$out/lab2-build.txt"
   fi
 fi
 
