@@ -26,8 +26,9 @@
 #             errors in ulps and relative (the oracle's u = 2⁻²³; exit 1
 #             above 2u), and how many inputs the two differ on
 #   verify-every  vkern train --verify-every on real runs: char, 20 steps,
-#             every 5th step's calls checked against the float64 oracles;
-#             gpt2, 10 steps, the 10th checked (sampled where large)
+#             steps 0, 5, 10 and 15 checked against the float64 oracles;
+#             gpt2, 10 steps, step 0 checked (sampled where large; about
+#             280 s at that size)
 #   step      the whole-step check on cuda (gpt's TestAStepOnCUDA…): the
 #             in-place layernorm_grad, the overwriting linear_grad_w and
 #             the two fills against the float64 model
@@ -75,9 +76,8 @@
 #   go run ./bench/labsrc bin/labsrc (the lab parts), and bin/labsrc-base
 #   (labab, above)
 # then, with bin/ carried: bash bench/cuda-pending.sh [parts]. The default
-# parts (exp2 verify-attn verify-attn-gpt2 defects) are what attention's
-# variant 10 still owes; verify-every, the rest of it, needs a call of its
-# own. Logs under $OUT; the table last.
+# parts (exp2 verify-attn verify-attn-gpt2 defects) are what a new attention
+# variant owes; verify-every, the rest of it, needs a call of its own. Logs under $OUT; the table last.
 set -uo pipefail
 out=${OUT:-/tmp/vkern-out}
 mkdir -p "$out"
