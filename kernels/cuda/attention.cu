@@ -21,7 +21,8 @@
 //     warp's first row (a warp skips key tiles wholly after its rows), an
 //     online softmax (running max, rescales by exp2(m_old − m_new)), and O +=
 //     P·V with P rounded once to f16. The row sums l add P in f32.
-//   * backward: row_dots writes D = dy·y per row (f32 scratch); then
+//   * backward: row_dots writes D = dy·y and lse₂ = lse·log₂e per row (f32
+//     scratch); then
 //     backward_dkdv_mma, one block per key tile (the first, heaviest, first),
 //     walks the query tiles i ≥ j and keeps dk, dv in registers: Sᵀ = K·Qᵀ,
 //     dPᵀ = V·dYᵀ, P = exp2(s₂ − lse₂), dS = P(dP − D), dv += Pᵀ·dY, dk +=
@@ -63,8 +64,8 @@
 // outputs are rounded once (__float2half_rn).
 //
 // Scratch (rows.cuh's ScratchBuffer, kept between calls): a 16-byte flag
-// word, and for attention_grad 4·B·H·T bytes of D. cudaErrorMemoryAllocation
-// when it cannot be had.
+// word, and for attention_grad 8·B·H·T bytes of D and lse₂.
+// cudaErrorMemoryAllocation when it cannot be had.
 //
 // Variants (at 16x1024x768x12 on an H100, against PyTorch's
 // scaled_dot_product_attention in the math backend, f32, and its flash
@@ -176,6 +177,19 @@
 //      16x1024x768x12 (docs/attention-backward-h100/). y's bits differ
 //      from variant 9's (online_softmax says why); the exponentials' do
 //      not.
+//   11. the Hopper kernels' accumulators that wgmma overwrites (S, dP, and
+//      the scaled dS products) given no zeros first (wgmma_m64n64k16_set,
+//      wgmma_m64n64k16_rs_set); add_scaled's fast path one fused
+//      multiply-add an element; lse₂ = lse·log₂e formed once a row by
+//      row_dots instead of once a tile pair by each backward kernel. The
+//      same bits in the lab (every output's hash equal to variant 10's);
+//      lab, one H100 call (2026-11-27), alternating builds: the Hopper
+//      backward 0.4405 and 0.4385 ms against 0.4530 and 0.4556 (1.03×) at
+//      16x1024x768x12, 0.8171 and 0.8205 against 0.8446 and 0.8514 (1.04×)
+//      at B = 32; the mma.sync backward 0.676 and 0.679 against 0.692 and
+//      0.697; the forward unchanged (0.130). Against SDPA in the same call:
+//      attention_grad 0.4382 ms, the flash backend 0.4408 (1.006×), cuDNN
+//      0.3560; attention 0.1309, flash 0.1363 (1.041×).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -247,9 +261,12 @@ __device__ __forceinline__ bool special_halves(uint32_t w) {
 // b·T + t, one thread per (row, head), in column order: 16-byte loads when
 // vec8 (D, C multiples of 8, 16-byte aligned bases). With flag (the
 // tensor-core route), it also sets *flag when any value of dy, y or lse is
-// an infinity or a NaN: every one passes through here once.
+// an infinity or a NaN: every one passes through here once; and writes
+// lse2 = lse·log₂e (rounded once, as the kernels formed it from lse before)
+// for the tensor-core kernels, which take P = exp2(s·α₂ − lse₂).
 __global__ void row_dots(const __half* __restrict__ dy, const __half* __restrict__ y, const float* __restrict__ lse,
-                         float* __restrict__ dsum, Heads a, bool vec8, unsigned* __restrict__ flag) {
+                         float* __restrict__ dsum, float* __restrict__ lse2, Heads a, bool vec8,
+                         unsigned* __restrict__ flag) {
   const int64_t n = a.B * a.T * a.H;
   bool found = false;
   for (int64_t idx = blockIdx.x * int64_t{kThreads} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * kThreads) {
@@ -279,7 +296,11 @@ __global__ void row_dots(const __half* __restrict__ dy, const __half* __restrict
     }
     const int64_t b = row / a.T, t = row % a.T, at = (b * a.H + h) * a.T + t;
     dsum[at] = sum;
-    if (flag != nullptr) found = found || (__float_as_uint(lse[at]) & 0x7f800000u) == 0x7f800000u;
+    if (flag != nullptr) {
+      const float l = lse[at];
+      found = found || (__float_as_uint(l) & 0x7f800000u) == 0x7f800000u;
+      lse2[at] = l * kLog2e;
+    }
   }
   if (flag != nullptr && found) atomicOr(flag, 1u);
 }
@@ -908,15 +929,15 @@ __global__ void __launch_bounds__(32 * W, kForwardMinBlocks)
 // key_probabilities sets P = exp2(s₂ − lse₂) in the backward_dkdv kernels'
 // Sᵀ tile x (rows keys, columns queries), 0 for a pair whose query comes
 // before its key (on the diagonal tile) or lies past T (valid queries);
-// lse holds the tile's 64 queries' lse.
+// lse2 holds the tile's 64 queries' lse₂ (row_dots).
 __device__ __forceinline__ void key_probabilities(float (&x)[8][4], bool diagonal, int valid, int warp, int lane,
-                                                  float scale2, const float* lse) {
+                                                  float scale2, const float* lse2) {
   const int g = lane / 4, t = lane % 4, k0 = warp * 16 + g;  // the thread's first key, in the tile
   if (!diagonal && valid == kTile) {  // every pair of the tile is formed: no test an element
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) x[n][e] = fmaf(x[n][e], scale2, -lse[n * 8 + 2 * t + (e & 1)] * kLog2e);
+      for (int e = 0; e < 4; ++e) x[n][e] = fmaf(x[n][e], scale2, -lse2[n * 8 + 2 * t + (e & 1)]);
     }
     exp2_tile(x);
     return;
@@ -927,7 +948,7 @@ __device__ __forceinline__ void key_probabilities(float (&x)[8][4], bool diagona
     for (int e = 0; e < 4; ++e) {
       const int col = n * 8 + 2 * t + (e & 1);
       const bool pair = (!diagonal || col >= k0 + 8 * (e / 2)) && col < valid;
-      x[n][e] = pair ? exp2f(fmaf(x[n][e], scale2, -lse[col] * kLog2e)) : 0.0f;
+      x[n][e] = pair ? exp2f(fmaf(x[n][e], scale2, -lse2[col])) : 0.0f;
     }
   }
 }
@@ -986,7 +1007,7 @@ __device__ __forceinline__ void query_ds(float (&dp)[8][4], const float (&p)[8][
 // pair pair_index(i, j) of head bh at bh·pairs.
 template <int DP, bool kStoreDS>
 __global__ void __launch_bounds__(kThreads)
-    backward_dkdv_mma(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse,
+    backward_dkdv_mma(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse2,
                       const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale, float scale2,
                       bool vec8, unsigned* __restrict__ flag, __half* __restrict__ ds_out,
                       int* __restrict__ shifts_out) {
@@ -994,7 +1015,7 @@ __global__ void __launch_bounds__(kThreads)
   __trap();
 #else
   using S = TileShape<DP>;
-  constexpr int kStage = 2 * S::kHalves * 2 + 2 * kTile * 4;  // bytes: q, dy, lse, D
+  constexpr int kStage = 2 * S::kHalves * 2 + 2 * kTile * 4;  // bytes: q, dy, lse₂, D
   extern __shared__ uint4 attention_shared[];
   __half* ks = reinterpret_cast<__half*>(attention_shared);
   __half* vs = ks + S::kHalves;
@@ -1007,7 +1028,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t kt = item / heads, bh = item % heads, b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;
     const __half* dy_base = dy + b * a.T * a.C + h * a.D;
-    const float* lse_bh = lse + bh * a.T;
+    const float* lse2_bh = lse2 + bh * a.T;
     const float* dsum_bh = dsum + bh * a.T;
     // stage_copy starts the copy of query tile qt's rows into stage st.
     auto stage_copy = [&](int64_t qt, int st) {
@@ -1015,7 +1036,7 @@ __global__ void __launch_bounds__(kThreads)
       copy_rows<DP, kTile, kThreads>(reinterpret_cast<__half*>(p), base, width, qt * kTile, a.T, D, vec8);
       copy_rows<DP, kTile, kThreads>(reinterpret_cast<__half*>(p) + S::kHalves, dy_base, C, qt * kTile, a.T, D, vec8);
       float* rows = reinterpret_cast<float*>(p + 2 * S::kHalves * 2);
-      copy_floats(rows, lse_bh, qt * kTile, a.T);
+      copy_floats(rows, lse2_bh, qt * kTile, a.T);
       copy_floats(rows + kTile, dsum_bh, qt * kTile, a.T);
     };
     __syncthreads();  // the last item's reads of every tile are done
@@ -1034,8 +1055,8 @@ __global__ void __launch_bounds__(kThreads)
       const char* p = stages + st * kStage;
       const __half* qs = reinterpret_cast<const __half*>(p);
       const __half* gs = qs + S::kHalves;
-      const float* lse_s = reinterpret_cast<const float*>(p + 2 * S::kHalves * 2);
-      const float* ds = lse_s + kTile;
+      const float* lse2_s = reinterpret_cast<const float*>(p + 2 * S::kHalves * 2);
+      const float* ds = lse2_s + kTile;
       const bool diagonal = qt == kt;
       if (diagonal) {
         flag_specials<DP, kTile, kThreads>(ks, flag);
@@ -1051,7 +1072,7 @@ __global__ void __launch_bounds__(kThreads)
       float p_t[8][4] = {}, dp[8][4] = {};  // Pᵀ and dPᵀ, then dSᵀ: rows keys, columns queries
       scores_held<DP>(ka, qs, lane, p_t);
       scores_held<DP>(va, gs, lane, dp);
-      key_probabilities(p_t, diagonal, valid, warp, lane, scale2, lse_s);
+      key_probabilities(p_t, diagonal, valid, warp, lane, scale2, lse2_s);
       key_ds(dp, p_t, lane, ds);
       uint32_t fa[4][4];
       round_tile<false>(p_t, no_shift, fa);
@@ -1082,7 +1103,7 @@ __global__ void __launch_bounds__(kThreads)
 // A fragments stay in registers.
 template <int DP>
 __global__ void __launch_bounds__(kThreads)
-    backward_dq_mma(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse,
+    backward_dq_mma(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse2,
                     const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale, float scale2,
                     bool vec8) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -1105,10 +1126,10 @@ __global__ void __launch_bounds__(kThreads)
     copy_kv<DP, kThreads>(stages, base, C, width, 0, a.T, D, vec8);
     cp_async_commit();
     const int64_t row[2] = {qt * kTile + warp * 16 + g, qt * kTile + warp * 16 + g + 8};
-    float lse2[2], d[2];
+    float l2[2], d[2];  // the thread's rows' lse₂ and D
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      lse2[r] = row[r] < a.T ? lse[bh * a.T + row[r]] * kLog2e : 0.0f;
+      l2[r] = row[r] < a.T ? lse2[bh * a.T + row[r]] : 0.0f;
       d[r] = row[r] < a.T ? dsum[bh * a.T + row[r]] : 0.0f;
     }
     uint32_t qa[DP / 16][4], ga[DP / 16][4];
@@ -1129,7 +1150,7 @@ __global__ void __launch_bounds__(kThreads)
       float p[8][4] = {}, dp[8][4] = {};  // P and dP, then dS
       scores_held<DP>(qa, ks, lane, p);
       scores_held<DP>(ga, vs, lane, dp);
-      query_probabilities(p, kt == qt, warp, lane, scale2, lse2);
+      query_probabilities(p, kt == qt, warp, lane, scale2, l2);
       query_ds(dp, p, d);
       int shift[2];
       row_shift(dp, shift);
@@ -1238,6 +1259,8 @@ using vkern_wgmma::wgmma_commit;
 using vkern_wgmma::wgmma_fence;
 using vkern_wgmma::wgmma_m64n64k16;
 using vkern_wgmma::wgmma_m64n64k16_rs;
+using vkern_wgmma::wgmma_m64n64k16_rs_set;
+using vkern_wgmma::wgmma_m64n64k16_set;
 using vkern_wgmma::wgmma_wait;
 
 constexpr int kSwTile = kTile * 128;  // bytes of a swizzled tile: 64 rows of 64 halves
@@ -1321,21 +1344,29 @@ __device__ __forceinline__ void keep_fragments(uint32_t (&a)[4][4]) {
 }
 
 // tile_products: x = A·Bᵀ over 64 columns, A and B swizzled 64-row tiles read
-// K-major (S = Q·Kᵀ, Sᵀ = K·Qᵀ and the dP likewise); not waited for.
+// K-major (S = Q·Kᵀ, Sᵀ = K·Qᵀ and the dP likewise); not waited for. x's
+// old value is not read: it needs none.
 __device__ __forceinline__ void tile_products(float (&x)[8][4], uint32_t a, uint32_t b) {
   const uint64_t da = smem_desc(a, 16, 1024), db = smem_desc(b, 16, 1024);
+  wgmma_m64n64k16_set<0, 0>(flat(x), da, db);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16<0, 0>(flat(x), da + 2 * kk, db + 2 * kk, kk);
+  for (int kk = 1; kk < 4; ++kk) wgmma_m64n64k16<0, 0>(flat(x), da + 2 * kk, db + 2 * kk, 1);
 }
 
 // fragment_products: x (+)= F·B, F the 64 × 64 A fragments (f) and B a
 // swizzled tile read MN-major (its rows the sum's index: queries for dv and
-// dk, keys for dq); not waited for. accumulate = 0 overwrites x.
-__device__ __forceinline__ void fragment_products(float (&x)[8][4], const uint32_t (&f)[4][4], uint32_t b,
-                                                  int accumulate) {
+// dk, keys for dq); not waited for. kAccumulate false overwrites x without
+// reading it.
+template <bool kAccumulate>
+__device__ __forceinline__ void fragment_products(float (&x)[8][4], const uint32_t (&f)[4][4], uint32_t b) {
   const uint64_t db = smem_desc(b, 8192, 1024);
+  if constexpr (kAccumulate) {
+    wgmma_m64n64k16_rs<1>(flat(x), f[0], db, 1);
+  } else {
+    wgmma_m64n64k16_rs_set<1>(flat(x), f[0], db);
+  }
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16_rs<1>(flat(x), f[kk], db + 128 * kk, accumulate | kk);
+  for (int kk = 1; kk < 4; ++kk) wgmma_m64n64k16_rs<1>(flat(x), f[kk], db + 128 * kk, 1);
 }
 
 // The Hopper kernels scale dS's rows into f16's range and their products
@@ -1370,10 +1401,16 @@ __device__ __forceinline__ void round_scaled(const float (&x)[8][4], const int (
   round_rows(x, [&](float v, int r) { return __fmul_rn(v, f[r]); }, a);
 }
 
-// add_scaled adds part, each row r of the thread scaled by 2^shift[r]
-// (exact, or rounded once where the result is subnormal), to x: a product
-// of round_scaled's fragments scaled back. __fmul_rn keeps the
-// multiplication and the addition apart (not fused), as with ldexpf.
+// add_scaled adds part, each row r of the thread scaled by 2^shift[r], to
+// x: a product of round_scaled's fragments scaled back. Where fast_shifts
+// allows, each element takes one fused multiply-add, which rounds the exact
+// part·2^shift + x once: wherever the scaled term is normal (and finite)
+// it is exact, so these are the bits of the unfused multiplication and
+// addition (ldexpf's path, below); where it is subnormal (a row whose
+// products are under 2⁻¹²⁶) the unfused form would round it first, and the
+// fused one, nearer the exact sum, is within the same bound, which takes
+// each addition of the sum as one rounding in any order
+// (oracle/attention.go).
 __device__ __forceinline__ void add_scaled(float (&x)[8][4], const float (&part)[8][4], const int (&shift)[2]) {
   if (!fast_shifts(shift)) {
 #pragma unroll
@@ -1387,7 +1424,7 @@ __device__ __forceinline__ void add_scaled(float (&x)[8][4], const float (&part)
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) x[n][e] += __fmul_rn(part[n][e], f[e / 2]);
+    for (int e = 0; e < 4; ++e) x[n][e] = __fmaf_rn(part[n][e], f[e / 2], x[n][e]);
   }
 }
 
@@ -1395,7 +1432,7 @@ __device__ __forceinline__ void add_scaled(float (&x)[8][4], const float (&part)
 // dv += Pᵀ·dY is issued as soon as P is rounded and runs while dS is
 // formed.
 __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
-    backward_dkdv_hopper(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse,
+    backward_dkdv_hopper(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse2,
                          const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale,
                          float scale2, unsigned* __restrict__ flag) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1403,7 +1440,7 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
   unsigned char* const ks = align_swizzle(attention_shared);
   unsigned char* const vs = ks + kSwTile;
   unsigned char* const stages = vs + kSwTile;  // stage s: q at 2s·kSwTile, dy after it
-  float* const stage_rows = reinterpret_cast<float*>(stages + 4 * kSwTile);  // stage s: lse at 2s·kTile, D after it
+  float* const stage_rows = reinterpret_cast<float*>(stages + 4 * kSwTile);  // stage s: lse₂ at 2s·kTile, D after it
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int width = static_cast<int>(3 * a.C), C = static_cast<int>(a.C), D = static_cast<int>(a.D);
   const int64_t tiles = ceil_div(a.T, kTile), heads = a.head_count();
@@ -1416,13 +1453,13 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
     const int64_t b = bh / a.H, h = bh % a.H;
     const __half* base = qkv + b * a.T * width + h * a.D;
     const __half* dy_base = dy + b * a.T * a.C + h * a.D;
-    const float* lse_bh = lse + bh * a.T;
+    const float* lse2_bh = lse2 + bh * a.T;
     const float* dsum_bh = dsum + bh * a.T;
     // stage_copy starts the copy of query tile qt's rows into stage st.
     auto stage_copy = [&](int64_t qt, int st) {
       copy_rows_sw(stages + 2 * st * kSwTile, base, width, qt * kTile, a.T, D);
       copy_rows_sw(stages + (2 * st + 1) * kSwTile, dy_base, C, qt * kTile, a.T, D);
-      copy_floats(stage_rows + 2 * st * kTile, lse_bh, qt * kTile, a.T);
+      copy_floats(stage_rows + 2 * st * kTile, lse2_bh, qt * kTile, a.T);
       copy_floats(stage_rows + (2 * st + 1) * kTile, dsum_bh, qt * kTile, a.T);
     };
     __syncthreads();  // the last item's reads of every tile are done
@@ -1441,15 +1478,15 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
       __syncthreads();
       const unsigned char* qs = stages + 2 * st * kSwTile;
       const uint32_t q_addr = stage_addr + 2 * st * kSwTile, g_addr = q_addr + kSwTile;
-      const float* lse_s = stage_rows + 2 * st * kTile;
-      const float* ds = lse_s + kTile;
+      const float* lse2_s = stage_rows + 2 * st * kTile;
+      const float* ds = lse2_s + kTile;
       const bool diagonal = qt == kt;
       if (diagonal) {
         flag_tile(ks, flag);
         flag_tile(vs, flag);
         flag_tile(qs, flag);  // query tile kt's q, once
       }
-      float p_t[8][4] = {}, dp[8][4] = {};  // Pᵀ and dPᵀ, then dSᵀ: rows keys, columns queries
+      float p_t[8][4], dp[8][4];  // Pᵀ and dPᵀ, then dSᵀ: rows keys, columns queries (set by tile_products)
       wgmma_fence();
       tile_products(p_t, k_addr, q_addr);
       wgmma_commit();
@@ -1458,22 +1495,22 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
       wgmma_wait<1>();  // Sᵀ is done: P is formed while dPᵀ's products run
       fence_registers(flat(p_t));
       const int valid = a.T - qt * kTile < kTile ? static_cast<int>(a.T - qt * kTile) : kTile;
-      key_probabilities(p_t, diagonal, valid, warp, lane, scale2, lse_s);
+      key_probabilities(p_t, diagonal, valid, warp, lane, scale2, lse2_s);
       uint32_t fp[4][4];
       round_tile<false>(p_t, no_shift, fp);
       wgmma_wait<0>();
       fence_registers(flat(dp));
       wgmma_fence();
-      fragment_products(dv, fp, g_addr, 1);  // dv += Pᵀ·dY, while dS is formed
+      fragment_products<true>(dv, fp, g_addr);  // dv += Pᵀ·dY, while dS is formed
       wgmma_commit();
       key_ds(dp, p_t, lane, ds);
       int shift[2];
       row_shift(dp, shift);
       uint32_t fd[4][4];
       round_scaled(dp, shift, fd);
-      float part[8][4] = {};
+      float part[8][4];  // set by fragment_products
       wgmma_fence();
-      fragment_products(part, fd, q_addr, 0);  // (2^−shift·dSᵀ)·Q
+      fragment_products<false>(part, fd, q_addr);  // (2^−shift·dSᵀ)·Q
       wgmma_commit();
       wgmma_wait<0>();
       keep_fragments(fp);
@@ -1495,7 +1532,7 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
 
 // backward_dq_hopper is backward_dq_mma on wgmma.
 __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
-    backward_dq_hopper(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse,
+    backward_dq_hopper(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse2,
                        const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale,
                        float scale2) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1524,10 +1561,10 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
     kv_copy(0, 0);
     cp_async_commit();
     const int64_t row[2] = {qt * kTile + warp * 16 + g, qt * kTile + warp * 16 + g + 8};
-    float lse2[2], d[2];
+    float l2[2], d[2];  // the thread's rows' lse₂ and D
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      lse2[r] = row[r] < a.T ? lse[bh * a.T + row[r]] * kLog2e : 0.0f;
+      l2[r] = row[r] < a.T ? lse2[bh * a.T + row[r]] : 0.0f;
       d[r] = row[r] < a.T ? dsum[bh * a.T + row[r]] : 0.0f;
     }
     float dq[8][4] = {};
@@ -1539,7 +1576,7 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
       async_visible();
       __syncthreads();
       const uint32_t k_addr = stage_addr + 2 * st * kSwTile, v_addr = k_addr + kSwTile;
-      float p[8][4] = {}, dp[8][4] = {};  // P and dP, then dS
+      float p[8][4], dp[8][4];  // P and dP, then dS (set by tile_products)
       wgmma_fence();
       tile_products(p, q_addr, k_addr);
       wgmma_commit();
@@ -1547,7 +1584,7 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
       wgmma_commit();
       wgmma_wait<1>();  // S is done: P is formed while dP's products run
       fence_registers(flat(p));
-      query_probabilities(p, kt == qt, warp, lane, scale2, lse2);
+      query_probabilities(p, kt == qt, warp, lane, scale2, l2);
       wgmma_wait<0>();
       fence_registers(flat(dp));
       query_ds(dp, p, d);
@@ -1555,9 +1592,9 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
       row_shift(dp, shift);
       uint32_t fd[4][4];
       round_scaled(dp, shift, fd);
-      float part[8][4] = {};
+      float part[8][4];  // set by fragment_products
       wgmma_fence();
-      fragment_products(part, fd, k_addr, 0);  // (2^−shift·dS)·K
+      fragment_products<false>(part, fd, k_addr);  // (2^−shift·dS)·K
       wgmma_commit();
       wgmma_wait<0>();
       keep_fragments(fd);
@@ -1619,7 +1656,7 @@ __global__ void __launch_bounds__(kThreads, kHopperForwardMinBlocks)
         flag_tile(stages + 2 * st * kSwTile, flag);
         flag_tile(stages + (2 * st + 1) * kSwTile, flag);
       }
-      float s[8][4] = {};
+      float s[8][4];  // S: tile_products sets it
       wgmma_fence();
       tile_products(s, q_addr, k_addr);
       wgmma_commit();
@@ -1630,7 +1667,7 @@ __global__ void __launch_bounds__(kThreads, kHopperForwardMinBlocks)
       uint32_t pa[4][4];
       round_tile<false>(s, no_shift, pa);
       wgmma_fence();
-      fragment_products(o, pa, v_addr, 1);  // O += P·V
+      fragment_products<true>(o, pa, v_addr);  // O += P·V
       wgmma_commit();
       wgmma_wait<0>();
       keep_fragments(pa);
@@ -1708,7 +1745,7 @@ cudaError_t launch_forward_mma(const __half* qkv, __half* y, float* lse, Heads a
 // backward_dkdv_mma stores in ds and shifts when they are not null
 // (backward_dq_stored).
 template <int DP>
-cudaError_t launch_backward_mma(const __half* dy, const __half* qkv, const float* lse, const float* dsum,
+cudaError_t launch_backward_mma(const __half* dy, const __half* qkv, const float* lse2, const float* dsum,
                                 __half* dqkv, Heads a, float scale, float scale2, bool vec8, unsigned* flag,
                                 __half* ds, int* shifts, int device, cudaStream_t s) {
   const unsigned grid = grid_for(a.head_count() * ceil_div(a.T, kTile));
@@ -1717,7 +1754,7 @@ cudaError_t launch_backward_mma(const __half* dy, const __half* qkv, const float
     cudaError_t err = allow_smem(backward_dkdv_mma<DP, true>, dkdv_smem<DP, true>(), false, device, &raised_dkdv);
     if (err == cudaSuccess) err = allow_smem(backward_dq_stored<DP>, dq_stored_smem<DP>(), false, device, &raised_dq);
     if (err != cudaSuccess) return err;
-    backward_dkdv_mma<DP, true><<<grid, kThreads, dkdv_smem<DP, true>(), s>>>(dy, qkv, lse, dsum, dqkv, a, scale,
+    backward_dkdv_mma<DP, true><<<grid, kThreads, dkdv_smem<DP, true>(), s>>>(dy, qkv, lse2, dsum, dqkv, a, scale,
                                                                               scale2, vec8, flag, ds, shifts);
     backward_dq_stored<DP><<<grid, kThreads, dq_stored_smem<DP>(), s>>>(qkv, ds, shifts, dqkv, a, scale, vec8);
     return cudaGetLastError();
@@ -1726,9 +1763,9 @@ cudaError_t launch_backward_mma(const __half* dy, const __half* qkv, const float
   cudaError_t err = allow_smem(backward_dkdv_mma<DP, false>, dkdv_smem<DP, false>(), false, device, &raised_dkdv);
   if (err == cudaSuccess) err = allow_smem(backward_dq_mma<DP>, dq_smem<DP>(), false, device, &raised_dq);
   if (err != cudaSuccess) return err;
-  backward_dkdv_mma<DP, false><<<grid, kThreads, dkdv_smem<DP, false>(), s>>>(dy, qkv, lse, dsum, dqkv, a, scale,
+  backward_dkdv_mma<DP, false><<<grid, kThreads, dkdv_smem<DP, false>(), s>>>(dy, qkv, lse2, dsum, dqkv, a, scale,
                                                                               scale2, vec8, flag, nullptr, nullptr);
-  backward_dq_mma<DP><<<grid, kThreads, dq_smem<DP>(), s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, vec8);
+  backward_dq_mma<DP><<<grid, kThreads, dq_smem<DP>(), s>>>(dy, qkv, lse2, dsum, dqkv, a, scale, scale2, vec8);
   return cudaGetLastError();
 }
 
@@ -1763,7 +1800,7 @@ cudaError_t launch_forward_hopper(const __half* qkv, __half* y, float* lse, Head
 }
 
 // launch_backward_hopper launches variant 6's dk and dv, then dq.
-cudaError_t launch_backward_hopper(const __half* dy, const __half* qkv, const float* lse, const float* dsum,
+cudaError_t launch_backward_hopper(const __half* dy, const __half* qkv, const float* lse2, const float* dsum,
                                    __half* dqkv, Heads a, float scale, float scale2, unsigned* flag, int device,
                                    cudaStream_t s) {
   a.group = head_group();
@@ -1772,8 +1809,8 @@ cudaError_t launch_backward_hopper(const __half* dy, const __half* qkv, const fl
   if (err == cudaSuccess) err = allow_smem(backward_dq_hopper, kHopperSmem, true, device, &raised_dq);
   if (err != cudaSuccess) return err;
   const unsigned grid = grid_for(a.head_count() * ceil_div(a.T, kTile));
-  backward_dkdv_hopper<<<grid, kThreads, kHopperSmem, s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, flag);
-  backward_dq_hopper<<<grid, kThreads, kHopperSmem, s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2);
+  backward_dkdv_hopper<<<grid, kThreads, kHopperSmem, s>>>(dy, qkv, lse2, dsum, dqkv, a, scale, scale2, flag);
+  backward_dq_hopper<<<grid, kThreads, kHopperSmem, s>>>(dy, qkv, lse2, dsum, dqkv, a, scale, scale2);
   return cudaGetLastError();
 }
 
@@ -1904,8 +1941,9 @@ cudaError_t backward(const __half* dy, const __half* qkv, const __half* y, const
   const double alpha = 1.0 / std::sqrt(static_cast<double>(a.D));
   const float scale = static_cast<float>(alpha), scale2 = static_cast<float>(alpha * kLog2eDouble);
   const int64_t rows = a.head_count() * a.T;
-  // Scratch: the flag, D, and (16-byte aligned) any stored dS and shifts.
-  const int64_t base_bytes = (kFlagBytes + rows * static_cast<int64_t>(sizeof(float)) + 15) / 16 * 16;
+  // Scratch: the flag, D, lse₂, and (16-byte aligned) any stored dS and
+  // shifts.
+  const int64_t base_bytes = (kFlagBytes + 2 * rows * static_cast<int64_t>(sizeof(float)) + 15) / 16 * 16;
   void* scratch = nullptr;
   cudaError_t err = cudaErrorMemoryAllocation;
   __half* ds = nullptr;
@@ -1924,6 +1962,7 @@ cudaError_t backward(const __half* dy, const __half* qkv, const __half* y, const
   if (err != cudaSuccess) return err;
   unsigned* flag = static_cast<unsigned*>(scratch);
   float* dsum = reinterpret_cast<float*>(static_cast<char*>(scratch) + kFlagBytes);
+  float* lse2 = dsum + rows;
   const bool vec8 = a.D % 8 == 0 && aligned16(dy) && aligned16(y);
   const unsigned* special = nullptr;
 #if defined(VKERN_PTX_MMA)
@@ -1932,24 +1971,24 @@ cudaError_t backward(const __half* dy, const __half* qkv, const __half* y, const
   if (dp != 0 && tensor_cores(&device)) {
     err = clear_flag(flag, s);
     if (err != cudaSuccess) return err;
-    row_dots<<<blocks_for(rows), kThreads, 0, s>>>(dy, y, lse, dsum, a, vec8, flag);
+    row_dots<<<blocks_for(rows), kThreads, 0, s>>>(dy, y, lse, dsum, lse2, a, vec8, flag);
     const bool tiles16 = vec8 && aligned16(qkv) && aligned16(dqkv);
     if (dp == 64 && tiles16 && ds == nullptr && hopper(device)) {
-      err = launch_backward_hopper(dy, qkv, lse, dsum, dqkv, a, scale, scale2, flag, device, s);
+      err = launch_backward_hopper(dy, qkv, lse2, dsum, dqkv, a, scale, scale2, flag, device, s);
     } else if (dp == 16) {
-      err = launch_backward_mma<16>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
+      err = launch_backward_mma<16>(dy, qkv, lse2, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
     } else if (dp == 32) {
-      err = launch_backward_mma<32>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
+      err = launch_backward_mma<32>(dy, qkv, lse2, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
     } else if (dp == 64) {
-      err = launch_backward_mma<64>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
+      err = launch_backward_mma<64>(dy, qkv, lse2, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
     } else {
-      err = launch_backward_mma<128>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
+      err = launch_backward_mma<128>(dy, qkv, lse2, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
     }
     if (err != cudaSuccess) return err;
     special = flag;
   }
 #endif
-  if (special == nullptr) row_dots<<<blocks_for(rows), kThreads, 0, s>>>(dy, y, lse, dsum, a, vec8, nullptr);
+  if (special == nullptr) row_dots<<<blocks_for(rows), kThreads, 0, s>>>(dy, y, lse, dsum, nullptr, a, vec8, nullptr);
   const unsigned grid = blocks_for(rows * 32);
   backward_dq_rows<<<grid, kThreads, 0, s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, special);
   backward_dkdv_rows<<<grid, kThreads, 0, s>>>(dy, qkv, lse, dsum, dqkv, a, scale, scale2, special);

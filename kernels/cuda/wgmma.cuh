@@ -53,25 +53,49 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lead_bytes
          uint64_t{1} << 62;
 }
 
+// The m64n64 products' PTX and their 32 accumulator operands, each with
+// constraint C: "+f" where d is read (scale-d may be 1), "=f" where it is
+// not (scale-d 0), so that the compiler need not give d a value first.
+#define VKERN_WGMMA_M64N64_SS                              \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"           \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" \
+  "%0, %1, %2, %3, %4, %5, %6, %7,"                      \
+  "%8, %9, %10, %11, %12, %13, %14, %15,"                \
+  "%16, %17, %18, %19, %20, %21, %22, %23,"              \
+  "%24, %25, %26, %27, %28, %29, %30, %31}, "            \
+  "%32, %33, p, 1, 1, %35, %36;\n}\n"
+#define VKERN_WGMMA_M64N64_RS                              \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"           \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" \
+  "%0, %1, %2, %3, %4, %5, %6, %7,"                      \
+  "%8, %9, %10, %11, %12, %13, %14, %15,"                \
+  "%16, %17, %18, %19, %20, %21, %22, %23,"              \
+  "%24, %25, %26, %27, %28, %29, %30, %31}, "            \
+  "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+#define VKERN_WGMMA_D32(C)                                                                                    \
+  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), C(d[10]), C(d[11]), \
+      C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]),     \
+      C(d[22]), C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31])
+
 // wgmma.mma_async.m64nNk16.f32.f16.f16: d (+)= A · B, A from desc_a (64 × 16),
 // B from desc_b (16 × N); scale_d = 0 ignores d's old value. kTransA/kTransB
 // = 1 read an MN-major operand. d[4j + e] is row 16·warp + lane/4 + 8·(e/2),
 // column 8j + 2·(lane%4) + e%2 of the warpgroup's 64 × N tile.
 template <int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7,"
-      "%8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23,"
-      "%24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1, %35, %36;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+  asm volatile(VKERN_WGMMA_M64N64_SS
+               : VKERN_WGMMA_D32("+f")
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+}
+
+// wgmma_m64n64k16_set is wgmma_m64n64k16 with scale_d = 0: d = A · B, d
+// written only, so that it needs no value before (no zeros for the
+// compiler to put there).
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16_set(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(VKERN_WGMMA_M64N64_SS
+               : VKERN_WGMMA_D32("=f")
+               : "l"(desc_a), "l"(desc_b), "r"(0), "n"(kTransA), "n"(kTransB));
 }
 
 template <int kTransA, int kTransB>
@@ -156,19 +180,18 @@ __device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t desc_a, uint64
 template <int kTransB>
 __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
                                                    int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7,"
-      "%8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23,"
-      "%24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+  asm volatile(VKERN_WGMMA_M64N64_RS
+               : VKERN_WGMMA_D32("+f")
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+}
+
+// wgmma_m64n64k16_rs_set is wgmma_m64n64k16_rs with scale_d = 0 (d written
+// only, as wgmma_m64n64k16_set).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16_rs_set(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(VKERN_WGMMA_M64N64_RS
+               : VKERN_WGMMA_D32("=f")
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(0), "n"(kTransB));
 }
 
 // Whether the module loaded on a device holds the sm_90a bodies: each
