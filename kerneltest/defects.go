@@ -803,12 +803,12 @@ var CUDADefects = []Mutation{
 	// takes on an H100.
 	{
 		Name: "attention's P·V overwrites o at each key tile (Hopper)", File: "cuda/attention.cu",
-		Old: "fragment_products(o, pa, v_addr, 1);", New: "fragment_products(o, pa, v_addr, 0);",
+		Old: "fragment_products<true>(o, pa, v_addr);", New: "fragment_products<false>(o, pa, v_addr);",
 		Op: "attention", Shapes: []string{hopperAttention},
 	},
 	{
 		Name: "attention's P·V reads the keys where the values belong (Hopper)", File: "cuda/attention.cu",
-		Old: "fragment_products(o, pa, v_addr, 1);", New: "fragment_products(o, pa, k_addr, 1);",
+		Old: "fragment_products<true>(o, pa, v_addr);", New: "fragment_products<true>(o, pa, k_addr);",
 		Op: "attention", Shapes: []string{hopperAttention},
 	},
 	{
@@ -826,12 +826,12 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "attention_grad's dv overwritten by each query tile (Hopper)", File: "cuda/attention.cu",
-		Old: "fragment_products(dv, fp, g_addr, 1);", New: "fragment_products(dv, fp, g_addr, 0);",
+		Old: "fragment_products<true>(dv, fp, g_addr);", New: "fragment_products<false>(dv, fp, g_addr);",
 		Op: "attention_grad", Shapes: []string{hopperAttention},
 	},
 	{
 		Name: "attention_grad's dq from the values where the keys belong (Hopper)", File: "cuda/attention.cu",
-		Old: "fragment_products(part, fd, k_addr, 0);", New: "fragment_products(part, fd, v_addr, 0);",
+		Old: "fragment_products<false>(part, fd, k_addr);", New: "fragment_products<false>(part, fd, v_addr);",
 		Op: "attention_grad", Shapes: []string{hopperAttention},
 	},
 	{
@@ -841,14 +841,14 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "attention_grad's scores read the first 16 columns of q four times (Hopper)", File: "cuda/attention.cu",
-		Old: "wgmma_m64n64k16<0, 0>(flat(x), da + 2 * kk, db + 2 * kk, kk);",
-		New: "wgmma_m64n64k16<0, 0>(flat(x), da + 2 * kk, db, kk);",
+		Old: "wgmma_m64n64k16<0, 0>(flat(x), da + 2 * kk, db + 2 * kk, 1);",
+		New: "wgmma_m64n64k16<0, 0>(flat(x), da + 2 * kk, db, 1);",
 		Op:  "attention_grad", Shapes: []string{hopperAttention},
 	},
 	{
 		Name: "attention_grad's products with P and dS read the first 16 rows four times (Hopper)", File: "cuda/attention.cu",
-		Old: "wgmma_m64n64k16_rs<1>(flat(x), f[kk], db + 128 * kk, accumulate | kk);",
-		New: "wgmma_m64n64k16_rs<1>(flat(x), f[kk], db, accumulate | kk);",
+		Old: "wgmma_m64n64k16_rs<1>(flat(x), f[kk], db + 128 * kk, 1);",
+		New: "wgmma_m64n64k16_rs<1>(flat(x), f[kk], db, 1);",
 		Op:  "attention_grad", Shapes: []string{hopperAttention},
 	},
 	// Not planted: attention_grad's tile scans never raising the flag. On
