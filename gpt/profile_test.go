@@ -15,16 +15,24 @@ import (
 )
 
 // TestProfileStep prints where a training step's time goes, op by op, on
-// the backend VKERN_PROFILE names (cpu or cuda), for gpt2 at batch
-// VKERN_PROFILE_B (16): the gradients program and the update, each call
-// timed by the server. It asserts nothing about speed; it skips unless
-// asked.
+// the backend VKERN_PROFILE names (cpu or cuda), for the model
+// VKERN_PROFILE_MODEL names (gpt2 unless set) at batch VKERN_PROFILE_B
+// (16): the gradients program and the update, each call timed by the
+// server, and the batch's wall time beside the kernels' sum. It asserts
+// nothing about speed; it skips unless asked.
 func TestProfileStep(t *testing.T) {
 	backend := os.Getenv("VKERN_PROFILE")
 	if backend == "" {
 		t.Skip("set VKERN_PROFILE=cpu or cuda to profile a gpt2 step")
 	}
 	b := envCount(t, "VKERN_PROFILE_B", 16)
+	cfg := GPT2
+	if name := os.Getenv("VKERN_PROFILE_MODEL"); name != "" {
+		var err error
+		if cfg, err = ConfigNamed(name); err != nil {
+			t.Fatalf("VKERN_PROFILE_MODEL: %v", err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	dev, err := vkern.Open(ctx, vkern.Options{Backend: backend, CacheDir: testCache(t)})
@@ -32,11 +40,11 @@ func TestProfileStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	m := newModel(t, dev, GPT2, b, 1, 1)
+	m := newModel(t, dev, cfg, b, 1, 1)
 	rng := rand.New(rand.NewPCG(1, 2))
-	in, tg := make([]int32, b*GPT2.T), make([]int32, b*GPT2.T)
+	in, tg := make([]int32, b*cfg.T), make([]int32, b*cfg.T)
 	for i := range in {
-		in[i], tg[i] = int32(rng.IntN(GPT2.V)), int32(rng.IntN(GPT2.V))
+		in[i], tg[i] = int32(rng.IntN(cfg.V)), int32(rng.IntN(cfg.V))
 	}
 	if err := m.writeBatches(ctx, [][]int32{in}, [][]int32{tg}); err != nil {
 		t.Fatal(err)
@@ -81,7 +89,7 @@ func TestProfileStep(t *testing.T) {
 		n := count[k] / reps
 		fmt.Printf("%-48s %6d %10.3f %10.4f %5.1f%%\n", k, n, ms(byOp[k]), ms(byOp[k])/float64(n), 100*float64(byOp[k])/float64(kernels))
 	}
-	fmt.Printf("kernels %.2f ms, wall %.2f ms per step, %d calls, B=%d on %s\n", ms(kernels), ms(wall), len(calls), b, backend)
+	fmt.Printf("kernels %.2f ms, wall %.2f ms per step, %d calls, %s at B=%d on %s\n", ms(kernels), ms(wall), len(calls), cfg.Name, b, backend)
 }
 
 // envCount is $name as a whole number of at least 1, def when unset.
