@@ -851,6 +851,37 @@ var CUDADefects = []Mutation{
 		New: "wgmma_m64n64k16_rs<1>(flat(x), f[kk], db, 1);",
 		Op:  "attention_grad", Shapes: []string{hopperAttention},
 	},
+	// attention.cu's variants 9–11: the fast paths of the Hopper backward
+	// (round_scaled's and add_scaled's multiplications by powers of two),
+	// the overwriting first k-step of wgmma_m64n64k16_set, and lse₂ formed
+	// by row_dots for both tensor-core paths. exp2_tile's fast path has no
+	// mutant: its one departure from exp2f, results under 2⁻¹²⁶ flushed to
+	// zero, lies below what P's rounding to f16 keeps, so no mutant of it
+	// is incorrect; bench/exp2_check.cu holds its bits instead.
+	{
+		Name: "attention_grad's dS scaled up where it is scaled down into f16's range (Hopper)", File: "cuda/attention.cu",
+		Old: "const float f[2] = {pow2(-shift[0]), pow2(-shift[1])};",
+		New: "const float f[2] = {pow2(shift[0]), pow2(shift[1])};",
+		Op:  "attention_grad", Shapes: []string{hopperAttention},
+	},
+	{
+		Name: "attention_grad's products scaled back by the first row's shift in both rows (Hopper)", File: "cuda/attention.cu",
+		Old: "x[n][e] = __fmaf_rn(part[n][e], f[e / 2], x[n][e]);",
+		New: "x[n][e] = __fmaf_rn(part[n][e], f[0], x[n][e]);",
+		Op:  "attention_grad", Shapes: []string{hopperAttention},
+	},
+	{
+		Name: "attention_grad's scores without their first 16 columns (Hopper)", File: "cuda/attention.cu",
+		Old: "  wgmma_m64n64k16_set<0, 0>(flat(x), da, db);\n",
+		New: "",
+		Op:  "attention_grad", Shapes: []string{hopperAttention},
+	},
+	{
+		Name: "attention_grad's lse₂ left in base e (row_dots)", File: "cuda/attention.cu",
+		Old: "lse2[at] = l * kLog2e;",
+		New: "lse2[at] = l;",
+		Op:  "attention_grad", Shapes: []string{"2x17x24x3", hopperAttention},
+	},
 	// Not planted: attention_grad's tile scans never raising the flag. On
 	// an H100 (2026-11-27) verify passed that mutant: in the op's domain y
 	// and lse are the forward's outputs, and an infinity or a NaN anywhere
