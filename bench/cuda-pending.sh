@@ -65,6 +65,9 @@
 #             backward_dkdv_hopper and backward_dq_hopper there: each
 #             kernel's details page and its SASS with the sampled stall
 #             reasons (CSV), to place the backward's time
+#   profile   every call of a step timed by the kernel server (gpt's
+#             TestProfileStep): char at B 64 and 32, gpt2 at 16; the
+#             kernels' sum beside the batch's wall time, op by op
 #   defects   the planted CUDA defects of layernorm and attention and the
 #             stored-dS attention test (or the defects whose names match
 #             $DEFECTS alone)
@@ -357,6 +360,15 @@ if wants ncu && room 240 ncu; then
     table+=("ncu lab build: FAILED")
     tail -20 "$out/lab3-build.txt" "$out/lab2-build.txt"
   fi
+fi
+
+if wants profile && room 120 profile; then
+  step "steps profiled call by call: char at B 64 and 32, gpt2 at 16"
+  for cfg in "char 64" "char 32" "gpt2 16"; do
+    set -- $cfg
+    run "profile-$1-b$2" env VKERN_PROFILE=cuda VKERN_PROFILE_MODEL="$1" VKERN_PROFILE_B="$2" \
+      ./bin/gpt.test -test.run 'TestProfileStep$' -test.v
+  done
 fi
 
 if wants defects && room 200 defects; then
