@@ -25,8 +25,9 @@ func TestPlantedDefectsInTheCUDAKernelsAreIncorrect(t *testing.T) {
 }
 
 // Every planted defect's snippet must match the current sources exactly
-// once, checked here without building anything, so that a kernel edit that
-// orphans a snippet fails on CI, not only on a GPU machine.
+// once, and planting it must change its file (no edit whose Old is its
+// New), checked here without building anything, so that a kernel edit
+// that orphans a snippet fails on CI, not only on a GPU machine.
 func TestPlantedDefectSnippetsMatchTheSources(t *testing.T) {
 	for backend, defects := range map[string][]kerneltest.Mutation{"cpu": kerneltest.CPUDefects, "cuda": kerneltest.CUDADefects} {
 		for _, m := range defects {
@@ -34,8 +35,20 @@ func TestPlantedDefectSnippetsMatchTheSources(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			for _, e := range append(append([]kerneltest.Edit(nil), m.Setup...), kerneltest.Edit{Old: m.Old, New: m.New}) {
+				if e.Old == e.New {
+					t.Errorf("%s: planted defect %q has an edit that changes nothing (%q)", backend, m.Name, e.Old)
+				}
+			}
+			file := m.File // as Plant finds it: a built-in source, else a declared op's file
+			if _, ok := files[file]; !ok {
+				file = kernels.DeclaredPath(m.File)
+			}
+			before := string(files[file])
 			if err := m.Plant()(files); err != nil {
 				t.Errorf("%s: %v", backend, err)
+			} else if string(files[file]) == before {
+				t.Errorf("%s: planted defect %q left %s as it was", backend, m.Name, file)
 			}
 		}
 	}

@@ -235,7 +235,7 @@ if wants exp2 && room 30 exp2; then
   fi
 fi
 
-if wants verify-every && room 240 verify-every; then
+if wants verify-every && room 420 verify-every; then
   step "vkern train --verify-every: char, then gpt2"
   run verify-every-char "$vk" train --backend cuda --model char --data bin/corpus.txt --steps 20 --verify-every 5 \
     --eval-every 1000 --sample 0 --out "$out/run-verify-char"

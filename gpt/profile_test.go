@@ -23,7 +23,7 @@ import (
 func TestProfileStep(t *testing.T) {
 	backend := os.Getenv("VKERN_PROFILE")
 	if backend == "" {
-		t.Skip("set VKERN_PROFILE=cpu or cuda to profile a gpt2 step")
+		t.Skip("set VKERN_PROFILE=cpu or cuda to profile a training step")
 	}
 	b := envCount(t, "VKERN_PROFILE_B", 16)
 	cfg := GPT2

@@ -854,10 +854,13 @@ var CUDADefects = []Mutation{
 	// attention.cu's variants 9–11: the fast paths of the Hopper backward
 	// (round_scaled's and add_scaled's multiplications by powers of two),
 	// the overwriting first k-step of wgmma_m64n64k16_set, and lse₂ formed
-	// by row_dots for both tensor-core paths. exp2_tile's fast path has no
-	// mutant: its one departure from exp2f, results under 2⁻¹²⁶ flushed to
-	// zero, lies below what P's rounding to f16 keeps, so no mutant of it
-	// is incorrect; bench/exp2_check.cu holds its bits instead.
+	// by row_dots for both tensor-core paths. (Without the first k-step,
+	// the accumulators that wgmma_m64n64k16_set no longer sets start from
+	// whatever their registers hold.) exp2_tile's guard has no mutant: the
+	// fast path's one departure from exp2f, results under 2⁻¹²⁶ flushed to
+	// zero, lies below what P's rounding to f16 keeps, so no mutant of the
+	// guard is incorrect; bench/exp2_check.cu holds the path's bits
+	// instead.
 	{
 		Name: "attention_grad's dS scaled up where it is scaled down into f16's range (Hopper)", File: "cuda/attention.cu",
 		Old: "const float f[2] = {pow2(-shift[0]), pow2(-shift[1])};",
@@ -871,7 +874,7 @@ var CUDADefects = []Mutation{
 		Op:  "attention_grad", Shapes: []string{hopperAttention},
 	},
 	{
-		Name: "attention_grad's scores without their first 16 columns (Hopper)", File: "cuda/attention.cu",
+		Name: "attention_grad's scores without the first k-step that sets them (Hopper)", File: "cuda/attention.cu",
 		Old: "  wgmma_m64n64k16_set<0, 0>(flat(x), da, db);\n",
 		New: "",
 		Op:  "attention_grad", Shapes: []string{hopperAttention},

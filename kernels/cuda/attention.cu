@@ -182,14 +182,18 @@
 //      wgmma_m64n64k16_rs_set); add_scaled's fast path one fused
 //      multiply-add an element; lse₂ = lse·log₂e formed once a row by
 //      row_dots instead of once a tile pair by each backward kernel. The
-//      same bits in the lab (every output's hash equal to variant 10's);
-//      lab, one H100 call (2026-11-27), alternating builds: the Hopper
-//      backward 0.4405 and 0.4385 ms against 0.4530 and 0.4556 (1.03×) at
-//      16x1024x768x12, 0.8171 and 0.8205 against 0.8446 and 0.8514 (1.04×)
-//      at B = 32; the mma.sync backward 0.676 and 0.679 against 0.692 and
-//      0.697; the forward unchanged (0.130). Against SDPA in the same call:
+//      same bits on the lab's inputs (every output's hash equal to
+//      variant 10's; the fused addition differs only where a scaled
+//      product is subnormal, see add_scaled). Lab, one H100 call
+//      (2026-11-27), alternating builds: the Hopper backward 0.4405 and
+//      0.4385 ms against 0.4530 and 0.4556 (1.03×) at 16x1024x768x12,
+//      0.8171 and 0.8205 against 0.8446 and 0.8514 (1.04×) at B = 32; the
+//      mma.sync backward 0.676 and 0.679 against 0.692 and 0.697; the
+//      forward unchanged (0.130). Against SDPA in the same call:
 //      attention_grad 0.4382 ms, the flash backend 0.4408 (1.006×), cuDNN
-//      0.3560; attention 0.1309, flash 0.1363 (1.041×).
+//      0.3560; attention 0.1309, flash 0.1363 (1.041×); in two runs of a
+//      later call 1.010× and 1.012× (backward), 1.022× and 1.024×
+//      (forward).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -1379,7 +1383,11 @@ __device__ __forceinline__ void fragment_products(float (&x)[8][4], const uint32
 // the exact product once, as ldexpf (0 ulps, the CUDA Math API's table)
 // does, and nvcc keeps subnormals (-ftz=false), so the bits are the same
 // (row_scale.cuh's pow2; kernels/testdata/row_scale_check.cc holds the
-// host's multiplication to the host's ldexp for every such power).
+// host's multiplication to the host's ldexp for every such power). Since
+// variant 11 add_scaled fuses the scaling back with its addition, which
+// gives those bits wherever the scaled product is normal and differs (more
+// accurate, within the bound) where it is subnormal: there the Hopper
+// backward may differ from the mma.sync one.
 
 // fast_shifts says whether every row shift of the warp is at least
 // kFastShiftMin (−127), so that 2^−shift and 2^shift are both floats
