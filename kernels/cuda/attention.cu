@@ -265,9 +265,9 @@ __device__ __forceinline__ bool special_halves(uint32_t w) {
 // b·T + t, one thread per (row, head), in column order: 16-byte loads when
 // vec8 (D, C multiples of 8, 16-byte aligned bases). With flag (the
 // tensor-core route), it also sets *flag when any value of dy, y or lse is
-// an infinity or a NaN: every one passes through here once; and writes
-// lse2 = lse·log₂e (rounded once, as the kernels formed it from lse before)
-// for the tensor-core kernels, which take P = exp2(s·α₂ − lse₂).
+// an infinity or a NaN: every one passes through here once. With lse2, it
+// writes lse₂ = lse·log₂e (rounded once, as the kernels formed it from lse
+// before) for the tensor-core kernels, which take P = exp2(s·α₂ − lse₂).
 __global__ void row_dots(const __half* __restrict__ dy, const __half* __restrict__ y, const float* __restrict__ lse,
                          float* __restrict__ dsum, float* __restrict__ lse2, Heads a, bool vec8,
                          unsigned* __restrict__ flag) {
@@ -300,11 +300,9 @@ __global__ void row_dots(const __half* __restrict__ dy, const __half* __restrict
     }
     const int64_t b = row / a.T, t = row % a.T, at = (b * a.H + h) * a.T + t;
     dsum[at] = sum;
-    if (flag != nullptr) {
-      const float l = lse[at];
-      found = found || (__float_as_uint(l) & 0x7f800000u) == 0x7f800000u;
-      lse2[at] = l * kLog2e;
-    }
+    const float l = lse[at];
+    if (flag != nullptr) found = found || (__float_as_uint(l) & 0x7f800000u) == 0x7f800000u;
+    if (lse2 != nullptr) lse2[at] = l * kLog2e;
   }
   if (flag != nullptr && found) atomicOr(flag, 1u);
 }
