@@ -26,7 +26,7 @@ var (
 	ownCache  bool
 )
 
-func testCache(t *testing.T) string {
+func testCache(t testing.TB) string {
 	t.Helper()
 	cacheOnce.Do(func() {
 		if dir := os.Getenv("VKERN_CACHE"); dir != "" {

@@ -50,6 +50,10 @@ type Model struct {
 	batch   *vkern.Buffer
 	batchAt []int64
 	kept    reused // the gradients program of the last loss scale (Step)
+	// The host's copies of batch and results, and results' losses decoded,
+	// kept from step to step (writeBatches, readHost).
+	hostBatch, hostResults []byte
+	hostLosses             []float32
 }
 
 // group is one AdamW group: a contiguous range of the arenas.

@@ -485,11 +485,11 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 		}
 	}
 	res.Phases.Gradients = lap()
-	raw := make([]byte, rep.results.Bytes)
-	if err := rep.results.Read(ctx, 0, raw); err != nil {
+	raw, losses, err := m.readHost(ctx, rep.results, int64(m.K*world)*m.lossStride)
+	if err != nil {
 		return fail("reading the losses and norms", err)
 	}
-	res.Loss = m.meanLoss(f32s(raw, int64(m.K*world)*m.lossStride), m.K*world, nil)
+	res.Loss = m.meanLoss(losses, m.K*world, nil)
 	sumsq, bad, err := rep.agreedNorm(raw[rep.normsAt:rep.badsAt], raw[rep.badsAt:])
 	if err != nil {
 		return fail("the norm", err)
@@ -508,7 +508,7 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 // error naming the first rank that differs.
 func (rep *Replica) agreedNorm(normBytes, raw []byte) (float64, int32, error) {
 	world := rep.Group.Size()
-	norms := f32s(normBytes, int64(world))
+	norms := getF32s(make([]float32, world), normBytes[:4*world])
 	bad0 := int32(binary.LittleEndian.Uint32(raw))
 	for r := 1; r < world; r++ {
 		bad := int32(binary.LittleEndian.Uint32(raw[4*r:]))

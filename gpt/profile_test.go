@@ -93,7 +93,7 @@ func TestProfileStep(t *testing.T) {
 }
 
 // envCount is $name as a whole number of at least 1, def when unset.
-func envCount(t *testing.T, name string, def int) int {
+func envCount(t testing.TB, name string, def int) int {
 	t.Helper()
 	v := os.Getenv(name)
 	if v == "" {
@@ -220,4 +220,55 @@ func TestProfileDataParallel(t *testing.T) {
 		}
 		fmt.Printf("  kernels %.2f ms, wall %.2f ms a step\n", ms(all), ms(walls[i]))
 	}
+}
+
+// BenchmarkStepTransfers times the host's part of a step outside the
+// batches: writeBatches (the tokens and targets encoded and sent in one
+// transfer) and readResults (the losses, the norm and the non-finite count
+// read back and reduced), on the backend VKERN_PROFILE names (cpu unless
+// set), for VKERN_PROFILE_MODEL (char) at batch VKERN_PROFILE_B (64).
+func BenchmarkStepTransfers(b *testing.B) {
+	backend := os.Getenv("VKERN_PROFILE")
+	if backend == "" {
+		backend = "cpu"
+	}
+	batch := envCount(b, "VKERN_PROFILE_B", 64)
+	cfg := Char
+	if name := os.Getenv("VKERN_PROFILE_MODEL"); name != "" {
+		var err error
+		if cfg, err = ConfigNamed(name); err != nil {
+			b.Fatalf("VKERN_PROFILE_MODEL: %v", err)
+		}
+	}
+	ctx := context.Background()
+	dev, err := vkern.Open(ctx, vkern.Options{Backend: backend, CacheDir: testCache(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Close()
+	m, err := New(ctx, dev, cfg, batch, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	rng := rand.New(rand.NewPCG(1, 2))
+	in, tg := make([]int32, batch*cfg.T), make([]int32, batch*cfg.T)
+	for i := range in {
+		in[i], tg[i] = int32(rng.IntN(cfg.V)), int32(rng.IntN(cfg.V))
+	}
+	var write, read time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		began := time.Now()
+		if err := m.writeBatches(ctx, [][]int32{in}, [][]int32{tg}); err != nil {
+			b.Fatal(err)
+		}
+		wrote := time.Now()
+		if _, _, _, err := m.readResults(ctx); err != nil {
+			b.Fatal(err)
+		}
+		write, read = write+wrote.Sub(began), read+time.Since(wrote)
+	}
+	b.ReportMetric(float64(write.Nanoseconds())/float64(b.N), "write-ns/op")
+	b.ReportMetric(float64(read.Nanoseconds())/float64(b.N), "read-ns/op")
 }

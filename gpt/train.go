@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/op"
 )
@@ -214,25 +215,47 @@ func (m *Model) finishStep(ctx context.Context, h Hyper, st *State, res *StepRes
 }
 
 // writeBatches sends every micro-batch's tokens and targets, in one
-// transfer (m.batch).
+// transfer (m.batch), encoded into m.hostBatch: a step's host work is the
+// encoding and the transfer, with nothing allocated (at char's batch of
+// 64 a fresh 128 KiB slice and the loop's unbounded slicing cost more than
+// the transfer; BenchmarkStepTransfers).
 func (m *Model) writeBatches(ctx context.Context, inputs, targets [][]int32) error {
 	want := m.B * m.Config.T
 	if len(inputs) != m.K || len(targets) != m.K {
 		return fmt.Errorf("gpt: a step takes %d micro-batches, got %d inputs and %d targets", m.K, len(inputs), len(targets))
 	}
-	raw := make([]byte, m.batch.Bytes)
+	if int64(len(m.hostBatch)) != m.batch.Bytes {
+		m.hostBatch = make([]byte, m.batch.Bytes)
+	}
 	for k := range inputs {
 		if len(inputs[k]) != want || len(targets[k]) != want {
 			return fmt.Errorf("gpt: micro-batch %d has %d inputs and %d targets, want B·T = %d of each", k, len(inputs[k]), len(targets[k]), want)
 		}
 		for j, v := range [][]int32{inputs[k], targets[k]} {
-			at := raw[m.batchAt[2*k+j]:]
-			for i, x := range v {
-				binary.LittleEndian.PutUint32(at[4*i:], uint32(x))
-			}
+			putI32s(m.hostBatch[m.batchAt[2*k+j]:], v)
 		}
 	}
-	return m.batch.Write(ctx, 0, raw)
+	return m.batch.Write(ctx, 0, m.hostBatch)
+}
+
+// putI32s writes v little-endian into dst's first 4·len(v) bytes. Each
+// element's store is bounded to its own four bytes, which the compiler
+// turns into one 32-bit store with one bounds check.
+func putI32s(dst []byte, v []int32) {
+	dst = dst[:4*len(v)]
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(dst[4*i:4*i+4], uint32(x))
+	}
+}
+
+// getF32s decodes the little-endian float32 values of src into dst[:len(src)/4]
+// and returns that slice, as putI32s encodes.
+func getF32s(dst []float32, src []byte) []float32 {
+	dst = dst[:len(src)/4]
+	for i := range dst {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i : 4*i+4]))
+	}
+	return dst
 }
 
 // readLoss reads the first k micro-batches' per-row losses and returns
@@ -247,26 +270,33 @@ func (m *Model) readLoss(ctx context.Context, k int, counted []bool) (float64, e
 }
 
 // readResults reads a step's K micro-batches' losses and its gradients'
-// squared norm and non-finite count in one transfer (m.results): the mean
-// loss, as readLoss gives it, and global_norm's two outputs.
+// squared norm and non-finite count in one transfer (m.results), into
+// m.hostResults: the mean loss, as readLoss gives it, and global_norm's two
+// outputs.
 func (m *Model) readResults(ctx context.Context) (loss, sumsq float64, bad int32, err error) {
-	raw := make([]byte, m.results.Bytes)
-	if err := m.results.Read(ctx, 0, raw); err != nil {
+	raw, losses, err := m.readHost(ctx, m.results, int64(m.K)*m.lossStride)
+	if err != nil {
 		return 0, 0, 0, err
 	}
-	sumsq = float64(f32s(raw[m.sumsqAt:], 1)[0])
+	sumsq = float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[m.sumsqAt:])))
 	bad = int32(binary.LittleEndian.Uint32(raw[m.badAt:]))
-	return m.meanLoss(f32s(raw, int64(m.K)*m.lossStride), m.K, nil), sumsq, bad, nil
+	return m.meanLoss(losses, m.K, nil), sumsq, bad, nil
 }
 
-// f32s decodes the first n little-endian float32 values of raw (a read of
-// results' bytes).
-func f32s(raw []byte, n int64) []float32 {
-	out := make([]float32, n)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+// readHost reads all of results (a view that starts with n f32 losses) into
+// the model's host buffers, kept from step to step, and returns its bytes
+// and the losses decoded.
+func (m *Model) readHost(ctx context.Context, results *vkern.Buffer, n int64) (raw []byte, losses []float32, err error) {
+	if int64(len(m.hostResults)) != results.Bytes {
+		m.hostResults = make([]byte, results.Bytes)
 	}
-	return out
+	if int64(cap(m.hostLosses)) < n {
+		m.hostLosses = make([]float32, n)
+	}
+	if err := results.Read(ctx, 0, m.hostResults); err != nil {
+		return nil, nil, err
+	}
+	return m.hostResults, getF32s(m.hostLosses, m.hostResults[:4*n]), nil
 }
 
 // meanLoss is the mean of the first k micro-batches' per-row losses in all
