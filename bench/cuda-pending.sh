@@ -68,6 +68,14 @@
 #   profile   every call of a step timed by the kernel server (gpt's
 #             TestProfileStep): char at B 64 and 32, gpt2 at 16; the
 #             kernels' sum beside the batch's wall time, op by op
+#   transfers the host's part of a step outside its batches (gpt's
+#             BenchmarkStepTransfers: the tokens encoded and written, the
+#             losses and norm read back and reduced) on cuda, char at B 64
+#             and gpt2 at 16, 2000 steps each; with bin/gpt-base.test (a
+#             base commit's gpt tests with this benchmark: git worktree add
+#             /tmp/base BASE, copy gpt/profile_test.go and gpt/gpt_test.go
+#             into it, go test -c -o <this tree>/bin/gpt-base.test ./gpt
+#             there) base and new in turn, three times
 #   defects   the planted CUDA defects of layernorm and attention and the
 #             stored-dS attention test (or the defects whose names match
 #             $DEFECTS alone)
@@ -371,6 +379,23 @@ if wants profile && room 120 profile; then
   done
 fi
 
+if wants transfers && room 90 transfers; then
+  step "the host's transfers of a step: char at B 64, gpt2 at 16"
+  for round in 1 2 3; do
+    for v in base new; do
+      bin=./bin/gpt.test
+      [ "$v" = base ] && bin=./bin/gpt-base.test
+      [ -x "$bin" ] || continue
+      for cfg in "char 64" "gpt2 16"; do
+        set -- $cfg
+        run "transfers-$v-$1-$round" env VKERN_PROFILE=cuda VKERN_PROFILE_MODEL="$1" VKERN_PROFILE_B="$2" \
+          "$bin" -test.run '^$' -test.bench 'StepTransfers$' -test.benchtime 2000x
+      done
+    done
+  done
+  grep -H 'ns/op' "$out"/transfers-*.txt | sed 's|.*/transfers-||' > "$out/transfers-table.txt"
+fi
+
 if wants defects && room 200 defects; then
   step "planted CUDA defects: layernorm, attention"
   tests="TestPlantedDefectsInTheCUDAKernelsAreIncorrect/(${DEFECTS:-layernorm|attention})"
@@ -380,6 +405,10 @@ fi
 
 step table
 printf '%s\n' "${table[@]}"
+if [ -s "$out/transfers-table.txt" ]; then
+  echo "the host's transfers (version-model-round: ns a step, read, write):"
+  cat "$out/transfers-table.txt"
+fi
 if [ -s "$out/gpt2-table.txt" ]; then
   echo "gpt2, median of steps 5-29 (sum of the phases), ratio to base:"
   awk 'NR == 1 { b = $2 } { printf "  %s  %.4f\n", $0, $2 / b }' "$out/gpt2-table.txt"
