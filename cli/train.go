@@ -288,7 +288,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(stdout, "  data: %s (%d training, %d validation tokens)\n", corpus.Source, len(corpus.Train), len(corpus.Val))
 	// The global batch: with --gpus, --batch and --accum are a rank's, and
 	// accum here is every rank's micro-batches together.
-	fmt.Fprintf(stdout, "  batch %d × %d tokens × accum %d = %d sequences a step; lr %g (warm-up %d, cosine to %g at step %d); seed %d\n",
+	fmt.Fprintf(stdout, "  batch %d × %d tokens × accum %d = %d sequences a step; lr %.12g (warm-up %d, cosine to %.12g at step %d); seed %d\n",
 		setup.batch, setup.cfg.T, tr.MicroBatches(), setup.batch*tr.MicroBatches(), setup.hyper.LR, setup.hyper.Warmup, setup.hyper.MinLR, setup.hyper.Steps, setup.seed)
 	if tr.State.Step > 0 {
 		fmt.Fprintf(stdout, "  resuming %s at step %d (loss scale %g)\n", f.resume, tr.State.Step, tr.State.LossScale)
@@ -784,8 +784,12 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 		}
 		return interrupted("after the last step")
 	}
-	if f.sample > 0 {
+	// --steps 0 writes the initial checkpoint and stops: an untrained
+	// model's sample is noise, and gpt2's takes minutes on the cpu backend.
+	if f.sample > 0 && s.steps > 0 {
+		progress.status("sampling %d tokens", f.sample)
 		text, err := sampleText(ctx, tr.Model, tr.Corpus, nil, f.sample, f.temperature, s.seed)
+		progress.clear()
 		if ctx.Err() != nil {
 			return interrupted("while sampling")
 		}

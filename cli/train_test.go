@@ -57,6 +57,32 @@ func TestTrainUsageErrorsNameTheValue(t *testing.T) {
 	}
 }
 
+// TestTrainStepsZeroStops: --steps 0 writes the initial checkpoint and
+// stops, without the sample at the end; the settings line prints the
+// learning rates as they were given (a tenth of 0.0006 is 6e-05 there,
+// not float64's 5.9999999999999995e-05).
+func TestTrainStepsZeroStops(t *testing.T) {
+	dir := t.TempDir()
+	corpus := filepath.Join(dir, "corpus.txt")
+	os.WriteFile(corpus, []byte(strings.Repeat("package main\n\nfunc main() {}\n", 400)), 0o644)
+	out := filepath.Join(dir, "run")
+	code, stdout, stderr := runCLI(t, "train", "--steps", "0", "--lr", "0.0006", "--out", out, "--data", corpus)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s\n%s", code, stdout, stderr)
+	}
+	for _, f := range []string{"config.json", "model.safetensors", "optimizer.safetensors", "train_state.json"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("the initial checkpoint lacks %s: %v", f, err)
+		}
+	}
+	if strings.Contains(stdout, "sample") {
+		t.Errorf("--steps 0 sampled; the output:\n%s", stdout)
+	}
+	if !strings.Contains(stdout, "lr 0.0006 (warm-up ") || !strings.Contains(stdout, "cosine to 6e-05 at step ") {
+		t.Errorf("the settings line should read lr 0.0006 … cosine to 6e-05; the output:\n%s", stdout)
+	}
+}
+
 // TestTrainResumeEvalSample runs the commands end to end on the cpu
 // backend: 12 steps straight, or 6 and 6 more resumed, give the same
 // losses bit for bit; the checkpoint evaluates and samples.
