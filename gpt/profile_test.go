@@ -26,13 +26,7 @@ func TestProfileStep(t *testing.T) {
 		t.Skip("set VKERN_PROFILE=cpu or cuda to profile a training step")
 	}
 	b := envCount(t, "VKERN_PROFILE_B", 16)
-	cfg := GPT2
-	if name := os.Getenv("VKERN_PROFILE_MODEL"); name != "" {
-		var err error
-		if cfg, err = ConfigNamed(name); err != nil {
-			t.Fatalf("VKERN_PROFILE_MODEL: %v", err)
-		}
-	}
+	cfg := envModel(t, GPT2)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	dev, err := vkern.Open(ctx, vkern.Options{Backend: backend, CacheDir: testCache(t)})
@@ -90,6 +84,20 @@ func TestProfileStep(t *testing.T) {
 		fmt.Printf("%-48s %6d %10.3f %10.4f %5.1f%%\n", k, n, ms(byOp[k]), ms(byOp[k])/float64(n), 100*float64(byOp[k])/float64(kernels))
 	}
 	fmt.Printf("kernels %.2f ms, wall %.2f ms per step, %d calls, %s at B=%d on %s\n", ms(kernels), ms(wall), len(calls), cfg.Name, b, backend)
+}
+
+// envModel is the model $VKERN_PROFILE_MODEL names, def when unset.
+func envModel(t testing.TB, def Config) Config {
+	t.Helper()
+	name := os.Getenv("VKERN_PROFILE_MODEL")
+	if name == "" {
+		return def
+	}
+	cfg, err := ConfigNamed(name)
+	if err != nil {
+		t.Fatalf("VKERN_PROFILE_MODEL: %v", err)
+	}
+	return cfg
 }
 
 // envCount is $name as a whole number of at least 1, def when unset.
@@ -233,13 +241,7 @@ func BenchmarkStepTransfers(b *testing.B) {
 		backend = "cpu"
 	}
 	batch := envCount(b, "VKERN_PROFILE_B", 64)
-	cfg := Char
-	if name := os.Getenv("VKERN_PROFILE_MODEL"); name != "" {
-		var err error
-		if cfg, err = ConfigNamed(name); err != nil {
-			b.Fatalf("VKERN_PROFILE_MODEL: %v", err)
-		}
-	}
+	cfg := envModel(b, Char)
 	ctx := context.Background()
 	dev, err := vkern.Open(ctx, vkern.Options{Backend: backend, CacheDir: testCache(b)})
 	if err != nil {
