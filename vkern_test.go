@@ -3,7 +3,9 @@ package vkern
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"regexp"
 	"strconv"
@@ -616,5 +618,91 @@ func checkLayerNormGradInPlace(t *testing.T, d *Device) {
 		if !bytes.Equal(apart[i], shared[i]) {
 			t.Errorf("layernorm_grad %s: output %d differs with dx in r's buffer", s, i)
 		}
+	}
+}
+
+// TestTypedTransfersInChunks: WriteF32 and its kin convert a tensor a
+// chunk at a time (convertChunk); every element crosses intact, chunk
+// edges and the short last chunk included, the byte layouts agree with
+// Read and Write, and a transfer past the buffer's end is refused whole,
+// with nothing written.
+func TestTypedTransfersInChunks(t *testing.T) {
+	dev := openCPU(t, Options{})
+	ctx := context.Background()
+	n := 5*convertChunk/8 + 3 // 2.5 chunks of f32 and a tail; 1.25 of f16
+	buf, err := dev.Alloc(ctx, int64(4*n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f32 := make([]float32, n)
+	for i := range f32 {
+		f32[i] = float32(i) - 0.5
+	}
+	if err := buf.WriteF32(ctx, f32); err != nil {
+		t.Fatal(err)
+	}
+	raw := make([]byte, 4*n)
+	if err := buf.Read(ctx, 0, raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 1, convertChunk/4 - 1, convertChunk / 4, 2 * convertChunk / 4, n - 1} {
+		if got := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])); got != f32[i] {
+			t.Fatalf("WriteF32: element %d reads back as bytes of %v, want %v", i, got, f32[i])
+		}
+	}
+	back := make([]float32, n)
+	if err := buf.ReadF32(ctx, back); err != nil {
+		t.Fatal(err)
+	}
+	for i := range back {
+		if back[i] != f32[i] {
+			t.Fatalf("ReadF32: element %d is %v, want %v", i, back[i], f32[i])
+		}
+	}
+	halves := make([]uint16, 2*n)
+	for i := range halves {
+		halves[i] = uint16(i * 7)
+	}
+	if err := buf.WriteF16(ctx, halves); err != nil {
+		t.Fatal(err)
+	}
+	gotHalves := make([]uint16, 2*n)
+	if err := buf.ReadF16(ctx, gotHalves); err != nil {
+		t.Fatal(err)
+	}
+	for i := range gotHalves {
+		if gotHalves[i] != halves[i] {
+			t.Fatalf("ReadF16: element %d is %#x, want %#x", i, gotHalves[i], halves[i])
+		}
+	}
+	ints := make([]int32, n)
+	for i := range ints {
+		ints[i] = int32(-3 * i)
+	}
+	if err := buf.WriteI32(ctx, ints); err != nil {
+		t.Fatal(err)
+	}
+	if err := buf.Read(ctx, 0, raw); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ints {
+		if got := int32(binary.LittleEndian.Uint32(raw[4*i:])); got != ints[i] {
+			t.Fatalf("WriteI32: element %d is %d, want %d", i, got, ints[i])
+		}
+	}
+	// One element too many: refused before any chunk goes.
+	err = buf.WriteF32(ctx, make([]float32, n+1))
+	if err == nil || !strings.Contains(err.Error(), "runs past its end") {
+		t.Fatalf("WriteF32 of n+1 elements into n: %v, want a refusal", err)
+	}
+	if err := buf.ReadF32(ctx, make([]float32, n+1)); err == nil || !strings.Contains(err.Error(), "runs past its end") {
+		t.Fatalf("ReadF32 of n+1 elements from n: %v, want a refusal", err)
+	}
+	after := make([]byte, 4*n)
+	if err := buf.Read(ctx, 0, after); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(after, raw) {
+		t.Fatal("a refused WriteF32 changed the buffer")
 	}
 }
