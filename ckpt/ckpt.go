@@ -24,11 +24,13 @@
 package ckpt
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -72,21 +74,36 @@ type Checkpoint struct {
 // ErrCorrupt marks a file that is not a valid checkpoint file.
 var ErrCorrupt = errors.New("ckpt: corrupt checkpoint")
 
-// f32View is a Tensor as safetensors.View.
+// f32View is a Tensor as safetensors.View, encoded when the writer asks
+// for its bytes: Data fills the file's one scratch slice, which
+// safetensors.SerializeToWriter writes out before it asks for the next
+// tensor's. A file is never held encoded whole (a 124M-parameter model's
+// optimizer file is 1 GB), only its largest tensor.
 type f32View struct {
-	shape []uint64
-	data  []byte
+	shape   []uint64
+	values  []float32
+	scratch *[]byte
 }
 
 func (v f32View) DType() safetensors.DType { return safetensors.F32 }
 func (v f32View) Shape() []uint64          { return v.shape }
-func (v f32View) Data() []byte             { return v.data }
-func (v f32View) DataLen() uint64          { return uint64(len(v.data)) }
+func (v f32View) DataLen() uint64          { return 4 * uint64(len(v.values)) }
+func (v f32View) Data() []byte {
+	if cap(*v.scratch) < 4*len(v.values) {
+		*v.scratch = make([]byte, 4*len(v.values))
+	}
+	b := (*v.scratch)[:4*len(v.values)]
+	for i, x := range v.values {
+		binary.LittleEndian.PutUint32(b[4*i:4*i+4], math.Float32bits(x))
+	}
+	return b
+}
 
-// encode serializes tensors, with metadata {"format": "pt"} (which
-// transformers requires of a safetensors file).
-func encode(file string, tensors []Tensor) ([]byte, error) {
-	views := make(map[string]f32View, len(tensors))
+// views checks tensors and makes their views for file, with one scratch
+// slice between them.
+func views(file string, tensors []Tensor) (map[string]f32View, error) {
+	out := make(map[string]f32View, len(tensors))
+	scratch := new([]byte)
 	for _, t := range tensors {
 		n := int64(1)
 		shape := make([]uint64, len(t.Shape))
@@ -100,17 +117,17 @@ func encode(file string, tensors []Tensor) ([]byte, error) {
 		if n != int64(len(t.Data)) {
 			return nil, fmt.Errorf("ckpt: %s: tensor %s of shape %v holds %d values, want %d", file, t.Name, t.Shape, len(t.Data), n)
 		}
-		if _, dup := views[t.Name]; dup {
+		if _, dup := out[t.Name]; dup {
 			return nil, fmt.Errorf("ckpt: %s: tensor %s named twice", file, t.Name)
 		}
-		data := make([]byte, 4*len(t.Data))
-		for i, x := range t.Data {
-			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(x))
-		}
-		views[t.Name] = f32View{shape: shape, data: data}
+		out[t.Name] = f32View{shape: shape, values: t.Data, scratch: scratch}
 	}
-	return safetensors.Serialize(views, map[string]string{"format": "pt"})
+	return out, nil
 }
+
+// fileMetadata is every safetensors file's metadata: {"format": "pt"},
+// which transformers requires.
+var fileMetadata = map[string]string{"format": "pt"}
 
 // decode parses a safetensors file's bytes into float32 tensors.
 func decode(path string, b []byte) ([]Tensor, error) {
@@ -180,19 +197,38 @@ func Save(ctx context.Context, dir string, c *Checkpoint) error {
 			os.RemoveAll(tmp)
 		}
 	}()
+	bytesOf := func(b []byte) func(io.Writer) error {
+		if b == nil {
+			return nil
+		}
+		return func(w io.Writer) error { _, err := w.Write(b); return err }
+	}
+	tensorsOf := func(file string, ts []Tensor) (func(io.Writer) error, error) {
+		if ts == nil && file == OptimizerFile {
+			return nil, nil
+		}
+		vs, err := views(file, ts)
+		if err != nil {
+			return nil, err
+		}
+		return func(w io.Writer) error { return safetensors.SerializeToWriter(vs, fileMetadata, w) }, nil
+	}
+	model, err := tensorsOf(ModelFile, c.Model)
+	if err != nil {
+		return err
+	}
+	optimizer, err := tensorsOf(OptimizerFile, c.Optimizer)
+	if err != nil {
+		return err
+	}
 	files := []struct {
-		name string
-		data func() ([]byte, error)
+		name  string
+		write func(io.Writer) error // nil: no such file
 	}{
-		{ConfigFile, func() ([]byte, error) { return c.Config, nil }},
-		{ModelFile, func() ([]byte, error) { return encode(ModelFile, c.Model) }},
-		{OptimizerFile, func() ([]byte, error) {
-			if c.Optimizer == nil {
-				return nil, nil
-			}
-			return encode(OptimizerFile, c.Optimizer)
-		}},
-		{StateFile, func() ([]byte, error) { return c.State, nil }},
+		{ConfigFile, bytesOf(c.Config)},
+		{ModelFile, model},
+		{OptimizerFile, optimizer},
+		{StateFile, bytesOf(c.State)},
 	}
 	ours := map[string]bool{}
 	for _, f := range files {
@@ -200,14 +236,10 @@ func Save(ctx context.Context, dir string, c *Checkpoint) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		b, err := f.data()
-		if err != nil {
-			return err
-		}
-		if b == nil {
+		if f.write == nil {
 			continue
 		}
-		if err := writeSynced(filepath.Join(tmp, f.name), b); err != nil {
+		if err := writeSynced(filepath.Join(tmp, f.name), f.write); err != nil {
 			return err
 		}
 	}
@@ -221,7 +253,7 @@ func Save(ctx context.Context, dir string, c *Checkpoint) error {
 			if os.Link(src, dst) != nil {
 				b, err := os.ReadFile(src)
 				if err == nil {
-					err = writeSynced(dst, b)
+					err = writeSynced(dst, func(w io.Writer) error { _, err := w.Write(b); return err })
 				}
 				if err != nil {
 					return fmt.Errorf("ckpt: carrying %s over: %w", src, err)
@@ -321,12 +353,18 @@ func swap(tmp, dir string) error {
 	return os.RemoveAll(old)
 }
 
-func writeSynced(path string, b []byte) error {
+// writeSynced makes the file path with what write writes, through a
+// buffer, and syncs it.
+func writeSynced(path string, write func(io.Writer) error) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("ckpt: %w", err)
 	}
-	if _, err := f.Write(b); err != nil {
+	w := bufio.NewWriterSize(f, 1<<20)
+	if err := write(w); err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
 		f.Close()
 		return fmt.Errorf("ckpt: writing %s: %w", path, err)
 	}
