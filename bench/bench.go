@@ -45,7 +45,11 @@ type Result struct {
 	// suite's PyTorch eager and torch.compile), where Anchor and Ratio hold
 	// one.
 	Relations []Relation `json:"relations,omitempty"`
-	Note      string     `json:"note,omitempty"`
+	// PhasesMs are a training case's timed steps split as the host saw them
+	// (gpt.Phases): the median of each of write, gradients, read and update,
+	// in ms; their sum need not equal the median step.
+	PhasesMs map[string]float64 `json:"phases_ms,omitempty"`
+	Note     string             `json:"note,omitempty"`
 }
 
 // Relation is a case's ratio to one anchor: the anchor's median time over

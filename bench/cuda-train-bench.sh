@@ -57,6 +57,10 @@ for r in results:
         tps = f"{rel.get('tokens_per_second', 0):10.0f}" if rel["ratio"] else f"{'-':>10}"
         mfu = f"{share / rel['ratio']:5.3f}" if rel["ratio"] else f"{'-':>5}"
         print(f"{head}  {rel['anchor']:<14} {tps} {mfu} {rel['ratio']:6.3f}")
+    if r.get("phases_ms"):
+        p = r["phases_ms"]
+        print(f"{'':<22} host phases (medians, ms): write {p['write']:.3f}, gradients {p['gradients']:.3f}, "
+              f"read {p['read']:.3f}, update {p['update']:.3f}")
 EOF
 fi
 exit $status

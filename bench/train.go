@@ -8,7 +8,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/gpt"
@@ -296,22 +298,40 @@ func timeTraining(ctx context.Context, dev *vkern.Device, c TrainCase, opt Train
 	h := gpt.DefaultHyper(int64(opt.Warmup + opt.Steps))
 	st := gpt.NewState()
 	var skipped int
+	var phases []gpt.Phases // of the timed steps
 	median, err := Median(ctx, opt.Steps, opt.Warmup, Wall(func() error {
 		k := int(st.Step) % batches
 		res, err := m.Step(ctx, h, &st, inputs[k:k+1], targets[k:k+1])
-		if res.Skipped && int(st.Step) > opt.Warmup {
-			skipped++
+		if int(st.Step) > opt.Warmup {
+			phases = append(phases, res.Phases)
+			if res.Skipped {
+				skipped++
+			}
 		}
 		return err
 	}))
 	if err != nil {
 		return Result{}, err
 	}
+	phaseMedian := func(of func(gpt.Phases) time.Duration) float64 {
+		d := make([]time.Duration, len(phases))
+		for i, p := range phases {
+			d[i] = of(p)
+		}
+		slices.Sort(d)
+		return float64(d[len(d)/2].Nanoseconds()) / 1e6
+	}
 	tokens := float64(n)
 	flops := c.FlopsPerToken() * tokens
 	return Result{
 		Name: c.Name(), N: opt.Steps, MedianNs: float64(median),
 		TokensPerSecond: tokens / median.Seconds(), GFLOPs: flops / float64(median),
+		PhasesMs: map[string]float64{
+			"write":     phaseMedian(func(p gpt.Phases) time.Duration { return p.Write }),
+			"gradients": phaseMedian(func(p gpt.Phases) time.Duration { return p.Gradients }),
+			"read":      phaseMedian(func(p gpt.Phases) time.Duration { return p.Read }),
+			"update":    phaseMedian(func(p gpt.Phases) time.Duration { return p.Update }),
+		},
 		Note: fmt.Sprintf("wall time of a training step (tokens written, gradients batch, loss and norm read, AdamW batch) on random tokens, seed %d, after %d warm-up steps; %d of %d timed steps skipped by the loss scale; model flops 6·N + 12·L·C·T = %.3g per token",
 			opt.Seed, opt.Warmup, skipped, opt.Steps, c.FlopsPerToken()),
 	}, nil

@@ -306,4 +306,10 @@ func printResults(w io.Writer, results []bench.Result) {
 		}
 	}
 	tw.Flush()
+	for _, r := range results {
+		if p := r.PhasesMs; p != nil {
+			fmt.Fprintf(w, "%s, the host's phases (medians): write %.3f, gradients %.3f, read %.3f, update %.3f ms\n",
+				r.Name, p["write"], p["gradients"], p["read"], p["update"])
+		}
+	}
 }
