@@ -79,13 +79,11 @@
 #   defects   the planted CUDA defects of layernorm and attention and the
 #             stored-dS attention test (or the defects whose names match
 #             $DEFECTS alone)
-# Here, first:
-#   CGO_ENABLED=0 go build -o bin/vkern ./cmd/vkern
-#   CGO_ENABLED=0 go test -c -o bin/vkern.test .
-#   CGO_ENABLED=0 go test -c -o bin/gpt.test ./gpt
-#   bin/corpus.txt: any text of a few MB (the train parts read it)
-#   go run ./bench/labsrc bin/labsrc (the lab parts), and bin/labsrc-base
-#   (labab, above)
+# Here, first: bash bench/prep-call.sh [BASE] (the CLI, bin/vkern.test,
+# bin/gpt.test, bin/labsrc; with BASE, bin/labsrc-base for labab and
+# bin/gpt-base.test for transfers; then the checks a call would otherwise
+# fail first), and bin/corpus.txt: any text of a few MB (the train parts
+# read it).
 # then, with bin/ carried: bash bench/cuda-pending.sh [parts]. The default
 # parts (exp2 verify-attn verify-attn-gpt2 defects) are what a new attention
 # variant owes; verify-every, the rest of it, needs a call of its own. Logs under $OUT; the table last.
