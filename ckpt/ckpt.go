@@ -361,7 +361,8 @@ func writeSynced(path string, write func(io.Writer) error) error {
 		return fmt.Errorf("ckpt: %w", err)
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
-	if err := write(w); err == nil {
+	err = write(w)
+	if err == nil {
 		err = w.Flush()
 	}
 	if err != nil {

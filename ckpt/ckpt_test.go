@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -196,5 +197,21 @@ func TestHalfPrecisionFilesAreRead(t *testing.T) {
 	}
 	if m := Find(ts, "m"); m == nil || m.Data != nil || m.DType != "U8" {
 		t.Errorf("an integer tensor read as %+v, want no data and DType U8", m)
+	}
+}
+
+// A file whose writing fails is reported, not synced and swapped in as if
+// whole (Save then keeps the old checkpoint).
+func TestWriteSyncedReportsAFailedWrite(t *testing.T) {
+	dir := t.TempDir()
+	failing := errors.New("disk full")
+	err := writeSynced(filepath.Join(dir, "a"), func(w io.Writer) error {
+		if _, err := w.Write([]byte("partial")); err != nil {
+			return err
+		}
+		return failing
+	})
+	if !errors.Is(err, failing) {
+		t.Errorf("writeSynced with a failing writer: %v, want %v", err, failing)
 	}
 }
