@@ -72,9 +72,6 @@ const exitGrace = time.Second
 // framingHint explains a length prefix that makes no sense.
 const framingHint = "the server's stdout carries frames only; text printed there (the bytes quoted above) breaks the stream and belongs on stderr"
 
-// readBufferBytes is the size of the buffered reader on the child's stdout.
-const readBufferBytes = 64 << 10
-
 // Handle names a buffer in one particular server. A Handle from a server that
 // has since died is stale: calls with it fail with ErrStaleHandle.
 type Handle struct {

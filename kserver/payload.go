@@ -157,11 +157,6 @@ func AppendRunPayload(dst []byte, r RunPayload) []byte {
 	return dst
 }
 
-// runPayloadBytes is the encoded size of r.
-func runPayloadBytes(r RunPayload) int {
-	return runHeadBytes + 8*(len(r.Params)+len(r.Buffers))
-}
-
 // DecodeRunPayload decodes a RUN request. The counts must account for the
 // payload exactly, and no flag but RunUntimed and RunCollective may be set.
 func DecodeRunPayload(p []byte) (RunPayload, error) {
@@ -391,11 +386,8 @@ const (
 	RedMax  RedOp = 2
 )
 
-// commInitBytes is the size of a COMM_INIT request: the unique id, rank,
-// size, timeout_ms, reserved.
-const commInitBytes = CommUniqueIDBytes + 16
-
-// AppendCommInitRequest appends a COMM_INIT request.
+// AppendCommInitRequest appends a COMM_INIT request, CommUniqueIDBytes + 16
+// bytes: the unique id, rank, size, timeout_ms and a reserved word.
 func AppendCommInitRequest(dst []byte, id [CommUniqueIDBytes]byte, rank, size, timeoutMs uint32) []byte {
 	dst = append(dst, id[:]...)
 	dst = binary.LittleEndian.AppendUint32(dst, rank)

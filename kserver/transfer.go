@@ -237,9 +237,8 @@ func (c *Client) TextRead(ctx context.Context, h Handle, offset uint64, dst []ui
 		return err
 	}
 	type textFlight struct {
-		cl     *call
-		at, n  int
-		failed bool
+		cl    *call
+		at, n int
 	}
 	var window []textFlight
 	var firstErr error

@@ -277,11 +277,3 @@ func TestBiasGradBoundHoldsForTheKernelsStructure(t *testing.T) {
 		}
 	}
 }
-
-func identity(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
-}
