@@ -106,6 +106,10 @@ func GoSourceTree() (string, error) {
 	if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil {
 		candidates = append(candidates, strings.TrimSpace(string(out)))
 	}
+	// runtime.GOROOT is deprecated because a binary may run away from where
+	// it was built; here it is only the last guess, after the two above,
+	// and a path that does not exist is skipped below.
+	//lint:ignore SA1019 the last of three guesses, checked before use
 	candidates = append(candidates, runtime.GOROOT())
 	for _, root := range candidates {
 		if root == "" {
