@@ -443,8 +443,11 @@ const convertChunk = 4 << 20
 // as dst holds. A write past the buffer's end is refused before any chunk
 // is sent.
 func (b *Buffer) writeChunks(ctx context.Context, n, size int, encode func(dst []byte, from int)) error {
-	if err := b.inside("Write", "into", 0, int64(n)*int64(size)); err != nil || n == 0 {
+	if err := b.inside("Write", "into", 0, int64(n)*int64(size)); err != nil {
 		return err
+	}
+	if n == 0 {
+		return b.Write(ctx, 0, nil) // the server still checks the handle
 	}
 	buf := make([]byte, min(n*size, convertChunk))
 	per := len(buf) / size
@@ -462,8 +465,11 @@ func (b *Buffer) writeChunks(ctx context.Context, n, size int, encode func(dst [
 // as writeChunks writes them: decode takes src's elements, from index from
 // on. After an error, the elements not yet decoded are unchanged.
 func (b *Buffer) readChunks(ctx context.Context, n, size int, decode func(src []byte, from int)) error {
-	if err := b.inside("Read", "from", 0, int64(n)*int64(size)); err != nil || n == 0 {
+	if err := b.inside("Read", "from", 0, int64(n)*int64(size)); err != nil {
 		return err
+	}
+	if n == 0 {
+		return b.Read(ctx, 0, nil)
 	}
 	buf := make([]byte, min(n*size, convertChunk))
 	per := len(buf) / size

@@ -625,7 +625,7 @@ func checkLayerNormGradInPlace(t *testing.T, d *Device) {
 // chunk at a time (convertChunk); every element crosses intact, chunk
 // edges and the short last chunk included, the byte layouts agree with
 // Read and Write, and a transfer past the buffer's end is refused whole,
-// with nothing written.
+// with nothing written; an empty transfer still reaches the server.
 func TestTypedTransfersInChunks(t *testing.T) {
 	dev := openCPU(t, Options{})
 	ctx := context.Background()
@@ -704,5 +704,15 @@ func TestTypedTransfersInChunks(t *testing.T) {
 	}
 	if !bytes.Equal(after, raw) {
 		t.Fatal("a refused WriteF32 changed the buffer")
+	}
+	// No elements still go to the server, which refuses a freed buffer.
+	if err := buf.Free(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := buf.WriteF32(ctx, nil); err == nil || !strings.Contains(err.Error(), "BAD_HANDLE") {
+		t.Errorf("WriteF32 of no elements into a freed buffer: %v, want BAD_HANDLE", err)
+	}
+	if err := buf.ReadF16(ctx, nil); err == nil || !strings.Contains(err.Error(), "BAD_HANDLE") {
+		t.Errorf("ReadF16 of no elements from a freed buffer: %v, want BAD_HANDLE", err)
 	}
 }
