@@ -2,7 +2,6 @@ package vkern
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vkern/vkern/cache"
+	"github.com/vkern/vkern/internal/le"
 	"github.com/vkern/vkern/kernels"
 	"github.com/vkern/vkern/kserver"
 	"github.com/vkern/vkern/op"
@@ -385,54 +385,32 @@ func (b *Buffer) inside(what, prep string, offset, n int64) error {
 
 // WriteF16 writes f16 bit patterns from the start of the buffer.
 func (b *Buffer) WriteF16(ctx context.Context, v []uint16) error {
-	return b.writeChunks(ctx, len(v), 2, func(dst []byte, from int) {
-		for i, x := range v[from : from+len(dst)/2] {
-			binary.LittleEndian.PutUint16(dst[2*i:2*i+2], x)
-		}
-	})
+	return b.writeChunks(ctx, len(v), 2, func(dst []byte, from int) { le.PutUint16s(dst, v[from:from+len(dst)/2]) })
 }
 
 // ReadF16 reads len(dst) f16 bit patterns from the start of the buffer.
 func (b *Buffer) ReadF16(ctx context.Context, dst []uint16) error {
-	return b.readChunks(ctx, len(dst), 2, func(src []byte, from int) {
-		out := dst[from : from+len(src)/2]
-		for i := range out {
-			out[i] = binary.LittleEndian.Uint16(src[2*i : 2*i+2])
-		}
-	})
+	return b.readChunks(ctx, len(dst), 2, func(src []byte, from int) { le.Uint16s(dst[from:from+len(src)/2], src) })
 }
 
 // WriteI32 writes int32 values (cross_entropy's labels) from the start of
 // the buffer.
 func (b *Buffer) WriteI32(ctx context.Context, v []int32) error {
-	return b.writeChunks(ctx, len(v), 4, func(dst []byte, from int) {
-		for i, x := range v[from : from+len(dst)/4] {
-			binary.LittleEndian.PutUint32(dst[4*i:4*i+4], uint32(x))
-		}
-	})
+	return b.writeChunks(ctx, len(v), 4, func(dst []byte, from int) { le.PutInt32s(dst, v[from:from+len(dst)/4]) })
 }
 
 // WriteF32 writes float32 values from the start of the buffer.
 func (b *Buffer) WriteF32(ctx context.Context, v []float32) error {
-	return b.writeChunks(ctx, len(v), 4, func(dst []byte, from int) {
-		for i, x := range v[from : from+len(dst)/4] {
-			binary.LittleEndian.PutUint32(dst[4*i:4*i+4], math.Float32bits(x))
-		}
-	})
+	return b.writeChunks(ctx, len(v), 4, func(dst []byte, from int) { le.PutFloat32s(dst, v[from:from+len(dst)/4]) })
 }
 
 // ReadF32 reads len(dst) float32 values from the start of the buffer.
 func (b *Buffer) ReadF32(ctx context.Context, dst []float32) error {
-	return b.readChunks(ctx, len(dst), 4, func(src []byte, from int) {
-		out := dst[from : from+len(src)/4]
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i : 4*i+4]))
-		}
-	})
+	return b.readChunks(ctx, len(dst), 4, func(src []byte, from int) { le.Float32s(dst[from:from+len(src)/4], src) })
 }
 
 // convertChunk is the most bytes the typed transfers (WriteF32 and its
-// kin) hold encoded at once. A tensor is converted and sent a chunk at a
+// kin, through package le) hold encoded at once. A tensor is converted and sent a chunk at a
 // time through one reused slice, never as a copy of its own size: a
 // 124M-parameter model's f32 masters would be a 500 MB allocation, and the
 // kernel pages cleared for it cost more than the encoding.

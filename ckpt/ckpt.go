@@ -41,6 +41,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vkern/vkern/f16"
+	"github.com/vkern/vkern/internal/le"
 )
 
 // The files of a checkpoint.
@@ -93,9 +94,7 @@ func (v f32View) Data() []byte {
 		*v.scratch = make([]byte, 4*len(v.values))
 	}
 	b := (*v.scratch)[:4*len(v.values)]
-	for i, x := range v.values {
-		binary.LittleEndian.PutUint32(b[4*i:4*i+4], math.Float32bits(x))
-	}
+	le.PutFloat32s(b, v.values)
 	return b
 }
 
@@ -201,7 +200,7 @@ func Save(ctx context.Context, dir string, c *Checkpoint) error {
 		if b == nil {
 			return nil
 		}
-		return func(w io.Writer) error { _, err := w.Write(b); return err }
+		return writeAll(b)
 	}
 	tensorsOf := func(file string, ts []Tensor) (func(io.Writer) error, error) {
 		if ts == nil && file == OptimizerFile {
@@ -253,7 +252,7 @@ func Save(ctx context.Context, dir string, c *Checkpoint) error {
 			if os.Link(src, dst) != nil {
 				b, err := os.ReadFile(src)
 				if err == nil {
-					err = writeSynced(dst, func(w io.Writer) error { _, err := w.Write(b); return err })
+					err = writeSynced(dst, writeAll(b))
 				}
 				if err != nil {
 					return fmt.Errorf("ckpt: carrying %s over: %w", src, err)
@@ -351,6 +350,11 @@ func swap(tmp, dir string) error {
 		return err
 	}
 	return os.RemoveAll(old)
+}
+
+// writeAll is a writeSynced write that writes b.
+func writeAll(b []byte) func(io.Writer) error {
+	return func(w io.Writer) error { _, err := w.Write(b); return err }
 }
 
 // writeSynced makes the file path with what write writes, through a

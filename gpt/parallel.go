@@ -12,6 +12,7 @@ import (
 
 	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/collective"
+	"github.com/vkern/vkern/internal/le"
 	"github.com/vkern/vkern/op"
 )
 
@@ -508,7 +509,8 @@ func (rep *Replica) step(ctx context.Context, h Hyper, st *State, inputs, target
 // error naming the first rank that differs.
 func (rep *Replica) agreedNorm(normBytes, raw []byte) (float64, int32, error) {
 	world := rep.Group.Size()
-	norms := getF32s(make([]float32, world), normBytes[:4*world])
+	norms := make([]float32, world)
+	le.Float32s(norms, normBytes)
 	bad0 := int32(binary.LittleEndian.Uint32(raw))
 	for r := 1; r < world; r++ {
 		bad := int32(binary.LittleEndian.Uint32(raw[4*r:]))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/f16"
+	"github.com/vkern/vkern/internal/le"
 	"github.com/vkern/vkern/op"
 )
 
@@ -232,30 +233,10 @@ func (m *Model) writeBatches(ctx context.Context, inputs, targets [][]int32) err
 			return fmt.Errorf("gpt: micro-batch %d has %d inputs and %d targets, want B·T = %d of each", k, len(inputs[k]), len(targets[k]), want)
 		}
 		for j, v := range [][]int32{inputs[k], targets[k]} {
-			putI32s(m.hostBatch[m.batchAt[2*k+j]:], v)
+			le.PutInt32s(m.hostBatch[m.batchAt[2*k+j]:], v)
 		}
 	}
 	return m.batch.Write(ctx, 0, m.hostBatch)
-}
-
-// putI32s writes v little-endian into dst's first 4·len(v) bytes. Each
-// element's store is bounded to its own four bytes, which the compiler
-// turns into one 32-bit store with one bounds check.
-func putI32s(dst []byte, v []int32) {
-	dst = dst[:4*len(v)]
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(dst[4*i:4*i+4], uint32(x))
-	}
-}
-
-// getF32s decodes the little-endian float32 values of src into dst[:len(src)/4]
-// and returns that slice, as putI32s encodes.
-func getF32s(dst []float32, src []byte) []float32 {
-	dst = dst[:len(src)/4]
-	for i := range dst {
-		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i : 4*i+4]))
-	}
-	return dst
 }
 
 // readLoss reads the first k micro-batches' per-row losses and returns
@@ -296,7 +277,9 @@ func (m *Model) readHost(ctx context.Context, results *vkern.Buffer, n int64) (r
 	if err := results.Read(ctx, 0, m.hostResults); err != nil {
 		return nil, nil, err
 	}
-	return m.hostResults, getF32s(m.hostLosses, m.hostResults[:4*n]), nil
+	losses = m.hostLosses[:n]
+	le.Float32s(losses, m.hostResults)
+	return m.hostResults, losses, nil
 }
 
 // meanLoss is the mean of the first k micro-batches' per-row losses in all
