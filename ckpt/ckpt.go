@@ -203,9 +203,6 @@ func Save(ctx context.Context, dir string, c *Checkpoint) error {
 		return writeAll(b)
 	}
 	tensorsOf := func(file string, ts []Tensor) (func(io.Writer) error, error) {
-		if ts == nil && file == OptimizerFile {
-			return nil, nil
-		}
 		vs, err := views(file, ts)
 		if err != nil {
 			return nil, err
@@ -216,9 +213,11 @@ func Save(ctx context.Context, dir string, c *Checkpoint) error {
 	if err != nil {
 		return err
 	}
-	optimizer, err := tensorsOf(OptimizerFile, c.Optimizer)
-	if err != nil {
-		return err
+	var optimizer func(io.Writer) error // none without an optimizer's state
+	if c.Optimizer != nil {
+		if optimizer, err = tensorsOf(OptimizerFile, c.Optimizer); err != nil {
+			return err
+		}
 	}
 	files := []struct {
 		name  string
