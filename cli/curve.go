@@ -6,12 +6,39 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"github.com/vkern/vkern/gpt"
 )
+
+// runCurve is a run's loss curve as its checkpoint keeps it: history (the
+// resumed checkpoint's curve), then steps (this process's), a non-finite
+// loss as nil.
+func runCurve(history []gpt.CurvePoint, steps []stepRecord) []gpt.CurvePoint {
+	curve := make([]gpt.CurvePoint, 0, len(history)+len(steps))
+	curve = append(curve, history...)
+	for _, s := range steps {
+		p := gpt.CurvePoint{Step: s.Step, Loss: finite(s.Loss)}
+		if s.ValLoss != nil {
+			p.Val = finite(*s.ValLoss)
+		}
+		curve = append(curve, p)
+	}
+	return curve
+}
+
+// finite is v, or nil where v is NaN or infinite (JSON carries neither).
+func finite(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
 
 // writeLossSVG draws a run's loss curve: the training loss of every step
 // (a thin line), the validation loss where evaluated (dots joined), and
-// gridlines every 0.5; plain SVG, to open in a browser or commit.
-func writeLossSVG(w io.Writer, title string, steps []stepRecord) error {
+// gridlines every 0.5; plain SVG, to open in a browser or commit. Points
+// without a loss are left out of the line.
+func writeLossSVG(w io.Writer, title string, steps []gpt.CurvePoint) error {
 	const width, height, left, right, top, bottom = 720, 400, 60, 20, 40, 40
 	if len(steps) == 0 {
 		return fmt.Errorf("no steps to draw")
@@ -19,9 +46,9 @@ func writeLossSVG(w io.Writer, title string, steps []stepRecord) error {
 	first, last := float64(steps[0].Step), float64(steps[len(steps)-1].Step+1)
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, s := range steps {
-		for _, v := range []float64{s.Loss, valOf(s)} {
-			if !math.IsNaN(v) && !math.IsInf(v, 0) {
-				lo, hi = min(lo, v), max(hi, v)
+		for _, v := range []*float64{s.Loss, s.Val} {
+			if v != nil {
+				lo, hi = min(lo, *v), max(hi, *v)
 			}
 		}
 	}
@@ -50,11 +77,11 @@ func writeLossSVG(w io.Writer, title string, steps []stepRecord) error {
 	var train, val []string
 	var dots [][2]float64
 	for _, s := range steps {
-		if !math.IsNaN(s.Loss) && !math.IsInf(s.Loss, 0) {
-			train = append(train, fmt.Sprintf("%.1f,%.1f", x(float64(s.Step)+1), y(s.Loss)))
+		if s.Loss != nil {
+			train = append(train, fmt.Sprintf("%.1f,%.1f", x(float64(s.Step)+1), y(*s.Loss)))
 		}
-		if v := valOf(s); !math.IsNaN(v) && !math.IsInf(v, 0) {
-			dots = append(dots, [2]float64{x(float64(s.Step) + 1), y(v)})
+		if s.Val != nil {
+			dots = append(dots, [2]float64{x(float64(s.Step) + 1), y(*s.Val)})
 			val = append(val, fmt.Sprintf("%.1f,%.1f", dots[len(dots)-1][0], dots[len(dots)-1][1]))
 		}
 	}
@@ -70,11 +97,4 @@ func writeLossSVG(w io.Writer, title string, steps []stepRecord) error {
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-func valOf(s stepRecord) float64 {
-	if s.ValLoss == nil {
-		return math.NaN()
-	}
-	return *s.ValLoss
 }

@@ -88,7 +88,8 @@ The model defaults:
 %s
 A checkpoint is a folder that transformers.GPT2LMHeadModel.from_pretrained
 loads, plus optimizer.safetensors and train_state.json for --resume. The loss
-curve goes to DIR/loss.svg.
+curve goes to DIR/loss.svg; train_state.json keeps it, so a resumed run draws
+the whole run's curve.
 
 Exit status: 0 done · 1 the run failed (the error says which step and call)
              2 usage error · 130 interrupted (once the model is set up,
@@ -298,8 +299,15 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	rec := &trainRecord{Model: setup.cfg.Name, Config: setup.cfg, Batch: setup.batch, Accum: tr.MicroBatches(), Ranks: tr.Ranks(), Seed: setup.seed,
 		Hyper: setup.hyper, Backend: info.Backend, Device: info.Device["device"], Data: corpus.Source,
 		Command: "vkern train " + strings.Join(args, " "), StartStep: tr.State.Step}
+	// The curve a resumed checkpoint holds, which this process's steps
+	// extend in every save and in loss.svg.
+	var history []gpt.CurvePoint
+	if setup.loaded != nil && setup.loaded.Run != nil {
+		history = setup.loaded.Run.Curve
+	}
 	run := func() gpt.Run {
-		return gpt.Run{Batch: setup.batch, Accum: tr.MicroBatches(), Seed: setup.seed, Hyper: setup.hyper, State: tr.State, Data: corpus.Source}
+		return gpt.Run{Batch: setup.batch, Accum: tr.MicroBatches(), Seed: setup.seed, Hyper: setup.hyper, State: tr.State,
+			Data: corpus.Source, Curve: runCurve(history, rec.Steps)}
 	}
 	code := trainLoop(ctx, &f, setup, tr, rec, run, progress, stdout, stderr)
 	if f.jsonPath != "" {
@@ -772,7 +780,7 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 	}
 	if len(rec.Steps) > 0 && (tr.Parallel == nil || tr.Parallel.Rank0()) {
 		svg := filepath.Join(s.out, "loss.svg")
-		if err := writeAtomic(svg, func(w io.Writer) error { return writeLossSVG(w, s.cfg.Name, rec.Steps) }); err != nil {
+		if err := writeAtomic(svg, func(w io.Writer) error { return writeLossSVG(w, s.cfg.Name, run().Curve) }); err != nil {
 			fmt.Fprintf(stderr, "vkern train: %v\n", err)
 			return exitFailure
 		}
@@ -903,12 +911,6 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // +Inf or NaN) as null, which JSON can carry.
 func (r stepRecord) MarshalJSON() ([]byte, error) {
 	type plain stepRecord
-	finite := func(v float64) *float64 {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil
-		}
-		return &v
-	}
 	var val *float64
 	if r.ValLoss != nil {
 		val = finite(*r.ValLoss)

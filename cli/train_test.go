@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -8,7 +9,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vkern/vkern/gpt"
 )
+
+// readFile is path's contents; a file that cannot be read fails the test.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 func TestTrainUsageErrorsNameTheValue(t *testing.T) {
 	dir := t.TempDir()
@@ -116,7 +129,8 @@ func TestTrainResumeEvalSample(t *testing.T) {
 	}
 	// The second piece re-checks step 10 against the oracles on the way:
 	// a checked step computes what an unchecked one does, bit for bit.
-	code, stdout, stderr = runCLI(t, "train", "--resume", pieces, "--steps", "12", "--json", pieces+"2.json", "--data", corpus, "--sample", "0", "--verify-every", "5")
+	code, stdout, stderr = runCLI(t, "train", "--resume", pieces, "--steps", "12", "--json", pieces+"2.json", "--data", corpus, "--sample", "0", "--verify-every", "5",
+		"--eval-windows", "8")
 	if code != exitOK {
 		t.Fatalf("resumed: exit %d: %s\n%s", code, stdout, stderr)
 	}
@@ -132,6 +146,27 @@ func TestTrainResumeEvalSample(t *testing.T) {
 			t.Fatalf("step %d: %v resumed, %v straight", i, got[i], want[i])
 		}
 	}
+	// The checkpoint keeps the curve, so the resumed piece draws the whole
+	// run's, as the straight run does.
+	if a, b := readFile(t, filepath.Join(straight, "loss.svg")), readFile(t, filepath.Join(pieces, "loss.svg")); a != b {
+		t.Errorf("the run trained in two pieces drew another loss.svg than the straight run:\n%s\nstraight:\n%s", b, a)
+	}
+	checkCurve := func(when string) {
+		t.Helper()
+		var run gpt.Run
+		if err := json.Unmarshal([]byte(readFile(t, filepath.Join(pieces, "train_state.json"))), &run); err != nil {
+			t.Fatal(err)
+		}
+		if len(run.Curve) != 12 {
+			t.Fatalf("%s: the saved curve has %d points, want 12", when, len(run.Curve))
+		}
+		for i, p := range run.Curve {
+			if p.Step != int64(i) || p.Loss == nil || math.Float64bits(*p.Loss) != math.Float64bits(want[i]) {
+				t.Fatalf("%s: curve point %d is %+v, want step %d, loss %v", when, i, p, i, want[i])
+			}
+		}
+	}
+	checkCurve("after the second piece")
 	// The run's own folder named another way (through a link) is the run's:
 	// resuming into it is allowed.
 	link := filepath.Join(dir, "link")
@@ -156,6 +191,7 @@ func TestTrainResumeEvalSample(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(pieces, "train_state.json")); err != nil || !strings.Contains(string(b), `"lr_steps": 24`) {
 		t.Errorf("the new --lr-steps was not saved: %v\n%s", err, b)
 	}
+	checkCurve("after a save with no steps")
 	// Resuming into another run's folder is refused: saving would replace it.
 	if code, _, stderr := runCLI(t, "train", "--resume", pieces, "--out", straight, "--steps", "13", "--data", corpus); code != exitUsage || !strings.Contains(stderr, "holds another run") {
 		t.Errorf("resuming into another run's folder: exit %d, %s", code, stderr)

@@ -29,6 +29,20 @@ type Run struct {
 	// Data describes the corpus (data.Corpus.Source), to tell a resumed
 	// run on other data.
 	Data string `json:"data"`
+	// Curve is the run's loss at each step trained so far, oldest first,
+	// with the validation loss where one was measured: what a resumed run
+	// needs to draw the whole run's curve, not only its own piece.
+	// Checkpoints written before it was kept have none.
+	Curve []CurvePoint `json:"curve,omitempty"`
+}
+
+// CurvePoint is a step's place on a run's loss curve. Loss is nil where
+// the step's loss was not finite (JSON has no NaN or infinity); Val is nil
+// where no validation loss was measured after the step.
+type CurvePoint struct {
+	Step int64    `json:"step"`
+	Loss *float64 `json:"loss"`
+	Val  *float64 `json:"val,omitempty"`
 }
 
 // check refuses a run state no run could have saved (a file edited by
@@ -45,6 +59,11 @@ func (r *Run) check() error {
 		return fmt.Errorf("state step %d, updates %d, good_steps %d: want 0 ≤ updates ≤ step and good_steps ≥ 0", st.Step, st.Updates, st.Good)
 	case !(st.LossScale > 0) || math.IsInf(st.LossScale, 0):
 		return fmt.Errorf("state loss_scale %v: want a finite value above 0", st.LossScale)
+	}
+	for i, p := range r.Curve {
+		if p.Step < 0 || p.Step >= st.Step || (i > 0 && p.Step <= r.Curve[i-1].Step) {
+			return fmt.Errorf("curve point %d has step %d: want steps from 0, each above the one before and below the state's step %d", i, p.Step, st.Step)
+		}
 	}
 	if err := r.Hyper.Validate(); err != nil {
 		return err

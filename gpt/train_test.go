@@ -180,6 +180,18 @@ func TestCheckpointsLoadAndRefuseDamage(t *testing.T) {
 		{"state-batch", "train_state.json: batch 0 and accum 1", func(c *ckpt.Checkpoint) {
 			c.State = editState(t, c.State, func(r *Run) { r.Batch = 0 })
 		}},
+		{"state-curve", "train_state.json: curve point 1 has step 0: want steps from 0, each above the one before and below the state's step 5", func(c *ckpt.Checkpoint) {
+			c.State = editState(t, c.State, func(r *Run) {
+				r.State.Step, r.State.Updates = 5, 5
+				r.Curve = []CurvePoint{{Step: 0}, {Step: 0}}
+			})
+		}},
+		{"state-curve-ahead", "curve point 0 has step 5", func(c *ckpt.Checkpoint) {
+			c.State = editState(t, c.State, func(r *Run) {
+				r.State.Step, r.State.Updates = 5, 5
+				r.Curve = []CurvePoint{{Step: 5}}
+			})
+		}},
 	} {
 		bad := filepath.Join(t.TempDir(), tc.name)
 		cc := *c
