@@ -76,6 +76,13 @@
 #             /tmp/base BASE, copy gpt/profile_test.go and gpt/gpt_test.go
 #             into it, go test -c -o <this tree>/bin/gpt-base.test ./gpt
 #             there) base and new in turn, three times
+#   gelu      the MLP's GELU products in bench/gemm_lab.cu (c_fc's forward
+#             and c_proj's dx, each with and without the GELU, against
+#             cuBLAS's product) for the dispatcher and variants 6 and 9,
+#             then Nsight Compute (--set full, the clocks left alone) on one
+#             launch of the dispatcher's kernel in each: the details page
+#             and the SASS's stall reasons (bench/ncu_sass_summary.py), to
+#             place the GELU epilogue's cost (about 5 minutes)
 #   defects   the planted CUDA defects of layernorm and attention and the
 #             stored-dS attention test (or the defects whose names match
 #             $DEFECTS alone)
@@ -392,6 +399,36 @@ if wants transfers && room 90 transfers; then
     done
   done
   grep -H 'ns/op' "$out"/transfers-*.txt | sed 's|.*/transfers-||' > "$out/transfers-table.txt"
+fi
+
+if wants gelu && room 300 gelu; then
+  step "the GELU products: the lab, then Nsight Compute"
+  rm -f /tmp/gemm_lab
+  if nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ibin/labsrc -o /tmp/gemm_lab bench/gemm_lab.cu \
+    -lcublas > "$out/gelu-lab-build.txt" 2>&1; then
+    fc_cases=("fwd fc" "fwd fc gelu" "dx fc.proj" "dx fc.proj gelu")
+    run gelu-lab env GEMM_LAB_ONLY="$(IFS=,; echo "${fc_cases[*]}")" /tmp/gemm_lab 6 9
+    for c in "${fc_cases[@]}"; do
+      n=${c// /-}
+      timeout $(left) env GEMM_LAB_ONLY="$c" ncu --clock-control none --set full --import-source no \
+        -k regex:product_wgmma --launch-skip 2 -c 1 -f -o "$out/ncu-$n" /tmp/gemm_lab -1 > "$out/ncu-$n-run.txt" 2>&1 ||
+        { status=1; table+=("ncu $c: FAILED"); }
+      if [ -f "$out/ncu-$n.ncu-rep" ]; then
+        ncu -i "$out/ncu-$n.ncu-rep" --page details > "$out/ncu-$n-details.txt" 2>&1
+        ncu -i "$out/ncu-$n.ncu-rep" --page source --print-source sass --csv > "$out/ncu-$n-sass.csv" 2>&1
+        python3 bench/ncu_sass_summary.py "$out/ncu-$n-sass.csv" > "$out/ncu-$n-sass-summary.txt" 2>&1
+        table+=("ncu $c: ok")
+        grep -E "^    (Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Registers Per Thread|Issue Slots Busy|No Eligible|Warp Cycles Per Issued)" \
+          "$out/ncu-$n-details.txt" | sed "s/^/$n: /"
+      fi
+    done
+    # One file to bring back (a call returns at most eight).
+    tar -czf "$out/gelu-ncu.tar.gz" -C "$out" $(cd "$out" && ls ncu-*-details.txt ncu-*-sass-summary.txt 2>/dev/null)
+  else
+    status=1
+    table+=("gelu lab build: FAILED")
+    tail -30 "$out/gelu-lab-build.txt"
+  fi
 fi
 
 if wants defects && room 200 defects; then

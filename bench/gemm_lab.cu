@@ -12,10 +12,14 @@
 //        -o gemm_lab bench/gemm_lab.cu -lcublas
 //   ./gemm_lab                 # every case, every variant
 //   ./gemm_lab 3 6 10          # only these variant ids (and the dispatch, -1)
+//   GEMM_LAB_ONLY='fwd fc,fwd fc gelu' ./gemm_lab -1   # two cases, the dispatch alone
 //
 // Each case is one of the server's entry points (vk_linear, vk_linear_nt,
-// vk_linear_grad_w) without bias or accumulation, so that cuBLAS computes the
-// same product. Timing: blocks of kIters launches between CUDA events,
+// vk_linear_grad_x, vk_linear_grad_w), so that cuBLAS computes the same
+// product; with a bias it is of zeros, and a GELU case's reference is
+// cuBLAS's product with the GELU step applied after it (gelu.cuh), while
+// its cuBLAS time is the product's alone. $GEMM_LAB_ONLY, a comma-separated
+// list of case names, keeps only those. Timing: blocks of kIters launches between CUDA events,
 // vkern and cuBLAS blocks interleaved, the median of kBlocks blocks of each.
 // Every variant's output is compared with cuBLAS's (largest difference over
 // the largest |reference|); a variant over 1e-2 is marked WRONG, and its
@@ -45,7 +49,10 @@ constexpr int kIters = 10, kBlocks = 7;
 // kLinearBias adds a bias of zeros and kLinearGradWAdd adds into dW (zeros
 // before the comparison): the same products as cuBLAS's, with the epilogue's
 // loads timed too.
-enum Kind { kLinear, kLinearNT, kLinearGradW, kLinearBias, kLinearGradWAdd };
+// kLinearGelu is linear with GELU (out = gelu of the product, pre = the
+// product) and kGradXGelu linear_grad_x through it (out = the product times
+// gelu′(pre), pre an input of random values), in kLinearNT's dimensions.
+enum Kind { kLinear, kLinearNT, kLinearGradW, kLinearBias, kLinearGradWAdd, kLinearGelu, kGradXGelu };
 
 struct Case {
   const char* name;
@@ -73,7 +80,7 @@ __global__ void fill_random(__half* p, int64_t n, uint32_t seed) {
 }
 
 struct Buffers {
-  __half *a = nullptr, *b = nullptr, *bias = nullptr;
+  __half *a = nullptr, *b = nullptr, *bias = nullptr, *pre = nullptr;
   void *out = nullptr, *ref = nullptr;
 };
 
@@ -90,6 +97,10 @@ cudaError_t run_vkern(const Case& c, const Buffers& x) {
       return vk_linear(x.a, x.b, x.bias, nullptr, static_cast<__half*>(x.out), nullptr, c.M, c.N, c.K, 0);
     case kLinearGradWAdd:
       return vk_linear_grad_w(x.a, x.b, static_cast<float*>(x.out), c.M, c.N, c.K, true, 0);
+    case kLinearGelu:
+      return vk_linear(x.a, x.b, nullptr, nullptr, static_cast<__half*>(x.out), x.pre, c.M, c.N, c.K, 0);
+    case kGradXGelu:  // dy M×K, W N×K: dx M×N (linear_grad_x's M, N = depth, K = columns)
+      return vk_linear_grad_x(x.a, x.b, x.pre, static_cast<__half*>(x.out), c.M, c.K, c.N, 0);
   }
   return cudaErrorInvalidValue;
 }
@@ -101,10 +112,12 @@ void run_cublas(cublasHandle_t h, const Case& c, const Buffers& x, void* out) {
   switch (c.kind) {
     case kLinear:  // yᵀ (N×M) = Wᵀ (N×K) · xᵀ (K×M)
     case kLinearBias:
+    case kLinearGelu:
       CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, c.N, c.M, c.K, &one, x.b, CUDA_R_16F, c.N, x.a,
                                 CUDA_R_16F, c.K, &zero, out, CUDA_R_16F, c.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       return;
     case kLinearNT:  // W stored N×K: yᵀ = W · xᵀ
+    case kGradXGelu:
       CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, c.N, c.M, c.K, &one, x.b, CUDA_R_16F, c.K, x.a,
                                 CUDA_R_16F, c.K, &zero, out, CUDA_R_16F, c.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       return;
@@ -113,6 +126,15 @@ void run_cublas(cublasHandle_t h, const Case& c, const Buffers& x, void* out) {
       CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, c.N, c.K, c.M, &one, x.b, CUDA_R_16F, c.N, x.a,
                                 CUDA_R_16F, c.K, &zero, out, CUDA_R_32F, c.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       return;
+  }
+}
+
+// gelu_reference applies the GELU step to cuBLAS's product in ref: its
+// gelu (kLinearGelu), or its product with gelu′(pre) (kGradXGelu).
+__global__ void gelu_reference(Kind kind, __half* ref, const __half* pre, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = __half2float(ref[i]);
+    ref[i] = __float2half_rn(kind == kLinearGelu ? vkern_gelu::gelu(v) : vkern_gelu::gelu_grad(__half2float(pre[i]), v));
   }
 }
 
@@ -152,7 +174,9 @@ int main(int argc, char** argv) {
   std::vector<int> variants = {-1, 1, 2, 3, 4, 5, 6, 7, 8, 9};
   if (argc > 1) {
     variants = {-1};
-    for (int i = 1; i < argc; ++i) variants.push_back(atoi(argv[i]));
+    for (int i = 1; i < argc; ++i) {
+      if (atoi(argv[i]) != -1) variants.push_back(atoi(argv[i]));
+    }
   }
   // GPT-2 124M at B=16, T=1024 (M = 16384 rows), the vocabulary padded to
   // 50304: the forward's four projections and head, the input gradients
@@ -179,6 +203,23 @@ int main(int argc, char** argv) {
       {"dW fc.proj", kLinearGradW, 16384, 768, 3072},
       {"dW head", kLinearGradW, 16384, 768, 50304},
       {"square 4096", kLinear, 4096, 4096, 4096},
+      // The MLP's GELU products: c_fc's forward, and the gradient through
+      // c_proj and the GELU (out 3072 wide), beside "fwd fc" and "dx fc.proj".
+      {"fwd fc gelu", kLinearGelu, 16384, 3072, 768},
+      {"dx fc.proj gelu", kGradXGelu, 16384, 3072, 768},
+  };
+  const char* only = std::getenv("GEMM_LAB_ONLY");
+  // wanted: whether $GEMM_LAB_ONLY is unset or names the case.
+  auto wanted = [only](const char* name) {
+    if (only == nullptr) return true;
+    const size_t n = std::strlen(name);
+    for (const char* p = only; *p != 0;) {
+      const char* end = std::strchr(p, ',');
+      const size_t len = end != nullptr ? static_cast<size_t>(end - p) : std::strlen(p);
+      if (len == n && std::strncmp(p, name, n) == 0) return true;
+      p += len + (end != nullptr ? 1 : 0);
+    }
+    return false;
   };
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -193,6 +234,7 @@ int main(int argc, char** argv) {
   for (int v : variants) printf(" %7s%d", v < 0 ? "disp" : "v", v < 0 ? 0 : v);
   printf("\n");
   for (const Case& c : cases) {
+    if (!wanted(c.name)) continue;
     Buffers x;
     const bool gradw = c.kind == kLinearGradW || c.kind == kLinearGradWAdd;
     const int64_t a_elems = c.M * c.K, b_elems = gradw ? c.M * c.N : c.K * c.N;
@@ -203,9 +245,14 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMalloc(&x.ref, out_bytes));
     CHECK_CUDA(cudaMalloc(&x.bias, c.N * 2));
     CHECK_CUDA(cudaMemset(x.bias, 0, c.N * 2));
+    CHECK_CUDA(cudaMalloc(&x.pre, c.M * c.N * 2));
+    fill_random<<<1024, 256>>>(x.pre, c.M * c.N, 3);
     fill_random<<<1024, 256>>>(x.a, a_elems, 1);
     fill_random<<<1024, 256>>>(x.b, b_elems, 2);
     run_cublas(h, c, x, x.ref);
+    if (c.kind == kLinearGelu || c.kind == kGradXGelu) {
+      gelu_reference<<<1024, 256>>>(c.kind, static_cast<__half*>(x.ref), x.pre, c.M * c.N);
+    }
     CHECK_CUDA(cudaDeviceSynchronize());
     const double flops = 2.0 * c.M * c.N * c.K;
     std::vector<float> times_cublas;
@@ -255,6 +302,7 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaFree(x.out));
     CHECK_CUDA(cudaFree(x.ref));
     CHECK_CUDA(cudaFree(x.bias));
+    CHECK_CUDA(cudaFree(x.pre));
   }
   cublasDestroy(h);
   return 0;
