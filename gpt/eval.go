@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/f16"
 )
 
@@ -125,16 +126,12 @@ func (m *Model) Sample(ctx context.Context, prompt []int32, n int, temperature f
 		if err := m.tokens[0].WriteI32(ctx, ctxTokens); err != nil {
 			return nil, err
 		}
-		var p program
-		m.forward(&p, 0, 1, t)
-		if p.err != nil {
-			return nil, p.err
-		}
-		if _, err := m.dev.RunBatch(ctx, p.calls); err != nil {
-			return nil, fmt.Errorf("gpt: sampling: %w", err)
+		logitsRow, err := m.sampleLogits(ctx, t)
+		if err != nil {
+			return nil, err
 		}
 		// The first V of the row's Vp logits: the padded ones are −Inf.
-		if err := m.top.logits.Read(ctx, int64(t-1)*int64(c.Vp())*2, raw); err != nil {
+		if err := m.top.logits.Read(ctx, logitsRow*int64(c.Vp())*2, raw); err != nil {
 			return nil, err
 		}
 		for i := range row {
@@ -143,6 +140,47 @@ func (m *Model) Sample(ctx context.Context, prompt []int32, n int, temperature f
 		seq = append(seq, draw(row, probs, temperature, rng))
 	}
 	return seq[len(prompt):], nil
+}
+
+// sampleLogits runs the forward of the t tokens in slot 0 for Sample and
+// returns the row of top.logits that holds the last position's logits. Only
+// that position's are needed: where its row of the residual stream starts
+// on a view's boundary (vkern.ViewAlign), ln_f and the head run over that
+// row alone, into row 0 (the head is a third of gpt2's forward at its
+// context); else over every row, as forward does.
+func (m *Model) sampleLogits(ctx context.Context, t int) (row int64, err error) {
+	var p program
+	rowBytes := int64(2 * m.Config.C)
+	offset := int64(t-1) * rowBytes
+	if offset%vkern.ViewAlign != 0 {
+		m.forward(&p, 0, 1, t)
+		if p.err != nil {
+			return 0, p.err
+		}
+		if _, err := m.dev.RunBatch(ctx, p.calls); err != nil {
+			return 0, fmt.Errorf("gpt: sampling: %w", err)
+		}
+		return int64(t - 1), nil
+	}
+	last, err := m.top.x.View(ctx, offset, rowBytes)
+	if err != nil {
+		return 0, fmt.Errorf("gpt: sampling: %w", err)
+	}
+	defer func() {
+		if ferr := last.Free(context.WithoutCancel(ctx)); ferr != nil && err == nil {
+			row, err = 0, fmt.Errorf("gpt: sampling: freeing the last row's view: %w", ferr)
+		}
+	}()
+	top := &m.top
+	m.body(&p, 0, 1, t)
+	m.head(&p, 1, last, top.hf, top.mean, top.rstd, top.logits)
+	if p.err != nil {
+		return 0, p.err
+	}
+	if _, err := m.dev.RunBatch(ctx, p.calls); err != nil {
+		return 0, fmt.Errorf("gpt: sampling: %w", err)
+	}
+	return 0, nil
 }
 
 // draw picks a token from f16 logits: the first largest at temperature 0,

@@ -114,6 +114,14 @@ var overwrite = []op.Setting{{Name: "accumulate", Value: 0}}
 // columns' logits are −Inf. The embedding reads wte's first V rows (a
 // buffer may be longer than its shape), so its kernels refuse a token ≥ V.
 func (m *Model) forward(p *program, k, b, t int) {
+	m.body(p, k, b, t)
+	top := &m.top
+	m.head(p, b*t, top.x, top.hf, top.mean, top.rstd, top.logits)
+}
+
+// body adds forward's embedding and blocks: the residual stream's last
+// value in top.x.
+func (m *Model) body(p *program, k, b, t int) {
 	c, w, top := m.Config, m.w16, &m.top
 	M, C := b*t, c.C
 	p.add(op.Embedding, dims(b, t, C, c.V), nil, m.tokens[k], w[m.lay.wte], w[m.lay.wpe], m.layers[0].x)
@@ -131,8 +139,15 @@ func (m *Model) forward(p *program, k, b, t int) {
 		p.add(op.Linear, dims(M, 4*C, C), withGELU, a.h2, w[bl.fcW], w[bl.fcB], nil, a.gelu, a.fc)
 		p.add(op.Linear, dims(M, C, 4*C), withResidual, a.gelu, w[bl.mlpW], w[bl.mlpB], a.xmid, next, nil)
 	}
-	p.add(op.LayerNorm, dims(M, C), nil, top.x, w[m.lay.lnfW], w[m.lay.lnfB], top.hf, top.mean, top.rstd)
-	p.add(op.LinearNT, dims(M, c.Vp(), C), nil, top.hf, w[m.lay.wte], top.headBias, top.logits)
+}
+
+// head adds ln_f and the head over the M rows of x (hf, mean, rstd and
+// logits the rows' outputs), which forward runs over every row and Sample
+// over the last alone.
+func (m *Model) head(p *program, M int, x, hf, mean, rstd, logits *vkern.Buffer) {
+	c, w := m.Config, m.w16
+	p.add(op.LayerNorm, dims(M, c.C), nil, x, w[m.lay.lnfW], w[m.lay.lnfB], hf, mean, rstd)
+	p.add(op.LinearNT, dims(M, c.Vp(), c.C), nil, hf, w[m.lay.wte], m.top.headBias, logits)
 }
 
 // crossEntropy adds cross_entropy over the M = b·t rows of the logits

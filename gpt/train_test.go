@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -444,6 +445,82 @@ func TestWtesPaddedRowsStayZero(t *testing.T) {
 			if tok < 0 || int64(tok) >= V {
 				t.Fatalf("sampling at temperature %g drew token %d, outside [0, V = %d)", temperature, tok, V)
 			}
+		}
+	}
+}
+
+// TestSamplingsLastRowHeadMatchesTheWholeForward: Sample runs ln_f and the
+// head over the last position's row alone where that row starts on a view's
+// boundary (sampleLogits). At nano's C = 64 (128-byte rows) that is every
+// other context length, so both ways run; at each length from 1 to 12 the
+// last position's logits are the bits the whole forward gives, and a
+// sample's tokens are the ones drawn from the whole forward's logits.
+func TestSamplingsLastRowHeadMatchesTheWholeForward(t *testing.T) {
+	ctx := context.Background()
+	dev := openCPU(t, vkern.Options{})
+	m := newModel(t, dev, Nano, 1, 1, 7)
+	c := m.Config
+	tokens := []int32{10, 200, 33, 47, 5, 99, 120, 7, 64, 250, 1, 42}
+	whole := func(seq []int32) []uint16 {
+		t.Helper()
+		if err := m.tokens[0].WriteI32(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+		var p program
+		m.forward(&p, 0, 1, len(seq))
+		if _, err := m.dev.RunBatch(ctx, p.calls); err != nil {
+			t.Fatal(err)
+		}
+		row := make([]uint16, c.Vp())
+		all := make([]uint16, len(seq)*c.Vp())
+		if err := m.top.logits.ReadF16(ctx, all); err != nil {
+			t.Fatal(err)
+		}
+		copy(row, all[(len(seq)-1)*c.Vp():])
+		return row[:c.V]
+	}
+	viewed := 0
+	for n := 1; n <= len(tokens); n++ {
+		want := whole(tokens[:n])
+		if err := m.tokens[0].WriteI32(ctx, tokens[:n]); err != nil {
+			t.Fatal(err)
+		}
+		at, err := m.sampleLogits(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at == 0 && n > 1 {
+			viewed++
+		}
+		all := make([]uint16, n*c.Vp())
+		if err := m.top.logits.ReadF16(ctx, all); err != nil {
+			t.Fatal(err)
+		}
+		got := all[at*int64(c.Vp()):][:c.V]
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("context of %d tokens: logit %d is %#04x, the whole forward's %#04x", n, i, got[i], want[i])
+			}
+		}
+	}
+	if viewed == 0 {
+		t.Fatal("no context length took the last row's head alone")
+	}
+	// The tokens Sample draws are those drawn from the whole forward's logits.
+	const draws = 6
+	out, err := m.Sample(ctx, tokens[:3], draws, 0.9, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(11, 0))
+	probs := make([]float64, c.V)
+	seq := append([]int32(nil), tokens[:3]...)
+	for i := 0; i < draws; i++ {
+		seq = append(seq, draw(whole(seq), probs, 0.9, rng))
+	}
+	for i := range out {
+		if out[i] != seq[3+i] {
+			t.Fatalf("token %d sampled %d, %d from the whole forward's logits", i, out[i], seq[3+i])
 		}
 	}
 }
