@@ -404,26 +404,35 @@ fi
 if wants gelu && room 300 gelu; then
   step "the GELU products: the lab, then Nsight Compute"
   rm -f /tmp/gemm_lab
-  if nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ibin/labsrc -o /tmp/gemm_lab bench/gemm_lab.cu \
-    -lcublas > "$out/gelu-lab-build.txt" 2>&1; then
+  if timeout $(left) nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ibin/labsrc -o /tmp/gemm_lab \
+    bench/gemm_lab.cu -lcublas > "$out/gelu-lab-build.txt" 2>&1; then
     fc_cases=("fwd fc" "fwd fc gelu" "dx fc.proj" "dx fc.proj gelu")
     run gelu-lab env GEMM_LAB_ONLY="$(IFS=,; echo "${fc_cases[*]}")" /tmp/gemm_lab 6 9
+    # The reports and SASS tables stay outside $out (a call brings back at
+    # most eight files, none over its size limit); the pages read from
+    # them go into one tarball.
+    ncu_dir=/tmp/gelu-ncu
+    rm -rf "$ncu_dir"
+    mkdir -p "$ncu_dir/pages"
     for c in "${fc_cases[@]}"; do
       n=${c// /-}
-      timeout $(left) env GEMM_LAB_ONLY="$c" ncu --clock-control none --set full --import-source no \
-        -k regex:product_wgmma --launch-skip 2 -c 1 -f -o "$out/ncu-$n" /tmp/gemm_lab -1 > "$out/ncu-$n-run.txt" 2>&1 ||
-        { status=1; table+=("ncu $c: FAILED"); }
-      if [ -f "$out/ncu-$n.ncu-rep" ]; then
-        ncu -i "$out/ncu-$n.ncu-rep" --page details > "$out/ncu-$n-details.txt" 2>&1
-        ncu -i "$out/ncu-$n.ncu-rep" --page source --print-source sass --csv > "$out/ncu-$n-sass.csv" 2>&1
-        python3 bench/ncu_sass_summary.py "$out/ncu-$n-sass.csv" > "$out/ncu-$n-sass-summary.txt" 2>&1
+      rep=$ncu_dir/$n
+      if timeout $(left) env GEMM_LAB_ONLY="$c" ncu --clock-control none --set full --import-source no \
+        -k regex:product_wgmma --launch-skip 2 -c 1 -f -o "$rep" /tmp/gemm_lab -1 > "$ncu_dir/pages/$n-run.txt" 2>&1 &&
+        [ -f "$rep.ncu-rep" ]; then
+        ncu -i "$rep.ncu-rep" --page details > "$ncu_dir/pages/$n-details.txt" 2>&1
+        ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep-sass.csv" 2>&1
+        python3 bench/ncu_sass_summary.py "$rep-sass.csv" > "$ncu_dir/pages/$n-sass-summary.txt" 2>&1
         table+=("ncu $c: ok")
         grep -E "^    (Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Registers Per Thread|Issue Slots Busy|No Eligible|Warp Cycles Per Issued)" \
-          "$out/ncu-$n-details.txt" | sed "s/^/$n: /"
+          "$ncu_dir/pages/$n-details.txt" | sed "s/^/$n: /"
+      else
+        status=1
+        table+=("ncu $c: FAILED (no report; $ncu_dir/pages/$n-run.txt)")
+        tail -5 "$ncu_dir/pages/$n-run.txt"
       fi
     done
-    # One file to bring back (a call returns at most eight).
-    tar -czf "$out/gelu-ncu.tar.gz" -C "$out" $(cd "$out" && ls ncu-*-details.txt ncu-*-sass-summary.txt 2>/dev/null)
+    tar -czf "$out/gelu-ncu.tar.gz" -C "$ncu_dir" pages
   else
     status=1
     table+=("gelu lab build: FAILED")

@@ -281,6 +281,7 @@ func TestAnInterruptOfOneRankStopsEveryRankSaved(t *testing.T) {
 		State struct {
 			Step int64 `json:"step"`
 		} `json:"state"`
+		Curve []json.RawMessage `json:"curve"`
 	}
 	b, err := os.ReadFile(filepath.Join(out, "train_state.json"))
 	if err == nil {
@@ -288,6 +289,13 @@ func TestAnInterruptOfOneRankStopsEveryRankSaved(t *testing.T) {
 	}
 	if err != nil || run.State.Step != step || step < 2 {
 		t.Errorf("the checkpoint is at step %d (%v), want the step both ranks stopped at, %d", run.State.Step, err, step)
+	}
+	// The save on the interrupt keeps the curve and draws it beside.
+	if int64(len(run.Curve)) != step {
+		t.Errorf("the saved curve has %d points, want one a step, %d", len(run.Curve), step)
+	}
+	if svg := readFile(t, filepath.Join(out, "loss.svg")); !strings.Contains(svg, fmt.Sprintf(">step %d</text>", step)) {
+		t.Errorf("loss.svg does not end at step %d:\n%s", step, svg)
 	}
 }
 

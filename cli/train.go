@@ -634,10 +634,20 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 	// Device calls run under a context the interrupt does not cancel: a
 	// step in flight finishes, and the run stops between steps, saved.
 	work := context.WithoutCancel(ctx)
+	rank0 := tr.Parallel == nil || tr.Parallel.Rank0()
 	save := func() error {
 		progress.status("saving the checkpoint to %s", s.out)
 		defer progress.clear()
-		return tr.Save(work, s.out, run())
+		r := run()
+		if err := tr.Save(work, s.out, r); err != nil {
+			return err
+		}
+		// The curve beside the checkpoint at every save, so that the
+		// folder's loss.svg is the saved run's, interrupted or not.
+		if len(r.Curve) == 0 || !rank0 {
+			return nil
+		}
+		return writeAtomic(filepath.Join(s.out, "loss.svg"), func(w io.Writer) error { return writeLossSVG(w, s.cfg.Name, r.Curve) })
 	}
 	evalEvery := f.evalEvery
 	if evalEvery == 0 {
@@ -778,13 +788,8 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 		fmt.Fprintf(stderr, "vkern train: interrupted %s; the run is saved in %s\n", during, s.out)
 		return exitInterrupted
 	}
-	if len(rec.Steps) > 0 && (tr.Parallel == nil || tr.Parallel.Rank0()) {
-		svg := filepath.Join(s.out, "loss.svg")
-		if err := writeAtomic(svg, func(w io.Writer) error { return writeLossSVG(w, s.cfg.Name, run().Curve) }); err != nil {
-			fmt.Fprintf(stderr, "vkern train: %v\n", err)
-			return exitFailure
-		}
-		fmt.Fprintf(stdout, "  loss curve: %s\n", svg)
+	if len(rec.Steps) > 0 && rank0 {
+		fmt.Fprintf(stdout, "  loss curve: %s\n", filepath.Join(s.out, "loss.svg")) // drawn by the last save
 	}
 	if ctx.Err() != nil {
 		if evalStopped {

@@ -468,6 +468,9 @@ func TestSamplingsLastRowHeadMatchesTheWholeForward(t *testing.T) {
 		}
 		var p program
 		m.forward(&p, 0, 1, len(seq))
+		if p.err != nil {
+			t.Fatal(p.err)
+		}
 		if _, err := m.dev.RunBatch(ctx, p.calls); err != nil {
 			t.Fatal(err)
 		}

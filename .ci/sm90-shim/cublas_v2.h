@@ -19,5 +19,6 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, int, int, long, long, long, const vo
                             int, long, const void*, void*, int, long, int, int);
 #define cudaMemcpy hipMemcpy
 #define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
 #define cudaMemset hipMemset
 #define cudaDeviceSynchronize hipDeviceSynchronize
