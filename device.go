@@ -390,7 +390,7 @@ func (b *Buffer) WriteF16(ctx context.Context, v []uint16) error {
 
 // ReadF16 reads len(dst) f16 bit patterns from the start of the buffer.
 func (b *Buffer) ReadF16(ctx context.Context, dst []uint16) error {
-	return b.readChunks(ctx, len(dst), 2, func(src []byte, from int) { le.Uint16s(dst[from:from+len(src)/2], src) })
+	return b.readChunks(ctx, 0, len(dst), 2, func(src []byte, from int) { le.Uint16s(dst[from:from+len(src)/2], src) })
 }
 
 // WriteI32 writes int32 values (cross_entropy's labels) from the start of
@@ -406,7 +406,16 @@ func (b *Buffer) WriteF32(ctx context.Context, v []float32) error {
 
 // ReadF32 reads len(dst) float32 values from the start of the buffer.
 func (b *Buffer) ReadF32(ctx context.Context, dst []float32) error {
-	return b.readChunks(ctx, len(dst), 4, func(src []byte, from int) { le.Float32s(dst[from:from+len(src)/4], src) })
+	return b.ReadF32At(ctx, 0, dst)
+}
+
+// ReadF32At reads len(dst) float32 values from the buffer's value at
+// (byte offset 4·at on).
+func (b *Buffer) ReadF32At(ctx context.Context, at int64, dst []float32) error {
+	if at < 0 {
+		return fmt.Errorf("vkern: ReadF32At(%d): want a value index ≥ 0", at)
+	}
+	return b.readChunks(ctx, 4*at, len(dst), 4, func(src []byte, from int) { le.Float32s(dst[from:from+len(src)/4], src) })
 }
 
 // convertChunk is the most bytes the typed transfers (WriteF32 and its
@@ -439,21 +448,21 @@ func (b *Buffer) writeChunks(ctx context.Context, n, size int, encode func(dst [
 	return nil
 }
 
-// readChunks reads n elements of size bytes from the start of the buffer,
-// as writeChunks writes them: decode takes src's elements, from index from
-// on. After an error, the elements not yet decoded are unchanged.
-func (b *Buffer) readChunks(ctx context.Context, n, size int, decode func(src []byte, from int)) error {
-	if err := b.inside("Read", "from", 0, int64(n)*int64(size)); err != nil {
+// readChunks reads n elements of size bytes from byte offset on, as
+// writeChunks writes them: decode takes src's elements, from index from on.
+// After an error, the elements not yet decoded are unchanged.
+func (b *Buffer) readChunks(ctx context.Context, offset int64, n, size int, decode func(src []byte, from int)) error {
+	if err := b.inside("Read", "from", offset, int64(n)*int64(size)); err != nil {
 		return err
 	}
 	if n == 0 {
-		return b.Read(ctx, 0, nil)
+		return b.Read(ctx, offset, nil)
 	}
 	buf := make([]byte, min(n*size, convertChunk))
 	per := len(buf) / size
 	for from := 0; from < n; from += per {
 		chunk := buf[:min(per, n-from)*size]
-		if err := b.Read(ctx, int64(from)*int64(size), chunk); err != nil {
+		if err := b.Read(ctx, offset+int64(from)*int64(size), chunk); err != nil {
 			return err
 		}
 		decode(chunk, from)

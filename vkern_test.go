@@ -659,6 +659,24 @@ func TestTypedTransfersInChunks(t *testing.T) {
 			t.Fatalf("ReadF32: element %d is %v, want %v", i, back[i], f32[i])
 		}
 	}
+	// From an element on: across a chunk's boundary, and up to the end.
+	for _, at := range []int{1, convertChunk/4 - 5, n - 3} {
+		part := make([]float32, min(n-at, convertChunk/4+9))
+		if err := buf.ReadF32At(ctx, int64(at), part); err != nil {
+			t.Fatal(err)
+		}
+		for i := range part {
+			if part[i] != f32[at+i] {
+				t.Fatalf("ReadF32At(%d): element %d is %v, want %v", at, i, part[i], f32[at+i])
+			}
+		}
+	}
+	if err := buf.ReadF32At(ctx, int64(n-1), make([]float32, 2)); err == nil || !strings.Contains(err.Error(), "runs past its end") {
+		t.Fatalf("ReadF32At of 2 elements from the last: %v, want a refusal", err)
+	}
+	if err := buf.ReadF32At(ctx, -1, make([]float32, 1)); err == nil || !strings.Contains(err.Error(), "want a value index ≥ 0") {
+		t.Fatalf("ReadF32At(-1): %v, want a refusal", err)
+	}
 	halves := make([]uint16, 2*n)
 	for i := range halves {
 		halves[i] = uint16(i * 7)

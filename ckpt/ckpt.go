@@ -57,6 +57,12 @@ type Tensor struct {
 	Name  string
 	Shape []int64
 	Data  []float32
+	// Read, where Data is nil, fills dst (the tensor's values) when Save
+	// reaches the tensor in its file, so that a save holds one tensor's
+	// values at a time, not every tensor's (package gpt reads them from the
+	// device so). An error fails the save, which then leaves the folder as
+	// it was. Load never sets it.
+	Read func(dst []float32) error
 	// DType is the file's type for the tensor when read: F32, F16 and BF16
 	// are converted into Data; any other (an integer mask an old
 	// transformers saved) leaves Data nil, for the caller to skip.
@@ -80,29 +86,47 @@ var ErrCorrupt = errors.New("ckpt: corrupt checkpoint")
 // safetensors.SerializeToWriter writes out before it asks for the next
 // tensor's. A file is never held encoded whole (a 124M-parameter model's
 // optimizer file is 1 GB), only its largest tensor.
+// A tensor given by Read is read into the file's one float32 scratch
+// slice first; since Data cannot return an error, a failed read is kept in
+// the file's *failed and the save stops after the file is written.
 type f32View struct {
-	shape   []uint64
-	values  []float32
-	scratch *[]byte
+	file, name string
+	shape      []uint64
+	n          int
+	values     []float32                 // nil: read
+	read       func(dst []float32) error // where values is nil
+	scratch    *[]byte
+	floats     *[]float32
+	failed     *error
 }
 
 func (v f32View) DType() safetensors.DType { return safetensors.F32 }
 func (v f32View) Shape() []uint64          { return v.shape }
-func (v f32View) DataLen() uint64          { return 4 * uint64(len(v.values)) }
+func (v f32View) DataLen() uint64          { return 4 * uint64(v.n) }
 func (v f32View) Data() []byte {
-	if cap(*v.scratch) < 4*len(v.values) {
-		*v.scratch = make([]byte, 4*len(v.values))
+	values := v.values
+	if values == nil && v.n > 0 {
+		if cap(*v.floats) < v.n {
+			*v.floats = make([]float32, v.n)
+		}
+		values = (*v.floats)[:v.n]
+		if err := v.read(values); err != nil && *v.failed == nil {
+			*v.failed = fmt.Errorf("ckpt: %s: reading tensor %s: %w", v.file, v.name, err)
+		}
 	}
-	b := (*v.scratch)[:4*len(v.values)]
-	le.PutFloat32s(b, v.values)
+	if cap(*v.scratch) < 4*v.n {
+		*v.scratch = make([]byte, 4*v.n)
+	}
+	b := (*v.scratch)[:4*v.n]
+	le.PutFloat32s(b, values)
 	return b
 }
 
 // views checks tensors and makes their views for file, with one scratch
-// slice between them.
-func views(file string, tensors []Tensor) (map[string]f32View, error) {
+// slice of each kind between them and one place for a failed read.
+func views(file string, tensors []Tensor, failed *error) (map[string]f32View, error) {
 	out := make(map[string]f32View, len(tensors))
-	scratch := new([]byte)
+	scratch, floats := new([]byte), new([]float32)
 	for _, t := range tensors {
 		n := int64(1)
 		shape := make([]uint64, len(t.Shape))
@@ -113,13 +137,14 @@ func views(file string, tensors []Tensor) (map[string]f32View, error) {
 			n *= d
 			shape[i] = uint64(d)
 		}
-		if n != int64(len(t.Data)) {
+		if (t.Data != nil || t.Read == nil) && n != int64(len(t.Data)) {
 			return nil, fmt.Errorf("ckpt: %s: tensor %s of shape %v holds %d values, want %d", file, t.Name, t.Shape, len(t.Data), n)
 		}
 		if _, dup := out[t.Name]; dup {
 			return nil, fmt.Errorf("ckpt: %s: tensor %s named twice", file, t.Name)
 		}
-		out[t.Name] = f32View{shape: shape, values: t.Data, scratch: scratch}
+		out[t.Name] = f32View{file: file, name: t.Name, shape: shape, n: int(n), values: t.Data, read: t.Read,
+			scratch: scratch, floats: floats, failed: failed}
 	}
 	return out, nil
 }
@@ -203,11 +228,17 @@ func Save(ctx context.Context, dir string, c *Checkpoint) error {
 		return writeAll(b)
 	}
 	tensorsOf := func(file string, ts []Tensor) (func(io.Writer) error, error) {
-		vs, err := views(file, ts)
+		var failed error
+		vs, err := views(file, ts, &failed)
 		if err != nil {
 			return nil, err
 		}
-		return func(w io.Writer) error { return safetensors.SerializeToWriter(vs, fileMetadata, w) }, nil
+		return func(w io.Writer) error {
+			if err := safetensors.SerializeToWriter(vs, fileMetadata, w); err != nil {
+				return err
+			}
+			return failed
+		}, nil
 	}
 	model, err := tensorsOf(ModelFile, c.Model)
 	if err != nil {

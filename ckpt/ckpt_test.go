@@ -215,3 +215,58 @@ func TestWriteSyncedReportsAFailedWrite(t *testing.T) {
 		t.Errorf("writeSynced with a failing writer: %v, want %v", err, failing)
 	}
 }
+
+// TestTensorsReadWhenWritten: tensors given by Read, not Data, are read as
+// the writer reaches them and make the same files, byte for byte; a read
+// that fails fails the save, naming the file and the tensor, and the
+// folder keeps the checkpoint it held.
+func TestTensorsReadWhenWritten(t *testing.T) {
+	ctx := context.Background()
+	byData, byRead := filepath.Join(t.TempDir(), "data"), filepath.Join(t.TempDir(), "read")
+	c := sample()
+	if err := Save(ctx, byData, c); err != nil {
+		t.Fatal(err)
+	}
+	lazy := func(ts []Tensor, fail string) []Tensor {
+		out := make([]Tensor, len(ts))
+		for i, x := range ts {
+			data := x.Data
+			out[i] = Tensor{Name: x.Name, Shape: x.Shape, Read: func(dst []float32) error {
+				if x.Name == fail {
+					return errors.New("the device is gone")
+				}
+				if len(dst) != len(data) {
+					return errors.New("asked for the wrong number of values")
+				}
+				copy(dst, data)
+				return nil
+			}}
+		}
+		return out
+	}
+	r := sample()
+	r.Model, r.Optimizer = lazy(c.Model, ""), lazy(c.Optimizer, "")
+	if err := Save(ctx, byRead, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{ModelFile, OptimizerFile} {
+		a, errA := os.ReadFile(filepath.Join(byData, f))
+		b, errB := os.ReadFile(filepath.Join(byRead, f))
+		if errA != nil || errB != nil || string(a) != string(b) {
+			t.Errorf("%s differs when its tensors are read (%v, %v)", f, errA, errB)
+		}
+	}
+	broken := sample()
+	broken.Model, broken.Optimizer = lazy(c.Model, "a.bias"), lazy(c.Optimizer, "")
+	broken.State = json.RawMessage(`{"step": 8}`)
+	err := Save(ctx, byRead, broken)
+	if err == nil || !strings.Contains(err.Error(), "model.safetensors: reading tensor a.bias: the device is gone") {
+		t.Fatalf("a save whose read fails: %v, want the file, the tensor and the cause named", err)
+	}
+	if got, err := Load(byRead); err != nil || string(got.State) != `{"step": 7}` {
+		t.Errorf("after the failed save the folder holds %v (%v), want the step-7 checkpoint", got, err)
+	}
+	if leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(byRead), ".read.saving-*")); len(leftovers) > 0 {
+		t.Errorf("the failed save left %v behind", leftovers)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/vkern/vkern"
 	"github.com/vkern/vkern/ckpt"
 )
 
@@ -153,10 +154,6 @@ func configFromHF(raw json.RawMessage) (Config, error) {
 // Every tensor has Hugging Face's shape: wte and its two moments have V
 // rows, not the device's Vp (Config.Vp), whose padded rows are zero.
 func (m *Model) Save(ctx context.Context, dir string, run Run) error {
-	master, mom1, mom2, err := m.Params(ctx)
-	if err != nil {
-		return err
-	}
 	run.Format, run.Model = RunFormat, m.Config.Name
 	cfg, err := json.MarshalIndent(m.Config.hf(), "", "  ")
 	if err != nil {
@@ -166,13 +163,18 @@ func (m *Model) Save(ctx context.Context, dir string, run Run) error {
 	if err != nil {
 		return err
 	}
+	// Each tensor is read from the device when the file's writer reaches
+	// it (ckpt.Tensor.Read): the host holds one tensor at a time, not the
+	// three whole arenas (1.5 GB at gpt2).
 	c := &ckpt.Checkpoint{Config: cfg, State: state}
 	for _, t := range m.lay.tensors {
-		span := func(a []float32) []float32 { return a[t.offset : t.offset+t.elements()] }
-		c.Model = append(c.Model, ckpt.Tensor{Name: t.name, Shape: t.shape(), Data: span(master)})
+		from := func(arena *vkern.Buffer) func([]float32) error {
+			return func(dst []float32) error { return arena.ReadF32At(ctx, int64(t.offset), dst) }
+		}
+		c.Model = append(c.Model, ckpt.Tensor{Name: t.name, Shape: t.shape(), Read: from(m.master)})
 		c.Optimizer = append(c.Optimizer,
-			ckpt.Tensor{Name: t.name + ".exp_avg", Shape: t.shape(), Data: span(mom1)},
-			ckpt.Tensor{Name: t.name + ".exp_avg_sq", Shape: t.shape(), Data: span(mom2)})
+			ckpt.Tensor{Name: t.name + ".exp_avg", Shape: t.shape(), Read: from(m.m)},
+			ckpt.Tensor{Name: t.name + ".exp_avg_sq", Shape: t.shape(), Read: from(m.v)})
 	}
 	return ckpt.Save(ctx, dir, c)
 }
