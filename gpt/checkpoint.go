@@ -46,6 +46,22 @@ type CurvePoint struct {
 	Val  *float64 `json:"val,omitempty"`
 }
 
+// decodeRun reads train_state.json (b, read from path): a run of this
+// format that a run could have saved, or an error naming path.
+func decodeRun(b []byte, path string) (*Run, error) {
+	var run Run
+	if err := json.Unmarshal(b, &run); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ckpt.ErrCorrupt, path, err)
+	}
+	if run.Format != RunFormat {
+		return nil, fmt.Errorf("gpt: %s has format %q; this vkern reads %q", path, run.Format, RunFormat)
+	}
+	if err := run.check(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ckpt.ErrCorrupt, path, err)
+	}
+	return &run, nil
+}
+
 // check refuses a run state no run could have saved (a file edited by
 // hand, or damaged), naming the field, before it reaches a kernel as a
 // strange parameter.
@@ -217,20 +233,14 @@ func Load(dir string) (*Loaded, error) {
 		return nil, err
 	}
 	if c.State != nil {
-		var run Run
-		if err := json.Unmarshal(c.State, &run); err != nil {
-			return nil, fmt.Errorf("%w: %s/%s: %v", ckpt.ErrCorrupt, dir, ckpt.StateFile, err)
-		}
-		if run.Format != RunFormat {
-			return nil, fmt.Errorf("gpt: %s/%s has format %q; this vkern reads %q", dir, ckpt.StateFile, run.Format, RunFormat)
+		run, err := decodeRun(c.State, dir+"/"+ckpt.StateFile)
+		if err != nil {
+			return nil, err
 		}
 		if c.Optimizer == nil {
 			return nil, fmt.Errorf("gpt: %s has %s but no %s: the run cannot be resumed without its optimizer state", dir, ckpt.StateFile, ckpt.OptimizerFile)
 		}
-		if err := run.check(); err != nil {
-			return nil, fmt.Errorf("%w: %s/%s: %v", ckpt.ErrCorrupt, dir, ckpt.StateFile, err)
-		}
-		l.Run = &run
+		l.Run = run
 	}
 	if c.Optimizer != nil {
 		opt := dir + "/" + ckpt.OptimizerFile

@@ -527,3 +527,39 @@ func TestSamplingsLastRowHeadMatchesTheWholeForward(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRunState: train_state.json's decoder never panics, and whatever it
+// accepts is a run that could have been saved: steps, updates and loss scale
+// in range, a valid schedule, and a curve of increasing steps below the
+// state's.
+func FuzzRunState(f *testing.F) {
+	loss, val := 2.5, 2.4
+	saved := Run{Format: RunFormat, Batch: 4, Accum: 2, Seed: 1, Hyper: DefaultHyper(10),
+		State: State{Step: 3, Updates: 2, LossScale: 1024, Good: 2},
+		Curve: []CurvePoint{{Step: 0, Loss: &loss}, {Step: 1}, {Step: 2, Loss: &loss, Val: &val}}}
+	b, err := json.Marshal(saved)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte(`{"format": "vkern-train 1", "batch": 1, "accum": 1, "state": {"step": 0, "loss_scale": 65536}}`))
+	f.Add([]byte(`{"format": "vkern-train 1", "curve": [{"step": 5, "loss": null}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		run, err := decodeRun(b, "train_state.json")
+		if err != nil {
+			return
+		}
+		st := run.State
+		if st.Step < 0 || st.Updates < 0 || st.Updates > st.Step || !(st.LossScale > 0) || math.IsInf(st.LossScale, 0) {
+			t.Fatalf("accepted state %+v", st)
+		}
+		if err := run.Hyper.Validate(); err != nil {
+			t.Fatalf("accepted a schedule that does not validate: %v", err)
+		}
+		for i, p := range run.Curve {
+			if p.Step < 0 || p.Step >= st.Step || (i > 0 && p.Step <= run.Curve[i-1].Step) {
+				t.Fatalf("accepted curve point %d at step %d (state step %d)", i, p.Step, st.Step)
+			}
+		}
+	})
+}
