@@ -150,37 +150,29 @@ func (m *Model) Sample(ctx context.Context, prompt []int32, n int, temperature f
 // context); else over every row, as forward does.
 func (m *Model) sampleLogits(ctx context.Context, t int) (row int64, err error) {
 	var p program
-	rowBytes := int64(2 * m.Config.C)
-	offset := int64(t-1) * rowBytes
-	if offset%vkern.ViewAlign != 0 {
-		m.forward(&p, 0, 1, t)
-		if p.err != nil {
-			return 0, p.err
-		}
-		if _, err := m.dev.RunBatch(ctx, p.calls); err != nil {
-			return 0, fmt.Errorf("gpt: sampling: %w", err)
-		}
-		return int64(t - 1), nil
-	}
-	last, err := m.top.x.View(ctx, offset, rowBytes)
-	if err != nil {
-		return 0, fmt.Errorf("gpt: sampling: %w", err)
-	}
-	defer func() {
-		if ferr := last.Free(context.WithoutCancel(ctx)); ferr != nil && err == nil {
-			row, err = 0, fmt.Errorf("gpt: sampling: freeing the last row's view: %w", ferr)
-		}
-	}()
-	top := &m.top
 	m.body(&p, 0, 1, t)
-	m.head(&p, 1, last, top.hf, top.mean, top.rstd, top.logits)
+	x, rows, at := m.top.x, t, int64(t-1)
+	rowBytes := int64(2 * m.Config.C)
+	if offset := int64(t-1) * rowBytes; offset%vkern.ViewAlign == 0 {
+		last, verr := m.top.x.View(ctx, offset, rowBytes)
+		if verr != nil {
+			return 0, fmt.Errorf("gpt: sampling: %w", verr)
+		}
+		defer func() {
+			if ferr := last.Free(context.WithoutCancel(ctx)); ferr != nil && err == nil {
+				row, err = 0, fmt.Errorf("gpt: sampling: freeing the last row's view: %w", ferr)
+			}
+		}()
+		x, rows, at = last, 1, 0
+	}
+	m.head(&p, rows, x)
 	if p.err != nil {
 		return 0, p.err
 	}
 	if _, err := m.dev.RunBatch(ctx, p.calls); err != nil {
 		return 0, fmt.Errorf("gpt: sampling: %w", err)
 	}
-	return 0, nil
+	return at, nil
 }
 
 // draw picks a token from f16 logits: the first largest at temperature 0,

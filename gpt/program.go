@@ -115,8 +115,7 @@ var overwrite = []op.Setting{{Name: "accumulate", Value: 0}}
 // buffer may be longer than its shape), so its kernels refuse a token ≥ V.
 func (m *Model) forward(p *program, k, b, t int) {
 	m.body(p, k, b, t)
-	top := &m.top
-	m.head(p, b*t, top.x, top.hf, top.mean, top.rstd, top.logits)
+	m.head(p, b*t, m.top.x)
 }
 
 // body adds forward's embedding and blocks: the residual stream's last
@@ -141,13 +140,13 @@ func (m *Model) body(p *program, k, b, t int) {
 	}
 }
 
-// head adds ln_f and the head over the M rows of x (hf, mean, rstd and
-// logits the rows' outputs), which forward runs over every row and Sample
-// over the last alone.
-func (m *Model) head(p *program, M int, x, hf, mean, rstd, logits *vkern.Buffer) {
-	c, w := m.Config, m.w16
-	p.add(op.LayerNorm, dims(M, c.C), nil, x, w[m.lay.lnfW], w[m.lay.lnfB], hf, mean, rstd)
-	p.add(op.LinearNT, dims(M, c.Vp(), c.C), nil, hf, w[m.lay.wte], m.top.headBias, logits)
+// head adds ln_f and the head over the M rows of x into the first M rows
+// of top's hf, mean, rstd and logits: x is top.x in forward, and a view of
+// its last row when Sample needs that row's logits alone.
+func (m *Model) head(p *program, M int, x *vkern.Buffer) {
+	c, w, top := m.Config, m.w16, &m.top
+	p.add(op.LayerNorm, dims(M, c.C), nil, x, w[m.lay.lnfW], w[m.lay.lnfB], top.hf, top.mean, top.rstd)
+	p.add(op.LinearNT, dims(M, c.Vp(), c.C), nil, top.hf, w[m.lay.wte], top.headBias, top.logits)
 }
 
 // crossEntropy adds cross_entropy over the M = b·t rows of the logits
