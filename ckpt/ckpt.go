@@ -173,9 +173,7 @@ func decode(path string, b []byte) ([]Tensor, error) {
 		switch dt := nt.TensorView.DType(); dt {
 		case safetensors.F32:
 			data = make([]float32, len(raw)/4)
-			for i := range data {
-				data[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-			}
+			le.Float32s(data, raw)
 		case safetensors.F16:
 			data = make([]float32, len(raw)/2)
 			for i := range data {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/vkern/vkern"
+	"github.com/vkern/vkern/internal/le"
 	"github.com/vkern/vkern/op"
 	"github.com/vkern/vkern/oracle"
 	"github.com/vkern/vkern/verify"
@@ -152,15 +153,11 @@ func decode(dtype op.DType, b []byte) oracle.Input {
 	switch dtype {
 	case op.F16:
 		v := make([]uint16, len(b)/2)
-		for i := range v {
-			v[i] = binary.LittleEndian.Uint16(b[2*i:])
-		}
+		le.Uint16s(v, b)
 		return oracle.Input{F16: v}
 	case op.F32:
 		v := make([]float32, len(b)/4)
-		for i := range v {
-			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
+		le.Float32s(v, b)
 		return oracle.Input{F32: v}
 	}
 	v := make([]int32, len(b)/4)
