@@ -83,6 +83,13 @@
 #             launch of the dispatcher's kernel in each: the details page
 #             and the SASS's stall reasons (bench/ncu_sass_summary.py), to
 #             place the GELU epilogue's cost (about 5 minutes)
+#   unaligned the Hopper GEMM's store of f16 rows that do not start 16-byte
+#             aligned (staged_store.cuh): vkern verify of linear and
+#             linear_grad_x at odd widths past the padding threshold (every
+#             epilogue) and at the lm_head's 16384x768x50257; vkern bench
+#             --suite ops of linear at V 50257 and 50304 against F.linear at
+#             both (bench/op_anchors.py); then its two planted defects
+#             (about 6 minutes)
 #   defects   the planted CUDA defects of layernorm and attention and the
 #             stored-dS attention test (or the defects whose names match
 #             $DEFECTS alone)
@@ -438,6 +445,22 @@ if wants gelu && room 300 gelu; then
     table+=("gelu lab build: FAILED")
     tail -30 "$out/gelu-lab-build.txt"
   fi
+if wants unaligned && room 200 unaligned; then
+  step "f16 rows that do not start 16-byte aligned: verify, bench, defects"
+  run unaligned-build "$vk" build --backend cuda
+  run verify-unaligned-linear "$vk" verify --backend cuda --op linear --shape 4096x1001x264 --shape 4096x1001x264:bias=1 \
+    --shape 4096x1001x264:gelu=1 --shape 4100x1003x264:residual=1 --shape 4096x1002x264:bias=1 --shape 4096x1004x264
+  run verify-unaligned-grad-x "$vk" verify --backend cuda --op linear_grad_x --shape 4096x264x1001 \
+    --shape 4096x264x1001:gelu=1 --shape 4100x264x1005:gelu=1
+  python3 bench/op_anchors.py linear=16384x768x50257:bias=0 linear=16384x768x50304:bias=0 \
+    > "$out/unaligned-anchors.jsonl" 2> "$out/unaligned-anchors.stderr" || table+=("unaligned anchors: FAILED")
+  cat "$out/unaligned-anchors.jsonl"
+  for round in 1 2; do
+    run "unaligned-bench-$round" "$vk" bench --suite ops --backend cuda --op linear --runs 30 \
+      --shape 16384x768x50257:bias=0 --shape 16384x768x50304:bias=0 --anchors "$out/unaligned-anchors.jsonl"
+  done
+  run verify-unaligned-head "$vk" verify --backend cuda --op linear --shape 16384x768x50257:bias=0 --dist normal
+  run unaligned-defects ./bin/vkern.test -test.run 'TestPlantedDefectsInTheCUDAKernelsAreIncorrect/Hopper:_unaligned' -test.v
 fi
 
 if wants defects && room 200 defects; then

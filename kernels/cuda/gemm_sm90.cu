@@ -78,6 +78,7 @@
 #include "cuda/compat.h"
 #include "cuda/occupancy.h"
 #include "cuda/epilogue.cuh"
+#include "cuda/staged_store.cuh"
 #include "cuda/wgmma.cuh"
 
 #if defined(VKERN_PTX_MMA)
@@ -241,19 +242,14 @@ __device__ __forceinline__ void store_pair(__half* p, float v0, float v1) {
 }
 __device__ __forceinline__ void store_one(float* p, float v) { *p = v; }
 
-// The staged epilogue's layout: a warp's 16 × 128-byte buffer holds one
-// chunk of its 16 rows at a time, 64 columns as f16 (kHalf) or 32 as f32,
-// each 16-byte unit of row r at unit ^ staged_swizzle(r), which keeps both
-// the fragment's pair writes and the rows' 16-byte reads free of bank
-// conflicts. stage_chunk writes chunk c of a warp's accumulator fragment
+// The staged epilogue's layout (staged_store.cuh): a warp's 16 × 128-byte
+// buffer holds one chunk of its 16 rows at a time, 64 columns as f16
+// (kHalf) or 32 as f32, each 16-byte unit of row r at unit ^ swizzle(r),
+// which keeps both the fragment's pair writes and the rows' 16-byte reads
+// free of bank conflicts. stage_chunk writes chunk c of a warp's accumulator fragment
 // (acc[4j + 2h + e] is element (lane / 4 + 8h, 8j + 2·(lane % 4) + e) of
 // its 16 rows); staged_unit is the offset of lane's 16 bytes of row r, its
 // unit lane % 8.
-template <bool kHalf>
-__device__ __forceinline__ int staged_swizzle(int r) {
-  return kHalf ? (r & 7) : ((r & 3) << 1);
-}
-
 template <bool kHalf, int N>
 __device__ __forceinline__ void stage_chunk(unsigned char* buf, const float (&acc)[N], int c, int lane) {
   constexpr int kJPerChunk = kHalf ? 8 : 4;
@@ -264,11 +260,11 @@ __device__ __forceinline__ void stage_chunk(unsigned char* buf, const float (&ac
     for (int h = 0; h < 2; ++h) {
       const int r = lane / 4 + 8 * h;
       if constexpr (kHalf) {
-        const int unit = jj ^ staged_swizzle<true>(r);
+        const int unit = jj ^ vkern_staged::swizzle<true>(r);
         *reinterpret_cast<__half2*>(buf + r * 128 + unit * 16 + (lane % 4) * 4) =
             __floats2half2_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
       } else {
-        const int unit = (2 * jj + (lane % 4) / 2) ^ staged_swizzle<false>(r);
+        const int unit = (2 * jj + (lane % 4) / 2) ^ vkern_staged::swizzle<false>(r);
         *reinterpret_cast<float2*>(buf + r * 128 + unit * 16 + (lane % 2) * 8) =
             make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
       }
@@ -278,7 +274,7 @@ __device__ __forceinline__ void stage_chunk(unsigned char* buf, const float (&ac
 
 template <bool kHalf>
 __device__ __forceinline__ int staged_unit(int r, int lane) {
-  return r * 128 + ((lane % 8) ^ staged_swizzle<kHalf>(r)) * 16;
+  return r * 128 + ((lane % 8) ^ vkern_staged::swizzle<kHalf>(r)) * 16;
 }
 __device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }
 
@@ -602,6 +598,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             *reinterpret_cast<uint4*>(dst) = v;
           }
           __syncwarp();
+        }
+      } else if (sizeof(Out) == 2 && Cfg::kStagedEpilogue && interior) {
+        // f16 rows that do not start 16-byte aligned (or whose side
+        // operand's do not, which kept the staged path above off): the
+        // fragments staged as there, then out through store_chunk_any
+        // (staged_store.cuh).
+        if constexpr (sizeof(Out) == 2) {
+#pragma unroll
+          for (int c = 0; c < BN / 64; ++c) {
+            stage_chunk<true>(buf, acc, c, lane);
+            __syncwarp();
+            vkern_staged::store_chunk_any(buf, reinterpret_cast<uint16_t*>(out + slab * cols + n0 + c * 64), cols, lane);
+            __syncwarp();
+          }
         }
       } else if (pairs_aligned && interior) {
         Out* p = out + row * cols + col;
