@@ -84,12 +84,14 @@
 #             and the SASS's stall reasons (bench/ncu_sass_summary.py), to
 #             place the GELU epilogue's cost (about 5 minutes)
 #   unaligned the Hopper GEMM's store of f16 rows that do not start 16-byte
-#             aligned (staged_store.cuh): vkern verify of linear and
-#             linear_grad_x at odd widths past the padding threshold (every
-#             epilogue) and at the lm_head's 16384x768x50257; vkern bench
-#             --suite ops of linear at V 50257 and 50304 against F.linear at
-#             both (bench/op_anchors.py); then its two planted defects
-#             (about 6 minutes)
+#             aligned (staged_store.cuh) and the padded copies' rows of 64
+#             halves: vkern verify of linear and linear_grad_x at odd widths
+#             past the padding threshold (every epilogue) and at the
+#             lm_head's 16384x768x50257; vkern bench --suite ops of linear,
+#             linear_nt and linear_grad_w at V 50257 and 50304 against
+#             PyTorch at both (bench/op_anchors.py), with bin/vkern-base
+#             (prep-call.sh BASE) and bin/vkern in turn, twice; then the
+#             store's two planted defects (about 7 minutes)
 #   defects   the planted CUDA defects of layernorm and attention and the
 #             stored-dS attention test (or the defects whose names match
 #             $DEFECTS alone)
@@ -452,13 +454,32 @@ if wants unaligned && room 200 unaligned; then
     --shape 4096x1001x264:gelu=1 --shape 4100x1003x264:residual=1 --shape 4096x1002x264:bias=1 --shape 4096x1004x264
   run verify-unaligned-grad-x "$vk" verify --backend cuda --op linear_grad_x --shape 4096x264x1001 \
     --shape 4096x264x1001:gelu=1 --shape 4100x264x1005:gelu=1
-  python3 bench/op_anchors.py linear=16384x768x50257:bias=0 linear=16384x768x50304:bias=0 \
-    > "$out/unaligned-anchors.jsonl" 2> "$out/unaligned-anchors.stderr" || table+=("unaligned anchors: FAILED")
+  cases=(linear=16384x768x50257:bias=0 linear=16384x768x50304:bias=0 linear_nt=16384x50257x768
+    linear_nt=16384x50304x768 linear_grad_w=16384x768x50257 linear_grad_w=16384x768x50304)
+  python3 bench/op_anchors.py "${cases[@]}" > "$out/unaligned-anchors.jsonl" 2> "$out/unaligned-anchors.stderr" ||
+    table+=("unaligned anchors: FAILED")
   cat "$out/unaligned-anchors.jsonl"
+  [ -x bin/vkern-base ] && run unaligned-build-base bin/vkern-base build --backend cuda
   for round in 1 2; do
-    run "unaligned-bench-$round" "$vk" bench --suite ops --backend cuda --op linear --runs 30 \
-      --shape 16384x768x50257:bias=0 --shape 16384x768x50304:bias=0 --anchors "$out/unaligned-anchors.jsonl"
+    for v in base new; do
+      bin=$vk
+      [ "$v" = base ] && bin=$PWD/bin/vkern-base
+      [ -x "$bin" ] || continue
+      for op in linear linear_nt linear_grad_w; do
+        shapes=()
+        for c in "${cases[@]}"; do [ "${c%%=*}" = "$op" ] && shapes+=(--shape "${c#*=}"); done
+        run "unaligned-bench-$v-$op-$round" "$bin" bench --suite ops --backend cuda --op "$op" --runs 30 "${shapes[@]}" \
+          --anchors "$out/unaligned-anchors.jsonl" --json "$out/unaligned-bench-$v-$op-$round.json"
+      done
+    done
   done
+  python3 - "$out" > "$out/unaligned-table.txt" <<'EOF'
+import glob, json, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "unaligned-bench-*.json"))):
+    tag = os.path.basename(f)[len("unaligned-bench-"):-5]
+    for r in json.load(open(f))["results"]:
+        print(f"{tag:<28} {r['name']:<36} {r['median_ns'] / 1e6:9.4f} ms  ratio to {r.get('anchor', '-')}: {r.get('ratio', 0):.3f}")
+EOF
   run verify-unaligned-head "$vk" verify --backend cuda --op linear --shape 16384x768x50257:bias=0 --dist normal
   run unaligned-defects ./bin/vkern.test -test.run 'TestPlantedDefectsInTheCUDAKernelsAreIncorrect/Hopper:_unaligned' -test.v
 fi
@@ -475,6 +496,10 @@ printf '%s\n' "${table[@]}"
 if [ -s "$out/transfers-table.txt" ]; then
   echo "the host's transfers (version-model-round: ns a step, read, write):"
   cat "$out/transfers-table.txt"
+fi
+if [ -s "$out/unaligned-table.txt" ]; then
+  echo "V 50257 and 50304, base and new (median ms, ratio to the PyTorch anchor):"
+  cat "$out/unaligned-table.txt"
 fi
 if [ -s "$out/gpt2-table.txt" ]; then
   echo "gpt2, median of steps 5-29 (sum of the phases), ratio to base:"

@@ -556,10 +556,13 @@ cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl,
 
 // Unaligned operands (a row length that is not a multiple of 8, or a base
 // that is not 16-byte aligned). Large products first copy each such operand
-// into scratch with its rows padded to a multiple of 8 (one pass over the
-// operand, a few percent of the product's time) and run the aligned
-// kernels; small ones, or when the scratch cannot be had, use the staged
-// loader in place.
+// into scratch with its rows padded to a multiple of 64 halves (one pass
+// over the operand, a few percent of the product's time) and run the
+// aligned kernels: at 64, each 128-byte row of a TMA box starts on a
+// 128-byte line, as it does in an operand whose rows are a multiple of 64
+// long (GPT-2's, the vocabulary padded to 50304), where at 8 it would
+// straddle two. Small products, or when the scratch cannot be had, use the
+// staged loader in place.
 constexpr double kPadMinWork = 1 << 30;           // rows · cols · depth from which padding pays
 constexpr size_t kPadMaxBytes = size_t{1} << 30;  // scratch cap for the padded copies
 
@@ -687,7 +690,7 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
     // Stored shapes: L is rows × depth (kLDepth) or depth × rows, R is
     // cols × depth (kRDepth) or depth × cols; the row length is ld.
     const int64_t l_stored_rows = kLDepth ? rows : depth, r_stored_rows = kRDepth ? cols : depth;
-    const int64_t l_ld = round_up(ldl, 8), r_ld = round_up(ldr, 8);
+    const int64_t l_ld = round_up(ldl, 64), r_ld = round_up(ldr, 64);
     const int64_t l_bytes = l_aligned ? 0 : round_up(l_stored_rows * l_ld * 2, 256);
     const int64_t r_bytes = r_aligned ? 0 : round_up(r_stored_rows * r_ld * 2, 256);
     void* buffer = static_cast<size_t>(l_bytes + r_bytes) <= kPadMaxBytes ? pad_scratch(l_bytes + r_bytes) : nullptr;
