@@ -209,6 +209,13 @@ int main(int argc, char** argv) {
       // c_proj and the GELU (out 3072 wide), beside "fwd fc" and "dx fc.proj".
       {"fwd fc gelu", kLinearGelu, 16384, 3072, 768},
       {"dx fc.proj gelu", kGradXGelu, 16384, 3072, 768},
+      // The vocabulary as it is, 50257: rows of the logits (and of W in
+      // linear's layout) that do not start 16-byte aligned, padded into
+      // scratch where an operand (gemm.cuh's product_tensor_cores).
+      {"V fwd head", kLinearNT, 16384, 50257, 768},
+      {"V linear", kLinear, 16384, 50257, 768},
+      {"V dx head", kLinear, 16384, 768, 50257},
+      {"V dW head", kLinearGradW, 16384, 768, 50257},
   };
   const char* only = std::getenv("GEMM_LAB_ONLY");
   // wanted: whether $GEMM_LAB_ONLY is unset or names the case.
