@@ -564,7 +564,11 @@ cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl,
 // straddle two. Small products, or when the scratch cannot be had, use the
 // staged loader in place.
 constexpr double kPadMinWork = 1 << 30;           // rows · cols · depth from which padding pays
-constexpr size_t kPadMaxBytes = size_t{1} << 30;  // scratch cap for the padded copies
+// The scratch cap for the padded copies: 2 GiB, so that GPT-2's logits
+// gradient at the vocabulary as it is (16384 × 50257 halves, 1.65 GB), the
+// operand of the head's dx and dW products, is padded rather than read two
+// bytes at a time.
+constexpr size_t kPadMaxBytes = size_t{2} << 30;
 
 // pad_rows copies rows × cols halves (row length cols) to dst with row
 // length ld_dst (a multiple of 8), zero past column cols.

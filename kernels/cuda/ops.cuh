@@ -25,7 +25,7 @@
 // - the gemms, linear and linear_grad_w: only for products of at least 2³⁰
 //   multiply-adds with an operand whose row length is not a multiple of 8
 //   (or whose base is not 16-byte aligned): a copy of each such operand with
-//   rows padded to a multiple of 64, at most 1 GiB in all. When that cannot
+//   rows padded to a multiple of 64, at most 2 GiB in all. When that cannot
 //   be had, the kernel reads the operand in place instead (slower, no
 //   error).
 // - vk_cross_entropy: one 8-byte word on first use (the count of rows kept,
