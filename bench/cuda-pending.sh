@@ -502,6 +502,10 @@ EOF
   [ -x /tmp/gemm_lab-new ] && run unaligned-ncu env GEMM_LAB_ONLY="V linear" ncu -k 'regex:product|pad_rows' \
     --section SpeedOfLight --launch-count 4 /tmp/gemm_lab-new 6
   run verify-unaligned-head "$vk" verify --backend cuda --op linear --shape 16384x768x50257:bias=0 --dist normal
+  # The head's dx at V 50257: its 1.65 GB operand padded (2 GiB cap).
+  run verify-unaligned-head-dx "$vk" verify --backend cuda --op linear --shape 16384x768x50257 --dist normal
+  run verify-unaligned-grad-w "$vk" verify --backend cuda --op linear_grad_w --shape 4096x264x1001:accumulate=0 \
+    --shape 4096x264x1001:accumulate=1
   run unaligned-defects ./bin/vkern.test -test.run 'TestPlantedDefectsInTheCUDAKernelsAreIncorrect/Hopper:_unaligned' -test.v
 fi
 
