@@ -90,11 +90,13 @@
 #             lm_head's 16384x768x50257; vkern bench --suite ops of linear,
 #             linear_nt and linear_grad_w at V 50257 and 50304 against
 #             PyTorch at both (bench/op_anchors.py), with bin/vkern-base
-#             (prep-call.sh BASE) and bin/vkern in turn, twice;
-#             bench/gemm_lab.cu's V cases from bin/labsrc-base and
-#             bin/labsrc, Nsight Compute's speed of light on V linear's
-#             kernels; then the store's two planted defects (about 9
-#             minutes: BUDGET=560)
+#             (prep-call.sh BASE) and bin/vkern in turn, twice; then the
+#             store's two planted defects (about 8 minutes: BUDGET=560)
+#   unaligned-lab  bench/gemm_lab.cu's V cases (V 50257: the head, linear's
+#             layout, dx and dW) built from bin/labsrc-base and bin/labsrc,
+#             against cuBLAS at the same shapes, and Nsight Compute's speed
+#             of light on V linear's kernels, with no kernel server (about
+#             4 minutes)
 #   defects   the planted CUDA defects of layernorm and attention and the
 #             stored-dS attention test (or the defects whose names match
 #             $DEFECTS alone)
@@ -485,6 +487,16 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "unaligned-bench-*.json"))):
     for r in json.load(open(f))["results"]:
         print(f"{tag:<28} {r['name']:<36} {r['median_ns'] / 1e6:9.4f} ms  ratio to {r.get('anchor', '-')}: {r.get('ratio', 0):.3f}")
 EOF
+  run verify-unaligned-head "$vk" verify --backend cuda --op linear --shape 16384x768x50257:bias=0 --dist normal
+  # The head's dx at V 50257: its 1.65 GB operand padded (2 GiB cap).
+  run verify-unaligned-head-dx "$vk" verify --backend cuda --op linear --shape 16384x768x50257 --dist normal
+  run verify-unaligned-grad-w "$vk" verify --backend cuda --op linear_grad_w --shape 4096x264x1001:accumulate=0 \
+    --shape 4096x264x1001:accumulate=1
+  run unaligned-defects ./bin/vkern.test -test.run 'TestPlantedDefectsInTheCUDAKernelsAreIncorrect/Hopper:_unaligned' -test.v
+fi
+
+if wants unaligned-lab && room 300 unaligned-lab; then
+  step "the vocabulary as it is, kernel by kernel: the lab from the base's sources and these, then Nsight Compute"
   # Kernel by kernel, no server: bench/gemm_lab.cu's V cases (the
   # vocabulary as it is) built from the base's sources and from these,
   # against cuBLAS at the same shapes, then Nsight Compute on the slowest.
@@ -492,8 +504,9 @@ EOF
     src=bin/labsrc
     [ "$v" = base ] && src=bin/labsrc-base
     [ -d "$src" ] || continue
-    if nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I"$src" -o "/tmp/gemm_lab-$v" bench/gemm_lab.cu \
-      -lcublas > "$out/unaligned-lab-$v-build.txt" 2>&1; then
+    rm -f "/tmp/gemm_lab-$v"
+    if timeout $(left) nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I"$src" -o "/tmp/gemm_lab-$v" \
+      bench/gemm_lab.cu -lcublas > "$out/unaligned-lab-$v-build.txt" 2>&1; then
       run "unaligned-lab-$v" env GEMM_LAB_ONLY="V fwd head,V linear,V dx head,V dW head" "/tmp/gemm_lab-$v" 6
     else
       table+=("unaligned-lab-$v build: FAILED")
@@ -501,12 +514,6 @@ EOF
   done
   [ -x /tmp/gemm_lab-new ] && run unaligned-ncu env GEMM_LAB_ONLY="V linear" ncu -k 'regex:product|pad_rows' \
     --section SpeedOfLight --launch-count 4 /tmp/gemm_lab-new 6
-  run verify-unaligned-head "$vk" verify --backend cuda --op linear --shape 16384x768x50257:bias=0 --dist normal
-  # The head's dx at V 50257: its 1.65 GB operand padded (2 GiB cap).
-  run verify-unaligned-head-dx "$vk" verify --backend cuda --op linear --shape 16384x768x50257 --dist normal
-  run verify-unaligned-grad-w "$vk" verify --backend cuda --op linear_grad_w --shape 4096x264x1001:accumulate=0 \
-    --shape 4096x264x1001:accumulate=1
-  run unaligned-defects ./bin/vkern.test -test.run 'TestPlantedDefectsInTheCUDAKernelsAreIncorrect/Hopper:_unaligned' -test.v
 fi
 
 if wants defects && room 200 defects; then
