@@ -78,11 +78,14 @@
 #             there) base and new in turn, three times
 #   gelu      the MLP's GELU products in bench/gemm_lab.cu (c_fc's forward
 #             and c_proj's dx, each with and without the GELU, against
-#             cuBLAS's product) for the dispatcher and variants 6 and 9,
+#             cuBLAS's product, and the head's forward at V 50257, whose
+#             rows of output are not 16-byte aligned) for the dispatcher
+#             and variants 6 and 9,
 #             then Nsight Compute (--set full, the clocks left alone) on one
 #             launch of the dispatcher's kernel in each: the details page
 #             and the SASS's stall reasons (bench/ncu_sass_summary.py), to
-#             place the GELU epilogue's cost (about 5 minutes)
+#             place the GELU epilogue's cost and the unaligned store's
+#             (about 6 minutes)
 #   unaligned the Hopper GEMM's store of f16 rows that do not start 16-byte
 #             aligned (staged_store.cuh) and the padded copies' rows of 64
 #             halves: vkern verify of linear and linear_grad_x at odd widths
@@ -420,7 +423,7 @@ if wants gelu && room 300 gelu; then
   rm -f /tmp/gemm_lab
   if timeout $(left) nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ibin/labsrc -o /tmp/gemm_lab \
     bench/gemm_lab.cu -lcublas > "$out/gelu-lab-build.txt" 2>&1; then
-    fc_cases=("fwd fc" "fwd fc gelu" "dx fc.proj" "dx fc.proj gelu")
+    fc_cases=("fwd fc" "fwd fc gelu" "dx fc.proj" "dx fc.proj gelu" "V fwd head")
     run gelu-lab env GEMM_LAB_ONLY="$(IFS=,; echo "${fc_cases[*]}")" /tmp/gemm_lab 6 9
     # The reports and SASS tables stay outside $out (a call brings back at
     # most eight files, none over its size limit); the pages read from
