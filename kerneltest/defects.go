@@ -585,17 +585,17 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "gelu with x² where x³ belongs", File: "cuda/gelu.cuh",
-		Old: "const float t = kGeluC * (x + kGeluK * x * x * x);", New: "const float t = kGeluC * (x + kGeluK * x * x);",
+		Old: "return exp2f(x * fmaf(kGeluB, x2, kGeluA));", New: "return exp2f(fmaf(kGeluB, x2, x * kGeluA));",
 		Op: "gelu", Shapes: []string{"4099", "65536"},
 	},
 	{
 		Name: "gelu with erf where the tanh approximation belongs", File: "cuda/gelu.cuh",
-		Old: "return 0.5f * x * (1.0f + tanhf(t));", New: "return 0.5f * x * (1.0f + erff(x * 0.70710678f));",
+		Old: "return __fdividef(x, 1.0f + e);", New: "return 0.5f * x * (1.0f + erff(x * 0.70710678f));",
 		Op: "gelu", Shapes: []string{"4099", "65536"},
 	},
 	{
-		Name: "gelu_grad with 1 − T where 1 − T² belongs", File: "cuda/gelu.cuh",
-		Old: "const float sech2 = 1.0f - T * T;", New: "const float sech2 = 1.0f - T;",
+		Name: "gelu_grad with E where 1 − σ = E·σ belongs", File: "cuda/gelu.cuh",
+		Old: "const float q = fminf(e * s, 1.0f);", New: "const float q = fminf(e, 1.0f);",
 		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
 	},
 	{
@@ -609,8 +609,8 @@ var CUDADefects = []Mutation{
 		Op: "fill", Shapes: []string{"1000003:value=0.1"},
 	},
 	{
-		Name: "gelu_grad without the ½ of its first term", File: "cuda/gelu.cuh",
-		Old: "return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);", New: "return dy * ((1.0f + T) + 0.5f * x * sech2 * inner);",
+		Name: "gelu_grad without its first term σ", File: "cuda/gelu.cuh",
+		Old: "return dy * (s * fmaf(w, q, 1.0f));", New: "return dy * (s * w * q);",
 		Op: "gelu_grad", Shapes: []string{"4099", "65536"},
 	},
 	{

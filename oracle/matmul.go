@@ -373,8 +373,7 @@ const geluSlope = 1.13
 // its typical error (typical, v̂'s). The kernel evaluates gelu at v̂ as the
 // gelu op does (geluCompute), within ½|v̂|·(E_S + u₂₄·(|1 + T̂| + E_S)) of
 // gelu(v̂), E_S = E + u₂₄·(|1 + T̂| + E), E the tanh error of geluParts,
-// which over every argument is at most 0.448·γ₂₄(8) + 2⁻²¹·(1 + 0.448·γ₂₄(8))
-// (max s·sech²(s) < 0.448); and |1 + T̂| ≤ 2, |v̂| ≤ |v| + e. gelu(v̂) is within
+// which over every argument is at most geluEMax; and |1 + T̂| ≤ 2, |v̂| ≤ |v| + e. gelu(v̂) is within
 // geluSlope·e of gelu(v). Specials follow IEEE as in geluCompute: NaN stays
 // NaN, +Inf gives +Inf and −Inf NaN.
 func geluOfInexact(v, e, typical float64) (value, bound, newTypical float64) {
@@ -383,9 +382,7 @@ func geluOfInexact(v, e, typical float64) (value, bound, newTypical float64) {
 	if math.IsInf(v, 0) || math.IsNaN(v) {
 		return value, 0, 0
 	}
-	theta := Gamma(8, u24)
-	eMax := 0.448*theta + tanhRelative*(1+0.448*theta)
-	eS := eMax + u24*(2+eMax)
+	eS := geluEMax + u24*(2+geluEMax)
 	eval := 0.5 * (math.Abs(v) + e) * (eS + u24*(2+eS))
 	return value, eval + geluSlope*e + own(value), geluSlope*typical + eval
 }

@@ -7,9 +7,9 @@
 // element (Scalar). Memory-bound: the floor is the operands' bytes over the
 // copy bandwidth.
 //
-// Facts relied on: GELU is gelu.cuh's, with tanhf, CUDA's accurate tanh
-// (within 2 ulps, the CUDA Math API's table; no -use_fast_math), which the
-// oracle's bound allows twice over; nvcc may fuse a multiply and an add, which rounds once where
+// Facts relied on: GELU is gelu.cuh's logistic form, with exp2f and
+// __fdividef (each within 2 ulps, the CUDA Math API's table; no
+// -use_fast_math), which the oracle's bound allows twice over; nvcc may fuse a multiply and an add, which rounds once where
 // the bound counts two; f16 results are rounded once (__float2half_rn).
 // add may run in place (y = a): every element is read before it is written,
 // by the same thread.

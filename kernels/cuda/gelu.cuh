@@ -1,14 +1,28 @@
 // GPT-2's tanh GELU and its derivative in binary32, for gelu and gelu_grad
 // (elementwise.cu) and the matmul family's GELU epilogues (epilogue.cuh),
 // so that the fused and the separate ops evaluate the same expressions in
-// the same order (cpu/gelu.h's, which the oracle's bounds follow):
+// the same order. The same functions as the cpu backend's (cpu/gelu.h),
+// written through the logistic function σ(2t) = ½(1 + tanh t):
 //
-//   gelu(x)      = ½x·(1 + T),   T = tanh t, t = c·(x + k·x·x·x)
-//   dy·gelu′(x)  = dy·(½(1 + T) + ½x·(1 − T²)·c·(1 + 3k·x²))
+//   gelu(x)      = ½x·(1 + tanh t) = x·σ,   σ = 1/(1 + E), E = e^(−2t) = 2^z,
+//                                            t = c·(x + k·x³), z = x·(a + b·x²)
+//   dy·gelu′(x)  = dy·σ·(1 + w·(1 − σ)),    1 − σ = E·σ, w = x·(2c + 6ck·x²)
 //
-// c = √(2/π) and k = 0.044715 rounded to binary32; tanhf is CUDA's accurate
-// tanh (within 2 ulps; no -use_fast_math), which the oracle allows twice
-// over.
+// c = √(2/π), k = 0.044715, a = −2c·log₂e and b = −2ck·log₂e rounded to
+// binary32. One exp2f (CUDA's, within 2 ulps) and one reciprocal
+// (__fdividef, within 2 ulps where the divisor is at most 2¹²⁶, else 0)
+// take the place of tanhf's polynomial, branches and its own exponential
+// and reciprocal: GPT-2's MLP applies these to every element of c_fc's
+// output and of c_proj's input gradient inside the GEMM's epilogue, where
+// tanhf's 22 instructions an element kept the tensor cores waiting (the
+// fused c_fc forward at 0.70 of the plain product's speed, c_proj's input
+// gradient at 0.57; BENCHMARKS.md). oracle.geluParts and geluGradFactor
+// derive the bounds of this form beside the cpu backend's tanh form; the
+// specials come out as the reference's: NaN stays NaN; gelu(+Inf) = +Inf
+// (E = 0), gelu(−Inf) = −Inf·0 = NaN; gelu′(±Inf) is NaN (Inf·0 in w·(1 − σ)
+// at +Inf, 0·(−Inf) in σ·(…) at −Inf), and where E overflows for a finite
+// x ≪ 0, E·σ = Inf·0 is NaN, so 1 − σ is taken as min(E·σ, 1), which is 1
+// there, as it should be.
 #ifndef VKERN_CUDA_GELU_CUH
 #define VKERN_CUDA_GELU_CUH
 
@@ -17,20 +31,27 @@
 namespace {
 namespace vkern_gelu {
 
-constexpr float kGeluC = 0.7978845608f;  // √(2/π)
-constexpr float kGeluK = 0.044715f;
+constexpr float kGeluA = -2.302208198f;   // −2√(2/π)·log₂e
+constexpr float kGeluB = -0.1029432396f;  // −2√(2/π)·0.044715·log₂e
+constexpr float kGeluW1 = 1.595769122f;   // 2√(2/π)
+constexpr float kGeluW3 = 0.2140644488f;  // 6√(2/π)·0.044715
+
+// exp_of is E = 2^z = e^(−2t) for x.
+__device__ __forceinline__ float exp_of(float x, float x2) { return exp2f(x * fmaf(kGeluB, x2, kGeluA)); }
 
 __device__ __forceinline__ float gelu(float x) {
-  const float t = kGeluC * (x + kGeluK * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(t));
+  const float e = exp_of(x, x * x);
+  return __fdividef(x, 1.0f + e);
 }
 
 // dy·gelu′(x).
 __device__ __forceinline__ float gelu_grad(float x, float dy) {
-  const float T = tanhf(kGeluC * (x + kGeluK * x * x * x));
-  const float sech2 = 1.0f - T * T;
-  const float inner = kGeluC * (1.0f + 3.0f * kGeluK * x * x);
-  return dy * (0.5f * (1.0f + T) + 0.5f * x * sech2 * inner);
+  const float x2 = x * x;
+  const float e = exp_of(x, x2);
+  const float s = __fdividef(1.0f, 1.0f + e);  // σ
+  const float q = fminf(e * s, 1.0f);          // 1 − σ
+  const float w = x * fmaf(kGeluW3, x2, kGeluW1);
+  return dy * (s * fmaf(w, q, 1.0f));
 }
 
 }  // namespace vkern_gelu
