@@ -134,8 +134,8 @@ func TestSampledGELUProductsAreCheckedBySlices(t *testing.T) {
 	res = mustRun(t, moved, sampledCases(t, geluOps, "40x50x60:gelu=1"))
 	for _, r := range res.Cases {
 		// Under wide, products of ±10⁴ reach 10⁹: the positive ones
-		// overflow f16 and the negative ones' GELU is 0 within ½|v|·4 ulps
-		// of tanhf near −1 (hundreds), so doubling hides there.
+		// overflow f16 and the negative ones' GELU is 0 within ½|v| times
+		// the bound's tanh error near −1 (hundreds), so doubling hides there.
 		if r.Dist != oracle.Special && r.Dist != oracle.Wide && r.Verdict != Incorrect {
 			t.Errorf("%s with one element a row doubled: %s, want incorrect", r.Case, r.Verdict)
 		}

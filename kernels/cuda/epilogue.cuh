@@ -8,7 +8,8 @@
 // residual's element when kResidual (f16, the output's shape: linear with
 // residual = 1), each in one binary32 addition rounded to nearest: v = v +
 // bias[col]; v = old + v or v = v + r.
-// Then the GELU (gelu.cuh's expressions, as the cpu backend's): kGelu ==
+// Then the GELU (gelu.cuh's logistic form, whose bound the oracle derives
+// beside the cpu backend's tanh form): kGelu ==
 // kGeluForward stores v rounded to f16 as pre's element and goes on with
 // gelu(v) (linear with gelu = 1); kGelu == kGeluBackward goes on with
 // v·gelu′(pre's element) (linear_grad_x with gelu = 1). The kernels apply
