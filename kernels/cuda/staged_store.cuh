@@ -54,35 +54,64 @@ VKERN_STAGED_HD void store16(uint16_t* p, const uint32_t (&w)[4]) {
 #endif
 }
 
+// load_unit is the 16 bytes at p (16-byte aligned), as four words.
+VKERN_STAGED_HD void load_unit(const unsigned char* p, uint32_t* w) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+#else
+  std::memcpy(w, p, 16);
+#endif
+}
+
 // store_chunk_any stores a staged f16 chunk into rows that need not start
 // 16-byte aligned (a row length that is not a multiple of 8 halves, GPT-2's
-// vocabulary of 50257 among them), where storing each element on its own
-// took 8× the aligned output's time (the lm_head at 16384×768×50257: 13.5
-// ms against 1.65 ms at 50304). The chunk's 64 halves of each of the 16
-// rows go out in the 16-byte units of memory they cover: a whole unit in
-// one 16-byte store, gathered from buf two bytes at a time; the partial
-// units at either end of a row's chunk (shared with the chunks beside it),
-// a half at a time. first is the chunk's first element in the warp's first
-// row, cols the row length; lane is one of the warp's 32, which together
-// store the chunk.
+// vocabulary of 50257 among them). Row r's halves start d past a 16-byte
+// boundary, so unit k of memory (0 ≤ k ≤ 8) holds the chunk's halves
+// [8k − d, 8k + 8 − d): with d = 0 the units 0 to 7 are whole, else the
+// units 1 to 7, and units 0 and 8 hold 8 − d and d of the chunk's halves
+// (the rest belong to the chunks beside it). The 8 lanes of a row group
+// take one row at a time: lane j stores whole unit j (d = 0) or j + 1 (j <
+// 7) in one 16-byte store, its 8 halves the staged units k − 1 and k read
+// whole and shifted by 8 − d halves (selects and byte permutes, no indexed
+// registers), and, where d ≠ 0, one of the 8 halves of the partial units.
+// The first version gathered each whole unit two bytes at a time and
+// looped over the partial units' halves on one lane: the lm_head at
+// 16384×50257×768 spent 1.26 G warp instructions, most of them index
+// arithmetic and branches, and took 3.5 ms against 2.0 ms at 50304. first
+// is the chunk's first element in the warp's first row, cols the row
+// length; lane is one of the warp's 32, which together store the chunk.
 VKERN_STAGED_HD void store_chunk_any(const unsigned char* buf, uint16_t* first, int64_t cols, int lane) {
-  // Row r's halves start d past a 16-byte boundary; unit k of memory
-  // (0 ≤ k ≤ 8) holds the chunk's halves [8k − d, 8k + 8 − d).
-  for (int t = lane; t < 16 * 9; t += 32) {
-    const int r = t / 9, k = t % 9;
+  const int j = lane % 8;
+  for (int it = 0; it < 4; ++it) {
+    const int r = 4 * it + lane / 8;
     uint16_t* const row = first + r * cols;
     const int d = static_cast<int>((reinterpret_cast<uintptr_t>(row) >> 1) & 7);
-    const int h0 = 8 * k - d;
-    const int lo = h0 > 0 ? h0 : 0, hi = h0 + 8 < 64 ? h0 + 8 : 64;
     const unsigned char* const src = buf + r * 128;
     const int sw = swizzle<true>(r);
-    auto half_at = [&](int h) { return load16(src + (((h >> 3) ^ sw) << 4) + ((h & 7) << 1)); };
-    if (lo == h0 && hi == h0 + 8) {
-      uint32_t w[4];
-      for (int i = 0; i < 4; ++i) w[i] = half_at(h0 + 2 * i) | half_at(h0 + 2 * i + 1) << 16;
-      store16(row + h0, w);
-    } else {
-      for (int h = lo; h < hi; ++h) row[h] = static_cast<uint16_t>(half_at(h));
+    const int k = d == 0 ? j : j + 1;
+    if (k <= 7) {
+      // w: staged units k − 1 (any unit, unused, when d = 0) and k, then a
+      // zero; the unit of memory is halves [8 − d, 16 − d) of it, which
+      // start in word m = (8 − d) / 2. a, b, c: the window from word m,
+      // shifted by 4, 2 and 1 words as m's bits say.
+      uint32_t w[9];
+      load_unit(src + ((((k - 1) & 7) ^ sw) << 4), w);
+      load_unit(src + ((k ^ sw) << 4), w + 4);
+      w[8] = 0;
+      const int s = 8 - d, m = s >> 1;
+      uint32_t a[8], b[6], c[5];
+      for (int i = 0; i < 8; ++i) a[i] = (m & 4) ? (i + 4 <= 8 ? w[i + 4] : 0u) : w[i];
+      for (int i = 0; i < 6; ++i) b[i] = (m & 2) ? a[i + 2] : a[i];
+      for (int i = 0; i < 5; ++i) c[i] = (m & 1) ? b[i + 1] : b[i];
+      uint32_t out[4];
+      for (int i = 0; i < 4; ++i) out[i] = (s & 1) ? (c[i] >> 16) | (c[i + 1] << 16) : c[i];
+      store16(row + 8 * k - d, out);
+    }
+    if (d != 0) {
+      // The partial units' 8 halves: unit 0's first 8 − d, then unit 8's d.
+      const int h = j < 8 - d ? j : 56 + j;
+      row[h] = static_cast<uint16_t>(load16(src + (((h >> 3) ^ sw) << 4) + ((h & 7) << 1)));
     }
   }
 }
