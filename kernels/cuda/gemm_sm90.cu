@@ -408,6 +408,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int t = threadIdx.x % 128;
         if (2 * t < BN) bias_pair = epi.bias_pair(n0 + 2 * t, cols);
       }
+      // The epilogue's side operand (the residual, or pre in the GELU's
+      // backward) for this warpgroup's 64 rows, into L2 under the products.
+      if constexpr (Epi::kSideIn) {
+        epi.template prefetch_side<64, BN>(m0 + 64 * consumer, n0, rows, cols, threadIdx.x % 128, 128);
+      }
       int prev = 0;
       for (int64_t k = 0; k < steps; ++k) {
         mbar_wait(full0 + 8 * stage, phase);
