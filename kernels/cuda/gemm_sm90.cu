@@ -408,9 +408,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int t = threadIdx.x % 128;
         if (2 * t < BN) bias_pair = epi.bias_pair(n0 + 2 * t, cols);
       }
-      // The epilogue's side operand (the residual, or pre in the GELU's
-      // backward) for this warpgroup's 64 rows, into L2 under the products.
-      if constexpr (Epi::kSideIn) {
+      // pre, the GELU backward's side operand, for this warpgroup's 64
+      // rows, into L2 under the products (not the residual: the H100 call
+      // of 2026-11-27 had the residual products 5% slower with it, c_proj's
+      // dx through the GELU 7% faster).
+      if constexpr (Epi::kGelu == vkern_epilogue::kGeluBackward) {
         epi.template prefetch_side<64, BN>(m0 + 64 * consumer, n0, rows, cols, threadIdx.x % 128, 128);
       }
       int prev = 0;
