@@ -156,7 +156,7 @@ type logisticBounds struct{ eT, eg float64 }
 //
 // Where z < −124 (x ≫ 0): Ê ≤ 2⁻¹²³ (within exp2f's 2 ulps of a subnormal
 // or not), fl(1 + Ê) = 1, so |σ̂ − σ| ≤ divRelative + 2⁻¹²⁴, within
-// R = divRelative + 2⁻¹¹⁹ of σ relative (σ ≥ ½); q̂ ≤ 2⁻¹²² and q < 2⁻¹²⁴,
+// R = divRelative + 2⁻¹¹⁹ of σ relative (σ ≥ 1 − 2⁻¹²⁴); q̂ ≤ 2⁻¹²² and q < 2⁻¹²⁴,
 // so e_q = 2⁻¹²¹ absolute; the steps from ŵ on are as above. Where
 // z > 124 (x ≪ 0): σ < 2⁻¹²⁴ and σ̂ ≤ 2⁻¹²³ or 0, |T̂ − T| ≤ 2⁻¹²⁰, and
 // |p̂| ≤ (1 + |w|)·(1 + 2⁻²⁰), so |ĝ − g| ≤ 2⁻¹²⁰·(1 + |w|). Infinite and
@@ -250,12 +250,18 @@ func geluValue(x float64) (y, bound float64) {
 // above; geluGradFactor takes the larger e_g.
 //
 // IEEE specials follow the formula: NaN anywhere gives NaN; x = ±Inf gives
-// ½·Inf·0·i = NaN; a finite x with dy = ±Inf gives ±Inf·g.
+// ½·Inf·0·i = NaN; a finite x with dy = ±Inf gives ±Inf·g, or is left
+// undetermined (Reference) where |g| ≤ e_g: a kernel's ĝ may then be 0 or
+// of either sign (for x ≪ 0, where the float64 tanh is −1 and g is 0 here
+// while the kernels' ĝ is not, or the reverse).
 func geluGradCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) ([]*Reference, error) {
 	xs, dys := in[0].F16, in[1].F16
 	return elementwise(ctx, len(xs), func(k int) (float64, float64) {
 		x, dy := f16.ToFloat64(xs[k]), f16.ToFloat64(dys[k])
 		g, eg, second := geluGradFactor(x)
+		if math.IsInf(dy, 0) && math.Abs(g) <= eg {
+			return math.NaN(), math.Inf(1) // ±Inf·ĝ with ĝ possibly 0 or of either sign: undetermined
+		}
 		v := dy * g
 		ad := math.Abs(dy)
 		return v, ad*eg + u24*ad*(math.Abs(g)+eg) + own(v) + own(ad*second)

@@ -391,10 +391,14 @@ func geluOfInexact(v, e, typical float64) (value, bound, newTypical float64) {
 // gelu′(x) for an exact f16 x (geluGradFactor: within e_g of g) and v̂
 // within e of the exact v: |v̂·ĝ·(1 + δ) − v·g| ≤ e_g·(|v| + e) + |g|·e +
 // u₂₄·(|g| + e_g)·(|v| + e). Specials follow IEEE in float64 as the kernel's
-// binary32: x = ±Inf makes g NaN, a NaN v stays NaN.
+// binary32: x = ±Inf makes g NaN, a NaN v stays NaN; an infinite v where
+// |g| ≤ e_g is left undetermined, as in geluGradCompute.
 func geluGradOfInexact(x, v, e, typical float64) (value, bound, newTypical float64) {
 	g, eg, second := geluGradFactor(x)
 	value = v * g
+	if math.IsInf(v, 0) && !math.IsNaN(g) && math.Abs(g) <= eg {
+		return math.NaN(), math.Inf(1), 0 // undetermined, as in geluGradCompute
+	}
 	if math.IsInf(v, 0) || math.IsNaN(value) {
 		return value, 0, 0
 	}

@@ -62,6 +62,11 @@ func Gamma(n int64, u float64) float64 {
 type Reference struct {
 	// Value is the exact result up to the oracle's own error, which Bound
 	// already includes. NaN and ±Inf follow IEEE arithmetic on the formula.
+	// A NaN with an infinite Bound marks a result the formula leaves
+	// undetermined, which any value matches: an infinite factor times one
+	// whose bound reaches zero, so that a correct kernel's product may be
+	// +Inf, −Inf or NaN (gelu_grad's dy = ±Inf where gelu′(x) is within
+	// its bound of 0).
 	Value []float64
 	// Bound is, per element, how far a correct kernel's binary32 result may
 	// lie from Value before rounding to the output type.

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"encoding/binary"
+	"math"
 	"testing"
 
 	"github.com/vkern/vkern/op"
@@ -44,6 +45,34 @@ func TestAnF16OverflowIsJudgedOnItsOwnSide(t *testing.T) {
 		st := Compare(op.GELU, s, []*oracle.Reference{ref}, [][]byte{out}, Mode{})
 		if got := st.Wrong == 0; got != c.ok {
 			t.Errorf("result %#04x for reference %g ± %g: passed %v, want %v (%s)", c.got, c.want, c.bound, got, c.ok, st.FirstWrong)
+		}
+	}
+}
+
+// TestAnUndeterminedReferenceTakesAnyResult: a NaN reference with an
+// infinite bound (oracle.Reference: a result the formula leaves open)
+// passes +Inf, −Inf, NaN and a finite value; a NaN reference with a finite
+// bound still wants NaN.
+func TestAnUndeterminedReferenceTakesAnyResult(t *testing.T) {
+	s, err := op.GELU.ParseShape("1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nan, inf := math.NaN(), math.Inf(1)
+	for _, c := range []struct {
+		bound float64
+		got   uint16
+		ok    bool
+	}{
+		{inf, 0x7c00, true}, {inf, 0xfc00, true}, {inf, 0x7e00, true}, {inf, 0x3c00, true},
+		{0, 0x7e00, true}, {0, 0x7c00, false}, {0, 0x3c00, false},
+	} {
+		ref := &oracle.Reference{Value: []float64{nan}, Bound: []float64{c.bound}}
+		out := make([]byte, 2)
+		binary.LittleEndian.PutUint16(out, c.got)
+		st := Compare(op.GELU, s, []*oracle.Reference{ref}, [][]byte{out}, Mode{})
+		if got := st.Wrong == 0; got != c.ok {
+			t.Errorf("result %#04x for NaN ± %g: passed %v, want %v (%s)", c.got, c.bound, got, c.ok, st.FirstWrong)
 		}
 	}
 }

@@ -22,7 +22,8 @@
 // (E = 0), gelu(−Inf) = −Inf·0 = NaN; gelu′(±Inf) is NaN (Inf·0 in w·(1 − σ)
 // at +Inf, 0·(−Inf) in σ·(…) at −Inf), and where E overflows for a finite
 // x ≪ 0, E·σ = Inf·0 is NaN, so 1 − σ is taken as min(E·σ, 1), which is 1
-// there, as it should be.
+// there, as it should be. dy = ±Inf times a gelu′ within its bound of 0
+// (x ≪ 0) is left open by the reference (oracle.Reference).
 #ifndef VKERN_CUDA_GELU_CUH
 #define VKERN_CUDA_GELU_CUH
 
