@@ -14,9 +14,11 @@
 // take the place of tanhf's polynomial, branches and its own exponential
 // and reciprocal: GPT-2's MLP applies these to every element of c_fc's
 // output and of c_proj's input gradient inside the GEMM's epilogue, where
-// tanhf's 22 instructions an element kept the tensor cores waiting (the
-// fused c_fc forward at 0.70 of the plain product's speed, c_proj's input
-// gradient at 0.57; BENCHMARKS.md). oracle.geluParts and geluGradFactor
+// tanhf's 22 instructions an element kept the tensor cores waiting.
+// Measured on the H100 (bench/gemm_lab.cu, 16384x3072x768, cuBLAS's plain
+// product over vkern's; BENCHMARKS.md): the fused c_fc forward 0.707-0.720
+// with tanhf, 0.780-0.788 in this form; c_proj's input gradient 0.524-0.539
+// and 0.595-0.599. oracle.geluParts and geluGradFactor
 // derive the bounds of this form beside the cpu backend's tanh form; the
 // specials come out as the reference's: NaN stays NaN; gelu(+Inf) = +Inf
 // (E = 0), gelu(−Inf) = −Inf·0 = NaN; gelu′(±Inf) is NaN (Inf·0 in w·(1 − σ)

@@ -78,8 +78,9 @@ VKERN_STAGED_HD void load_unit(const unsigned char* p, uint32_t* w) {
 // The first version gathered each whole unit two bytes at a time and
 // looped over the partial units' halves on one lane: the lm_head at
 // 16384×50257×768 spent 1.26 G warp instructions, most of them index
-// arithmetic and branches, and took 3.5 ms against 2.0 ms at 50304. first
-// is the chunk's first element in the warp's first row, cols the row
+// arithmetic and branches, and took 3.5 ms against 2.0 ms at 50304; this
+// one takes 2.65-2.75 ms (the H100, vkern bench --suite ops; BENCHMARKS.md).
+// first is the chunk's first element in the warp's first row, cols the row
 // length; lane is one of the warp's 32, which together store the chunk.
 VKERN_STAGED_HD void store_chunk_any(const unsigned char* buf, uint16_t* first, int64_t cols, int lane) {
   const int j = lane % 8;
