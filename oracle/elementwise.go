@@ -102,6 +102,12 @@ func addGenerate(g *Gen) []Input {
 //
 // The logistic form (cuda/gelu.cuh), whose T̂ is 2σ̂ − 1: geluLogistic.
 func geluParts(x float64) (t, T, e float64) {
+	t, T, e = geluTanhParts(x)
+	return t, T, max(e, geluLogistic(x, t).eT)
+}
+
+// geluTanhParts are geluParts' t and T and the tanh form's bound alone.
+func geluTanhParts(x float64) (t, T, e float64) {
 	t = geluC * (x + geluK*x*x*x)
 	T = math.Tanh(t)
 	theta := Gamma(8, u24)
@@ -111,11 +117,7 @@ func geluParts(x float64) (t, T, e float64) {
 	if math.IsInf(at, 0) || math.IsNaN(delta) {
 		delta = 0 // tanh(±Inf) = ±1 exactly, as tanhf gives
 	}
-	e = delta + tanhRelative*(math.Abs(T)+delta)
-	if l := geluLogistic(x, t); l.eT > e {
-		e = l.eT
-	}
-	return t, T, e
+	return t, T, delta + tanhRelative*(math.Abs(T)+delta)
 }
 
 // expRelative and divRelative are the errors the GELU bounds allow the
@@ -196,7 +198,7 @@ func geluLogistic(x, t float64) logisticBounds {
 // The logistic form's 2σR is, to first order, 2σ·(divRelative + u₂₄) +
 // 2σq·Φ, and 2σq·Φ ≤ ½sech²(t)·(2|t|·γ₂₄(5) + expRelative)·(1 + 10⁻⁴)
 // ≤ 0.448·γ₂₄(5) + ½·expRelative, with a hundredth over for the second
-// order; TestGELUConstants checks geluParts against it on a fine grid.
+// order; TestGELUEMax checks geluParts against it on a fine grid.
 var geluEMax = max(
 	0.448*Gamma(8, u24)+tanhRelative*(1+0.448*Gamma(8, u24)),
 	1.01*(2*(divRelative+u24)+0.448*Gamma(5, u24)+0.5*expRelative))
@@ -259,8 +261,8 @@ func geluGradCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) 
 	return elementwise(ctx, len(xs), func(k int) (float64, float64) {
 		x, dy := f16.ToFloat64(xs[k]), f16.ToFloat64(dys[k])
 		g, eg, second := geluGradFactor(x)
-		if math.IsInf(dy, 0) && math.Abs(g) <= eg {
-			return math.NaN(), math.Inf(1) // ±Inf·ĝ with ĝ possibly 0 or of either sign: undetermined
+		if infTimesNearZero(dy, g, eg) {
+			return undetermined()
 		}
 		v := dy * g
 		ad := math.Abs(dy)
@@ -275,7 +277,9 @@ func geluGradCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) 
 // caller adds for the product it forms with g.
 func geluGradFactor(x float64) (g, eg, second float64) {
 	g6, g2 := Gamma(6, u24), Gamma(2, u24)
-	t, T, e := geluParts(x)
+	t, T, e := geluTanhParts(x)
+	l := geluLogistic(x, t) // once: geluParts would derive it again
+	e = max(e, l.eT)
 	sv := 1 - T*T
 	iv := geluC * (1 + 3*geluK*x*x)
 	g = 0.5*(1+T) + 0.5*x*sv*iv
@@ -285,9 +289,11 @@ func geluGradFactor(x float64) (g, eg, second float64) {
 	ei := g6 * iv
 	e2 := 0.5 * math.Abs(x) * (es*iv + as*ei + es*ei + g2*(as+es)*(iv+ei))
 	e1 := 0.5 * (e + u24*(math.Abs(1+T)+e))
-	eg = e1 + e2 + u24*(math.Abs(g)+e1+e2)
-	if l := geluLogistic(x, t); l.eg > eg {
-		eg = l.eg
-	}
+	eg = max(e1+e2+u24*(math.Abs(g)+e1+e2), l.eg)
 	return g, eg, 0.5 * math.Abs(x) * as * iv
 }
+
+// infTimesNearZero is whether v·g is ±Inf times a factor whose kernel
+// value, within eg of g, may be 0 or of either sign: gelu_grad's result
+// there is undetermined.
+func infTimesNearZero(v, g, eg float64) bool { return math.IsInf(v, 0) && math.Abs(g) <= eg }

@@ -396,8 +396,9 @@ func geluOfInexact(v, e, typical float64) (value, bound, newTypical float64) {
 func geluGradOfInexact(x, v, e, typical float64) (value, bound, newTypical float64) {
 	g, eg, second := geluGradFactor(x)
 	value = v * g
-	if math.IsInf(v, 0) && !math.IsNaN(g) && math.Abs(g) <= eg {
-		return math.NaN(), math.Inf(1), 0 // undetermined, as in geluGradCompute
+	if infTimesNearZero(v, g, eg) {
+		value, bound = undetermined()
+		return value, bound, 0
 	}
 	if math.IsInf(v, 0) || math.IsNaN(value) {
 		return value, 0, 0

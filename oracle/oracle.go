@@ -81,6 +81,10 @@ type Reference struct {
 	Tightening *Tightening
 }
 
+// undetermined is the value and bound that mark a result the formula leaves
+// undetermined (Reference.Value).
+func undetermined() (value, bound float64) { return math.NaN(), math.Inf(1) }
+
 // Tightening summarises, over the finite elements of a reference, how many
 // times smaller than the order-free γ(L)·S its bounds are.
 type Tightening struct {
