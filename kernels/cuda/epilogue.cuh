@@ -115,27 +115,28 @@ struct Epilogue {
     }
   }
 
-  // prefetch_side asks L2 for the lines of the side operand (kSideIn) under
-  // the rows [m0, m0 + kRows) and columns [n0, n0 + kCols) of the output's
-  // shape, thread t of n taking every n-th line (at most kCols / 64 + 1 a
-  // row: its kCols halves need not start on a 128-byte line). Issued as a
-  // tile's product starts, the reads overlap its k-steps, where the
-  // epilogue's own loads (side, residual_pair, gelu_pair) waited on memory
-  // after them with the tensor cores idle: c_proj's dx through the GELU ran
-  // at 0.60 of the plain product's speed, for 100 MB of pre read.
-  // (A hint in PTX: on HIP, which the mma.sync path also builds for and
-  // which never calls it, it does nothing.)
+  // prefetch_pre asks L2, in the GELU's backward, for the lines of pre
+  // under the rows [m0, m0 + kRows) and columns [n0, n0 + kCols) of the
+  // output's shape, thread t of n taking every n-th line (at most kCols /
+  // 64 + 1 a row: its kCols halves need not start on a 128-byte line).
+  // Issued as a tile's product starts, the reads overlap its k-steps, where
+  // the epilogue's own loads of pre (side, gelu_pair) waited on memory after
+  // them with the tensor cores idle: c_proj's dx through the GELU ran at 0.60
+  // of the plain product's speed, for 100 MB of pre read (0.193 → 0.180 ms
+  // with it on the H100). Not the residual: prefetched the same way, the
+  // residual products were 5% slower. (A hint in PTX: on HIP, which the
+  // mma.sync path also builds for and which never calls it, it does
+  // nothing.)
   template <int kRows, int kCols>
-  __device__ __forceinline__ void prefetch_side(int64_t m0, int64_t n0, int64_t rows, int64_t cols, int t,
-                                                int n) const {
+  __device__ __forceinline__ void prefetch_pre(int64_t m0, int64_t n0, int64_t rows, int64_t cols, int t,
+                                               int n) const {
 #if !defined(__HIP_PLATFORM_AMD__)
-    if constexpr (kSideIn) {
-      const __half* const base = kResidual ? residual : pre;
+    if constexpr (kGelu == kGeluBackward) {
       constexpr int kPerRow = kCols / 64 + 1;
       for (int i = t; i < kRows * kPerRow; i += n) {
         const int64_t r = m0 + i / kPerRow;
         const int64_t c = min(n0 + 64 * (i % kPerRow), n0 + kCols - 1);
-        if (r < rows && c < cols) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + r * cols + c));
+        if (r < rows && c < cols) asm volatile("prefetch.global.L2 [%0];" ::"l"(pre + r * cols + c));
       }
     }
 #else

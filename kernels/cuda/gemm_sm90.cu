@@ -408,13 +408,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const int t = threadIdx.x % 128;
         if (2 * t < BN) bias_pair = epi.bias_pair(n0 + 2 * t, cols);
       }
-      // pre, the GELU backward's side operand, for this warpgroup's 64
-      // rows, into L2 under the products (not the residual: the H100 call
-      // of 2026-11-27 had the residual products 5% slower with it, c_proj's
-      // dx through the GELU 7% faster).
-      if constexpr (Epi::kGelu == vkern_epilogue::kGeluBackward) {
-        epi.template prefetch_side<64, BN>(m0 + 64 * consumer, n0, rows, cols, threadIdx.x % 128, 128);
-      }
+      // The GELU backward's pre for this warpgroup's 64 rows, into L2 under
+      // the products (no-op for the other epilogues).
+      epi.template prefetch_pre<64, BN>(m0 + 64 * consumer, n0, rows, cols, threadIdx.x % 128, 128);
       int prev = 0;
       for (int64_t k = 0; k < steps; ++k) {
         mbar_wait(full0 + 8 * stage, phase);
