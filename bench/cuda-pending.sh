@@ -158,6 +158,14 @@ lab_build() {
   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I"$src" "$@" -o "$bin" \
     bench/attention_lab.cu > "$out/$(basename "$bin")-build.txt" 2>&1
 }
+# gemm_lab_build SRC OUT LOG: bench/gemm_lab.cu from the kernel sources in
+# SRC to OUT (a stale one removed first), nvcc's output in LOG, within the
+# call's time.
+gemm_lab_build() {
+  rm -f "$2"
+  timeout $(left) nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I"$1" -o "$2" bench/gemm_lab.cu -lcublas \
+    > "$3" 2>&1
+}
 # lab_registers OUT PATTERN PREFIX: ptxas's registers and spills of OUT's
 # kernels whose names match PATTERN, each line after PREFIX.
 lab_registers() {
@@ -420,9 +428,7 @@ fi
 
 if wants gelu && room 300 gelu; then
   step "the GELU products: the lab, then Nsight Compute"
-  rm -f /tmp/gemm_lab
-  if timeout $(left) nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ibin/labsrc -o /tmp/gemm_lab \
-    bench/gemm_lab.cu -lcublas > "$out/gelu-lab-build.txt" 2>&1; then
+  if gemm_lab_build bin/labsrc /tmp/gemm_lab "$out/gelu-lab-build.txt"; then
     fc_cases=("fwd fc" "fwd fc gelu" "dx fc.proj" "dx fc.proj gelu" "V fwd head")
     run gelu-lab env GEMM_LAB_ONLY="$(IFS=,; echo "${fc_cases[*]}")" /tmp/gemm_lab 6 9
     # The reports and SASS tables stay outside $out (a call brings back at
@@ -507,9 +513,7 @@ if wants unaligned-lab && room 300 unaligned-lab; then
     src=bin/labsrc
     [ "$v" = base ] && src=bin/labsrc-base
     [ -d "$src" ] || continue
-    rm -f "/tmp/gemm_lab-$v"
-    if timeout $(left) nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I"$src" -o "/tmp/gemm_lab-$v" \
-      bench/gemm_lab.cu -lcublas > "$out/unaligned-lab-$v-build.txt" 2>&1; then
+    if gemm_lab_build "$src" "/tmp/gemm_lab-$v" "$out/unaligned-lab-$v-build.txt"; then
       run "unaligned-lab-$v" env GEMM_LAB_ONLY="V fwd head,V linear,V dx head,V dW head" "/tmp/gemm_lab-$v" 6
     else
       table+=("unaligned-lab-$v build: FAILED")
