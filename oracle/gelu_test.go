@@ -66,11 +66,13 @@ func TestGELUEMax(t *testing.T) {
 // test; a single rounding's term (u₂₄) it cannot show missing, since these
 // inputs do not line the roundings up to their worst case.
 func TestGELULogisticFormWithinItsBounds(t *testing.T) {
-	const (
-		a  = float32(-2.302208198)
-		b  = float32(-0.1029432396)
-		w1 = float32(1.595769122)
-		w3 = float32(0.2140644488)
+	// gelu.cuh's kGeluA, kGeluB, kGeluW1 and kGeluW3: these expressions
+	// rounded to binary32, as its literals are.
+	var (
+		a  = float32(-2 * geluC * math.Log2E)
+		b  = float32(-2 * geluC * geluK * math.Log2E)
+		w1 = float32(2 * geluC)
+		w3 = float32(6 * geluC * geluK)
 	)
 	fma := func(x, y, z float32) float32 { return float32(math.FMA(float64(x), float64(y), float64(z))) }
 	ulps := func(v float32, n int) float32 {

@@ -372,8 +372,9 @@ const geluSlope = 1.13
 // kernel's v̂ is within e of the exact v: the value gelu(v), its bound and
 // its typical error (typical, v̂'s). The kernel evaluates gelu at v̂ as the
 // gelu op does (geluCompute), within ½|v̂|·(E_S + u₂₄·(|1 + T̂| + E_S)) of
-// gelu(v̂), E_S = E + u₂₄·(|1 + T̂| + E), E the tanh error of geluParts,
-// which over every argument is at most geluEMax; and |1 + T̂| ≤ 2, |v̂| ≤ |v| + e. gelu(v̂) is within
+// gelu(v̂), E_S = E + u₂₄·(|1 + T̂| + E), E geluParts' error (the larger of
+// the tanh and logistic forms'), which over every argument is at most
+// geluEMax; and |1 + T̂| ≤ 2, |v̂| ≤ |v| + e. gelu(v̂) is within
 // geluSlope·e of gelu(v). Specials follow IEEE as in geluCompute: NaN stays
 // NaN, +Inf gives +Inf and −Inf NaN.
 func geluOfInexact(v, e, typical float64) (value, bound, newTypical float64) {

@@ -18,8 +18,9 @@
 // Measured on the H100 (bench/gemm_lab.cu, 16384x3072x768, cuBLAS's plain
 // product over vkern's; BENCHMARKS.md): the fused c_fc forward 0.707-0.720
 // with tanhf, 0.780-0.788 in this form; c_proj's input gradient 0.524-0.539
-// and 0.595-0.599. oracle.geluParts and geluGradFactor
-// derive the bounds of this form beside the cpu backend's tanh form; the
+// and 0.595-0.599. oracle.geluLogistic derives the bounds of this form, and
+// geluParts and geluGradFactor take the larger of them and the cpu
+// backend's tanh form's; the
 // specials come out as the reference's: NaN stays NaN; gelu(+Inf) = +Inf
 // (E = 0), gelu(−Inf) = −Inf·0 = NaN; gelu′(±Inf) is NaN (Inf·0 in w·(1 − σ)
 // at +Inf, 0·(−Inf) in σ·(…) at −Inf), and where E overflows for a finite

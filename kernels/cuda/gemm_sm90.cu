@@ -607,14 +607,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // operand's do not, which kept the staged path above off): the
         // fragments staged as there, then out through store_chunk_any
         // (staged_store.cuh).
-        if constexpr (sizeof(Out) == 2) {
 #pragma unroll
-          for (int c = 0; c < BN / 64; ++c) {
-            stage_chunk<true>(buf, acc, c, lane);
-            __syncwarp();
-            vkern_staged::store_chunk_any(buf, reinterpret_cast<uint16_t*>(out + slab * cols + n0 + c * 64), cols, lane);
-            __syncwarp();
-          }
+        for (int c = 0; c < BN / 64; ++c) {
+          stage_chunk<true>(buf, acc, c, lane);
+          __syncwarp();
+          vkern_staged::store_chunk_any(buf, reinterpret_cast<uint16_t*>(out + slab * cols + n0 + c * 64), cols, lane);
+          __syncwarp();
         }
       } else if (pairs_aligned && interior) {
         Out* p = out + row * cols + col;
