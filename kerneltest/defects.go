@@ -537,13 +537,6 @@ var CUDADefects = []Mutation{
 		New: "constexpr int kRowStep = 1;",
 		Op:  "linear", Shapes: []string{"16390x520x1001"},
 	},
-	// linear_nt's y 1001 halves a row (its operands aligned): stored by TMA
-	// in row classes.
-	{
-		Name: "Hopper row classes: a store box placed without its class's shift", File: "cuda/gemm_sm90.cu",
-		Old: "static_cast<int32_t>(n0 + 64 * c) + maps_out.shift[j],", New: "static_cast<int32_t>(n0 + 64 * c),",
-		Op: "linear_nt", Shapes: []string{"16390x1001x512"},
-	},
 	{
 		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",
 		Old: "m = row_max<T>(m, red);", New: "m = 0.0f * row_max<T>(m, red);",

@@ -566,11 +566,7 @@ cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl,
 // starts on a 128-byte line, as it does in an operand whose rows are a
 // multiple of 64 long (GPT-2's, the vocabulary padded to 50304), where at 8
 // it would straddle two. Small products, or when the scratch cannot be had,
-// use the staged loader in place. An f16 output whose rows are not aligned
-// (linear_nt's at GPT-2's vocabulary) is stored by TMA in row classes under
-// the same conditions (L read in row classes too, aligned or not, so that a
-// warp's 16 rows are one class), when the epilogue adds at most a bias;
-// otherwise the staged epilogue's store_chunk_any writes it. (A Hopper variant whose producer copied
+// use the staged loader in place. (A Hopper variant whose producer copied
 // such rows itself and shifted them into TMA's layout took 3.8–5.3 ms at the
 // head's dx, 16384×768×50257: docs/lm-head-in-place-h100.) Row classes
 // leave the other kinds alone: an unaligned operand whose rows are the
@@ -677,31 +673,17 @@ cudaError_t launch_sm90(int variant, int device, int multiprocessors, const __ha
 #undef VKERN_LAUNCH
 }
 
-// Whether the Hopper kernels can store an output of type Out finished by
-// Epi through TMA in row classes: f16, at most a bias added.
-template <typename Out, class Epi>
-constexpr bool kStoresInClasses = sizeof(Out) == 2 && !Epi::kAccumulate && !Epi::kResidual &&
-                                  Epi::kGelu == vkern_epilogue::kNoGelu;
-
-// launch_sm90_classes runs WideS with L read in row classes (gemm_sm90.cu),
-// and the output stored in them too when store and kStoresInClasses; only
-// a depth-contiguous L can be.
+// launch_sm90_classes runs WideS with L read in row classes (gemm_sm90.cu);
+// only a depth-contiguous L can be.
 template <bool kLDepth, bool kRDepth, typename Out, class Epi>
 cudaError_t launch_sm90_classes(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R,
                                 int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
-                                bool store, cudaStream_t s, bool* launched) {
+                                cudaStream_t s, bool* launched) {
   *launched = false;
   if constexpr (kLDepth) {
     namespace h = vkern_gemm_sm90;
-    constexpr int kC = vkern_classes::kClasses;
-    if constexpr (kStoresInClasses<Out, Epi>) {
-      if (store) {
-        return h::launch<h::WideS, kLDepth, kRDepth, Out, Epi, kC, kC>(device, multiprocessors, L, ldl, R, ldr, out,
-                                                                       epi, rows, cols, depth, s, launched);
-      }
-    }
-    return h::launch<h::WideS, kLDepth, kRDepth, Out, Epi, kC>(device, multiprocessors, L, ldl, R, ldr, out, epi,
-                                                               rows, cols, depth, s, launched);
+    return h::launch<h::WideS, kLDepth, kRDepth, Out, Epi, vkern_classes::kClasses>(
+        device, multiprocessors, L, ldl, R, ldr, out, epi, rows, cols, depth, s, launched);
   }
   return cudaSuccess;
 }
@@ -733,18 +715,14 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
   };
   const bool l_aligned = ldl % 8 == 0 && aligned16(L);
   const bool r_aligned = ldr % 8 == 0 && aligned16(R);
-  const bool out_aligned = cols * static_cast<int64_t>(sizeof(Out)) % 16 == 0 && aligned16(out);
+  if (l_aligned && r_aligned) return run_aligned(L, ldl, R, ldr);
   const bool large = static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(depth) >= kPadMinWork;
-  // Row classes (see above): an unaligned depth-contiguous L read in place,
-  // an unaligned f16 output stored by TMA.
-  const bool store_classes = !out_aligned && kStoresInClasses<Out, Epi>;
-  if (large && kLDepth && r_aligned && sm90 == 6 && (!l_aligned || store_classes)) {
+  if (large && kLDepth && r_aligned && sm90 == 6) {
     bool launched = false;
-    const cudaError_t err = launch_sm90_classes<kLDepth, kRDepth, Out, Epi>(
-        device, multiprocessors, L, ldl, R, ldr, out, epi, rows, cols, depth, store_classes, s, &launched);
+    const cudaError_t err = launch_sm90_classes<kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr,
+                                                                             out, epi, rows, cols, depth, s, &launched);
     if (err != cudaSuccess || launched) return err;
   }
-  if (l_aligned && r_aligned) return run_aligned(L, ldl, R, ldr);
   if (large) {
     // Stored shapes: L is rows × depth (kLDepth) or depth × rows, R is
     // cols × depth (kRDepth) or depth × cols; the row length is ld.

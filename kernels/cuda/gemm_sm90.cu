@@ -77,7 +77,6 @@
 // built with the device's nvcc 13.0, 1.00-1.06, 1.45-1.49 and 2.05-2.26 in
 // the same call. Per-variant ratios are listed with the variants below.
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/compat.h"
 #include "cuda/occupancy.h"
@@ -231,29 +230,6 @@ __device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorM
       : "memory");
 }
 
-// TMA store: the box at (c0, c1) of `map` from shared memory at src, in
-// this thread's bulk async-group.
-__device__ __forceinline__ void tma_store(const CUtensorMap* map, uint32_t src, int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(src)
-               : "memory");
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-// Waits until this thread's bulk stores have read their shared memory
-// (kRead) or have written global memory.
-template <bool kRead>
-__device__ __forceinline__ void tma_store_wait() {
-  if constexpr (kRead) {
-    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-  } else {
-    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-  }
-}
-// Makes this thread's writes to shared memory visible to the bulk copies
-// (the async proxy) that a later barrier orders after them.
-__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
 using vkern_wgmma::fence_registers;
 using vkern_wgmma::named_barrier;
 using vkern_wgmma::smem_desc;
@@ -328,11 +304,6 @@ template <>
 struct Maps<1> {
   CUtensorMap map[1];
 };
-// The output's maps: its row classes when the epilogue stores through TMA
-// (kOutClasses = 8), else nothing.
-struct NoMaps {};
-template <int N>
-using OutMaps = std::conditional_t<(N > 1), Maps<N>, NoMaps>;
 
 // product_wgmma: see the file comment. L(i, p) is L[i·ldl + p] when kLDepth,
 // else L[p·ldl + i]; R(p, j) is R[j·ldr + p] when kRDepth, else R[p·ldr + j];
@@ -340,24 +311,16 @@ using OutMaps = std::conditional_t<(N > 1), Maps<N>, NoMaps>;
 // With kLClasses = 8, L (depth-contiguous) is read in row classes: the
 // eight maps of maps_l are its classes, a tile's shared-memory row s holds
 // its row m0 + tile_row(s), and the epilogue stores each accumulator row
-// there (row_classes.cuh). With kOutClasses = 8 as well, the output (f16,
-// its rows of any length) is stored by TMA in the same row classes: a
-// warp's 16 rows are one class, so each 64-column chunk of them leaves the
-// warp's staged buffer (whose swizzle is TMA's 128-byte one) as one box of
-// maps_out, clipped by TMA at the output's edges.
-template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, int kLClasses = 1, int kOutClasses = 1>
+// there (row_classes.cuh).
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, int kLClasses = 1>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     product_wgmma(const __grid_constant__ Maps<kLClasses> maps_l, const __grid_constant__ CUtensorMap map_r,
-                  const __grid_constant__ OutMaps<kOutClasses> maps_out, Out* __restrict__ out, Epi epi,
-                  int64_t rows, int64_t cols, int64_t depth, int group_rows) {
+                  Out* __restrict__ out, Epi epi, int64_t rows, int64_t cols, int64_t depth, int group_rows) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages, kCluster = Cfg::kCluster;
   static_assert(kLClasses == 1 || (kLClasses == vkern_classes::kClasses && kLDepth && kCluster == 1 &&
                                    BM == vkern_classes::kTileRows),
                 "row classes: a depth-contiguous L, 128-row tiles, no clusters");
-  static_assert(kOutClasses == 1 || (kOutClasses == kLClasses && sizeof(Out) == 2 && Cfg::kStagedEpilogue &&
-                                     !Epi::kAccumulate && !Epi::kResidual && Epi::kGelu == vkern_epilogue::kNoGelu),
-                "TMA stores in row classes: L in row classes, f16 out, the staged epilogue, at most a bias");
   // Output rows between row r and r + 1 of a consumer warp's 16.
   constexpr int kRowStep = kLClasses > 1 ? vkern_classes::kWarpRowStep : 1;
   constexpr int kConsumers = 2;
@@ -625,25 +588,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       }
       unsigned char* const buf = smem_raw + (epilogue0 - smem_u32(smem_raw)) + (4 * consumer + warp) * 2048;
-      if constexpr (kOutClasses > 1) {
-        // Each chunk through the warp's buffer, then out as one TMA box of
-        // the warp's class (edge tiles included: TMA clips the box). The
-        // buffer is rewritten only after the previous box has been read.
-        const int j = vkern_classes::warp_first_row(consumer, warp);
-        const uint32_t src = epilogue0 + (4 * consumer + warp) * 2048;
-#pragma unroll
-        for (int c = 0; c < BN / 64; ++c) {
-          if (lane == 0) tma_store_wait<true>();
-          __syncwarp();
-          stage_chunk<true>(buf, acc, c, lane);
-          fence_async_shared();
-          __syncwarp();
-          if (lane == 0) {
-            tma_store(&maps_out.map[j], src, static_cast<int32_t>(n0 + 64 * c) + maps_out.shift[j],
-                      static_cast<int32_t>(m0 / kOutClasses));
-          }
-        }
-      } else if (kQuads && staged) {
+      if (kQuads && staged) {
         // As the staged store below, but through f32 rows (chunks of 32
         // columns, the f32 output's layout): each lane reads four
         // consecutive elements of a row, applies the residual or GELU step
@@ -732,9 +677,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       }
     }
-    if constexpr (kOutClasses > 1) {
-      if (lane == 0) tma_store_wait<false>();  // the last boxes written before the block's shared memory goes
-    }
   }
   if constexpr (kCluster > 1) {
     // No block may leave while a peer can still multicast into its shared
@@ -793,7 +735,7 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
     int device;
     CUtensorMap map;
   };
-  constexpr int kEntries = 64;  // a launch in row classes takes up to 17
+  constexpr int kEntries = 64;  // a launch in row classes takes 9
   static Entry cache[kEntries];
   static int used = 0, next = 0;
   for (int i = 0; i < used; ++i) {
@@ -826,10 +768,9 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
 bool tma_aligned(const __half* p, int64_t ld) { return ld % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // launch runs variant Cfg, with L in row classes when kLClasses = 8 (any
-// ld and base; rows ≥ 8) and the output stored in row classes when
-// kOutClasses = 8 (any base). *launched is false (and nothing is enqueued)
+// ld and base; rows ≥ 8). *launched is false (and nothing is enqueued)
 // when a tensor map cannot be made; the caller then takes another path.
-template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, int kLClasses = 1, int kOutClasses = 1>
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, int kLClasses = 1>
 cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
                    Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
                    bool* launched) {
@@ -852,18 +793,9 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
     maps = maps && tensor_map(&maps_l.map[0], device, L, kLDepth ? depth : rows, kLDepth ? rows : depth, ldl, 64,
                               kLDepth ? 128 : 64);
   }
-  OutMaps<kOutClasses> maps_out;
-  if constexpr (kOutClasses > 1) {
-    for (int j = 0; j < kOutClasses && maps; ++j) {
-      const vkern_classes::Class c = vkern_classes::class_of(reinterpret_cast<uintptr_t>(out), cols, rows, cols, j);
-      maps = tensor_map(&maps_out.map[j], device, reinterpret_cast<const __half*>(c.base), c.inner, c.rows,
-                        c.row_stride / 2, 64, vkern_classes::kBoxRows);
-      maps_out.shift[j] = c.shift;
-    }
-  }
   if (!maps) return cudaSuccess;
 
-  auto kernel = product_wgmma<Cfg, kLDepth, kRDepth, Out, Epi, kLClasses, kOutClasses>;
+  auto kernel = product_wgmma<Cfg, kLDepth, kRDepth, Out, Epi, kLClasses>;
   constexpr int kMaxDevices = 64;
   static int max_clusters[kMaxDevices];  // per device: 0 unknown
   if (device < 0 || device >= kMaxDevices) return cudaSuccess;
@@ -920,7 +852,7 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
 #if defined(VKERN_GEMM_TUNING)
   if (vk_gemm_tuning_sm90_group > 0) group_rows = vk_gemm_tuning_sm90_group;
 #endif
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, maps_l, map_r, maps_out, out, epi, rows, cols, depth, group_rows);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, maps_l, map_r, out, epi, rows, cols, depth, group_rows);
   if (err != cudaSuccess) return err;
   *launched = true;
   return cudaSuccess;
