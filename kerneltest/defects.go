@@ -524,19 +524,6 @@ var CUDADefects = []Mutation{
 		Old: "const int sw = swizzle<true>(r);", New: "const int sw = swizzle<true>(r + 1);",
 		Op: "linear_grad_x", Shapes: []string{"4096x264x1001"},
 	},
-	// The row classes (row_classes.cuh): linear's x 1001 halves a row, W
-	// aligned, past the padding threshold, so WideS reads x in place.
-	{
-		Name: "Hopper row classes: a class read without its shift", File: "cuda/gemm_sm90.cu",
-		Old: "full, p0 + maps_l.shift[j], m0 / kLClasses);", New: "full, p0, m0 / kLClasses);",
-		Op: "linear", Shapes: []string{"16390x520x1001"},
-	},
-	{
-		Name: "Hopper row classes: a warp's rows stored as consecutive rows", File: "cuda/gemm_sm90.cu",
-		Old: "constexpr int kRowStep = kLClasses > 1 ? vkern_classes::kWarpRowStep : 1;",
-		New: "constexpr int kRowStep = 1;",
-		Op:  "linear", Shapes: []string{"16390x520x1001"},
-	},
 	{
 		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",
 		Old: "m = row_max<T>(m, red);", New: "m = 0.0f * row_max<T>(m, red);",
@@ -1145,8 +1132,8 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "Hopper: dW's old values read with the fragment's row and column halves swapped", File: "cuda/gemm_sm90.cu",
-		Old: "const int64_t r = row + kHalfStep * (e >> 1), c = col + 8 * (j0 + jj) + (e & 1);",
-		New: "const int64_t r = row + kHalfStep * (e & 1), c = col + 8 * (j0 + jj) + (e & 1);",
+		Old: "const int64_t r = row + 8 * (e >> 1), c = col + 8 * (j0 + jj) + (e & 1);",
+		New: "const int64_t r = row + 8 * (e & 1), c = col + 8 * (j0 + jj) + (e & 1);",
 		Op:  "linear_grad_w", Shapes: []string{"64x48x80"},
 	},
 	{

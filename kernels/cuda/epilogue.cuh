@@ -116,8 +116,8 @@ struct Epilogue {
   }
 
   // prefetch_pre asks L2, in the GELU's backward, for the lines of pre
-  // under the rows row_of(0 .. kRows − 1) and columns [n0, n0 + kCols) of
-  // the output's shape, thread t of n taking every n-th line (at most kCols /
+  // under the rows [m0, m0 + kRows) and columns [n0, n0 + kCols) of the
+  // output's shape, thread t of n taking every n-th line (at most kCols /
   // 64 + 1 a row: its kCols halves need not start on a 128-byte line).
   // Issued as a tile's product starts, the reads overlap its k-steps, where
   // the epilogue's own loads of pre (side, gelu_pair) waited on memory after
@@ -127,20 +127,20 @@ struct Epilogue {
   // residual products were 5% slower. (A hint in PTX: on HIP, which the
   // mma.sync path also builds for and which never calls it, it does
   // nothing.)
-  template <int kRows, int kCols, class RowOf>
-  __device__ __forceinline__ void prefetch_pre(const RowOf& row_of, int64_t n0, int64_t rows, int64_t cols, int t,
+  template <int kRows, int kCols>
+  __device__ __forceinline__ void prefetch_pre(int64_t m0, int64_t n0, int64_t rows, int64_t cols, int t,
                                                int n) const {
 #if !defined(__HIP_PLATFORM_AMD__)
     if constexpr (kGelu == kGeluBackward) {
       constexpr int kPerRow = kCols / 64 + 1;
       for (int i = t; i < kRows * kPerRow; i += n) {
-        const int64_t r = row_of(i / kPerRow);
+        const int64_t r = m0 + i / kPerRow;
         const int64_t c = min(n0 + 64 * (i % kPerRow), n0 + kCols - 1);
         if (r < rows && c < cols) asm volatile("prefetch.global.L2 [%0];" ::"l"(pre + r * cols + c));
       }
     }
 #else
-    (void)row_of, (void)n0, (void)rows, (void)cols, (void)t, (void)n;
+    (void)m0, (void)n0, (void)rows, (void)cols, (void)t, (void)n;
 #endif
   }
 

@@ -555,25 +555,17 @@ cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl,
 }
 
 // Unaligned operands (a row length that is not a multiple of 8, or a base
-// that is not 16-byte aligned). On Hopper, a large product whose only
-// unaligned operand is a depth-contiguous L (gemm's A, linear's x, the
-// logits gradient of GPT-2's head at its vocabulary of 50257) reads it in
-// place in row classes (row_classes.cuh) with the 128 × 256 variant, when
-// that is the one choose_sm90 picks. Other large products first copy each
-// such operand into scratch with its rows padded to a multiple of 64 halves
-// (one pass over the operand: ~1.1 ms of the 2.9 that the head's dx took
-// so) and run the aligned kernels: at 64, each 128-byte row of a TMA box
-// starts on a 128-byte line, as it does in an operand whose rows are a
-// multiple of 64 long (GPT-2's, the vocabulary padded to 50304), where at 8
-// it would straddle two. Small products, or when the scratch cannot be had,
-// use the staged loader in place. (A Hopper variant whose producer copied
-// such rows itself and shifted them into TMA's layout took 3.8–5.3 ms at the
-// head's dx, 16384×768×50257: docs/lm-head-in-place-h100.) Row classes
-// leave the other kinds alone: an unaligned operand whose rows are the
-// depth (R of gemm and linear, both of grad_b and linear_grad_w) would need
-// the depth read out of order, which the dot accumulation stated in HELLO
-// (tc-fused, ascending in k) does not allow; one whose rows are the
-// output's columns (linear_nt's W) would need the columns permuted.
+// that is not 16-byte aligned). Large products first copy each such operand
+// into scratch with its rows padded to a multiple of 64 halves (one pass
+// over the operand, a few percent of the product's time) and run the
+// aligned kernels: at 64, each 128-byte row of a TMA box starts on a
+// 128-byte line, as it does in an operand whose rows are a multiple of 64
+// long (GPT-2's, the vocabulary padded to 50304), where at 8 it would
+// straddle two. Small products, or when the scratch cannot be had, use the
+// staged loader in place. (A Hopper variant whose producer reads such rows
+// in place and shifts them into TMA's layout, branch lm-head-in-place,
+// took 3.8–5.3 ms at the head's dx, 16384×768×50257, against 2.9 for the
+// padded copy and TMA: docs/lm-head-in-place-h100.)
 constexpr double kPadMinWork = 1 << 30;           // rows · cols · depth from which padding pays
 // The scratch cap for the padded copies: 2 GiB, so that GPT-2's logits
 // gradient at the vocabulary as it is (16384 × 50257 halves, 1.65 GB), the
@@ -673,21 +665,6 @@ cudaError_t launch_sm90(int variant, int device, int multiprocessors, const __ha
 #undef VKERN_LAUNCH
 }
 
-// launch_sm90_classes runs WideS with L read in row classes (gemm_sm90.cu);
-// only a depth-contiguous L can be.
-template <bool kLDepth, bool kRDepth, typename Out, class Epi>
-cudaError_t launch_sm90_classes(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R,
-                                int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
-                                cudaStream_t s, bool* launched) {
-  *launched = false;
-  if constexpr (kLDepth) {
-    namespace h = vkern_gemm_sm90;
-    return h::launch<h::WideS, kLDepth, kRDepth, Out, Epi, vkern_classes::kClasses>(
-        device, multiprocessors, L, ldl, R, ldr, out, epi, rows, cols, depth, s, launched);
-  }
-  return cudaSuccess;
-}
-
 template <bool kLDepth, bool kRDepth, typename Out, class Epi>
 cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __half* L, int64_t ldl, const __half* R,
                                  int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
@@ -716,14 +693,7 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
   const bool l_aligned = ldl % 8 == 0 && aligned16(L);
   const bool r_aligned = ldr % 8 == 0 && aligned16(R);
   if (l_aligned && r_aligned) return run_aligned(L, ldl, R, ldr);
-  const bool large = static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(depth) >= kPadMinWork;
-  if (large && kLDepth && r_aligned && sm90 == 6) {
-    bool launched = false;
-    const cudaError_t err = launch_sm90_classes<kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr,
-                                                                             out, epi, rows, cols, depth, s, &launched);
-    if (err != cudaSuccess || launched) return err;
-  }
-  if (large) {
+  if (static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(depth) >= kPadMinWork) {
     // Stored shapes: L is rows × depth (kLDepth) or depth × rows, R is
     // cols × depth (kRDepth) or depth × cols; the row length is ld.
     const int64_t l_stored_rows = kLDepth ? rows : depth, r_stored_rows = kRDepth ? cols : depth;

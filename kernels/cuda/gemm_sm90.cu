@@ -42,10 +42,7 @@
 // - TMA needs a 16-byte-aligned base and row strides that are multiples of 16
 //   bytes (row length a multiple of 8 halves). gemm.cuh sends only such
 //   operands here (padding others into scratch first, or taking the mma.sync
-//   path), but for one kind: a depth-contiguous L that is the only operand
-//   not aligned, which the RowClasses launches (kLClasses = 8) read in place
-//   as eight tensors of every eighth row (row_classes.cuh), its rows the
-//   product's rows, its depth in order.
+//   path).
 // - The tensor-map coordinates are int32: the dispatcher sends no matrix with
 //   a dimension above INT32_MAX - 256. Every element index is int64_t.
 // - Each output element is written exactly once, from its f32 accumulator
@@ -81,7 +78,6 @@
 #include "cuda/compat.h"
 #include "cuda/occupancy.h"
 #include "cuda/epilogue.cuh"
-#include "cuda/row_classes.cuh"
 #include "cuda/staged_store.cuh"
 #include "cuda/wgmma.cuh"
 
@@ -293,36 +289,15 @@ __device__ __forceinline__ void unit_origin(int64_t u, int64_t units_m, int64_t 
   *tn = u % per_group / rows_in_group;
 }
 
-// The tensor maps of L: one, or one per row class with the class's shift
-// (row_classes.cuh).
-template <int N>
-struct Maps {
-  CUtensorMap map[N];
-  int32_t shift[N];
-};
-template <>
-struct Maps<1> {
-  CUtensorMap map[1];
-};
-
 // product_wgmma: see the file comment. L(i, p) is L[i·ldl + p] when kLDepth,
 // else L[p·ldl + i]; R(p, j) is R[j·ldr + p] when kRDepth, else R[p·ldr + j];
 // the tensor maps hold those ld's. epi finishes each element (epilogue.cuh).
-// With kLClasses = 8, L (depth-contiguous) is read in row classes: the
-// eight maps of maps_l are its classes, a tile's shared-memory row s holds
-// its row m0 + tile_row(s), and the epilogue stores each accumulator row
-// there (row_classes.cuh).
-template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, int kLClasses = 1>
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    product_wgmma(const __grid_constant__ Maps<kLClasses> maps_l, const __grid_constant__ CUtensorMap map_r,
+    product_wgmma(const __grid_constant__ CUtensorMap map_l, const __grid_constant__ CUtensorMap map_r,
                   Out* __restrict__ out, Epi epi, int64_t rows, int64_t cols, int64_t depth, int group_rows) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages, kCluster = Cfg::kCluster;
-  static_assert(kLClasses == 1 || (kLClasses == vkern_classes::kClasses && kLDepth && kCluster == 1 &&
-                                   BM == vkern_classes::kTileRows),
-                "row classes: a depth-contiguous L, 128-row tiles, no clusters");
-  // Output rows between row r and r + 1 of a consumer warp's 16.
-  constexpr int kRowStep = kLClasses > 1 ? vkern_classes::kWarpRowStep : 1;
   constexpr int kConsumers = 2;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -369,18 +344,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           mbar_wait(empty0 + 8 * stage, phase ^ 1);
           mbar_expect_tx(full, Cfg::kStageBytes);
           const uint32_t sl = smem + stage * Cfg::kStageBytes, sr = sl + Cfg::kLBytes;
-          if constexpr (kLClasses > 1) {
-            // Class j's 16 rows of the tile (boxes 64 × 16) into shared rows 16j ..
-            constexpr int kBoxRows = vkern_classes::kBoxRows;
-#pragma unroll
-            for (int j = 0; j < kLClasses; ++j) {
-              tma_load(sl + j * kBoxRows * 128, &maps_l.map[j], full, p0 + maps_l.shift[j], m0 / kLClasses);
-            }
-          } else if constexpr (kLDepth) {
-            tma_load(sl, &maps_l.map[0], full, p0, m0);  // box 64 × 128
+          if constexpr (kLDepth) {
+            tma_load(sl, &map_l, full, p0, m0);  // box 64 × 128
           } else {
-            tma_load(sl, &maps_l.map[0], full, m0, p0);  // two 64 × 64 panels
-            tma_load(sl + 8192, &maps_l.map[0], full, m0 + 64, p0);
+            tma_load(sl, &map_l, full, m0, p0);  // two 64 × 64 panels
+            tma_load(sl + 8192, &map_l, full, m0 + 64, p0);
           }
           // R: this block's 1/kCluster share, multicast to the cluster.
           if constexpr (kRDepth) {
@@ -442,12 +410,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       // The GELU backward's pre for this warpgroup's 64 rows, into L2 under
       // the products (no-op for the other epilogues).
-      epi.template prefetch_pre<64, BN>(
-          [&](int k) {  // the warpgroup's row k of 64
-            return kLClasses > 1 ? m0 + vkern_classes::warp_first_row(consumer, k / 16) + kRowStep * (k % 16)
-                                 : m0 + 64 * consumer + k;
-          },
-          n0, rows, cols, threadIdx.x % 128, 128);
+      epi.template prefetch_pre<64, BN>(m0 + 64 * consumer, n0, rows, cols, threadIdx.x % 128, 128);
       int prev = 0;
       for (int64_t k = 0; k < steps; ++k) {
         mbar_wait(full0 + 8 * stage, phase);
@@ -491,16 +454,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       }
 
-      // Epilogue. The warp's 16 rows are slab + r·kRowStep (r < 16), the
-      // lane's two fragment rows `row` and row + kHalfStep.
-      const int64_t slab =
-          m0 + (kLClasses > 1 ? vkern_classes::warp_first_row(consumer, warp) : 64 * consumer + 16 * warp);
-      const int64_t row = slab + (lane / 4) * kRowStep;
-      constexpr int kHalfStep = 8 * kRowStep;
+      // Epilogue.
+      const int64_t row = m0 + 64 * consumer + 16 * warp + lane / 4;
       const int64_t col = n0 + 2 * (lane % 4);
       if (m0 >= rows) continue;  // the second tile of a cluster past the last row
       // The epilogue's additions (epilogue.cuh), in the accumulators, before
-      // any store: acc[4j + e] is element (row + kHalfStep·(e/2), col + 8j + e%2).
+      // any store: acc[4j + e] is element (row + 8·(e/2), col + 8j + e%2).
       // Their loads are issued together, not one element at a time: the
       // bias from the consumer's slice in shared memory, the old values
       // of an output added into in chunks of 32 a thread.
@@ -531,7 +490,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           for (int jj = 0; jj < kChunkJ; ++jj) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const int64_t r = row + kHalfStep * (e >> 1), c = col + 8 * (j0 + jj) + (e & 1);
+              const int64_t r = row + 8 * (e >> 1), c = col + 8 * (j0 + jj) + (e & 1);
               old[4 * jj + e] = r < rows && c < cols ? out[r * cols + c] : 0.0f;
             }
           }
@@ -558,7 +517,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             for (int jj = 0; jj < kChunkJ; ++jj) {
 #pragma unroll
               for (int h = 0; h < 2; ++h) {
-                r[2 * jj + h] = epi.residual_pair(row + kHalfStep * h, col + 8 * (j0 + jj), rows, cols, paired);
+                r[2 * jj + h] = epi.residual_pair(row + 8 * h, col + 8 * (j0 + jj), rows, cols, paired);
               }
             }
 #pragma unroll
@@ -581,13 +540,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const int64_t r = row + kHalfStep * h;
+              const int64_t r = row + 8 * h;
               if (r < rows) epi.gelu_pair(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], r, col + 8 * j, cols, paired);
             }
           }
         }
       }
       unsigned char* const buf = smem_raw + (epilogue0 - smem_u32(smem_raw)) + (4 * consumer + warp) * 2048;
+      const int64_t slab = m0 + 64 * consumer + 16 * warp;  // the warp's first output row
       if (kQuads && staged) {
         // As the staged store below, but through f32 rows (chunks of 32
         // columns, the f32 output's layout): each lane reads four
@@ -596,7 +556,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // The side operand's quads of chunk c + 1 are loaded while chunk c
         // is staged and stored.
         auto quad_at = [&](int c, int it) {
-          return (slab + (4 * it + lane / 8) * kRowStep) * cols + n0 + c * 32 + (lane % 8) * 4;
+          return (slab + 4 * it + lane / 8) * cols + n0 + c * 32 + (lane % 8) * 4;
         };
         uint2 side[4], next[4] = {};
 #pragma unroll
@@ -637,7 +597,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           for (int it = 0; it < 4; ++it) {
             const int r = 4 * it + lane / 8;
             const uint4 v = *reinterpret_cast<const uint4*>(buf + staged_unit<kHalf>(r, lane));
-            Out* const dst = out + (slab + r * kRowStep) * cols + n0 + c * kChunkCols + (lane % 8) * (kChunkCols / 8);
+            Out* const dst = out + (slab + r) * cols + n0 + c * kChunkCols + (lane % 8) * (kChunkCols / 8);
             *reinterpret_cast<uint4*>(dst) = v;
           }
           __syncwarp();
@@ -651,8 +611,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int c = 0; c < BN / 64; ++c) {
           stage_chunk<true>(buf, acc, c, lane);
           __syncwarp();
-          vkern_staged::store_chunk_any(buf, reinterpret_cast<uint16_t*>(out + slab * cols + n0 + c * 64),
-                                        cols * kRowStep, lane);
+          vkern_staged::store_chunk_any(buf, reinterpret_cast<uint16_t*>(out + slab * cols + n0 + c * 64), cols, lane);
           __syncwarp();
         }
       } else if (pairs_aligned && interior) {
@@ -660,7 +619,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
           store_pair(p + 8 * j, acc[4 * j], acc[4 * j + 1]);
-          store_pair(p + kHalfStep * cols + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+          store_pair(p + 8 * cols + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
         }
       } else {
 #pragma unroll
@@ -668,7 +627,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int64_t c = col + 8 * j;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int64_t r = row + kHalfStep * h;
+            const int64_t r = row + 8 * h;
             if (r >= rows) continue;
             Out* p = out + r * cols + c;
             if (c < cols) store_one(p, acc[4 * j + 2 * h]);
@@ -735,7 +694,7 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
     int device;
     CUtensorMap map;
   };
-  constexpr int kEntries = 64;  // a launch in row classes takes 9
+  constexpr int kEntries = 16;
   static Entry cache[kEntries];
   static int used = 0, next = 0;
   for (int i = 0; i < used; ++i) {
@@ -767,35 +726,23 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
 // Whether TMA can read the operand in place: 16-byte-aligned base and rows.
 bool tma_aligned(const __half* p, int64_t ld) { return ld % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// launch runs variant Cfg, with L in row classes when kLClasses = 8 (any
-// ld and base; rows ≥ 8). *launched is false (and nothing is enqueued)
+// launch runs variant Cfg. *launched is false (and nothing is enqueued)
 // when a tensor map cannot be made; the caller then takes another path.
-template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, int kLClasses = 1>
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi>
 cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
                    Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
                    bool* launched) {
   *launched = false;
   constexpr int64_t kMaxDim = INT32_MAX - 256;  // int32 box coordinates, a box past the edge included
   if (rows > kMaxDim || cols > kMaxDim || depth > kMaxDim) return cudaSuccess;
-  Maps<kLClasses> maps_l;
-  CUtensorMap map_r;
-  bool maps = tensor_map(&map_r, device, R, kRDepth ? depth : cols, kRDepth ? cols : depth, ldr, 64,
-                         kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
-  if constexpr (kLClasses > 1) {
-    if (rows < kLClasses) return cudaSuccess;
-    for (int j = 0; j < kLClasses && maps; ++j) {
-      const vkern_classes::Class c = vkern_classes::class_of(reinterpret_cast<uintptr_t>(L), ldl, rows, depth, j);
-      maps = tensor_map(&maps_l.map[j], device, reinterpret_cast<const __half*>(c.base), c.inner, c.rows,
-                        c.row_stride / 2, 64, vkern_classes::kBoxRows);
-      maps_l.shift[j] = c.shift;
-    }
-  } else {
-    maps = maps && tensor_map(&maps_l.map[0], device, L, kLDepth ? depth : rows, kLDepth ? rows : depth, ldl, 64,
-                              kLDepth ? 128 : 64);
-  }
+  CUtensorMap map_l, map_r;
+  const bool maps =
+      tensor_map(&map_l, device, L, kLDepth ? depth : rows, kLDepth ? rows : depth, ldl, 64, kLDepth ? 128 : 64) &&
+      tensor_map(&map_r, device, R, kRDepth ? depth : cols, kRDepth ? cols : depth, ldr, 64,
+                 kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
   if (!maps) return cudaSuccess;
 
-  auto kernel = product_wgmma<Cfg, kLDepth, kRDepth, Out, Epi, kLClasses>;
+  auto kernel = product_wgmma<Cfg, kLDepth, kRDepth, Out, Epi>;
   constexpr int kMaxDevices = 64;
   static int max_clusters[kMaxDevices];  // per device: 0 unknown
   if (device < 0 || device >= kMaxDevices) return cudaSuccess;
@@ -852,7 +799,7 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
 #if defined(VKERN_GEMM_TUNING)
   if (vk_gemm_tuning_sm90_group > 0) group_rows = vk_gemm_tuning_sm90_group;
 #endif
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, maps_l, map_r, out, epi, rows, cols, depth, group_rows);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, map_l, map_r, out, epi, rows, cols, depth, group_rows);
   if (err != cudaSuccess) return err;
   *launched = true;
   return cudaSuccess;
