@@ -524,6 +524,20 @@ var CUDADefects = []Mutation{
 		Old: "const int sw = swizzle<true>(r);", New: "const int sw = swizzle<true>(r + 1);",
 		Op: "linear_grad_x", Shapes: []string{"4096x264x1001"},
 	},
+	// The shifting producer (row_shift.cuh): linear's x and linear_grad_w's
+	// x with an odd row length, the other operand aligned, past the padding
+	// threshold, so WideS3 reads them in place.
+	{
+		Name: "Hopper shifting producer: rows placed without their class's shift", File: "cuda/gemm_sm90.cu",
+		Old: "vkern_shift::shift_units(a, b, shift, v);", New: "vkern_shift::shift_units(a, b, 0, v);",
+		Op: "linear", Shapes: []string{"16390x520x1001"},
+	},
+	{
+		Name: "Hopper shifting producer: each next step's raw rows copied from the current step", File: "cuda/gemm_sm90.cu",
+		Old: "copy_raw(last ? u + unit_step : u, last ? 0 : k + 1, q + 1);",
+		New: "copy_raw(last ? u + unit_step : u, last ? 0 : k, q + 1);",
+		Op:  "linear_grad_w", Shapes: []string{"4096x512x16385"},
+	},
 	{
 		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",
 		Old: "m = row_max<T>(m, red);", New: "m = 0.0f * row_max<T>(m, red);",

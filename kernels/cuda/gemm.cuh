@@ -555,7 +555,15 @@ cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl,
 }
 
 // Unaligned operands (a row length that is not a multiple of 8, or a base
-// that is not 16-byte aligned). Large products first copy each such operand
+// that is not 16-byte aligned). On Hopper, a large product whose only
+// unaligned operand is L (gemm's A, linear's x, grad_b's A, linear_grad_w's
+// x: the logits gradient of GPT-2's head at its vocabulary of 50257, in dx
+// and dW), when choose_sm90 picks the 128 × 256 variant, reads L in place:
+// WideS3's producer copies L's row classes with TMA and shifts each row
+// into place in shared memory (row_shift.cuh), the depth in order. Only
+// epilogues without the residual or the GELU take it, which keeps the
+// kernels built down; linear_nt's L and R share their row length, so never
+// only L is unaligned. Other large products first copy each such operand
 // into scratch with its rows padded to a multiple of 64 halves (one pass
 // over the operand, a few percent of the product's time) and run the
 // aligned kernels: at 64, each 128-byte row of a TMA box starts on a
@@ -665,6 +673,22 @@ cudaError_t launch_sm90(int variant, int device, int multiprocessors, const __ha
 #undef VKERN_LAUNCH
 }
 
+// launch_sm90_shift runs WideS3 with the shifting producer (gemm_sm90.cu)
+// where the layouts and the epilogue allow it (see above), else launches
+// nothing.
+template <bool kLDepth, bool kRDepth, typename Out, class Epi>
+cudaError_t launch_sm90_shift(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R,
+                              int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
+                              cudaStream_t s, bool* launched) {
+  *launched = false;
+  if constexpr (!(kLDepth && kRDepth) && !Epi::kResidual && Epi::kGelu == vkern_epilogue::kNoGelu) {
+    namespace h = vkern_gemm_sm90;
+    return h::launch<h::WideS3, kLDepth, kRDepth, Out, Epi, true>(device, multiprocessors, L, ldl, R, ldr, out, epi,
+                                                                  rows, cols, depth, s, launched);
+  }
+  return cudaSuccess;
+}
+
 template <bool kLDepth, bool kRDepth, typename Out, class Epi>
 cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __half* L, int64_t ldl, const __half* R,
                                  int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
@@ -693,7 +717,14 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
   const bool l_aligned = ldl % 8 == 0 && aligned16(L);
   const bool r_aligned = ldr % 8 == 0 && aligned16(R);
   if (l_aligned && r_aligned) return run_aligned(L, ldl, R, ldr);
-  if (static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(depth) >= kPadMinWork) {
+  const bool large = static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(depth) >= kPadMinWork;
+  if (large && !l_aligned && r_aligned && sm90 == 6) {
+    bool launched = false;
+    const cudaError_t err = launch_sm90_shift<kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr,
+                                                                           out, epi, rows, cols, depth, s, &launched);
+    if (err != cudaSuccess || launched) return err;
+  }
+  if (large) {
     // Stored shapes: L is rows × depth (kLDepth) or depth × rows, R is
     // cols × depth (kRDepth) or depth × cols; the row length is ld.
     const int64_t l_stored_rows = kLDepth ? rows : depth, r_stored_rows = kRDepth ? cols : depth;

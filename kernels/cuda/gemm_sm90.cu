@@ -40,9 +40,12 @@
 //   rows and columns past the edge are never stored. The full barrier counts
 //   the whole box's bytes, filled or not.
 // - TMA needs a 16-byte-aligned base and row strides that are multiples of 16
-//   bytes (row length a multiple of 8 halves). gemm.cuh sends only such
-//   operands here (padding others into scratch first, or taking the mma.sync
-//   path).
+//   bytes (row length a multiple of 8 halves), and a box whose first element
+//   is 16-byte aligned. gemm.cuh sends only such operands here (padding
+//   others into scratch first, or taking the mma.sync path), but for an L
+//   that is the only operand not aligned, which the shifting launches
+//   (kLShift) read as eight tensors of every eighth row and shift into
+//   place in shared memory (row_shift.cuh).
 // - The tensor-map coordinates are int32: the dispatcher sends no matrix with
 //   a dimension above INT32_MAX - 256. Every element index is int64_t.
 // - Each output element is written exactly once, from its f32 accumulator
@@ -74,10 +77,12 @@
 // built with the device's nvcc 13.0, 1.00-1.06, 1.45-1.49 and 2.05-2.26 in
 // the same call. Per-variant ratios are listed with the variants below.
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/compat.h"
 #include "cuda/occupancy.h"
 #include "cuda/epilogue.cuh"
+#include "cuda/row_shift.cuh"
 #include "cuda/staged_store.cuh"
 #include "cuda/wgmma.cuh"
 
@@ -140,6 +145,10 @@ using WideC2S = Config<256, 4, 2, true>;
 using NarrowS = Config<64, 8, 1, true>;
 // Medium with that epilogue: 1k 1.25/1.22/1.23; 1024×2048×4096 1.23/1.18/1.15 (WideS 0.79/1.20/1.19)
 using MediumS = Config<128, 6, 1, true>;
+// WideS with 3 stages, for the shifting producer, whose raw slots take the
+// fourth stage's shared memory (gemm.cuh, launch_sm90_shift; measured in
+// docs/row-shift-h100)
+using WideS3 = Config<256, 3, 1, true>;
 
 constexpr int kGroupRows = 8;  // tile rows per L2 group of the tile order
 
@@ -226,6 +235,19 @@ __device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorM
       : "memory");
 }
 
+__device__ __forceinline__ void lds128(uint32_t addr, uint32_t (&w)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void sts128(uint32_t addr, const uint32_t (&w)[4]) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+               : "memory");
+}
+// Makes this thread's writes to shared memory visible to the async proxy
+// (wgmma's reads), ordered before a later barrier arrival.
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 using vkern_wgmma::fence_registers;
 using vkern_wgmma::named_barrier;
 using vkern_wgmma::smem_desc;
@@ -289,15 +311,38 @@ __device__ __forceinline__ void unit_origin(int64_t u, int64_t units_m, int64_t 
   *tn = u % per_group / rows_in_group;
 }
 
+// The shifting producer's tensors of L: its eight row classes and their
+// shifts (row_shift.cuh).
+struct ClassMaps {
+  CUtensorMap map[vkern_shift::kClasses];
+  int32_t shift[vkern_shift::kClasses];
+};
+struct NoMaps {};
+template <bool kLShift>
+using ShiftMaps = std::conditional_t<kLShift, ClassMaps, NoMaps>;
+
+// Shared memory the shifting producer adds after the barriers: two raw
+// slots, 128-byte aligned, then their full and empty barriers.
+template <bool kLDepth>
+constexpr int shift_bytes() {
+  return 128 + 2 * vkern_shift::Raw<kLDepth>::kSlotBytes + 4 * 8;
+}
+
 // product_wgmma: see the file comment. L(i, p) is L[i·ldl + p] when kLDepth,
 // else L[p·ldl + i]; R(p, j) is R[j·ldr + p] when kRDepth, else R[p·ldr + j];
 // the tensor maps hold those ld's. epi finishes each element (epilogue.cuh).
-template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi>
+// With kLShift, map_l is unused: the producer warpgroup reads L's row
+// classes (maps_shift) into raw slots and shifts each unit of the tile into
+// its stage (row_shift.cuh); a stage is full when R's bytes have landed and
+// its four warps have arrived.
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, bool kLShift = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     product_wgmma(const __grid_constant__ CUtensorMap map_l, const __grid_constant__ CUtensorMap map_r,
-                  Out* __restrict__ out, Epi epi, int64_t rows, int64_t cols, int64_t depth, int group_rows) {
+                  const __grid_constant__ ShiftMaps<kLShift> maps_shift, Out* __restrict__ out, Epi epi,
+                  int64_t rows, int64_t cols, int64_t depth, int group_rows) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages, kCluster = Cfg::kCluster;
+  static_assert(!kLShift || kCluster == 1, "the shifting producer runs without clusters");
   constexpr int kConsumers = 2;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -305,12 +350,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t bias0 = epilogue0 + Cfg::kEpilogueBytes;         // consumer c's bias slice at bias0 + 2·BN·c
   const uint32_t full0 = bias0 + Cfg::kBiasBytes;                 // full[s] at full0 + 8s
   const uint32_t empty0 = full0 + kStages * 8;                // empty[s] at empty0 + 8s
+  using Raw = vkern_shift::Raw<kLDepth>;
+  const uint32_t raw0 = (empty0 + kStages * 8 + 127u) & ~127u;  // kLShift: raw slot r at raw0 + r·kSlotBytes
+  const uint32_t raw_full0 = raw0 + 2 * Raw::kSlotBytes;        // raw_full[r] at raw_full0 + 8r
+  const uint32_t raw_empty0 = raw_full0 + 16;                    // raw_empty[r] at raw_empty0 + 8r
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full0 + 8 * s, 1);
+      mbar_init(full0 + 8 * s, kLShift ? 5 : 1);  // kLShift: R's expect_tx and the four producer warps
       mbar_init(empty0 + 8 * s, kConsumers * kCluster);
+    }
+    if constexpr (kLShift) {
+      for (int r = 0; r < 2; ++r) {
+        mbar_init(raw_full0 + 8 * r, 1);
+        mbar_init(raw_empty0 + 8 * r, 4);
+      }
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -330,7 +385,84 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x == 0) {
+    if constexpr (kLShift) {
+      const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+      // Thread 0 copies item q's raw boxes (the block's q-th depth step,
+      // tile u's step k) into raw slot q % 2.
+      auto copy_raw = [&](int64_t u, int64_t k, int64_t q) {
+        const int r = static_cast<int>(q % 2);
+        mbar_wait(raw_empty0 + 8 * r, static_cast<uint32_t>((q / 2) & 1) ^ 1);
+        mbar_expect_tx(raw_full0 + 8 * r, Raw::kSlotBytes);
+        int64_t um, tn;
+        unit_origin(u, units_m, tiles_n, group, &um, &tn);
+        const int32_t m0 = static_cast<int32_t>(um * BM), p0 = static_cast<int32_t>(k * BK);
+#pragma unroll
+        for (int j = 0; j < vkern_shift::kClasses; ++j) {
+          const uint32_t dst = raw0 + r * Raw::kSlotBytes + j * Raw::kClassBytes;
+          if constexpr (kLDepth) {
+            tma_load(dst, &maps_shift.map[j], raw_full0 + 8 * r, p0, m0 / vkern_shift::kClasses);
+          } else {
+            tma_load(dst, &maps_shift.map[j], raw_full0 + 8 * r, m0, p0 / vkern_shift::kClasses);
+          }
+        }
+      };
+      if (threadIdx.x == 0 && first_unit < units && steps > 0) copy_raw(first_unit, 0, 0);
+      int stage = 0;
+      uint32_t phase = 0;
+      int64_t q = 0;
+      for (int64_t u = first_unit; u < units; u += unit_step) {
+        int64_t um, tn;
+        unit_origin(u, units_m, tiles_n, group, &um, &tn);
+        const int32_t n0 = static_cast<int32_t>(tn * BN);
+        for (int64_t k = 0; k < steps; ++k, ++q) {
+          const uint32_t full = full0 + 8 * stage;
+          const uint32_t sl = smem + stage * Cfg::kStageBytes, sr = sl + Cfg::kLBytes;
+          if (threadIdx.x == 0) {
+            // The next item's raw boxes, then R's slice for this one.
+            const bool last = k + 1 == steps;
+            if (!last || u + unit_step < units) copy_raw(last ? u + unit_step : u, last ? 0 : k + 1, q + 1);
+            const int32_t p0 = static_cast<int32_t>(k * BK);
+            mbar_wait(empty0 + 8 * stage, phase ^ 1);
+            mbar_expect_tx(full, Cfg::kRBytes);
+            if constexpr (kRDepth) {
+              tma_load(sr, &map_r, full, p0, n0);
+            } else {
+#pragma unroll
+              for (int b = 0; b < BN / 64; ++b) tma_load(sr + b * 8192, &map_r, full, n0 + 64 * b, p0);
+            }
+          }
+          const int r = static_cast<int>(q % 2);
+          mbar_wait(raw_full0 + 8 * r, static_cast<uint32_t>((q / 2) & 1));
+          mbar_wait(empty0 + 8 * stage, phase ^ 1);
+          const uint32_t raw = raw0 + r * Raw::kSlotBytes;
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int j = 2 * warp + c;
+            const int shift = maps_shift.shift[j];
+#pragma unroll
+            for (int round = 0; round < Raw::kRounds; ++round) {
+              const vkern_shift::Unit t = vkern_shift::unit_of<kLDepth>(j, round, lane);
+              const uint32_t from = raw + vkern_shift::raw_offset<kLDepth>(t);
+              uint32_t a[4], b[4], v[4];
+              lds128(from, a);
+              lds128(from + 16, b);
+              vkern_shift::shift_units(a, b, shift, v);
+              sts128(sl + vkern_shift::tile_offset(t), v);
+            }
+          }
+          fence_async_shared();  // the tile's units before wgmma reads them
+          __syncwarp();
+          if (lane == 0) {
+            mbar_arrive(full);
+            mbar_arrive(raw_empty0 + 8 * r);
+          }
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    } else if (threadIdx.x == 0) {
       int stage = 0;
       uint32_t phase = 0;
       for (int64_t u = first_unit; u < units; u += unit_step) {
@@ -683,24 +815,26 @@ bool available(int device, int cc_major, int cc_minor) {
 
 // A 2-D f16 tensor map: `inner` contiguous elements per row, `outer` rows
 // `ld` elements apart, boxes of box_inner × box_outer with the 128-byte
-// swizzle, zero fill outside. Cached per (pointer, shape, box, device): the
-// kernel server runs one request at a time, so the cache needs no lock.
+// swizzle (or none: swizzle false), zero fill outside. Cached per (pointer,
+// shape, box, swizzle, device): the kernel server runs one request at a
+// time, so the cache needs no lock.
 bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner, int64_t outer, int64_t ld,
-                uint32_t box_inner, uint32_t box_outer) {
+                uint32_t box_inner, uint32_t box_outer, bool swizzle = true) {
   struct Entry {
     const void* base;
     int64_t inner, outer, ld;
     uint32_t box_inner, box_outer;
+    bool swizzle;
     int device;
     CUtensorMap map;
   };
-  constexpr int kEntries = 16;
+  constexpr int kEntries = 32;  // a shifting launch takes 9
   static Entry cache[kEntries];
   static int used = 0, next = 0;
   for (int i = 0; i < used; ++i) {
     const Entry& e = cache[i];
     if (e.base == base && e.inner == inner && e.outer == outer && e.ld == ld && e.box_inner == box_inner &&
-        e.box_outer == box_outer && e.device == device) {
+        e.box_outer == box_outer && e.swizzle == swizzle && e.device == device) {
       *map = e.map;
       return true;
     }
@@ -713,12 +847,13 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
   const cuuint32_t elem_strides[2] = {1, 1};
   CUtensorMap m;
   if (encode(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<__half*>(base), dims, strides, box, elem_strides,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
     return false;
   }
   Entry& e = cache[used < kEntries ? used++ : next++ % kEntries];
-  e = Entry{base, inner, outer, ld, box_inner, box_outer, device, m};
+  e = Entry{base, inner, outer, ld, box_inner, box_outer, swizzle, device, m};
   *map = m;
   return true;
 }
@@ -726,23 +861,41 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
 // Whether TMA can read the operand in place: 16-byte-aligned base and rows.
 bool tma_aligned(const __half* p, int64_t ld) { return ld % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// launch runs variant Cfg. *launched is false (and nothing is enqueued)
-// when a tensor map cannot be made; the caller then takes another path.
-template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi>
+// launch runs variant Cfg, with the shifting producer when kLShift (any ld
+// and base of L; at least 8 stored rows). *launched is false (and nothing
+// is enqueued) when a tensor map cannot be made; the caller then takes
+// another path.
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, bool kLShift = false>
 cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
                    Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
                    bool* launched) {
   *launched = false;
   constexpr int64_t kMaxDim = INT32_MAX - 256;  // int32 box coordinates, a box past the edge included
   if (rows > kMaxDim || cols > kMaxDim || depth > kMaxDim) return cudaSuccess;
-  CUtensorMap map_l, map_r;
-  const bool maps =
-      tensor_map(&map_l, device, L, kLDepth ? depth : rows, kLDepth ? rows : depth, ldl, 64, kLDepth ? 128 : 64) &&
-      tensor_map(&map_r, device, R, kRDepth ? depth : cols, kRDepth ? cols : depth, ldr, 64,
-                 kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
+  CUtensorMap map_l = {}, map_r;
+  ShiftMaps<kLShift> maps_shift;
+  bool maps = tensor_map(&map_r, device, R, kRDepth ? depth : cols, kRDepth ? cols : depth, ldr, 64,
+                         kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
+  if constexpr (kLShift) {
+    // L's stored rows: the product's rows (kLDepth) or its depth.
+    using Raw = vkern_shift::Raw<kLDepth>;
+    const int64_t stored = kLDepth ? rows : depth, inner = kLDepth ? depth : rows;
+    if (stored < vkern_shift::kClasses) return cudaSuccess;
+    for (int j = 0; j < vkern_shift::kClasses && maps; ++j) {
+      const vkern_shift::Class c = vkern_shift::class_of(reinterpret_cast<uintptr_t>(L), ldl, stored, inner, j);
+      maps = tensor_map(&maps_shift.map[j], device, reinterpret_cast<const __half*>(c.base), c.inner, c.rows,
+                        c.row_stride / 2, Raw::kWidth, Raw::kRows, false);
+      maps_shift.shift[j] = c.shift;
+    }
+  } else {
+    maps = maps && tensor_map(&map_l, device, L, kLDepth ? depth : rows, kLDepth ? rows : depth, ldl, 64,
+                              kLDepth ? 128 : 64);
+  }
   if (!maps) return cudaSuccess;
 
-  auto kernel = product_wgmma<Cfg, kLDepth, kRDepth, Out, Epi>;
+  auto kernel = product_wgmma<Cfg, kLDepth, kRDepth, Out, Epi, kLShift>;
+  constexpr int kSmemBytes = Cfg::kSmemBytes + (kLShift ? shift_bytes<kLDepth>() : 0);
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
   constexpr int kMaxDevices = 64;
   static int max_clusters[kMaxDevices];  // per device: 0 unknown
   if (device < 0 || device >= kMaxDevices) return cudaSuccess;
@@ -753,13 +906,13 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
   attribute[0].val.clusterDim.y = 1;
   attribute[0].val.clusterDim.z = 1;
   config.blockDim = dim3(Cfg::kThreads);
-  config.dynamicSmemBytes = Cfg::kSmemBytes;
+  config.dynamicSmemBytes = kSmemBytes;
   config.stream = s;
   config.attrs = attribute;
   config.numAttrs = Cfg::kCluster > 1 ? 1 : 0;
   if (max_clusters[device] == 0) {
     cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
     if (err != cudaSuccess) return err;
     // One block per multiprocessor (the shared memory allows no more); with
     // clusters, as many as can be resident at once, which a multiprocessor
@@ -799,7 +952,7 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
 #if defined(VKERN_GEMM_TUNING)
   if (vk_gemm_tuning_sm90_group > 0) group_rows = vk_gemm_tuning_sm90_group;
 #endif
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, map_l, map_r, out, epi, rows, cols, depth, group_rows);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, map_l, map_r, maps_shift, out, epi, rows, cols, depth, group_rows);
   if (err != cudaSuccess) return err;
   *launched = true;
   return cudaSuccess;
