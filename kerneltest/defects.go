@@ -458,6 +458,13 @@ var CPUDefects = []Mutation{
 	},
 }
 
+// shiftChosen turns the Hopper GEMM's shifting producer on (it runs only
+// where VKERN_GEMM_SHIFT=1 otherwise), for the defects planted in it.
+var shiftChosen = []Edit{{
+	Old: `return v != nullptr && std::strcmp(v, "1") == 0;`,
+	New: `return true;`,
+}}
+
 // CUDADefects plant the cpu suite's kinds of defect in the CUDA kernels.
 // On a Hopper GPU every GEMM whose operands are 16-byte aligned runs the
 // TMA + wgmma kernels of gemm_sm90.cu, so the defects in gemm.cuh's mma.sync
@@ -530,13 +537,13 @@ var CUDADefects = []Mutation{
 	{
 		Name: "Hopper shifting producer: rows placed without their class's shift", File: "cuda/gemm_sm90.cu",
 		Old: "vkern_shift::shift_units(a, b, shift, v);", New: "vkern_shift::shift_units(a, b, 0, v);",
-		Op: "linear", Shapes: []string{"16390x520x1001"},
+		Op: "linear", Shapes: []string{"16390x520x1001"}, Setup: shiftChosen,
 	},
 	{
-		Name: "Hopper shifting producer: each next step's raw rows copied from the current step", File: "cuda/gemm_sm90.cu",
-		Old: "copy_raw(last ? u + unit_step : u, last ? 0 : k + 1, q + 1);",
-		New: "copy_raw(last ? u + unit_step : u, last ? 0 : k, q + 1);",
-		Op:  "linear_grad_w", Shapes: []string{"4096x512x16385"},
+		Name: "Hopper shifting producer: each tile's raw rows copied one depth step behind", File: "cuda/gemm_sm90.cu",
+		Old: "copy_raw(ahead_u, ahead_k, ahead_q++);",
+		New: "copy_raw(ahead_u, ahead_k > 0 ? ahead_k - 1 : 0, ahead_q++);",
+		Op:  "linear_grad_w", Shapes: []string{"4096x512x16385"}, Setup: shiftChosen,
 	},
 	{
 		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",

@@ -558,9 +558,12 @@ cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl,
 // that is not 16-byte aligned). On Hopper, a large product whose only
 // unaligned operand is L (gemm's A, linear's x, grad_b's A, linear_grad_w's
 // x: the logits gradient of GPT-2's head at its vocabulary of 50257, in dx
-// and dW), when choose_sm90 picks the 128 × 256 variant, reads L in place:
-// WideS3's producer copies L's row classes with TMA and shifts each row
-// into place in shared memory (row_shift.cuh), the depth in order. Only
+// and dW), when choose_sm90 picks the 128 × 256 variant, can read L in
+// place: WideS3's producer copies L's row classes with TMA and shifts each
+// row into place in shared memory (row_shift.cuh), the depth in order.
+// Verified, but slower than the padded copy so far (the head's dx 4.31 ms
+// against 2.93 with one step of copies ahead: docs/row-shift-h100), so it
+// runs only when the server's environment sets VKERN_GEMM_SHIFT=1. Only
 // epilogues without the residual or the GELU take it, which keeps the
 // kernels built down; linear_nt's L and R share their row length, so never
 // only L is unaligned. Other large products first copy each such operand
@@ -718,7 +721,7 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
   const bool r_aligned = ldr % 8 == 0 && aligned16(R);
   if (l_aligned && r_aligned) return run_aligned(L, ldl, R, ldr);
   const bool large = static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(depth) >= kPadMinWork;
-  if (large && !l_aligned && r_aligned && sm90 == 6) {
+  if (large && !l_aligned && r_aligned && sm90 == 6 && vkern_gemm_sm90::shift_chosen()) {
     bool launched = false;
     const cudaError_t err = launch_sm90_shift<kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr,
                                                                            out, epi, rows, cols, depth, s, &launched);

@@ -77,6 +77,8 @@
 // built with the device's nvcc 13.0, 1.00-1.06, 1.45-1.49 and 2.05-2.26 in
 // the same call. Per-variant ratios are listed with the variants below.
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "cuda/compat.h"
@@ -321,11 +323,12 @@ struct NoMaps {};
 template <bool kLShift>
 using ShiftMaps = std::conditional_t<kLShift, ClassMaps, NoMaps>;
 
-// Shared memory the shifting producer adds after the barriers: two raw
+// Shared memory the shifting producer adds after the barriers: its raw
 // slots, 128-byte aligned, then their full and empty barriers.
 template <bool kLDepth>
 constexpr int shift_bytes() {
-  return 128 + 2 * vkern_shift::Raw<kLDepth>::kSlotBytes + 4 * 8;
+  using Raw = vkern_shift::Raw<kLDepth>;
+  return 128 + Raw::kSlots * Raw::kSlotBytes + 2 * Raw::kSlots * 8;
 }
 
 // product_wgmma: see the file comment. L(i, p) is L[i·ldl + p] when kLDepth,
@@ -352,8 +355,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t empty0 = full0 + kStages * 8;                // empty[s] at empty0 + 8s
   using Raw = vkern_shift::Raw<kLDepth>;
   const uint32_t raw0 = (empty0 + kStages * 8 + 127u) & ~127u;  // kLShift: raw slot r at raw0 + r·kSlotBytes
-  const uint32_t raw_full0 = raw0 + 2 * Raw::kSlotBytes;        // raw_full[r] at raw_full0 + 8r
-  const uint32_t raw_empty0 = raw_full0 + 16;                    // raw_empty[r] at raw_empty0 + 8r
+  const uint32_t raw_full0 = raw0 + Raw::kSlots * Raw::kSlotBytes;  // raw_full[r] at raw_full0 + 8r
+  const uint32_t raw_empty0 = raw_full0 + 8 * Raw::kSlots;           // raw_empty[r] at raw_empty0 + 8r
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -362,7 +365,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbar_init(empty0 + 8 * s, kConsumers * kCluster);
     }
     if constexpr (kLShift) {
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < Raw::kSlots; ++r) {
         mbar_init(raw_full0 + 8 * r, 1);
         mbar_init(raw_empty0 + 8 * r, 4);
       }
@@ -388,10 +391,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if constexpr (kLShift) {
       const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
       // Thread 0 copies item q's raw boxes (the block's q-th depth step,
-      // tile u's step k) into raw slot q % 2.
+      // tile u's step k) into raw slot q % kSlots.
       auto copy_raw = [&](int64_t u, int64_t k, int64_t q) {
-        const int r = static_cast<int>(q % 2);
-        mbar_wait(raw_empty0 + 8 * r, static_cast<uint32_t>((q / 2) & 1) ^ 1);
+        const int r = static_cast<int>(q % Raw::kSlots);
+        mbar_wait(raw_empty0 + 8 * r, static_cast<uint32_t>((q / Raw::kSlots) & 1) ^ 1);
         mbar_expect_tx(raw_full0 + 8 * r, Raw::kSlotBytes);
         int64_t um, tn;
         unit_origin(u, units_m, tiles_n, group, &um, &tn);
@@ -406,7 +409,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
         }
       };
-      if (threadIdx.x == 0 && first_unit < units && steps > 0) copy_raw(first_unit, 0, 0);
+      // Thread 0's cursor of copies, kSlots − 1 items ahead of the shifts.
+      int64_t ahead_u = first_unit, ahead_k = 0, ahead_q = 0;
+      auto copy_next = [&] {
+        if (ahead_u >= units || steps == 0) return;
+        copy_raw(ahead_u, ahead_k, ahead_q++);
+        if (++ahead_k == steps) {
+          ahead_k = 0;
+          ahead_u += unit_step;
+        }
+      };
+      if (threadIdx.x == 0) {
+        for (int i = 0; i < Raw::kSlots - 1; ++i) copy_next();
+      }
       int stage = 0;
       uint32_t phase = 0;
       int64_t q = 0;
@@ -418,9 +433,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const uint32_t full = full0 + 8 * stage;
           const uint32_t sl = smem + stage * Cfg::kStageBytes, sr = sl + Cfg::kLBytes;
           if (threadIdx.x == 0) {
-            // The next item's raw boxes, then R's slice for this one.
-            const bool last = k + 1 == steps;
-            if (!last || u + unit_step < units) copy_raw(last ? u + unit_step : u, last ? 0 : k + 1, q + 1);
+            // The raw boxes kSlots − 1 items on, then R's slice for this one.
+            copy_next();
             const int32_t p0 = static_cast<int32_t>(k * BK);
             mbar_wait(empty0 + 8 * stage, phase ^ 1);
             mbar_expect_tx(full, Cfg::kRBytes);
@@ -431,8 +445,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               for (int b = 0; b < BN / 64; ++b) tma_load(sr + b * 8192, &map_r, full, n0 + 64 * b, p0);
             }
           }
-          const int r = static_cast<int>(q % 2);
-          mbar_wait(raw_full0 + 8 * r, static_cast<uint32_t>((q / 2) & 1));
+          const int r = static_cast<int>(q % Raw::kSlots);
+          mbar_wait(raw_full0 + 8 * r, static_cast<uint32_t>((q / Raw::kSlots) & 1));
           mbar_wait(empty0 + 8 * stage, phase ^ 1);
           const uint32_t raw = raw0 + r * Raw::kSlotBytes;
 #pragma unroll
@@ -856,6 +870,17 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
   e = Entry{base, inner, outer, ld, box_inner, box_outer, swizzle, device, m};
   *map = m;
   return true;
+}
+
+// shift_chosen says whether the server's environment sets
+// VKERN_GEMM_SHIFT=1, which lets gemm.cuh send an unaligned L to the
+// shifting producer (slower than the padded copy so far: docs/row-shift-h100).
+bool shift_chosen() {
+  static const bool chosen = [] {
+    const char* v = std::getenv("VKERN_GEMM_SHIFT");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return chosen;
 }
 
 // Whether TMA can read the operand in place: 16-byte-aligned base and rows.

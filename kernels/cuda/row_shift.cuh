@@ -83,6 +83,11 @@ struct Raw {
   static constexpr int kClassBytes = kRows * kRowBytes;     // a multiple of 128
   static constexpr int kSlotBytes = kClasses * kClassBytes;  // one stage's raw boxes
   static constexpr int kRounds = kRows * kPanels * 8 / 32;  // rounds of 32 units a class: 4
+  // Raw slots: thread 0 copies a step's boxes kSlots − 1 steps ahead of the
+  // step the warps shift. With 2 (one ahead) the head's dx took 4.31 ms
+  // against 2.93 for the padded copy, each step waiting on its copies
+  // (docs/row-shift-h100, call 2).
+  static constexpr int kSlots = 3;
 };
 
 // A unit of the tile: class j's row i (tile row 8i + j), panel p, unit u.
