@@ -85,8 +85,8 @@ struct Raw {
   static constexpr int kRounds = kRows * kPanels * 8 / 32;  // rounds of 32 units a class: 4
   // Raw slots: thread 0 copies a step's boxes kSlots − 1 steps ahead of the
   // step the warps shift. With 2 (one ahead) the head's dx took 4.31 ms
-  // against 2.93 for the padded copy, each step waiting on its copies
-  // (docs/row-shift-h100, call 2).
+  // against 2.93 for the padded copy (docs/row-shift-h100, call 2); with
+  // 3, 4.71 against 2.90 (call 3): the copies' latency is not the limit.
   static constexpr int kSlots = 3;
 };
 
