@@ -386,6 +386,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int64_t steps = (depth + BK - 1) / BK;
   const int group = group_rows / kCluster > 0 ? group_rows / kCluster : 1;  // in units
 
+  // The producer's copy of a depth step's R slice (rows or panels from p0,
+  // columns from n0) into the stage at sr, its bytes completing full: this
+  // block's 1/kCluster share, multicast to the cluster.
+  auto copy_r = [&](uint32_t sr, uint32_t full, int32_t p0, int32_t n0) {
+    if constexpr (kRDepth) {
+      constexpr int kShare = BN / kCluster;  // rows of R per block
+      const uint32_t dst = sr + rank * kShare * 128;
+      if constexpr (kCluster > 1) {
+        tma_load_multicast(dst, &map_r, full, p0, n0 + rank * kShare, (1u << kCluster) - 1);
+      } else {
+        tma_load(dst, &map_r, full, p0, n0);
+      }
+    } else {
+      constexpr int kShare = BK / kCluster;  // depth rows per panel per block
+#pragma unroll
+      for (int b = 0; b < BN / 64; ++b) {
+        const uint32_t dst = sr + b * 8192 + rank * kShare * 128;
+        if constexpr (kCluster > 1) {
+          tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0 + rank * kShare, (1u << kCluster) - 1);
+        } else {
+          tma_load(dst, &map_r, full, n0 + 64 * b, p0);
+        }
+      }
+    }
+  };
+
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if constexpr (kLShift) {
@@ -438,12 +464,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             const int32_t p0 = static_cast<int32_t>(k * BK);
             mbar_wait(empty0 + 8 * stage, phase ^ 1);
             mbar_expect_tx(full, Cfg::kRBytes);
-            if constexpr (kRDepth) {
-              tma_load(sr, &map_r, full, p0, n0);
-            } else {
-#pragma unroll
-              for (int b = 0; b < BN / 64; ++b) tma_load(sr + b * 8192, &map_r, full, n0 + 64 * b, p0);
-            }
+            copy_r(sr, full, p0, n0);
           }
           const int r = static_cast<int>(q % Raw::kSlots);
           mbar_wait(raw_full0 + 8 * r, static_cast<uint32_t>((q / Raw::kSlots) & 1));
@@ -496,27 +517,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             tma_load(sl, &map_l, full, m0, p0);  // two 64 × 64 panels
             tma_load(sl + 8192, &map_l, full, m0 + 64, p0);
           }
-          // R: this block's 1/kCluster share, multicast to the cluster.
-          if constexpr (kRDepth) {
-            constexpr int kShare = BN / kCluster;  // rows of R per block
-            const uint32_t dst = sr + rank * kShare * 128;
-            if constexpr (kCluster > 1) {
-              tma_load_multicast(dst, &map_r, full, p0, n0 + rank * kShare, (1u << kCluster) - 1);
-            } else {
-              tma_load(dst, &map_r, full, p0, n0);
-            }
-          } else {
-            constexpr int kShare = BK / kCluster;  // depth rows per panel per block
-#pragma unroll
-            for (int b = 0; b < BN / 64; ++b) {
-              const uint32_t dst = sr + b * 8192 + rank * kShare * 128;
-              if constexpr (kCluster > 1) {
-                tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0 + rank * kShare, (1u << kCluster) - 1);
-              } else {
-                tma_load(dst, &map_r, full, n0 + 64 * b, p0);
-              }
-            }
-          }
+          copy_r(sr, full, p0, n0);
           if (++stage == kStages) {
             stage = 0;
             phase ^= 1;
