@@ -545,6 +545,21 @@ var CUDADefects = []Mutation{
 		New: "copy_raw(ahead_u, ahead_k > 0 ? ahead_k - 1 : 0, ahead_q++);",
 		Op:  "linear_grad_w", Shapes: []string{"4096x512x16385"}, Setup: shiftChosen,
 	},
+	// The class tiles (gemm_sm90.cu, kOutClass): linear_nt's f16 output
+	// with an odd row length, past the padding threshold, so WideS writes
+	// it in class tiles.
+	{
+		Name: "Hopper class tiles: W's rows read without the class's shift", File: "cuda/gemm_sm90.cu",
+		Old: "          n0 -= maps_shift.shift[c];\n        }\n        for (int64_t k = 0; k < steps; ++k) {",
+		New: "        }\n        for (int64_t k = 0; k < steps; ++k) {",
+		Op:  "linear_nt", Shapes: []string{"4096x1001x512"},
+	},
+	{
+		Name: "Hopper class tiles: the epilogue's rows one class off", File: "cuda/gemm_sm90.cu",
+		Old: "m0 = um / vkern_shift::kClasses * kClassRows + c;",
+		New: "m0 = um / vkern_shift::kClasses * kClassRows + (c + 1) % vkern_shift::kClasses;",
+		Op:  "linear_nt", Shapes: []string{"4096x1001x512"},
+	},
 	{
 		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",
 		Old: "m = row_max<T>(m, red);", New: "m = 0.0f * row_max<T>(m, red);",
@@ -1153,8 +1168,8 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "Hopper: dW's old values read with the fragment's row and column halves swapped", File: "cuda/gemm_sm90.cu",
-		Old: "const int64_t r = row + 8 * (e >> 1), c = col + 8 * (j0 + jj) + (e & 1);",
-		New: "const int64_t r = row + 8 * (e & 1), c = col + 8 * (j0 + jj) + (e & 1);",
+		Old: "const int64_t r = row + 8 * step * (e >> 1), c = col + 8 * (j0 + jj) + (e & 1);",
+		New: "const int64_t r = row + 8 * step * (e & 1), c = col + 8 * (j0 + jj) + (e & 1);",
 		Op:  "linear_grad_w", Shapes: []string{"64x48x80"},
 	},
 	{

@@ -61,12 +61,14 @@ struct Epilogue {
   }
 
   // The bias of columns col and col + 1 as two f16 in one word (low half
-  // first), 0 for a column past the last: for kernels that stage a tile's
-  // bias slice (gemm_sm90.cu) and then do apply's additions themselves.
+  // first), 0 for a column before the first or past the last (the class
+  // tiles of gemm_sm90.cu start up to 7 columns before column 0): for
+  // kernels that stage a tile's bias slice (gemm_sm90.cu) and then do
+  // apply's additions themselves.
   __device__ __forceinline__ uint32_t bias_pair(int64_t col, int64_t cols) const {
     const unsigned short* b = reinterpret_cast<const unsigned short*>(bias);
-    const uint32_t lo = col < cols ? VK_LDG(b + col) : 0u;
-    const uint32_t hi = col + 1 < cols ? VK_LDG(b + col + 1) : 0u;
+    const uint32_t lo = col >= 0 && col < cols ? VK_LDG(b + col) : 0u;
+    const uint32_t hi = col + 1 >= 0 && col + 1 < cols ? VK_LDG(b + col + 1) : 0u;
     return lo | hi << 16;
   }
 

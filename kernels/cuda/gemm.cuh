@@ -692,6 +692,24 @@ cudaError_t launch_sm90_shift(int device, int multiprocessors, const __half* L, 
   return cudaSuccess;
 }
 
+// launch_sm90_class runs WideS in class tiles (gemm_sm90.cu, kOutClass)
+// where the layouts and the epilogue allow it: an f16 output whose rows do
+// not start 16-byte aligned (GPT-2's logits at V = 50257), K-major L and R,
+// at most a bias. Else it launches nothing.
+template <bool kLDepth, bool kRDepth, typename Out, class Epi>
+cudaError_t launch_sm90_class(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R,
+                              int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
+                              cudaStream_t s, bool* launched) {
+  *launched = false;
+  if constexpr (kLDepth && kRDepth && sizeof(Out) == 2 && !Epi::kResidual && !Epi::kAccumulate &&
+                Epi::kGelu == vkern_epilogue::kNoGelu) {
+    namespace h = vkern_gemm_sm90;
+    return h::launch<h::WideS, kLDepth, kRDepth, Out, Epi, false, true>(device, multiprocessors, L, ldl, R, ldr, out,
+                                                                        epi, rows, cols, depth, s, launched);
+  }
+  return cudaSuccess;
+}
+
 template <bool kLDepth, bool kRDepth, typename Out, class Epi>
 cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __half* L, int64_t ldl, const __half* R,
                                  int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
@@ -707,8 +725,17 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
     sm90 = vk_gemm_tuning_sm90;
   }
 #endif
-  // Aligned operands: the Hopper kernels where chosen, else mma.sync.
+  const bool large = static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(depth) >= kPadMinWork;
+  // Aligned operands: the Hopper kernels where chosen, else mma.sync. A
+  // large product whose f16 output rows are not 16-byte aligned runs in
+  // class tiles where the 128 × 256 variant is chosen (gemm_sm90.cu).
   auto run_aligned = [&](const __half* l, int64_t ld_l, const __half* r, int64_t ld_r) {
+    if (sm90 == 6 && large && (cols % 8 != 0 || !aligned16(out)) && rows >= 8) {
+      bool launched = false;
+      const cudaError_t err = launch_sm90_class<kLDepth, kRDepth, Out, Epi>(device, multiprocessors, l, ld_l, r, ld_r,
+                                                                             out, epi, rows, cols, depth, s, &launched);
+      if (err != cudaSuccess || launched) return err;
+    }
     if (sm90 != 0) {
       bool launched = false;
       const cudaError_t err = launch_sm90<kLDepth, kRDepth, Out, Epi>(sm90, device, multiprocessors, l, ld_l, r, ld_r,
@@ -720,7 +747,6 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
   const bool l_aligned = ldl % 8 == 0 && aligned16(L);
   const bool r_aligned = ldr % 8 == 0 && aligned16(R);
   if (l_aligned && r_aligned) return run_aligned(L, ldl, R, ldr);
-  const bool large = static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(depth) >= kPadMinWork;
   if (large && !l_aligned && r_aligned && sm90 == 6 && vkern_gemm_sm90::shift_chosen()) {
     bool launched = false;
     const cudaError_t err = launch_sm90_shift<kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr,

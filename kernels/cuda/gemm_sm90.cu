@@ -320,8 +320,8 @@ struct ClassMaps {
   int32_t shift[vkern_shift::kClasses];
 };
 struct NoMaps {};
-template <bool kLShift>
-using ShiftMaps = std::conditional_t<kLShift, ClassMaps, NoMaps>;
+template <bool kClassed>
+using ShiftMaps = std::conditional_t<kClassed, ClassMaps, NoMaps>;
 
 // Shared memory the shifting producer adds after the barriers: its raw
 // slots, 128-byte aligned, then their full and empty barriers.
@@ -338,14 +338,32 @@ constexpr int shift_bytes() {
 // classes (maps_shift) into raw slots and shifts each unit of the tile into
 // its stage (row_shift.cuh); a stage is full when R's bytes have landed and
 // its four warps have arrived.
-template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, bool kLShift = false>
+//
+// With kOutClass (an f16 output whose rows do not start 16-byte aligned;
+// K-major L and R), a tile's 128 rows are one row class of the output: rows
+// c, c + 8, c + 16, … of a block of 1024 (tile row um is class um % 8 of
+// block um / 8), read from L through the class's tensor map
+// (maps_shift.map[c]: every eighth row of L from row c). Row c + 8i of the
+// output starts shift_c = maps_shift.shift[c] halves past a 16-byte
+// boundary, the same for every i, so the tile computes columns n0 − shift_c
+// … n0 − shift_c + BN − 1 (R's rows from n0 − shift_c; TMA fills the rows
+// before 0 with zeros) and every 16-byte unit of its rows is a whole unit
+// of memory: the staged store writes them as it writes aligned rows. The
+// depth is untouched, so every sum is the one the aligned kernel forms.
+// Column tiles run to cols + 7, so that the last class's shifted tiles
+// cover the row's end.
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, bool kLShift = false, bool kOutClass = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     product_wgmma(const __grid_constant__ CUtensorMap map_l, const __grid_constant__ CUtensorMap map_r,
-                  const __grid_constant__ ShiftMaps<kLShift> maps_shift, Out* __restrict__ out, Epi epi,
+                  const __grid_constant__ ShiftMaps<kLShift || kOutClass> maps_shift, Out* __restrict__ out, Epi epi,
                   int64_t rows, int64_t cols, int64_t depth, int group_rows) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages, kCluster = Cfg::kCluster;
   static_assert(!kLShift || kCluster == 1, "the shifting producer runs without clusters");
+  static_assert(!kOutClass || (kCluster == 1 && !kLShift && kLDepth && kRDepth && sizeof(Out) == 2 && !Epi::kResidual &&
+                               !Epi::kAccumulate && Epi::kGelu == vkern_epilogue::kNoGelu),
+                "class tiles: K-major operands, an f16 output, at most a bias, no clusters");
+  constexpr int kClassRows = vkern_shift::kClasses * BM;  // output rows per block of class tiles
   constexpr int kConsumers = 2;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -379,7 +397,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
-  const int64_t tiles_m = (rows + BM - 1) / BM, tiles_n = (cols + BN - 1) / BN;
+  const int64_t tiles_m = kOutClass ? vkern_shift::kClasses * ((rows + kClassRows - 1) / kClassRows) : (rows + BM - 1) / BM;
+  const int64_t tiles_n = (cols + (kOutClass ? vkern_shift::kClasses - 1 : 0) + BN - 1) / BN;
   const int64_t units_m = (tiles_m + kCluster - 1) / kCluster;
   const int64_t units = units_m * tiles_n;
   const int64_t first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
@@ -503,8 +522,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int64_t u = first_unit; u < units; u += unit_step) {
         int64_t um, tn;
         unit_origin(u, units_m, tiles_n, group, &um, &tn);
-        const int32_t m0 = static_cast<int32_t>((um * kCluster + rank) * BM);
-        const int32_t n0 = static_cast<int32_t>(tn * BN);
+        int32_t m0 = static_cast<int32_t>((um * kCluster + rank) * BM);
+        int32_t n0 = static_cast<int32_t>(tn * BN);
+        const CUtensorMap* l_map = &map_l;
+        if constexpr (kOutClass) {
+          // Class um % 8: its rows from (um / 8)·128, R's from n0 − shift.
+          const int c = static_cast<int>(um % vkern_shift::kClasses);
+          l_map = &maps_shift.map[c];
+          m0 = static_cast<int32_t>(um / vkern_shift::kClasses * BM);
+          n0 -= maps_shift.shift[c];
+        }
         for (int64_t k = 0; k < steps; ++k) {
           const int32_t p0 = static_cast<int32_t>(k * BK);
           const uint32_t full = full0 + 8 * stage;
@@ -512,7 +539,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           mbar_expect_tx(full, Cfg::kStageBytes);
           const uint32_t sl = smem + stage * Cfg::kStageBytes, sr = sl + Cfg::kLBytes;
           if constexpr (kLDepth) {
-            tma_load(sl, &map_l, full, p0, m0);  // box 64 × 128
+            tma_load(sl, l_map, full, p0, m0);  // box 64 × 128
           } else {
             tma_load(sl, &map_l, full, m0, p0);  // two 64 × 64 panels
             tma_load(sl + 8192, &map_l, full, m0 + 64, p0);
@@ -546,7 +573,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int64_t u = first_unit; u < units; u += unit_step) {
       int64_t um, tn;
       unit_origin(u, units_m, tiles_n, group, &um, &tn);
-      const int64_t m0 = (um * kCluster + rank) * BM, n0 = tn * BN;
+      // The tile's first output row and column, and the distance between
+      // its rows (8 for class tiles).
+      int64_t m0 = (um * kCluster + rank) * BM, n0 = tn * BN, step = 1;
+      if constexpr (kOutClass) {
+        const int c = static_cast<int>(um % vkern_shift::kClasses);
+        m0 = um / vkern_shift::kClasses * kClassRows + c;
+        n0 -= maps_shift.shift[c];
+        step = vkern_shift::kClasses;
+      }
       // The bias of two of the tile's columns, loaded now so that its
       // latency hides under the tile's products; the epilogue shares the
       // slice through shared memory.
@@ -602,7 +637,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
 
       // Epilogue.
-      const int64_t row = m0 + 64 * consumer + 16 * warp + lane / 4;
+      const int64_t row = m0 + step * (64 * consumer + 16 * warp + lane / 4);
       const int64_t col = n0 + 2 * (lane % 4);
       if (m0 >= rows) continue;  // the second tile of a cluster past the last row
       // The epilogue's additions (epilogue.cuh), in the accumulators, before
@@ -637,7 +672,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           for (int jj = 0; jj < kChunkJ; ++jj) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const int64_t r = row + 8 * (e >> 1), c = col + 8 * (j0 + jj) + (e & 1);
+              const int64_t r = row + 8 * step * (e >> 1), c = col + 8 * (j0 + jj) + (e & 1);
               old[4 * jj + e] = r < rows && c < cols ? out[r * cols + c] : 0.0f;
             }
           }
@@ -649,9 +684,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // memory where the staged epilogue runs (quad: 8-byte accesses of the
       // residual and pre along a row, a few registers at a time), else here
       // on the fragments in pairs.
-      const bool interior = m0 + BM <= rows && n0 + BN <= cols;
+      const bool interior = m0 + step * (BM - 1) < rows && n0 >= 0 && n0 + BN <= cols;
       constexpr bool kQuads = sizeof(Out) == 2 && (Epi::kResidual || Epi::kGelu != vkern_epilogue::kNoGelu);
-      const bool staged = Cfg::kStagedEpilogue && interior && rows_aligned16 && (!kQuads || epi.quads_aligned());
+      const bool staged =
+          Cfg::kStagedEpilogue && interior && (rows_aligned16 || kOutClass) && (!kQuads || epi.quads_aligned());
       if constexpr (Epi::kResidual) {
         if (!staged) {
           // The residual's elements, in pairs, 32 a thread at a time.
@@ -664,7 +700,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             for (int jj = 0; jj < kChunkJ; ++jj) {
 #pragma unroll
               for (int h = 0; h < 2; ++h) {
-                r[2 * jj + h] = epi.residual_pair(row + 8 * h, col + 8 * (j0 + jj), rows, cols, paired);
+                r[2 * jj + h] = epi.residual_pair(row + 8 * step * h, col + 8 * (j0 + jj), rows, cols, paired);
               }
             }
 #pragma unroll
@@ -687,14 +723,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const int64_t r = row + 8 * h;
+              const int64_t r = row + 8 * step * h;
               if (r < rows) epi.gelu_pair(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], r, col + 8 * j, cols, paired);
             }
           }
         }
       }
       unsigned char* const buf = smem_raw + (epilogue0 - smem_u32(smem_raw)) + (4 * consumer + warp) * 2048;
-      const int64_t slab = m0 + 64 * consumer + 16 * warp;  // the warp's first output row
+      const int64_t slab = m0 + step * (64 * consumer + 16 * warp);  // the warp's first output row
       if (kQuads && staged) {
         // As the staged store below, but through f32 rows (chunks of 32
         // columns, the f32 output's layout): each lane reads four
@@ -703,7 +739,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // The side operand's quads of chunk c + 1 are loaded while chunk c
         // is staged and stored.
         auto quad_at = [&](int c, int it) {
-          return (slab + 4 * it + lane / 8) * cols + n0 + c * 32 + (lane % 8) * 4;
+          return (slab + step * (4 * it + lane / 8)) * cols + n0 + c * 32 + (lane % 8) * 4;
         };
         uint2 side[4], next[4] = {};
 #pragma unroll
@@ -744,12 +780,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           for (int it = 0; it < 4; ++it) {
             const int r = 4 * it + lane / 8;
             const uint4 v = *reinterpret_cast<const uint4*>(buf + staged_unit<kHalf>(r, lane));
-            Out* const dst = out + (slab + r) * cols + n0 + c * kChunkCols + (lane % 8) * (kChunkCols / 8);
+            Out* const dst = out + (slab + step * r) * cols + n0 + c * kChunkCols + (lane % 8) * (kChunkCols / 8);
             *reinterpret_cast<uint4*>(dst) = v;
           }
           __syncwarp();
         }
-      } else if (sizeof(Out) == 2 && Cfg::kStagedEpilogue && interior) {
+      } else if (sizeof(Out) == 2 && Cfg::kStagedEpilogue && interior && !kOutClass) {
         // f16 rows that do not start 16-byte aligned (or whose side
         // operand's do not, which kept the staged path above off): the
         // fragments staged as there, then out through store_chunk_any
@@ -766,7 +802,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
           store_pair(p + 8 * j, acc[4 * j], acc[4 * j + 1]);
-          store_pair(p + 8 * cols + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+          store_pair(p + 8 * step * cols + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
         }
       } else {
 #pragma unroll
@@ -774,11 +810,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           const int64_t c = col + 8 * j;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int64_t r = row + 8 * h;
+            const int64_t r = row + 8 * step * h;
             if (r >= rows) continue;
             Out* p = out + r * cols + c;
-            if (c < cols) store_one(p, acc[4 * j + 2 * h]);
-            if (c + 1 < cols) store_one(p + 1, acc[4 * j + 2 * h + 1]);
+            if (c >= 0 && c < cols) store_one(p, acc[4 * j + 2 * h]);
+            if (c + 1 >= 0 && c + 1 < cols) store_one(p + 1, acc[4 * j + 2 * h + 1]);
           }
         }
       }
@@ -843,7 +879,7 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
     int device;
     CUtensorMap map;
   };
-  constexpr int kEntries = 32;  // a shifting launch takes 9
+  constexpr int kEntries = 32;  // a shifting or class-tile launch takes 9
   static Entry cache[kEntries];
   static int used = 0, next = 0;
   for (int i = 0; i < used; ++i) {
@@ -888,10 +924,11 @@ bool shift_chosen() {
 bool tma_aligned(const __half* p, int64_t ld) { return ld % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // launch runs variant Cfg, with the shifting producer when kLShift (any ld
-// and base of L; at least 8 stored rows). *launched is false (and nothing
-// is enqueued) when a tensor map cannot be made; the caller then takes
-// another path.
-template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, bool kLShift = false>
+// and base of L; at least 8 stored rows), in class tiles when kOutClass (at
+// least 8 rows; see product_wgmma). *launched is false (and nothing is
+// enqueued) when a tensor map cannot be made; the caller then takes another
+// path.
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, bool kLShift = false, bool kOutClass = false>
 cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
                    Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
                    bool* launched) {
@@ -899,7 +936,7 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
   constexpr int64_t kMaxDim = INT32_MAX - 256;  // int32 box coordinates, a box past the edge included
   if (rows > kMaxDim || cols > kMaxDim || depth > kMaxDim) return cudaSuccess;
   CUtensorMap map_l = {}, map_r;
-  ShiftMaps<kLShift> maps_shift;
+  ShiftMaps<kLShift || kOutClass> maps_shift;
   bool maps = tensor_map(&map_r, device, R, kRDepth ? depth : cols, kRDepth ? cols : depth, ldr, 64,
                          kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
   if constexpr (kLShift) {
@@ -913,13 +950,22 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
                         c.row_stride / 2, Raw::kWidth, Raw::kRows, false);
       maps_shift.shift[j] = c.shift;
     }
+  } else if constexpr (kOutClass) {
+    // L's rows of class c (rows c, c + 8, …: 16-byte aligned, as L's rows
+    // are), and where row c of the output starts inside its 16-byte unit.
+    if (rows < vkern_shift::kClasses) return cudaSuccess;
+    for (int c = 0; c < vkern_shift::kClasses && maps; ++c) {
+      maps = tensor_map(&maps_shift.map[c], device, L + c * ldl, depth, (rows - c + vkern_shift::kClasses - 1) / vkern_shift::kClasses,
+                        vkern_shift::kClasses * ldl, 64, 128);
+      maps_shift.shift[c] = vkern_shift::class_of(reinterpret_cast<uintptr_t>(out), cols, rows, cols, c).shift;
+    }
   } else {
     maps = maps && tensor_map(&map_l, device, L, kLDepth ? depth : rows, kLDepth ? rows : depth, ldl, 64,
                               kLDepth ? 128 : 64);
   }
   if (!maps) return cudaSuccess;
 
-  auto kernel = product_wgmma<Cfg, kLDepth, kRDepth, Out, Epi, kLShift>;
+  auto kernel = product_wgmma<Cfg, kLDepth, kRDepth, Out, Epi, kLShift, kOutClass>;
   constexpr int kSmemBytes = Cfg::kSmemBytes + (kLShift ? shift_bytes<kLDepth>() : 0);
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
   constexpr int kMaxDevices = 64;
@@ -958,8 +1004,13 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
             Cfg::kCluster, n);
 #endif
   }
-  const int64_t units = (((rows + Cfg::BM - 1) / Cfg::BM + Cfg::kCluster - 1) / Cfg::kCluster) *
-                        ((cols + Cfg::BN - 1) / Cfg::BN);
+  // The kernel's tile grid (product_wgmma: class tiles come 8 to a block of
+  // 1024 rows, and their columns run to cols + 7).
+  constexpr int64_t kClassRows = vkern_shift::kClasses * Cfg::BM;
+  const int64_t tiles_m = kOutClass ? vkern_shift::kClasses * ((rows + kClassRows - 1) / kClassRows)
+                                    : (rows + Cfg::BM - 1) / Cfg::BM;
+  const int64_t units = ((tiles_m + Cfg::kCluster - 1) / Cfg::kCluster) *
+                        ((cols + (kOutClass ? vkern_shift::kClasses - 1 : 0) + Cfg::BN - 1) / Cfg::BN);
   int64_t resident = max_clusters[device];
   if (vkern_occupancy::g_lent_multiprocessors > 0) {
     // Leave the collectives' multiprocessors free (occupancy.h).
