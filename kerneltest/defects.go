@@ -555,9 +555,13 @@ var CUDADefects = []Mutation{
 		Op:  "linear_nt", Shapes: []string{"4096x1001x512"},
 	},
 	{
-		Name: "Hopper class tiles: the epilogue's rows one class off", File: "cuda/gemm_sm90.cu",
+		// One row of the class late, not one class off: another class's
+		// rows start at another shift, where the 16-byte stores would fault
+		// (a failed run, not an incorrect one: call 1 of
+		// docs/lm-head-class-tiles-h100).
+		Name: "Hopper class tiles: the epilogue's rows one row of their class late", File: "cuda/gemm_sm90.cu",
 		Old: "m0 = um / vkern_shift::kClasses * kClassRows + c;",
-		New: "m0 = um / vkern_shift::kClasses * kClassRows + (c + 1) % vkern_shift::kClasses;",
+		New: "m0 = um / vkern_shift::kClasses * kClassRows + c + vkern_shift::kClasses;",
 		Op:  "linear_nt", Shapes: []string{"4096x1001x512"},
 	},
 	{
