@@ -35,10 +35,12 @@
 //   inputs whose partial sums stay below 2²⁴ give exact results (as in
 //   gemm.cuh).
 // - TMA zero-fills every element of a box outside the tensor (past the last
-//   row, column or depth term), so padded terms add +0 to sums that are
-//   stored and Inf/NaN inputs propagate as in the plain loop; accumulators of
-//   rows and columns past the edge are never stored. The full barrier counts
-//   the whole box's bytes, filled or not.
+//   row, column or depth term, or before the first: the class tiles read
+//   R's rows from n0 − shift, negative in a row's first tile; verified on
+//   an H100, docs/lm-head-class-tiles-h100), so padded terms add +0 to
+//   sums that are stored and Inf/NaN inputs propagate as in the plain
+//   loop; accumulators of rows and columns past the edge are never stored.
+//   The full barrier counts the whole box's bytes, filled or not.
 // - TMA needs a 16-byte-aligned base and row strides that are multiples of 16
 //   bytes (row length a multiple of 8 halves), and a box whose first element
 //   is 16-byte aligned. gemm.cuh sends only such operands here (padding
@@ -151,6 +153,10 @@ using MediumS = Config<128, 6, 1, true>;
 // fourth stage's shared memory (gemm.cuh, launch_sm90_shift; measured in
 // docs/row-shift-h100)
 using WideS3 = Config<256, 3, 1, true>;
+// WideS in class tiles (product_wgmma's kOutClass; gemm.cuh,
+// launch_sm90_class) for f16 outputs whose rows are not 16-byte aligned:
+// linear_nt 16384×50257×768 2.09 ms, against 2.67 for WideS's staged store
+// of unaligned rows and 2.08 for cuBLAS at 50304 (docs/lm-head-class-tiles-h100)
 
 constexpr int kGroupRows = 8;  // tile rows per L2 group of the tile order
 
