@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +34,11 @@ type Options struct {
 	CacheDir string
 	// CallTimeout is the deadline of a call whose context has none.
 	CallTimeout time.Duration
+	// StartTimeout bounds the wait for the server's HELLO after it starts;
+	// zero takes $VKERN_START_TIMEOUT (a Go duration, such as 2m), else
+	// 10 s. A profiler that intercepts the server's device calls (Nsight
+	// Compute) can make its start take longer than that.
+	StartTimeout time.Duration
 	// Isolated runs every call that needs the server in a fresh server
 	// process, shut down when the call ends; buffers then live in host
 	// memory between calls. Slower by the cost of a process start per
@@ -105,17 +111,47 @@ func Open(ctx context.Context, opts Options) (*Device, error) {
 	if opts.GPU < 0 {
 		return nil, fmt.Errorf("vkern: GPU %d: want an index from 0", opts.GPU)
 	}
+	start, err := startTimeout(opts.StartTimeout, os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
 	d.client = kserver.New(kserver.Config{
 		Path:               d.artifact.Binary,
 		Env:                []string{fmt.Sprintf("VKERN_DEVICE=%d", opts.GPU)},
 		BeforeStart:        d.recheck,
 		CallTimeout:        opts.CallTimeout,
+		StartTimeout:       start,
 		ExpectSourceSHA256: d.artifact.Manifest.SourceSHA256,
 		Isolated:           opts.Isolated,
 	})
 	if _, err := d.client.Hello(ctx); err != nil {
 		d.client.Close()
 		return nil, fmt.Errorf("vkern: starting the %s kernel server: %w", d.backend, err)
+	}
+	return d, nil
+}
+
+// StartTimeoutEnv names the environment variable that sets
+// Options.StartTimeout where a caller leaves it zero.
+const StartTimeoutEnv = "VKERN_START_TIMEOUT"
+
+// startTimeout is the start timeout Open gives the server: set, else the
+// one $VKERN_START_TIMEOUT names (read through lookup), else 0 (kserver's
+// default).
+func startTimeout(set time.Duration, lookup func(string) (string, bool)) (time.Duration, error) {
+	if set != 0 {
+		if set < 0 {
+			return 0, fmt.Errorf("vkern: start timeout %v: want a positive duration", set)
+		}
+		return set, nil
+	}
+	v, ok := lookup(StartTimeoutEnv)
+	if !ok || strings.TrimSpace(v) == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("vkern: %s=%q: want a positive Go duration such as 30s or 2m", StartTimeoutEnv, v)
 	}
 	return d, nil
 }

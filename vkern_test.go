@@ -734,3 +734,40 @@ func TestTypedTransfersInChunks(t *testing.T) {
 		t.Errorf("ReadF16 of no elements from a freed buffer: %v, want BAD_HANDLE", err)
 	}
 }
+
+func TestStartTimeoutComesFromOptionsThenTheEnvironment(t *testing.T) {
+	env := func(v string, ok bool) func(string) (string, bool) {
+		return func(name string) (string, bool) {
+			if name != StartTimeoutEnv {
+				t.Errorf("looked up %q, want %q", name, StartTimeoutEnv)
+			}
+			return v, ok
+		}
+	}
+	for _, tt := range []struct {
+		name  string
+		set   time.Duration
+		value string
+		ok    bool
+		want  time.Duration
+	}{
+		{"unset: kserver's default", 0, "", false, 0},
+		{"empty: kserver's default", 0, " ", true, 0},
+		{"from the environment", 0, "2m", true, 2 * time.Minute},
+		{"options first", 30 * time.Second, "2m", true, 30 * time.Second},
+	} {
+		got, err := startTimeout(tt.set, env(tt.value, tt.ok))
+		if err != nil || got != tt.want {
+			t.Errorf("%s: startTimeout = %v, %v; want %v", tt.name, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"ten", "10", "-1s", "0s"} {
+		_, err := startTimeout(0, env(bad, true))
+		if err == nil || !strings.Contains(err.Error(), StartTimeoutEnv+"=") || !strings.Contains(err.Error(), strconv.Quote(bad)) {
+			t.Errorf("%s=%q: error %v, want one naming the variable and its value", StartTimeoutEnv, bad, err)
+		}
+	}
+	if _, err := startTimeout(-time.Second, env("", false)); err == nil {
+		t.Error("a negative Options.StartTimeout was accepted")
+	}
+}

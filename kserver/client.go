@@ -817,7 +817,7 @@ func (c *Client) start(cx callCtx) (*conn, error) {
 			cause = fmt.Errorf("no HELLO before the call's deadline: %w", ctx.Err())
 		}
 		return nil, c.endStart(p, gen, failure{cause: cause, killed: true,
-			hint: fmt.Sprintf("is %s a vkern kernel server? A server sends HELLO at once; a slow device initialisation needs a longer StartTimeout", c.cfg.Path)})
+			hint: fmt.Sprintf("is %s a vkern kernel server? A server sends HELLO at once; a slow device initialisation (under a profiler such as Nsight Compute) needs a longer StartTimeout (vkern: $VKERN_START_TIMEOUT, e.g. 2m)", c.cfg.Path)})
 	}
 	if errors.Is(err, ErrProtocol) {
 		return nil, c.endStart(p, gen, failure{cause: fmt.Errorf("reading HELLO: %w", err), hint: framingHint})
