@@ -564,6 +564,20 @@ var CUDADefects = []Mutation{
 		New: "m0 = um / vkern_shift::kClasses * kClassRows + c + vkern_shift::kClasses;",
 		Op:  "linear_nt", Shapes: []string{"4096x1001x512"},
 	},
+	// L in row classes (gemm_sm90.cu, Tiles::kClassL): linear's x with an
+	// odd row length, W and the output aligned, past the padding threshold,
+	// so WideSR builds its A fragments from the classes' raw boxes.
+	{
+		Name: "Hopper row classes of L: the odd shifts' pairs taken from one word", File: "cuda/gemm_sm90.cu",
+		Old: "if (shift % 2 != 0) a_select = 0x5432u;", New: "(void)shift;",
+		Op: "linear", Shapes: []string{"16390x520x1001"},
+	},
+	{
+		Name: "Hopper row classes of L: a warp's fragments from the next class's box", File: "cuda/gemm_sm90.cu",
+		Old: "a_offset = q * WideSR::kClassBoxBytes +",
+		New: "a_offset = (q + 1) % vkern_shift::kClasses * WideSR::kClassBoxBytes +",
+		Op:  "linear", Shapes: []string{"16390x520x1001"},
+	},
 	{
 		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",
 		Old: "m = row_max<T>(m, red);", New: "m = 0.0f * row_max<T>(m, red);",

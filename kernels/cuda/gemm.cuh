@@ -687,8 +687,8 @@ cudaError_t launch_sm90_shift(int device, int multiprocessors, const __half* L, 
   *launched = false;
   if constexpr (!(kLDepth && kRDepth) && !Epi::kResidual && Epi::kGelu == vkern_epilogue::kNoGelu) {
     namespace h = vkern_gemm_sm90;
-    return h::launch<h::WideS3, kLDepth, kRDepth, Out, Epi, true>(device, multiprocessors, L, ldl, R, ldr, out, epi,
-                                                                  rows, cols, depth, s, launched);
+    return h::launch<h::WideS3, kLDepth, kRDepth, Out, Epi, h::Tiles::kShiftL>(device, multiprocessors, L, ldl, R, ldr,
+                                                                                out, epi, rows, cols, depth, s, launched);
   }
   return cudaSuccess;
 }
@@ -707,8 +707,26 @@ cudaError_t launch_sm90_class(int device, int multiprocessors, const __half* L, 
   if constexpr (kLDepth && kRDepth && sizeof(Out) == 2 && !Epi::kResidual && !Epi::kAccumulate &&
                 Epi::kGelu == vkern_epilogue::kNoGelu) {
     namespace h = vkern_gemm_sm90;
-    return h::launch<h::WideS, kLDepth, kRDepth, Out, Epi, false, true>(device, multiprocessors, L, ldl, R, ldr, out,
+    return h::launch<h::WideS, kLDepth, kRDepth, Out, Epi, h::Tiles::kClassOut>(device, multiprocessors, L, ldl, R, ldr, out,
                                                                         epi, rows, cols, depth, s, launched);
+  }
+  return cudaSuccess;
+}
+
+// launch_sm90_class_l runs WideSR with L in row classes (gemm_sm90.cu,
+// Tiles::kClassL) where the layouts and the epilogue allow it: a K-major L
+// (gemm's A, linear's x: the head's dx reads the logits gradient at V =
+// 50257), no residual or GELU (which keeps the kernels built down). Else
+// it launches nothing.
+template <bool kLDepth, bool kRDepth, typename Out, class Epi>
+cudaError_t launch_sm90_class_l(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R,
+                                int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
+                                cudaStream_t s, bool* launched) {
+  *launched = false;
+  if constexpr (kLDepth && !Epi::kResidual && Epi::kGelu == vkern_epilogue::kNoGelu) {
+    namespace h = vkern_gemm_sm90;
+    return h::launch<h::WideSR, kLDepth, kRDepth, Out, Epi, h::Tiles::kClassL>(device, multiprocessors, L, ldl, R, ldr,
+                                                                                out, epi, rows, cols, depth, s, launched);
   }
   return cudaSuccess;
 }
@@ -754,6 +772,12 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
     bool launched = false;
     const cudaError_t err = launch_sm90_shift<kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr,
                                                                            out, epi, rows, cols, depth, s, &launched);
+    if (err != cudaSuccess || launched) return err;
+  }
+  if (large && !l_aligned && r_aligned && sm90 == 6 && cols % (16 / sizeof(Out)) == 0 && aligned16(out)) {
+    bool launched = false;
+    const cudaError_t err = launch_sm90_class_l<kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr,
+                                                                             out, epi, rows, cols, depth, s, &launched);
     if (err != cudaSuccess || launched) return err;
   }
   if (large) {

@@ -158,7 +158,28 @@ using WideS3 = Config<256, 3, 1, true>;
 // linear_nt 16384×50257×768 2.09 ms, against 2.67 for WideS's staged store
 // of unaligned rows and 2.08 for cuBLAS at 50304 (docs/lm-head-class-tiles-h100)
 
+// WideS reading L in row classes into registers (Tiles::kClassL; gemm.cuh,
+// launch_sm90_class_l): a stage's L is eight raw boxes, one per row class,
+// of 16 rows × 72 halves (a row's 64 depth terms from any of the 8 halves
+// its class's rows start at), unswizzled.
+struct WideSR : WideS {
+  static constexpr int kRawRowBytes = 72 * 2;
+  static constexpr int kClassBoxBytes = 16 * kRawRowBytes;  // a multiple of 128, as TMA's destination must be
+  static constexpr int kLBytes = 8 * kClassBoxBytes;        // 18 KB: R's panels stay 1024-byte aligned
+  static constexpr int kStageBytes = kLBytes + kRBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasBytes + 2 * kStages * 8 + 1024;
+  static_assert(kLBytes % 1024 == 0 && kSmemBytes <= 227 * 1024, "stage layout");
+};
+
 constexpr int kGroupRows = 8;  // tile rows per L2 group of the tile order
+
+// How a launch reads L and lays out its tiles (product_wgmma).
+enum class Tiles {
+  kPlain,     // 128 consecutive rows a tile, L and R by TMA into wgmma's layout
+  kShiftL,    // L's row classes by TMA into raw slots, shifted into place by the producer warpgroup
+  kClassOut,  // a tile's rows one row class of the output, R's rows shifted by its offset
+  kClassL,    // L's row classes by TMA into raw boxes, each consumer warp's A fragments built from one class's box
+};
 
 #if defined(VKERN_GEMM_TUNING)
 }  // namespace vkern_gemm_sm90
@@ -358,13 +379,27 @@ constexpr int shift_bytes() {
 // depth is untouched, so every sum is the one the aligned kernel forms.
 // Column tiles run to cols + 7, so that the last class's shifted tiles
 // cover the row's end.
-template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, bool kLShift = false, bool kOutClass = false>
+//
+// With kClassL (an L whose rows are not 16-byte aligned, K-major; WideSR),
+// the producer copies each of L's row classes (row_shift.cuh) with TMA into
+// a raw box of 16 rows × 72 halves per stage, at an aligned column of the
+// class's tensor, unswizzled. Consumer warp q (0 … 7) owns the tile's rows
+// q, q + 8, …, q + 120: one class, whose rows start shift_q halves into
+// the box. It builds its wgmma A fragments from the box with 4-byte loads
+// (two words and a byte permute a pair when shift_q is odd) and issues
+// wgmma with A from registers: the depth terms of each 16-deep step are
+// the aligned kernel's, from k = 0, so every sum is the one it forms.
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, Tiles kTiles = Tiles::kPlain>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     product_wgmma(const __grid_constant__ CUtensorMap map_l, const __grid_constant__ CUtensorMap map_r,
-                  const __grid_constant__ ShiftMaps<kLShift || kOutClass> maps_shift, Out* __restrict__ out, Epi epi,
-                  int64_t rows, int64_t cols, int64_t depth, int group_rows) {
+                  const __grid_constant__ ShiftMaps<kTiles != Tiles::kPlain> maps_shift, Out* __restrict__ out,
+                  Epi epi, int64_t rows, int64_t cols, int64_t depth, int group_rows) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut,
+                 kClassL = kTiles == Tiles::kClassL;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages, kCluster = Cfg::kCluster;
+  static_assert(!kClassL || (kCluster == 1 && kLDepth && BM == 128 && BK == 64 && Cfg::kLBytes == WideSR::kLBytes),
+                "L in row classes: K-major L, WideSR's stages, no clusters");
   static_assert(!kLShift || kCluster == 1, "the shifting producer runs without clusters");
   static_assert(!kOutClass || (kCluster == 1 && !kLShift && kLDepth && kRDepth && sizeof(Out) == 2 && !Epi::kResidual &&
                                !Epi::kAccumulate && Epi::kGelu == vkern_epilogue::kNoGelu),
@@ -544,7 +579,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           mbar_wait(empty0 + 8 * stage, phase ^ 1);
           mbar_expect_tx(full, Cfg::kStageBytes);
           const uint32_t sl = smem + stage * Cfg::kStageBytes, sr = sl + Cfg::kLBytes;
-          if constexpr (kLDepth) {
+          if constexpr (kClassL) {
+            // Rows m0 + j, m0 + j + 8, …: 16 rows of class j from class row
+            // m0 / 8, columns p0 … p0 + 71 of the class's tensor.
+#pragma unroll
+            for (int j = 0; j < vkern_shift::kClasses; ++j) {
+              tma_load(sl + j * WideSR::kClassBoxBytes, &maps_shift.map[j], full, p0, m0 / vkern_shift::kClasses);
+            }
+          } else if constexpr (kLDepth) {
             tma_load(sl, l_map, full, p0, m0);  // box 64 × 128
           } else {
             tma_load(sl, &map_l, full, m0, p0);  // two 64 × 64 panels
@@ -576,6 +618,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     uint32_t phase = 0;
     const bool pairs_aligned = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & (2 * sizeof(Out) - 1)) == 0;
     const bool rows_aligned16 = cols % (16 / sizeof(Out)) == 0 && (reinterpret_cast<uintptr_t>(out) & 15u) == 0;
+    // kClassL: this warp's class q and, in a stage, the offset of its first
+    // fragment word: box q, row lane / 4, the word holding column shift_q +
+    // 2·(lane % 4); an odd shift takes each pair from two words.
+    uint32_t a_offset = 0, a_select = 0x3210u;
+    if constexpr (kClassL) {
+      const int q = 4 * consumer + warp, shift = maps_shift.shift[q];
+      a_offset = q * WideSR::kClassBoxBytes + (lane / 4) * WideSR::kRawRowBytes + (shift + 2 * (lane % 4)) / 2 * 4;
+      if (shift % 2 != 0) a_select = 0x5432u;
+    }
     for (int64_t u = first_unit; u < units; u += unit_step) {
       int64_t um, tn;
       unit_origin(u, units_m, tiles_n, group, &um, &tn);
@@ -588,6 +639,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         n0 -= maps_shift.shift[c];
         step = vkern_shift::kClasses;
       }
+      if constexpr (kClassL) step = vkern_shift::kClasses;
+      // The warp's first output row (its rows are slab, slab + step, …) and
+      // the tile's last row.
+      const int64_t slab = kClassL ? m0 + 4 * consumer + warp : m0 + step * (64 * consumer + 16 * warp);
+      const int64_t last_row = kClassL ? m0 + BM - 1 : m0 + step * (BM - 1);
       // The bias of two of the tile's columns, loaded now so that its
       // latency hides under the tile's products; the epilogue shares the
       // slice through shared memory.
@@ -600,19 +656,46 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // the products (no-op for the other epilogues).
       epi.template prefetch_pre<64, BN>(m0 + 64 * consumer, n0, rows, cols, threadIdx.x % 128, 128);
       int prev = 0;
-      for (int64_t k = 0; k < steps; ++k) {
+      // One depth step: wait for its stage, issue its products (kClassL:
+      // after building A's fragments from the stage's raw box into a, which
+      // no product in flight reads), then release the stage before it once
+      // that one's products are done (kClassL: and with them a_before, the
+      // fragments they read).
+      auto depth_step = [&](int64_t k, uint32_t (&a)[BK / 16][4], uint32_t (&a_before)[BK / 16][4]) {
         mbar_wait(full0 + 8 * stage, phase);
         const uint64_t stage_off = static_cast<uint64_t>(stage * Cfg::kStageBytes) >> 4;
+        if constexpr (kClassL) {
+          const uint32_t box = smem + stage * Cfg::kStageBytes + a_offset;
+#pragma unroll
+          for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              // Fragment register i: row lane / 4 + 8·(i % 2), depth
+              // 16·kk + 2·(lane % 4) + 8·(i / 2) and the next.
+              const uint32_t at = box + (i % 2) * 8 * WideSR::kRawRowBytes + 32 * kk + 16 * (i / 2);
+              uint32_t w0, w1;
+              asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w0) : "r"(at));
+              asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w1) : "r"(at + 4));
+              a[kk][i] = __byte_perm(w0, w1, a_select);
+            }
+          }
+        }
         fence_registers(acc);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
-          wgmma<BN, kLDepth ? 0 : 1, kRDepth ? 0 : 1>(acc, desc_l0 + stage_off + (kk * kLStep >> 4),
-                                                      desc_r0 + stage_off + (kk * kRStep >> 4), k > 0 || kk > 0);
+          if constexpr (kClassL) {
+            vkern_wgmma::wgmma_m64n256k16_rs<kRDepth ? 0 : 1>(acc, a[kk], desc_r0 + stage_off + (kk * kRStep >> 4),
+                                                               k > 0 || kk > 0);
+          } else {
+            wgmma<BN, kLDepth ? 0 : 1, kRDepth ? 0 : 1>(acc, desc_l0 + stage_off + (kk * kLStep >> 4),
+                                                        desc_r0 + stage_off + (kk * kRStep >> 4), k > 0 || kk > 0);
+          }
         }
         wgmma_commit();
         wgmma_wait<1>();  // the previous step's products are done: release its stage
         fence_registers(acc);
+        if constexpr (kClassL) fence_registers(a_before);
         if (k > 0 && releaser) {
 #pragma unroll
           for (int c = 0; c < kCluster; ++c) {
@@ -628,8 +711,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           stage = 0;
           phase ^= 1;
         }
+      };
+      // kClassL: two sets of fragments in turn, so that a step's loads
+      // never overwrite the registers of the step still in flight.
+      uint32_t a0[BK / 16][4] = {}, a1[BK / 16][4] = {};
+      int64_t k = 0;
+      if constexpr (kClassL) {
+        for (; k + 1 < steps; k += 2) {
+          depth_step(k, a0, a1);
+          depth_step(k + 1, a1, a0);
+        }
       }
+      for (; k < steps; ++k) depth_step(k, a0, a1);
       wgmma_wait<0>();
+      if constexpr (kClassL) {
+        fence_registers(a0);
+        fence_registers(a1);
+      }
       fence_registers(acc);
       if (releaser) {
 #pragma unroll
@@ -643,7 +741,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
 
       // Epilogue.
-      const int64_t row = m0 + step * (64 * consumer + 16 * warp + lane / 4);
+      const int64_t row = slab + step * (lane / 4);
       const int64_t col = n0 + 2 * (lane % 4);
       if (m0 >= rows) continue;  // the second tile of a cluster past the last row
       // The epilogue's additions (epilogue.cuh), in the accumulators, before
@@ -690,7 +788,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // memory where the staged epilogue runs (quad: 8-byte accesses of the
       // residual and pre along a row, a few registers at a time), else here
       // on the fragments in pairs.
-      const bool interior = m0 + step * (BM - 1) < rows && n0 >= 0 && n0 + BN <= cols;
+      const bool interior = last_row < rows && n0 >= 0 && n0 + BN <= cols;
       constexpr bool kQuads = sizeof(Out) == 2 && (Epi::kResidual || Epi::kGelu != vkern_epilogue::kNoGelu);
       const bool staged =
           Cfg::kStagedEpilogue && interior && (rows_aligned16 || kOutClass) && (!kQuads || epi.quads_aligned());
@@ -736,7 +834,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       }
       unsigned char* const buf = smem_raw + (epilogue0 - smem_u32(smem_raw)) + (4 * consumer + warp) * 2048;
-      const int64_t slab = m0 + step * (64 * consumer + 16 * warp);  // the warp's first output row
       if (kQuads && staged) {
         // As the staged store below, but through f32 rows (chunks of 32
         // columns, the f32 output's layout): each lane reads four
@@ -791,7 +888,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
           __syncwarp();
         }
-      } else if (sizeof(Out) == 2 && Cfg::kStagedEpilogue && interior && !kOutClass) {
+      } else if (sizeof(Out) == 2 && Cfg::kStagedEpilogue && interior && !kOutClass && !kClassL) {
         // f16 rows that do not start 16-byte aligned (or whose side
         // operand's do not, which kept the staged path above off): the
         // fragments staged as there, then out through store_chunk_any
@@ -929,20 +1026,21 @@ bool shift_chosen() {
 // Whether TMA can read the operand in place: 16-byte-aligned base and rows.
 bool tma_aligned(const __half* p, int64_t ld) { return ld % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// launch runs variant Cfg, with the shifting producer when kLShift (any ld
-// and base of L; at least 8 stored rows), in class tiles when kOutClass (at
-// least 8 rows; see product_wgmma). *launched is false (and nothing is
-// enqueued) when a tensor map cannot be made; the caller then takes another
-// path.
-template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, bool kLShift = false, bool kOutClass = false>
+// launch runs variant Cfg with the tiles kTiles (see product_wgmma): the
+// shifting producer and L's row classes take any ld and base of L and at
+// least 8 stored rows, class tiles at least 8 rows. *launched is false (and
+// nothing is enqueued) when a tensor map cannot be made; the caller then
+// takes another path.
+template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, Tiles kTiles = Tiles::kPlain>
 cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
                    Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
                    bool* launched) {
   *launched = false;
   constexpr int64_t kMaxDim = INT32_MAX - 256;  // int32 box coordinates, a box past the edge included
   if (rows > kMaxDim || cols > kMaxDim || depth > kMaxDim) return cudaSuccess;
+  constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut;
   CUtensorMap map_l = {}, map_r;
-  ShiftMaps<kLShift || kOutClass> maps_shift;
+  ShiftMaps<kTiles != Tiles::kPlain> maps_shift;
   bool maps = tensor_map(&map_r, device, R, kRDepth ? depth : cols, kRDepth ? cols : depth, ldr, 64,
                          kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
   if constexpr (kLShift) {
@@ -954,6 +1052,15 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
       const vkern_shift::Class c = vkern_shift::class_of(reinterpret_cast<uintptr_t>(L), ldl, stored, inner, j);
       maps = tensor_map(&maps_shift.map[j], device, reinterpret_cast<const __half*>(c.base), c.inner, c.rows,
                         c.row_stride / 2, Raw::kWidth, Raw::kRows, false);
+      maps_shift.shift[j] = c.shift;
+    }
+  } else if constexpr (kTiles == Tiles::kClassL) {
+    // L's row classes, each read in boxes of 16 of its rows × 72 halves.
+    if (rows < vkern_shift::kClasses) return cudaSuccess;
+    for (int j = 0; j < vkern_shift::kClasses && maps; ++j) {
+      const vkern_shift::Class c = vkern_shift::class_of(reinterpret_cast<uintptr_t>(L), ldl, rows, depth, j);
+      maps = tensor_map(&maps_shift.map[j], device, reinterpret_cast<const __half*>(c.base), c.inner, c.rows,
+                        c.row_stride / 2, WideSR::kRawRowBytes / 2, 16, false);
       maps_shift.shift[j] = c.shift;
     }
   } else if constexpr (kOutClass) {
@@ -971,7 +1078,7 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
   }
   if (!maps) return cudaSuccess;
 
-  auto kernel = product_wgmma<Cfg, kLDepth, kRDepth, Out, Epi, kLShift, kOutClass>;
+  auto kernel = product_wgmma<Cfg, kLDepth, kRDepth, Out, Epi, kTiles>;
   constexpr int kSmemBytes = Cfg::kSmemBytes + (kLShift ? shift_bytes<kLDepth>() : 0);
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
   constexpr int kMaxDevices = 64;
