@@ -13,7 +13,7 @@
 # Run from the repository root with bin/ from `bash bench/prep-call.sh BASE`.
 set -uo pipefail
 NAME=call5
-LIMIT=560
+LIMIT=500
 source bench/call-lib.sh
 step "build"
 build_server bin/vkern || exit 1
