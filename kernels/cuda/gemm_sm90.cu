@@ -666,17 +666,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const uint64_t stage_off = static_cast<uint64_t>(stage * Cfg::kStageBytes) >> 4;
         if constexpr (kClassL) {
           const uint32_t box = smem + stage * Cfg::kStageBytes + a_offset;
+          // Fragment register i: row lane / 4 + 8·(i % 2), depth 16·kk +
+          // 2·(lane % 4) + 8·(i / 2) and the next; one word at an even
+          // shift (the branch is the same for the whole warp).
+          auto at = [&](int kk, int i) { return box + (i % 2) * 8 * WideSR::kRawRowBytes + 32 * kk + 16 * (i / 2); };
+          if (a_select == 0x3210u) {
 #pragma unroll
-          for (int kk = 0; kk < BK / 16; ++kk) {
+            for (int kk = 0; kk < BK / 16; ++kk) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              // Fragment register i: row lane / 4 + 8·(i % 2), depth
-              // 16·kk + 2·(lane % 4) + 8·(i / 2) and the next.
-              const uint32_t at = box + (i % 2) * 8 * WideSR::kRawRowBytes + 32 * kk + 16 * (i / 2);
-              uint32_t w0, w1;
-              asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w0) : "r"(at));
-              asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w1) : "r"(at + 4));
-              a[kk][i] = __byte_perm(w0, w1, a_select);
+              for (int i = 0; i < 4; ++i) asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(a[kk][i]) : "r"(at(kk, i)));
+            }
+          } else {
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                uint32_t w0, w1;
+                asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w0) : "r"(at(kk, i)));
+                asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w1) : "r"(at(kk, i) + 4));
+                a[kk][i] = __byte_perm(w0, w1, a_select);
+              }
             }
           }
         }
