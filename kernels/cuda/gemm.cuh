@@ -557,27 +557,32 @@ cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl,
 
 // Unaligned operands (a row length that is not a multiple of 8, or a base
 // that is not 16-byte aligned). On Hopper, a large product whose only
-// unaligned operand is L (gemm's A, linear's x, grad_b's A, linear_grad_w's
-// x: the logits gradient of GPT-2's head at its vocabulary of 50257, in dx
-// and dW), when choose_sm90 picks the 128 × 256 variant, can read L in
-// place: WideS3's producer copies L's row classes with TMA and shifts each
-// row into place in shared memory (row_shift.cuh), the depth in order.
-// Verified, but slower than the padded copy so far (the head's dx 4.31 ms
-// against 2.93 with one step of copies ahead: docs/row-shift-h100), so it
-// runs only when the server's environment sets VKERN_GEMM_SHIFT=1. Only
-// epilogues without the residual or the GELU take it, which keeps the
-// kernels built down; linear_nt's L and R share their row length, so never
-// only L is unaligned. Other large products first copy each such operand
-// into scratch with its rows padded to a multiple of 64 halves (one pass
-// over the operand, a few percent of the product's time) and run the
-// aligned kernels: at 64, each 128-byte row of a TMA box starts on a
-// 128-byte line, as it does in an operand whose rows are a multiple of 64
-// long (GPT-2's, the vocabulary padded to 50304), where at 8 it would
-// straddle two. Small products, or when the scratch cannot be had, use the
-// staged loader in place. (A Hopper variant whose producer reads such rows
-// in place and shifts them into TMA's layout, branch lm-head-in-place,
-// took 3.8–5.3 ms at the head's dx, 16384×768×50257, against 2.9 for the
-// padded copy and TMA: docs/lm-head-in-place-h100.)
+// unaligned operand is L, when choose_sm90 picks the 128 × 256 variant,
+// reads L in place, the depth in order:
+// - K-major L (gemm's A, linear's x: the logits gradient in the dx of
+//   GPT-2's head at its vocabulary of 50257), with an output whose rows
+//   are aligned: WideSR's consumer warps build their wgmma A fragments from
+//   L's row classes (gemm_sm90.cu, Tiles::kClassL; no residual or GELU
+//   epilogue, which keeps the kernels built down). The head's dx took 2.19
+//   ms against 2.92 with the padded copy (docs/lm-head-class-tiles-h100).
+// - Where the server's environment sets VKERN_GEMM_SHIFT=1, an MN-major L
+//   too (grad_b's A, linear_grad_w's x: the head's dW): WideS3's producer
+//   copies L's row classes with TMA and shifts each row into place in
+//   shared memory (row_shift.cuh). Verified, but slower than the padded
+//   copy (the head's dW 4.13–4.54 ms against 2.99–3.02: docs/row-shift-h100), so it
+//   is off by default.
+// linear_nt's L and R share their row length, so never only L is
+// unaligned. Other large products first copy each such operand into
+// scratch with its rows padded to a multiple of 64 halves (one pass over
+// the operand, a few percent of the product's time) and run the aligned
+// kernels: at 64, each 128-byte row of a TMA box starts on a 128-byte
+// line, as it does in an operand whose rows are a multiple of 64 long
+// (GPT-2's, the vocabulary padded to 50304), where at 8 it would straddle
+// two. Small products, or when the scratch cannot be had, use the staged
+// loader in place. (A Hopper variant whose producer reads such rows in
+// place with 16-byte copies and shifts them into TMA's layout, branch
+// lm-head-in-place, took 3.8–5.3 ms at the head's dx, 16384×768×50257,
+// against 2.9 for the padded copy and TMA: docs/lm-head-in-place-h100.)
 constexpr double kPadMinWork = 1 << 30;           // rows · cols · depth from which padding pays
 // The scratch cap for the padded copies: 2 GiB, so that GPT-2's logits
 // gradient at the vocabulary as it is (16384 × 50257 halves, 1.65 GB), the

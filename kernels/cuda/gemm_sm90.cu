@@ -45,9 +45,12 @@
 //   bytes (row length a multiple of 8 halves), and a box whose first element
 //   is 16-byte aligned. gemm.cuh sends only such operands here (padding
 //   others into scratch first, or taking the mma.sync path), but for an L
-//   that is the only operand not aligned, which the shifting launches
-//   (kLShift) read as eight tensors of every eighth row and shift into
-//   place in shared memory (row_shift.cuh).
+//   that is the only operand not aligned. That L is read as eight tensors
+//   of every eighth row (row_shift.cuh), at aligned coordinates: by the
+//   row-class launches (Tiles::kClassL, K-major L), whose consumer warps
+//   build their A fragments from them, or, where VKERN_GEMM_SHIFT=1, by
+//   the shifting launches (Tiles::kShiftL), whose producer shifts them
+//   into place in shared memory.
 // - The tensor-map coordinates are int32: the dispatcher sends no matrix with
 //   a dimension above INT32_MAX - 256. Every element index is int64_t.
 // - Each output element is written exactly once, from its f32 accumulator
@@ -161,7 +164,11 @@ using WideS3 = Config<256, 3, 1, true>;
 // WideS reading L in row classes into registers (Tiles::kClassL; gemm.cuh,
 // launch_sm90_class_l): a stage's L is eight raw boxes, one per row class,
 // of 16 rows × 72 halves (a row's 64 depth terms from any of the 8 halves
-// its class's rows start at), unswizzled.
+// its class's rows start at), unswizzled. The head's dx, linear
+// 16384×768×50257, 2.18–2.19 ms against 2.92 for WideS on the padded copy,
+// 1.64 for WideS at 50304 and 1.87 for cuBLAS there
+// (docs/lm-head-class-tiles-h100). One word a fragment register where the
+// shift is even, not two, measured the same (2.19–2.23 ms) and was not kept.
 struct WideSR : WideS {
   static constexpr int kRawRowBytes = 72 * 2;
   static constexpr int kClassBoxBytes = 16 * kRawRowBytes;  // a multiple of 128, as TMA's destination must be
@@ -666,26 +673,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const uint64_t stage_off = static_cast<uint64_t>(stage * Cfg::kStageBytes) >> 4;
         if constexpr (kClassL) {
           const uint32_t box = smem + stage * Cfg::kStageBytes + a_offset;
-          // Fragment register i: row lane / 4 + 8·(i % 2), depth 16·kk +
-          // 2·(lane % 4) + 8·(i / 2) and the next; one word at an even
-          // shift (the branch is the same for the whole warp).
-          auto at = [&](int kk, int i) { return box + (i % 2) * 8 * WideSR::kRawRowBytes + 32 * kk + 16 * (i / 2); };
-          if (a_select == 0x3210u) {
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; ++kk) {
+          for (int kk = 0; kk < BK / 16; ++kk) {
 #pragma unroll
-              for (int i = 0; i < 4; ++i) asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(a[kk][i]) : "r"(at(kk, i)));
-            }
-          } else {
-#pragma unroll
-            for (int kk = 0; kk < BK / 16; ++kk) {
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                uint32_t w0, w1;
-                asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w0) : "r"(at(kk, i)));
-                asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w1) : "r"(at(kk, i) + 4));
-                a[kk][i] = __byte_perm(w0, w1, a_select);
-              }
+            for (int i = 0; i < 4; ++i) {
+              // Fragment register i: row lane / 4 + 8·(i % 2), depth
+              // 16·kk + 2·(lane % 4) + 8·(i / 2) and the next.
+              const uint32_t at = box + (i % 2) * 8 * WideSR::kRawRowBytes + 32 * kk + 16 * (i / 2);
+              uint32_t w0, w1;
+              asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w0) : "r"(at));
+              asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w1) : "r"(at + 4));
+              a[kk][i] = __byte_perm(w0, w1, a_select);
             }
           }
         }
