@@ -31,13 +31,7 @@ for round in 1 2; do
   done
 done
 bench_table > "$out/table.txt"
-python3 - "$out" >> "$out/table.txt" <<'PY'
-import json, os, sys
-for l in open(os.path.join(sys.argv[1], "anchors.jsonl")):
-    if l.strip():
-        r = json.loads(l)
-        print(f"anchor {r['op']:<12} {r['shape']:<22} {r['impl'][:40]:<40} {r['median_ms']:9.4f} ms")
-PY
+anchor_table "$out/anchors.jsonl" >> "$out/table.txt"
 cat "$out/table.txt"
 step "planted defects of the class tiles"
 [ "$(left)" -gt 60 ] && run defects timeout $(( $(left) - 10 )) ./bin/vkern.test -test.run 'TestPlantedDefectsInTheCUDAKernelsAreIncorrect/Hopper_class' -test.v

@@ -22,11 +22,5 @@ for round in 1 2; do
   bench_ops "vkern-$round" bin/vkern "$out/anchors.jsonl" linear 16384x768x50257:bias=0 16384x768x50304:bias=0
 done
 bench_table > "$out/table.txt"
-python3 - "$out" >> "$out/table.txt" <<'PY'
-import json, os, sys
-for l in open(os.path.join(sys.argv[1], "anchors.jsonl")):
-    if l.strip():
-        r = json.loads(l)
-        print(f"anchor {r['op']:<12} {r['shape']:<24} {r['impl'][:40]:<40} {r['median_ms']:9.4f} ms")
-PY
+anchor_table "$out/anchors.jsonl" >> "$out/table.txt"
 cat "$out/table.txt"
