@@ -14,6 +14,14 @@
 //   ./gemm_lab 3 6 10          # only these variant ids (and the dispatch, -1)
 //   GEMM_LAB_ONLY='fwd fc,fwd fc gelu' ./gemm_lab -1   # two cases, the dispatch alone
 //
+// Built with -DVKERN_GEMM_LAB_FEW, it has only the variants the dispatcher
+// picks (6, 8 and 9; the tuning hook's others are left out of the build),
+// which builds faster: for a profile inside one device call, e.g. of the
+// head's products at V = 50257, which the dispatcher sends to the class
+// paths (gemm_sm90.cu's Tiles):
+//   GEMM_LAB_ONLY='V dx head' ncu --set full -k regex:product_wgmma \
+//       --launch-skip 2 -c 1 -o dx ./gemm_lab 6
+//
 // Each case is one of the server's entry points (vk_linear, vk_linear_nt,
 // vk_linear_grad_x, vk_linear_grad_w), so that cuBLAS computes the same
 // product; with a bias it is of zeros, and a GELU case's reference is
@@ -173,7 +181,11 @@ double difference(const Case& c, const void* got, const void* want) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(VKERN_GEMM_LAB_FEW)
+  std::vector<int> variants = {-1, 6, 8, 9};
+#else
   std::vector<int> variants = {-1, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+#endif
   if (argc > 1) {
     variants = {-1};
     for (int i = 1; i < argc; ++i) {

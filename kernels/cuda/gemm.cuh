@@ -543,7 +543,7 @@ cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl,
   switch (config) {
     case 4: return VKERN_LAUNCH(ConfigLargeK64);
     case 2: return VKERN_LAUNCH(ConfigSmall);
-#if defined(VKERN_GEMM_TUNING)
+#if defined(VKERN_GEMM_TUNING) && !defined(VKERN_GEMM_LAB_FEW)
     case 0: return VKERN_LAUNCH(ConfigLarge);
     case 3: return VKERN_LAUNCH(ConfigMedium8);
     case 5: return VKERN_LAUNCH(ConfigTall);
@@ -669,7 +669,7 @@ cudaError_t launch_sm90(int variant, int device, int multiprocessors, const __ha
     case 6: return VKERN_LAUNCH(WideS);
     case 8: return VKERN_LAUNCH(NarrowS);
     case 9: return VKERN_LAUNCH(MediumS);
-#if defined(VKERN_GEMM_TUNING)
+#if defined(VKERN_GEMM_TUNING) && !defined(VKERN_GEMM_LAB_FEW)
     case 1: return VKERN_LAUNCH(Wide);
     case 2: return VKERN_LAUNCH(WideC2);
     case 3: return VKERN_LAUNCH(Medium);
