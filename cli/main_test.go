@@ -332,15 +332,14 @@ func TestBenchTrainSuiteTimesStepsAgainstTheirAnchors(t *testing.T) {
 	if r.FloorShare != 0 {
 		t.Errorf("a share of the GPU peak on the cpu backend: %v", r.FloorShare)
 	}
-	// The host's phases of the timed steps: all four, each inside a step,
-	// the gradients (forward and backward) the longest.
+	// The host's phases of the timed steps: all four, each inside a step.
+	// (Which takes longest is a timing, which a test does not assert: on a
+	// loaded 2-core machine the write once took longer than the gradients
+	// at this size.)
 	for _, phase := range []string{"write", "gradients", "read", "update"} {
 		if ms, ok := r.PhasesMs[phase]; !ok || ms <= 0 || ms*1e6 > 2*r.MedianNs {
 			t.Errorf("phase %s: %v ms (present %v), want above 0 and within a step of %.3f ms", phase, ms, ok, r.MedianNs/1e6)
 		}
-	}
-	if r.PhasesMs["gradients"] <= r.PhasesMs["write"] || r.PhasesMs["gradients"] <= r.PhasesMs["read"] {
-		t.Errorf("phases %v: the gradients should take longest", r.PhasesMs)
 	}
 	if !strings.Contains(stdout, "train_nano_b2_t16, the host's phases (medians): write ") {
 		t.Errorf("table lacks the phases' line:\n%s", stdout)
