@@ -67,7 +67,7 @@
 // Compute capability 9.0 with the sm_90a body loaded: aligned (or padded)
 // operands go to the TMA + wgmma kernels of gemm_sm90.cu instead
 // (choose_sm90 below), large products with unaligned f16 output rows in
-// class tiles (launch_sm90_class); the mma.sync kernels serve every other
+// class tiles (sm90_tiles_ran); the mma.sync kernels serve every other
 // device, and unaligned operands of products too small to pad.
 //
 // Measured on an H100, mma.sync path (nvcc 13.0, timed interleaved with
@@ -682,58 +682,27 @@ cudaError_t launch_sm90(int variant, int device, int multiprocessors, const __ha
 #undef VKERN_LAUNCH
 }
 
-// launch_sm90_shift runs WideS3 with the shifting producer (gemm_sm90.cu)
-// where the layouts and the epilogue allow it (see above), else launches
-// nothing.
-template <bool kLDepth, bool kRDepth, typename Out, class Epi>
-cudaError_t launch_sm90_shift(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R,
-                              int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
-                              cudaStream_t s, bool* launched) {
-  *launched = false;
-  if constexpr (!(kLDepth && kRDepth) && !Epi::kResidual && Epi::kGelu == vkern_epilogue::kNoGelu) {
-    namespace h = vkern_gemm_sm90;
-    return h::launch<h::WideS3, kLDepth, kRDepth, Out, Epi, h::Tiles::kShiftL>(device, multiprocessors, L, ldl, R, ldr,
-                                                                                out, epi, rows, cols, depth, s, launched);
+// sm90_tiles_ran runs variant Cfg with the tiles kTiles (gemm_sm90.cu)
+// where they serve the product's layouts, output and epilogue (its
+// tiles_serve), and says whether it launched or failed, *err then holding
+// the result; false means it launched nothing. The tiles: the shifting
+// producer (WideS3), class tiles for f16 output rows that do not start
+// 16-byte aligned (WideS: GPT-2's logits at V = 50257, linear_nt
+// 16384×50257×768 from 2.67 ms with the staged store of unaligned rows to
+// 2.09, cuBLAS's time at 50304), and L's row classes (WideSR: the head's
+// dx; docs/lm-head-class-tiles-h100).
+template <class Cfg, vkern_gemm_sm90::Tiles kTiles, bool kLDepth, bool kRDepth, typename Out, class Epi>
+bool sm90_tiles_ran(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
+                    Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
+                    cudaError_t* err) {
+  namespace h = vkern_gemm_sm90;
+  if constexpr (h::tiles_serve<kTiles, kLDepth, kRDepth, Out, Epi>()) {
+    bool launched = false;
+    *err = h::launch<Cfg, kLDepth, kRDepth, Out, Epi, kTiles>(device, multiprocessors, L, ldl, R, ldr, out, epi, rows,
+                                                               cols, depth, s, &launched);
+    return *err != cudaSuccess || launched;
   }
-  return cudaSuccess;
-}
-
-// launch_sm90_class runs WideS in class tiles (gemm_sm90.cu, kOutClass)
-// where the layouts and the epilogue allow it: an f16 output whose rows do
-// not start 16-byte aligned (GPT-2's logits at V = 50257), K-major L and R,
-// at most a bias. Else it launches nothing. On an H100 it took linear_nt
-// 16384×50257×768 from 2.67 ms (the staged store of unaligned rows) to
-// 2.09, cuBLAS's time at 50304 (docs/lm-head-class-tiles-h100).
-template <bool kLDepth, bool kRDepth, typename Out, class Epi>
-cudaError_t launch_sm90_class(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R,
-                              int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
-                              cudaStream_t s, bool* launched) {
-  *launched = false;
-  if constexpr (kLDepth && kRDepth && sizeof(Out) == 2 && !Epi::kResidual && !Epi::kAccumulate &&
-                Epi::kGelu == vkern_epilogue::kNoGelu) {
-    namespace h = vkern_gemm_sm90;
-    return h::launch<h::WideS, kLDepth, kRDepth, Out, Epi, h::Tiles::kClassOut>(device, multiprocessors, L, ldl, R, ldr, out,
-                                                                        epi, rows, cols, depth, s, launched);
-  }
-  return cudaSuccess;
-}
-
-// launch_sm90_class_l runs WideSR with L in row classes (gemm_sm90.cu,
-// Tiles::kClassL) where the layouts and the epilogue allow it: a K-major L
-// (gemm's A, linear's x: the head's dx reads the logits gradient at V =
-// 50257), no residual or GELU (which keeps the kernels built down). Else
-// it launches nothing.
-template <bool kLDepth, bool kRDepth, typename Out, class Epi>
-cudaError_t launch_sm90_class_l(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R,
-                                int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
-                                cudaStream_t s, bool* launched) {
-  *launched = false;
-  if constexpr (kLDepth && !Epi::kResidual && Epi::kGelu == vkern_epilogue::kNoGelu) {
-    namespace h = vkern_gemm_sm90;
-    return h::launch<h::WideSR, kLDepth, kRDepth, Out, Epi, h::Tiles::kClassL>(device, multiprocessors, L, ldl, R, ldr,
-                                                                                out, epi, rows, cols, depth, s, launched);
-  }
-  return cudaSuccess;
+  return false;
 }
 
 template <bool kLDepth, bool kRDepth, typename Out, class Epi>
@@ -755,12 +724,13 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
   // Aligned operands: the Hopper kernels where chosen, else mma.sync. A
   // large product whose f16 output rows are not 16-byte aligned runs in
   // class tiles where the 128 × 256 variant is chosen (gemm_sm90.cu).
+  namespace h = vkern_gemm_sm90;
+  cudaError_t tiles_err = cudaSuccess;  // a row-class launch's result (sm90_tiles_ran)
   auto run_aligned = [&](const __half* l, int64_t ld_l, const __half* r, int64_t ld_r) {
-    if (sm90 == 6 && large && (cols % 8 != 0 || !aligned16(out)) && rows >= 8) {
-      bool launched = false;
-      const cudaError_t err = launch_sm90_class<kLDepth, kRDepth, Out, Epi>(device, multiprocessors, l, ld_l, r, ld_r,
-                                                                             out, epi, rows, cols, depth, s, &launched);
-      if (err != cudaSuccess || launched) return err;
+    if (sm90 == 6 && large && (cols % 8 != 0 || !aligned16(out)) && rows >= 8 &&
+        sm90_tiles_ran<h::WideS, h::Tiles::kClassOut, kLDepth, kRDepth>(device, multiprocessors, l, ld_l, r, ld_r, out,
+                                                                         epi, rows, cols, depth, s, &tiles_err)) {
+      return tiles_err;
     }
     if (sm90 != 0) {
       bool launched = false;
@@ -773,17 +743,16 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
   const bool l_aligned = ldl % 8 == 0 && aligned16(L);
   const bool r_aligned = ldr % 8 == 0 && aligned16(R);
   if (l_aligned && r_aligned) return run_aligned(L, ldl, R, ldr);
-  if (large && !l_aligned && r_aligned && sm90 == 6 && vkern_gemm_sm90::shift_chosen()) {
-    bool launched = false;
-    const cudaError_t err = launch_sm90_shift<kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr,
-                                                                           out, epi, rows, cols, depth, s, &launched);
-    if (err != cudaSuccess || launched) return err;
+  const bool only_l = large && !l_aligned && r_aligned && sm90 == 6;  // L read in place, in row classes
+  if (only_l && h::shift_chosen() &&
+      sm90_tiles_ran<h::WideS3, h::Tiles::kShiftL, kLDepth, kRDepth>(device, multiprocessors, L, ldl, R, ldr, out, epi,
+                                                                     rows, cols, depth, s, &tiles_err)) {
+    return tiles_err;
   }
-  if (large && !l_aligned && r_aligned && sm90 == 6 && cols % (16 / sizeof(Out)) == 0 && aligned16(out)) {
-    bool launched = false;
-    const cudaError_t err = launch_sm90_class_l<kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr,
-                                                                             out, epi, rows, cols, depth, s, &launched);
-    if (err != cudaSuccess || launched) return err;
+  if (only_l && cols % (16 / sizeof(Out)) == 0 && aligned16(out) &&
+      sm90_tiles_ran<h::WideSR, h::Tiles::kClassL, kLDepth, kRDepth>(device, multiprocessors, L, ldl, R, ldr, out, epi,
+                                                                     rows, cols, depth, s, &tiles_err)) {
+    return tiles_err;
   }
   if (large) {
     // Stored shapes: L is rows × depth (kLDepth) or depth × rows, R is

@@ -153,16 +153,16 @@ using NarrowS = Config<64, 8, 1, true>;
 // Medium with that epilogue: 1k 1.25/1.22/1.23; 1024×2048×4096 1.23/1.18/1.15 (WideS 0.79/1.20/1.19)
 using MediumS = Config<128, 6, 1, true>;
 // WideS with 3 stages, for the shifting producer, whose raw slots take the
-// fourth stage's shared memory (gemm.cuh, launch_sm90_shift; measured in
+// fourth stage's shared memory (gemm.cuh, sm90_tiles_ran; measured in
 // docs/row-shift-h100)
 using WideS3 = Config<256, 3, 1, true>;
 // WideS in class tiles (product_wgmma's kOutClass; gemm.cuh,
-// launch_sm90_class) for f16 outputs whose rows are not 16-byte aligned:
+// sm90_tiles_ran) for f16 outputs whose rows are not 16-byte aligned:
 // linear_nt 16384×50257×768 2.09 ms, against 2.67 for WideS's staged store
 // of unaligned rows and 2.08 for cuBLAS at 50304 (docs/lm-head-class-tiles-h100)
 
 // WideS reading L in row classes into registers (Tiles::kClassL; gemm.cuh,
-// launch_sm90_class_l): a stage's L is eight raw boxes, one per row class,
+// sm90_tiles_ran): a stage's L is eight raw boxes, one per row class,
 // of 16 rows × 72 halves (a row's 64 depth terms from any of the 8 halves
 // its class's rows start at), unswizzled. The head's dx, linear
 // 16384×768×50257, 2.18–2.19 ms against 2.92 for WideS on the padded copy,
@@ -347,8 +347,35 @@ __device__ __forceinline__ void unit_origin(int64_t u, int64_t units_m, int64_t 
   *tn = u % per_group / rows_in_group;
 }
 
-// The shifting producer's tensors of L: its eight row classes and their
-// shifts (row_shift.cuh).
+// The tiles' tile grid: tile rows and tile columns. Class tiles come 8 to
+// a block of 8·BM rows, and their columns run to cols + 7 (product_wgmma).
+template <class Cfg, Tiles kTiles>
+__host__ __device__ __forceinline__ void tile_grid(int64_t rows, int64_t cols, int64_t* tiles_m, int64_t* tiles_n) {
+  constexpr bool kOutClass = kTiles == Tiles::kClassOut;
+  constexpr int64_t kClassRows = int64_t{vkern_shift::kClasses} * Cfg::BM;
+  *tiles_m = kOutClass ? vkern_shift::kClasses * ((rows + kClassRows - 1) / kClassRows) : (rows + Cfg::BM - 1) / Cfg::BM;
+  *tiles_n = (cols + (kOutClass ? vkern_shift::kClasses - 1 : 0) + Cfg::BN - 1) / Cfg::BN;
+}
+
+// Whether tiles kTiles serve a product of these layouts, output type and
+// epilogue: the shifting producer an unaligned L that is not the K-major L
+// of K-major R (which would share its row length), class tiles K-major L
+// and R with an f16 output and at most a bias, L's row classes a K-major
+// L; neither row-class read takes the residual or the GELU, which keeps
+// the kernels built down.
+template <Tiles kTiles, bool kLDepth, bool kRDepth, typename Out, class Epi>
+constexpr bool tiles_serve() {
+  constexpr bool plain_epilogue = !Epi::kResidual && Epi::kGelu == vkern_epilogue::kNoGelu;
+  switch (kTiles) {
+    case Tiles::kShiftL: return !(kLDepth && kRDepth) && plain_epilogue;
+    case Tiles::kClassOut: return kLDepth && kRDepth && sizeof(Out) == 2 && !Epi::kAccumulate && plain_epilogue;
+    case Tiles::kClassL: return kLDepth && plain_epilogue;
+    default: return true;
+  }
+}
+
+// The row-class tiles' tensors: an operand's eight row classes, and the
+// shift of each (row_shift.cuh).
 struct ClassMaps {
   CUtensorMap map[vkern_shift::kClasses];
   int32_t shift[vkern_shift::kClasses];
@@ -405,12 +432,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut,
                  kClassL = kTiles == Tiles::kClassL;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages, kCluster = Cfg::kCluster;
-  static_assert(!kClassL || (kCluster == 1 && kLDepth && BM == 128 && BK == 64 && Cfg::kLBytes == WideSR::kLBytes),
-                "L in row classes: K-major L, WideSR's stages, no clusters");
-  static_assert(!kLShift || kCluster == 1, "the shifting producer runs without clusters");
-  static_assert(!kOutClass || (kCluster == 1 && !kLShift && kLDepth && kRDepth && sizeof(Out) == 2 && !Epi::kResidual &&
-                               !Epi::kAccumulate && Epi::kGelu == vkern_epilogue::kNoGelu),
-                "class tiles: K-major operands, an f16 output, at most a bias, no clusters");
+  static_assert(tiles_serve<kTiles, kLDepth, kRDepth, Out, Epi>(), "tiles_serve says which products the tiles take");
+  static_assert(kTiles == Tiles::kPlain || kCluster == 1, "the row-class tiles run without clusters");
+  static_assert(!kClassL || (BM == 128 && BK == 64 && Cfg::kLBytes == WideSR::kLBytes), "L in row classes: WideSR's stages");
   constexpr int kClassRows = vkern_shift::kClasses * BM;  // output rows per block of class tiles
   constexpr int kConsumers = 2;
   extern __shared__ unsigned char smem_raw[];
@@ -445,8 +469,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
-  const int64_t tiles_m = kOutClass ? vkern_shift::kClasses * ((rows + kClassRows - 1) / kClassRows) : (rows + BM - 1) / BM;
-  const int64_t tiles_n = (cols + (kOutClass ? vkern_shift::kClasses - 1 : 0) + BN - 1) / BN;
+  int64_t tiles_m, tiles_n;
+  tile_grid<Cfg, kTiles>(rows, cols, &tiles_m, &tiles_n);
   const int64_t units_m = (tiles_m + kCluster - 1) / kCluster;
   const int64_t units = units_m * tiles_n;
   const int64_t first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
@@ -1019,6 +1043,24 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
   return true;
 }
 
+// class_maps makes the tensors of L's row classes (row_shift.cuh): class
+// j of its `stored` rows, `inner` halves of each read, in boxes of
+// box_inner × box_outer, and the class's shift. False when L has fewer
+// rows than classes or a map cannot be made.
+bool class_maps(ClassMaps* maps, int device, const __half* L, int64_t ldl, int64_t stored, int64_t inner,
+                uint32_t box_inner, uint32_t box_outer, bool swizzle) {
+  if (stored < vkern_shift::kClasses) return false;
+  for (int j = 0; j < vkern_shift::kClasses; ++j) {
+    const vkern_shift::Class c = vkern_shift::class_of(reinterpret_cast<uintptr_t>(L), ldl, stored, inner, j);
+    if (!tensor_map(&maps->map[j], device, reinterpret_cast<const __half*>(c.base), c.inner, c.rows, c.row_stride / 2,
+                    box_inner, box_outer, swizzle)) {
+      return false;
+    }
+    maps->shift[j] = c.shift;
+  }
+  return true;
+}
+
 // shift_chosen says whether the server's environment sets
 // VKERN_GEMM_SHIFT=1, which lets gemm.cuh send an unaligned L to the
 // shifting producer (slower than the padded copy so far: docs/row-shift-h100).
@@ -1051,32 +1093,16 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
   bool maps = tensor_map(&map_r, device, R, kRDepth ? depth : cols, kRDepth ? cols : depth, ldr, 64,
                          kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
   if constexpr (kLShift) {
-    // L's stored rows: the product's rows (kLDepth) or its depth.
     using Raw = vkern_shift::Raw<kLDepth>;
-    const int64_t stored = kLDepth ? rows : depth, inner = kLDepth ? depth : rows;
-    if (stored < vkern_shift::kClasses) return cudaSuccess;
-    for (int j = 0; j < vkern_shift::kClasses && maps; ++j) {
-      const vkern_shift::Class c = vkern_shift::class_of(reinterpret_cast<uintptr_t>(L), ldl, stored, inner, j);
-      maps = tensor_map(&maps_shift.map[j], device, reinterpret_cast<const __half*>(c.base), c.inner, c.rows,
-                        c.row_stride / 2, Raw::kWidth, Raw::kRows, false);
-      maps_shift.shift[j] = c.shift;
-    }
+    maps = maps && class_maps(&maps_shift, device, L, ldl, kLDepth ? rows : depth, kLDepth ? depth : rows, Raw::kWidth,
+                              Raw::kRows, false);
   } else if constexpr (kTiles == Tiles::kClassL) {
-    // L's row classes, each read in boxes of 16 of its rows × 72 halves.
-    if (rows < vkern_shift::kClasses) return cudaSuccess;
-    for (int j = 0; j < vkern_shift::kClasses && maps; ++j) {
-      const vkern_shift::Class c = vkern_shift::class_of(reinterpret_cast<uintptr_t>(L), ldl, rows, depth, j);
-      maps = tensor_map(&maps_shift.map[j], device, reinterpret_cast<const __half*>(c.base), c.inner, c.rows,
-                        c.row_stride / 2, WideSR::kRawRowBytes / 2, 16, false);
-      maps_shift.shift[j] = c.shift;
-    }
+    maps = maps && class_maps(&maps_shift, device, L, ldl, rows, depth, WideSR::kRawRowBytes / 2, 16, false);
   } else if constexpr (kOutClass) {
-    // L's rows of class c (rows c, c + 8, …: 16-byte aligned, as L's rows
-    // are), and where row c of the output starts inside its 16-byte unit.
-    if (rows < vkern_shift::kClasses) return cudaSuccess;
-    for (int c = 0; c < vkern_shift::kClasses && maps; ++c) {
-      maps = tensor_map(&maps_shift.map[c], device, L + c * ldl, depth, (rows - c + vkern_shift::kClasses - 1) / vkern_shift::kClasses,
-                        vkern_shift::kClasses * ldl, 64, 128);
+    // L's rows are aligned, so its classes start where their rows do (shift
+    // 0), read as the plain tiles read L; the shifts are the output's.
+    maps = maps && class_maps(&maps_shift, device, L, ldl, rows, depth, 64, 128, true);
+    for (int c = 0; c < vkern_shift::kClasses; ++c) {
       maps_shift.shift[c] = vkern_shift::class_of(reinterpret_cast<uintptr_t>(out), cols, rows, cols, c).shift;
     }
   } else {
@@ -1124,13 +1150,9 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
             Cfg::kCluster, n);
 #endif
   }
-  // The kernel's tile grid (product_wgmma: class tiles come 8 to a block of
-  // 1024 rows, and their columns run to cols + 7).
-  constexpr int64_t kClassRows = vkern_shift::kClasses * Cfg::BM;
-  const int64_t tiles_m = kOutClass ? vkern_shift::kClasses * ((rows + kClassRows - 1) / kClassRows)
-                                    : (rows + Cfg::BM - 1) / Cfg::BM;
-  const int64_t units = ((tiles_m + Cfg::kCluster - 1) / Cfg::kCluster) *
-                        ((cols + (kOutClass ? vkern_shift::kClasses - 1 : 0) + Cfg::BN - 1) / Cfg::BN);
+  int64_t tiles_m, tiles_n;
+  tile_grid<Cfg, kTiles>(rows, cols, &tiles_m, &tiles_n);
+  const int64_t units = (tiles_m + Cfg::kCluster - 1) / Cfg::kCluster * tiles_n;
   int64_t resident = max_clusters[device];
   if (vkern_occupancy::g_lent_multiprocessors > 0) {
     // Leave the collectives' multiprocessors free (occupancy.h).
