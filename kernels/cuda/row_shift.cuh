@@ -1,9 +1,11 @@
 // Reading an L whose rows do not start 16-byte aligned with TMA, by rows
 // copied whole and shifted in shared memory: the arithmetic of
-// gemm_sm90.cu's shifting producer (kLShift), in a header of its own so
-// that a host test (kernels/testdata/row_shift_check.cc) holds it to
-// putting every element of a stage's L tile where wgmma reads it, with no
-// GPU.
+// gemm_sm90.cu's shifting producer (Tiles::kShiftL), in a header of its
+// own so that a host test (kernels/testdata/row_shift_check.cc) holds it
+// to putting every element of a stage's L tile where wgmma reads it, with
+// no GPU. Its row classes (class_of) serve gemm_sm90.cu's other row-class
+// tiles too: class tiles of an unaligned output (Tiles::kClassOut) and L
+// read in row classes into registers (Tiles::kClassL).
 //
 // TMA needs a 16-byte-aligned base, a row stride that is a multiple of 16
 // bytes, and (measured: docs/row-shift-h100, call 1) a box whose first
