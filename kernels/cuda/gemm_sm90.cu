@@ -364,7 +364,7 @@ __host__ __device__ __forceinline__ void tile_grid(int64_t rows, int64_t cols, i
 // L; neither row-class read takes the residual or the GELU, which keeps
 // the kernels built down.
 template <Tiles kTiles, bool kLDepth, bool kRDepth, typename Out, class Epi>
-constexpr bool tiles_serve() {
+__host__ __device__ constexpr bool tiles_serve() {
   constexpr bool plain_epilogue = !Epi::kResidual && Epi::kGelu == vkern_epilogue::kNoGelu;
   switch (kTiles) {
     case Tiles::kShiftL: return !(kLDepth && kRDepth) && plain_epilogue;
