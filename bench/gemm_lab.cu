@@ -230,6 +230,9 @@ int main(int argc, char** argv) {
       {"V dW head", kLinearGradW, 16384, 768, 50257},
   };
   const char* only = std::getenv("GEMM_LAB_ONLY");
+  // $GEMM_LAB_GROUP: tile rows per L2 group of the Hopper tile order (0,
+  // unset: the kernels' own).
+  if (const char* g = std::getenv("GEMM_LAB_GROUP")) vkern_gemm_sm90::vk_gemm_tuning_sm90_group = atoi(g);
   // wanted: whether $GEMM_LAB_ONLY is unset or names the case.
   auto wanted = [only](const char* name) {
     if (only == nullptr) return true;
