@@ -749,11 +749,6 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
                                                                      rows, cols, depth, s, &tiles_err)) {
     return tiles_err;
   }
-  if (only_l && cols % (16 / sizeof(Out)) == 0 && aligned16(out) && h::l_tiles_chosen() &&
-      sm90_tiles_ran<h::WideSR, h::Tiles::kClassLTiles, kLDepth, kRDepth>(device, multiprocessors, L, ldl, R, ldr, out,
-                                                                          epi, rows, cols, depth, s, &tiles_err)) {
-    return tiles_err;
-  }
   if (only_l && cols % (16 / sizeof(Out)) == 0 && aligned16(out) &&
       sm90_tiles_ran<h::WideSR, h::Tiles::kClassL, kLDepth, kRDepth>(device, multiprocessors, L, ldl, R, ldr, out, epi,
                                                                      rows, cols, depth, s, &tiles_err)) {

@@ -186,7 +186,6 @@ enum class Tiles {
   kShiftL,    // L's row classes by TMA into raw slots, shifted into place by the producer warpgroup
   kClassOut,  // a tile's rows one row class of the output, R's rows shifted by its offset
   kClassL,    // L's row classes by TMA into raw boxes, each consumer warp's A fragments built from one class's box
-  kClassLTiles,  // a tile's rows one row class of L, in one raw box a stage; A fragments built as kClassL's
 };
 
 #if defined(VKERN_GEMM_TUNING)
@@ -353,9 +352,8 @@ __device__ __forceinline__ void unit_origin(int64_t u, int64_t units_m, int64_t 
 template <class Cfg, Tiles kTiles>
 __host__ __device__ __forceinline__ void tile_grid(int64_t rows, int64_t cols, int64_t* tiles_m, int64_t* tiles_n) {
   constexpr bool kOutClass = kTiles == Tiles::kClassOut;
-  constexpr bool kClassRowTiles = kOutClass || kTiles == Tiles::kClassLTiles;
   constexpr int64_t kClassRows = int64_t{vkern_shift::kClasses} * Cfg::BM;
-  *tiles_m = kClassRowTiles ? vkern_shift::kClasses * ((rows + kClassRows - 1) / kClassRows) : (rows + Cfg::BM - 1) / Cfg::BM;
+  *tiles_m = kOutClass ? vkern_shift::kClasses * ((rows + kClassRows - 1) / kClassRows) : (rows + Cfg::BM - 1) / Cfg::BM;
   *tiles_n = (cols + (kOutClass ? vkern_shift::kClasses - 1 : 0) + Cfg::BN - 1) / Cfg::BN;
 }
 
@@ -371,8 +369,7 @@ __host__ __device__ constexpr bool tiles_serve() {
   switch (kTiles) {
     case Tiles::kShiftL: return !(kLDepth && kRDepth) && plain_epilogue;
     case Tiles::kClassOut: return kLDepth && kRDepth && sizeof(Out) == 2 && !Epi::kAccumulate && plain_epilogue;
-    case Tiles::kClassL:
-    case Tiles::kClassLTiles: return kLDepth && plain_epilogue;
+    case Tiles::kClassL: return kLDepth && plain_epilogue;
     default: return true;
   }
 }
@@ -433,7 +430,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                   Epi epi, int64_t rows, int64_t cols, int64_t depth, int group_rows) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut,
-                 kLTiles = kTiles == Tiles::kClassLTiles, kClassL = kTiles == Tiles::kClassL || kLTiles;
+                 kClassL = kTiles == Tiles::kClassL;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages, kCluster = Cfg::kCluster;
   static_assert(tiles_serve<kTiles, kLDepth, kRDepth, Out, Epi>(), "tiles_serve says which products the tiles take");
   static_assert(kTiles == Tiles::kPlain || kCluster == 1, "the row-class tiles run without clusters");
@@ -600,13 +597,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         int32_t m0 = static_cast<int32_t>((um * kCluster + rank) * BM);
         int32_t n0 = static_cast<int32_t>(tn * BN);
         const CUtensorMap* l_map = &map_l;
-        if constexpr (kOutClass || kLTiles) {
-          // Class um % 8: its rows from (um / 8)·128; kOutClass: R's from
-          // n0 − shift.
+        if constexpr (kOutClass) {
+          // Class um % 8: its rows from (um / 8)·128, R's from n0 − shift.
           const int c = static_cast<int>(um % vkern_shift::kClasses);
           l_map = &maps_shift.map[c];
           m0 = static_cast<int32_t>(um / vkern_shift::kClasses * BM);
-          if constexpr (kOutClass) n0 -= maps_shift.shift[c];
+          n0 -= maps_shift.shift[c];
         }
         for (int64_t k = 0; k < steps; ++k) {
           const int32_t p0 = static_cast<int32_t>(k * BK);
@@ -614,9 +610,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           mbar_wait(empty0 + 8 * stage, phase ^ 1);
           mbar_expect_tx(full, Cfg::kStageBytes);
           const uint32_t sl = smem + stage * Cfg::kStageBytes, sr = sl + Cfg::kLBytes;
-          if constexpr (kLTiles) {
-            tma_load(sl, l_map, full, p0, m0);  // 128 rows of the class, columns p0 … p0 + 71
-          } else if constexpr (kClassL) {
+          if constexpr (kClassL) {
             // Rows m0 + j, m0 + j + 8, …: 16 rows of class j from class row
             // m0 / 8, columns p0 … p0 + 71 of the class's tensor.
 #pragma unroll
@@ -658,33 +652,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // kClassL: this warp's class q and, in a stage, the offset of its first
     // fragment word: box q, row lane / 4, the word holding column shift_q +
     // 2·(lane % 4); an odd shift takes each pair from two words.
-    // kLTiles: the same, with the tile's class shift, and rows 16q … 16q + 15
-    // of its box.
     uint32_t a_offset = 0, a_select = 0x3210u;
-    auto a_setup = [&](int shift) {
-      const int q = 4 * consumer + warp;
+    if constexpr (kClassL) {
+      const int q = 4 * consumer + warp, shift = maps_shift.shift[q];
       a_offset = q * WideSR::kClassBoxBytes + (lane / 4) * WideSR::kRawRowBytes + (shift + 2 * (lane % 4)) / 2 * 4;
-      a_select = shift % 2 != 0 ? 0x5432u : 0x3210u;
-    };
-    if constexpr (kClassL && !kLTiles) a_setup(maps_shift.shift[4 * consumer + warp]);
+      if (shift % 2 != 0) a_select = 0x5432u;
+    }
     for (int64_t u = first_unit; u < units; u += unit_step) {
       int64_t um, tn;
       unit_origin(u, units_m, tiles_n, group, &um, &tn);
       // The tile's first output row and column, and the distance between
       // its rows (8 for class tiles).
       int64_t m0 = (um * kCluster + rank) * BM, n0 = tn * BN, step = 1;
-      if constexpr (kOutClass || kLTiles) {
+      if constexpr (kOutClass) {
         const int c = static_cast<int>(um % vkern_shift::kClasses);
         m0 = um / vkern_shift::kClasses * kClassRows + c;
-        if constexpr (kOutClass) n0 -= maps_shift.shift[c];
-        if constexpr (kLTiles) a_setup(maps_shift.shift[c]);
+        n0 -= maps_shift.shift[c];
+        step = vkern_shift::kClasses;
       }
-      if constexpr (kOutClass || kClassL) step = vkern_shift::kClasses;
-      constexpr bool kWarpClasses = kClassL && !kLTiles;  // warp q's rows are m0 + q, m0 + q + 8, …
+      if constexpr (kClassL) step = vkern_shift::kClasses;
       // The warp's first output row (its rows are slab, slab + step, …) and
       // the tile's last row.
-      const int64_t slab = kWarpClasses ? m0 + 4 * consumer + warp : m0 + step * (64 * consumer + 16 * warp);
-      const int64_t last_row = kWarpClasses ? m0 + BM - 1 : m0 + step * (BM - 1);
+      const int64_t slab = kClassL ? m0 + 4 * consumer + warp : m0 + step * (64 * consumer + 16 * warp);
+      const int64_t last_row = kClassL ? m0 + BM - 1 : m0 + step * (BM - 1);
       // The bias of two of the tile's columns, loaded now so that its
       // latency hides under the tile's products; the epilogue shares the
       // slice through shared memory.
@@ -1008,33 +998,21 @@ bool available(int device, int cc_major, int cc_minor) {
   return cc_major == 9 && cc_minor == 0 && vkern_wgmma::sm90a_loaded(device) && encode_tiled() != nullptr;
 }
 
-// promotion: the L2 promotion of every tensor map, 256 B unless the
-// environment's VKERN_GEMM_PROMOTION is none, 64 or 128 (an experiment:
-// docs/lm-head-dx-h100).
-CUtensorMapL2promotion promotion() {
-  static const CUtensorMapL2promotion p = [] {
-    const char* v = std::getenv("VKERN_GEMM_PROMOTION");
-    if (v == nullptr) return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-    if (std::strcmp(v, "none") == 0) return CU_TENSOR_MAP_L2_PROMOTION_NONE;
-    if (std::strcmp(v, "64") == 0) return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
-    if (std::strcmp(v, "128") == 0) return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
-    return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-  }();
-  return p;
-}
-
 // A 2-D f16 tensor map: `inner` contiguous elements per row, `outer` rows
 // `ld` elements apart, boxes of box_inner × box_outer with the 128-byte
-// swizzle (or none: swizzle false), zero fill outside. Cached per (pointer,
-// shape, box, swizzle, device): the kernel server runs one request at a
-// time, so the cache needs no lock.
+// swizzle (or none: swizzle false), zero fill outside, each L2 miss a box
+// row makes promoted to l2 (256 B unless said). Cached per (pointer,
+// shape, box, swizzle, promotion, device): the kernel server runs one
+// request at a time, so the cache needs no lock.
 bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner, int64_t outer, int64_t ld,
-                uint32_t box_inner, uint32_t box_outer, bool swizzle = true) {
+                uint32_t box_inner, uint32_t box_outer, bool swizzle = true,
+                CUtensorMapL2promotion l2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   struct Entry {
     const void* base;
     int64_t inner, outer, ld;
     uint32_t box_inner, box_outer;
     bool swizzle;
+    CUtensorMapL2promotion l2;
     int device;
     CUtensorMap map;
   };
@@ -1044,7 +1022,7 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
   for (int i = 0; i < used; ++i) {
     const Entry& e = cache[i];
     if (e.base == base && e.inner == inner && e.outer == outer && e.ld == ld && e.box_inner == box_inner &&
-        e.box_outer == box_outer && e.swizzle == swizzle && e.device == device) {
+        e.box_outer == box_outer && e.swizzle == swizzle && e.l2 == l2 && e.device == device) {
       *map = e.map;
       return true;
     }
@@ -1058,27 +1036,36 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
   CUtensorMap m;
   if (encode(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<__half*>(base), dims, strides, box, elem_strides,
              CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-             promotion(),
+             l2,
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
     return false;
   }
   Entry& e = cache[used < kEntries ? used++ : next++ % kEntries];
-  e = Entry{base, inner, outer, ld, box_inner, box_outer, swizzle, device, m};
+  e = Entry{base, inner, outer, ld, box_inner, box_outer, swizzle, l2, device, m};
   *map = m;
   return true;
 }
 
+// The L2 promotion of the raw boxes' maps (kShiftL, kClassL): none. Their
+// rows, 8·ld halves apart and 8 halves wider than the tile, start anywhere
+// in a 256-byte block; with each miss promoted to 256 B, the head's dx
+// (16384×768×50257) read 4.1 GB from DRAM for its 1.65 GB L, against 2.2
+// for the aligned product, and took 2.16–2.20 ms; with none, 1.86–1.87 ms
+// (docs/lm-head-dx-h100, calls 2 and 3).
+constexpr CUtensorMapL2promotion kRawBoxPromotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+
 // class_maps makes the tensors of L's row classes (row_shift.cuh): class
 // j of its `stored` rows, `inner` halves of each read, in boxes of
-// box_inner × box_outer, and the class's shift. False when L has fewer
-// rows than classes or a map cannot be made.
+// box_inner × box_outer (swizzled or raw), and the class's shift. False
+// when L has fewer rows than classes or a map cannot be made.
 bool class_maps(ClassMaps* maps, int device, const __half* L, int64_t ldl, int64_t stored, int64_t inner,
                 uint32_t box_inner, uint32_t box_outer, bool swizzle) {
+  const CUtensorMapL2promotion l2 = swizzle ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : kRawBoxPromotion;
   if (stored < vkern_shift::kClasses) return false;
   for (int j = 0; j < vkern_shift::kClasses; ++j) {
     const vkern_shift::Class c = vkern_shift::class_of(reinterpret_cast<uintptr_t>(L), ldl, stored, inner, j);
     if (!tensor_map(&maps->map[j], device, reinterpret_cast<const __half*>(c.base), c.inner, c.rows, c.row_stride / 2,
-                    box_inner, box_outer, swizzle)) {
+                    box_inner, box_outer, swizzle, l2)) {
       return false;
     }
     maps->shift[j] = c.shift;
@@ -1089,16 +1076,6 @@ bool class_maps(ClassMaps* maps, int device, const __half* L, int64_t ldl, int64
 // shift_chosen says whether the server's environment sets
 // VKERN_GEMM_SHIFT=1, which lets gemm.cuh send an unaligned L to the
 // shifting producer (slower than the padded copy so far: docs/row-shift-h100).
-// l_tiles_chosen: VKERN_GEMM_L_TILES=1 sends L's row classes to kClassLTiles
-// (an experiment against kClassL; docs/lm-head-dx-h100).
-bool l_tiles_chosen() {
-  static const bool chosen = [] {
-    const char* v = std::getenv("VKERN_GEMM_L_TILES");
-    return v != nullptr && v[0] == '1' && v[1] == 0;
-  }();
-  return chosen;
-}
-
 bool shift_chosen() {
   static const bool chosen = [] {
     const char* v = std::getenv("VKERN_GEMM_SHIFT");
@@ -1133,8 +1110,6 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
                               Raw::kRows, false);
   } else if constexpr (kTiles == Tiles::kClassL) {
     maps = maps && class_maps(&maps_shift, device, L, ldl, rows, depth, WideSR::kRawRowBytes / 2, 16, false);
-  } else if constexpr (kTiles == Tiles::kClassLTiles) {
-    maps = maps && class_maps(&maps_shift, device, L, ldl, rows, depth, WideSR::kRawRowBytes / 2, 128, false);
   } else if constexpr (kOutClass) {
     // L's rows are aligned, so its classes start where their rows do (shift
     // 0), read as the plain tiles read L; the shifts are the output's.
