@@ -161,15 +161,20 @@ using WideS3 = Config<256, 3, 1, true>;
 // linear_nt 16384×50257×768 2.09 ms, against 2.67 for WideS's staged store
 // of unaligned rows and 2.08 for cuBLAS at 50304 (docs/lm-head-class-tiles-h100)
 
-// WideS reading L in row classes into registers (Tiles::kClassL; gemm.cuh,
+// WideC2S reading L in row classes into registers (Tiles::kClassL; gemm.cuh,
 // sm90_tiles_ran): a stage's L is eight raw boxes, one per row class,
 // of 16 rows × 72 halves (a row's 64 depth terms from any of the 8 halves
-// its class's rows start at), unswizzled. The head's dx, linear
-// 16384×768×50257, 2.18–2.19 ms against 2.92 for WideS on the padded copy,
-// 1.64 for WideS at 50304 and 1.87 for cuBLAS there
-// (docs/lm-head-class-tiles-h100). One word a fragment register where the
-// shift is even, not two, measured the same (2.19–2.23 ms) and was not kept.
-struct WideSR : WideS {
+// its class's rows start at), unswizzled; R is shared by the cluster's two
+// blocks. The head's dx, linear 16384×768×50257 (docs/lm-head-class-tiles-h100,
+// docs/lm-head-dx-h100):
+// - in one block (WideS's tiles), 2.18–2.19 ms, against 2.92 for WideS on
+//   the padded copy, 1.64 for WideS at 50304 and 1.87 for cuBLAS there;
+//   one word a fragment register where the shift is even, not two,
+//   measured the same (2.19–2.23 ms);
+// - the raw boxes without L2 promotion (kRawBoxPromotion): 1.86–1.98 ms;
+// - in clusters of 2 sharing R, as here: 1.94–1.95 ms, against 1.94–2.00
+//   in one block in the same call (call 5).
+struct WideSR : WideC2S {
   static constexpr int kRawRowBytes = 72 * 2;
   static constexpr int kClassBoxBytes = 16 * kRawRowBytes;  // a multiple of 128, as TMA's destination must be
   static constexpr int kLBytes = 8 * kClassBoxBytes;        // 18 KB: R's panels stay 1024-byte aligned
@@ -433,7 +438,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                  kClassL = kTiles == Tiles::kClassL;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages, kCluster = Cfg::kCluster;
   static_assert(tiles_serve<kTiles, kLDepth, kRDepth, Out, Epi>(), "tiles_serve says which products the tiles take");
-  static_assert(kTiles == Tiles::kPlain || kCluster == 1, "the row-class tiles run without clusters");
+  static_assert(kTiles == Tiles::kPlain || kClassL || kCluster == 1,
+                "the class tiles and the shifting producer run without clusters");
   static_assert(!kClassL || (BM == 128 && BK == 64 && Cfg::kLBytes == WideSR::kLBytes), "L in row classes: WideSR's stages");
   constexpr int kClassRows = vkern_shift::kClasses * BM;  // output rows per block of class tiles
   constexpr int kConsumers = 2;
