@@ -1054,9 +1054,11 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
 
 // The L2 promotion of the raw boxes' maps (kShiftL, kClassL): none. Their
 // rows, 8·ld halves apart and 8 halves wider than the tile, start anywhere
-// in a 256-byte block; with each miss promoted to 256 B, the head's dx
-// (16384×768×50257) read 4.1 GB from DRAM for its 1.65 GB L, against 2.2
-// for the aligned product, and took 2.16–2.20 ms; with none, 1.86–1.87 ms
+// in a 256-byte block. With every map promoting each miss to 256 B, the
+// head's dx (16384×768×50257) read 4.1 GB from DRAM for its 1.65 GB L,
+// against 2.2 GB for the aligned product, and took 2.16–2.20 ms; with none
+// on these maps, 1.86–1.87 ms. Turning off R's promotion instead measured
+// about the same in the lab; the aligned products keep theirs
 // (docs/lm-head-dx-h100, calls 2 and 3).
 constexpr CUtensorMapL2promotion kRawBoxPromotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
 
