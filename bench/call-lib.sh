@@ -31,6 +31,86 @@ trap finish EXIT
 #               ncu-TAG-*.txt; prints the headline metrics. (In calls 2-4 of
 #               docs/lm-head-class-tiles-h100 the kernel server did not start
 #               under ncu; bench/gemm_lab.cu is the way that has worked.)
+#   verify N ARGS...
+#               `bin/vkern verify --backend cuda ARGS` into N.txt, within
+#               VERIFY_TIMEOUT seconds (default 150); prints its verdict
+#   build_lab [FLAGS...]
+#               bench/gemm_lab.cu with the dispatcher's variants alone
+#               (-DVKERN_GEMM_LAB_FEW) from bin/labsrc into /tmp/gemm_lab,
+#               within 300 s, its log in lab-build.txt ending "lab build
+#               rc=N"; in the background (build_lab & lab=$!; … wait $lab)
+#               it overlaps the server's build
+#   lab_times TAG CASES [ENV...]
+#               the lab's cases (a comma-separated $GEMM_LAB_ONLY) at
+#               variant 6 with the environment ENV into lab-TAG.txt;
+#               prints a line of vkern's µs a case and cuBLAS's
+#   ncu_lab TAG CASE
+#               Nsight Compute (--set full) of the lab's third
+#               product_wgmma launch at CASE (variant 6) into
+#               /tmp/TAG.ncu-rep, ncu-TAG-details.txt and
+#               ncu-TAG-sass-summary.txt; prints the headline metrics
+#   ncu_counts TAG
+#               DRAM and L2 counts of /tmp/TAG.ncu-rep into
+#               ncu-TAG-counts.txt, printed
+verify() {
+  local n=$1; shift
+  run "$n" timeout "${VERIFY_TIMEOUT:-150}" bin/vkern verify --backend cuda "$@"
+  grep -E 'PASSED|FAILED|INCORRECT' "$out/$n.txt" | tail -1
+}
+build_lab() {
+  timeout 300 nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -DVKERN_GEMM_LAB_FEW "$@" -Ibin/labsrc \
+    -o /tmp/gemm_lab bench/gemm_lab.cu -lcublas > "$out/lab-build.txt" 2>&1
+  echo "lab build rc=$?" >> "$out/lab-build.txt"
+}
+lab_times() {
+  local tag=$1 cases=$2; shift 2
+  [ "$(left)" -gt 25 ] || return
+  env "$@" GEMM_LAB_ONLY="$cases" timeout 60 /tmp/gemm_lab 6 > "$out/lab-$tag.txt" 2>&1
+  printf '%-18s' "$tag"
+  # A case line: its name (words before the MxNxK field), the shape,
+  # cuBLAS's time ("…us"), TFLOP/s, then the ratio (cuBLAS / vkern) of
+  # each variant run, variant 6's last.
+  awk '$0 ~ /[0-9]+x[0-9]+x[0-9]+/ && $0 !~ /^#/ {
+         for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+x[0-9]+x[0-9]+$/) break
+         name = $1; for (j = 2; j < i; j++) name = name " " $j
+         t = $(i + 1); sub("us", "", t)
+         printf "  %s %.0f (cuBLAS %.0f)", name, t / $NF, t }' "$out/lab-$tag.txt"
+  echo
+}
+ncu_lab() {
+  local tag=$1 case=$2
+  [ "$(left)" -gt 50 ] || return
+  step "ncu: $tag ($case)"
+  GEMM_LAB_ONLY="$case" timeout $(( $(left) - 25 )) ncu --clock-control none --set full --import-source no -k regex:product_wgmma \
+    --launch-skip 2 -c 1 -f -o "/tmp/$tag" /tmp/gemm_lab 6 > "$out/ncu-$tag-run.txt" 2>&1
+  echo "rc=$?"
+  [ -f "/tmp/$tag.ncu-rep" ] || return
+  ncu --import "/tmp/$tag.ncu-rep" --page details > "$out/ncu-$tag-details.txt" 2>&1
+  ncu -i "/tmp/$tag.ncu-rep" --page source --print-source sass --csv > "/tmp/$tag-sass.csv" 2>&1
+  python3 bench/ncu_sass_summary.py "/tmp/$tag-sass.csv" > "$out/ncu-$tag-sass-summary.txt" 2>&1
+  grep -E '^    (Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|L2 Hit Rate|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per Thread)' \
+    "$out/ncu-$tag-details.txt" | head -12
+  sed -n '/stall reasons/,$p' "$out/ncu-$tag-sass-summary.txt" | head -6
+  head -8 "$out/ncu-$tag-sass-summary.txt"
+}
+ncu_counts() {
+  local tag=$1
+  [ -f "/tmp/$tag.ncu-rep" ] || return
+  ncu --import "/tmp/$tag.ncu-rep" --page raw --csv > "/tmp/$tag-raw.csv" 2>&1
+  python3 - "/tmp/$tag-raw.csv" > "$out/ncu-$tag-counts.txt" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head, units, vals = rows[0], rows[1], rows[2]
+want = ["gpu__time_duration.sum", "dram__bytes_read.sum", "lts__t_sectors_srcunit_tex_op_read.sum",
+        "lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum", "lts__t_sectors.sum", "lts__t_bytes.sum",
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "lts__throughput.avg.pct_of_peak_sustained_elapsed"]
+for name in want:
+    if name in head:
+        i = head.index(name)
+        print(f"{name:<72} {vals[i]:>16} {units[i]}")
+PY
+  cat "$out/ncu-$tag-counts.txt"
+}
 build_server() {
   local log="$out/build-$(basename "$1").txt"
   if ! "$1" build --backend cuda > "$log" 2>&1; then

@@ -15,15 +15,13 @@ NAME=call2
 LIMIT=560
 source bench/call-lib.sh
 step "build (the lab in the background)"
-( timeout 300 nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -DVKERN_GEMM_LAB_FEW -Xptxas -v -Ibin/labsrc \
-    -o /tmp/gemm_lab bench/gemm_lab.cu -lcublas > "$out/lab-build.txt" 2>&1; echo "lab build rc=$?" >> "$out/lab-build.txt" ) &
+build_lab -Xptxas -v &
 lab=$!
 build_server bin/vkern || exit 1
-v() { local n=$1; shift; run "$n" timeout 150 bin/vkern verify --backend cuda "$@"; grep -E 'PASSED|FAILED|INCORRECT' "$out/$n.txt" | tail -1; }
 step "verify: class tiles of L"
-VKERN_GEMM_L_TILES=1 v verify-l-tiles-linear --op linear --shape 16390x520x1001 --shape 4100x1000x1003:bias=0 --shape 4103x1024x4097 \
+VKERN_GEMM_L_TILES=1 verify verify-l-tiles-linear --op linear --shape 16390x520x1001 --shape 4100x1000x1003:bias=0 --shape 4103x1024x4097 \
   --dist integer --dist normal --dist special
-VKERN_GEMM_L_TILES=1 v verify-l-tiles-gemm --op gemm --shape 4096x512x4099 --shape 4101x768x2053 --dist integer --dist normal --dist special
+VKERN_GEMM_L_TILES=1 verify verify-l-tiles-gemm --op gemm --shape 4096x512x4099 --shape 4101x768x2053 --dist integer --dist normal --dist special
 step "anchors and bench"
 python3 bench/op_anchors.py linear=16384x768x50304:bias=0 > "$out/anchors.jsonl" 2> "$out/anchors.stderr" || echo "anchors: FAILED"
 for round in 1 2; do
@@ -38,20 +36,15 @@ wait $lab
 tail -1 "$out/lab-build.txt"
 grep -A2 "TilesE4" "$out/lab-build.txt" | grep -E 'spill|registers' | head -4
 [ -x /tmp/gemm_lab ] || exit 1
-lab_run() {  # TAG ENV...: the lab at the head's dx, 50257 and 50304, variant 6
-  local tag=$1; shift
-  env "$@" GEMM_LAB_ONLY="V dx head,dx head" timeout 60 /tmp/gemm_lab 6 > "$out/lab-$tag.txt" 2>&1
-  printf '%-22s %s\n' "$tag" "$(grep -E '^V dx head' "$out/lab-$tag.txt" | awk '{print $4, $NF}') $(grep -E '^dx head' "$out/lab-$tag.txt" | awk '{print $3, $NF}')"
-}
-echo "setting                V-dx: cuBLAS@50257 ratio(v6) | dx@50304: cuBLAS ratio(v6)"
-lab_run classl X=1
-lab_run ltiles VKERN_GEMM_L_TILES=1
-lab_run classl-promo-none VKERN_GEMM_PROMOTION=none
-lab_run ltiles-promo-none VKERN_GEMM_L_TILES=1 VKERN_GEMM_PROMOTION=none
-lab_run ltiles-promo-128 VKERN_GEMM_L_TILES=1 VKERN_GEMM_PROMOTION=128
-lab_run classl-group-16 GEMM_LAB_GROUP=16
-lab_run ltiles-group-16 VKERN_GEMM_L_TILES=1 GEMM_LAB_GROUP=16
-lab_run ltiles-group-4 VKERN_GEMM_L_TILES=1 GEMM_LAB_GROUP=4
+cases="V dx head,dx head"
+lab_times classl "$cases"
+lab_times ltiles "$cases" VKERN_GEMM_L_TILES=1
+lab_times classl-promo-none "$cases" VKERN_GEMM_PROMOTION=none
+lab_times ltiles-promo-none "$cases" VKERN_GEMM_L_TILES=1 VKERN_GEMM_PROMOTION=none
+lab_times ltiles-promo-128 "$cases" VKERN_GEMM_L_TILES=1 VKERN_GEMM_PROMOTION=128
+lab_times classl-group-16 "$cases" GEMM_LAB_GROUP=16
+lab_times ltiles-group-16 "$cases" VKERN_GEMM_L_TILES=1 GEMM_LAB_GROUP=16
+lab_times ltiles-group-4 "$cases" VKERN_GEMM_L_TILES=1 GEMM_LAB_GROUP=4
 step "Nsight Compute: DRAM and L2 counts"
 metrics=gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 ncu_run() {  # TAG CASE ENV...

@@ -14,8 +14,7 @@ NAME=call3
 LIMIT=560
 source bench/call-lib.sh
 step "build (the lab in the background)"
-( timeout 300 nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -DVKERN_GEMM_LAB_FEW -Ibin/labsrc \
-    -o /tmp/gemm_lab bench/gemm_lab.cu -lcublas > "$out/lab-build.txt" 2>&1; echo "lab build rc=$?" >> "$out/lab-build.txt" ) &
+build_lab &
 lab=$!
 build_server bin/vkern || exit 1
 step "anchors and bench"
@@ -34,21 +33,12 @@ wait $lab
 tail -1 "$out/lab-build.txt"
 [ -x /tmp/gemm_lab ] || exit 1
 cases="V dx head,dx head,V fwd head,fwd head"
-lab_run() {  # TAG ENV...: the lab's four cases at variant 6; prints vkern's µs a case
-  local tag=$1; shift
-  [ "$(left)" -gt 25 ] || return
-  env "$@" GEMM_LAB_ONLY="$cases" timeout 60 /tmp/gemm_lab 6 > "$out/lab-$tag.txt" 2>&1
-  printf '%-16s' "$tag"
-  awk '/^(V dx|dx|V fwd|fwd) head/ { n = ($1 == "V") ? $1 " " $2 " " $3 : $1 " " $2; t = ($1 == "V") ? $5 : $4; r = $NF; sub("us", "", t); printf "  %s %.0f", n, t / r }' "$out/lab-$tag.txt"
-  awk '/^(dx|fwd) head/ { t = $4; sub("us", "", t); printf "  cuBLAS %s %s %.0f", $1, $2, t }' "$out/lab-$tag.txt"
-  echo
-}
 for round in 1 2; do
-  lab_run default X=1
-  lab_run L-none VKERN_GEMM_PROMOTION_L=none
-  lab_run L-64 VKERN_GEMM_PROMOTION_L=64
-  lab_run L-128 VKERN_GEMM_PROMOTION_L=128
-  lab_run R-none VKERN_GEMM_PROMOTION_R=none
-  lab_run L-none-R-128 VKERN_GEMM_PROMOTION_L=none VKERN_GEMM_PROMOTION_R=128
-  lab_run both-none VKERN_GEMM_PROMOTION_L=none VKERN_GEMM_PROMOTION_R=none
+  lab_times default "$cases"
+  lab_times L-none "$cases" VKERN_GEMM_PROMOTION_L=none
+  lab_times L-64 "$cases" VKERN_GEMM_PROMOTION_L=64
+  lab_times L-128 "$cases" VKERN_GEMM_PROMOTION_L=128
+  lab_times R-none "$cases" VKERN_GEMM_PROMOTION_R=none
+  lab_times L-none-R-128 "$cases" VKERN_GEMM_PROMOTION_L=none VKERN_GEMM_PROMOTION_R=128
+  lab_times both-none "$cases" VKERN_GEMM_PROMOTION_L=none VKERN_GEMM_PROMOTION_R=none
 done

@@ -12,11 +12,11 @@ LIMIT=400
 source bench/call-lib.sh
 step "build"
 build_server bin/vkern || exit 1
-v() { local n=$1; shift; run "$n" timeout 120 bin/vkern verify --backend cuda "$@"; grep -E 'PASSED|FAILED|INCORRECT' "$out/$n.txt" | tail -1; }
+VERIFY_TIMEOUT=120
 step "verify: WideSRC2"
-VKERN_GEMM_CLASS_L_C2=1 v verify-c2-linear --op linear --shape 16390x520x1001 --shape 4100x1000x1003:bias=0 --shape 4103x1024x4097 \
+VKERN_GEMM_CLASS_L_C2=1 verify verify-c2-linear --op linear --shape 16390x520x1001 --shape 4100x1000x1003:bias=0 --shape 4103x1024x4097 \
   --dist integer --dist normal --dist special
-VKERN_GEMM_CLASS_L_C2=1 v verify-c2-gemm --op gemm --shape 4096x512x4099 --shape 4101x768x2053 --dist integer --dist normal --dist special
+VKERN_GEMM_CLASS_L_C2=1 verify verify-c2-gemm --op gemm --shape 4096x512x4099 --shape 4101x768x2053 --dist integer --dist normal --dist special
 step "anchors and bench"
 python3 bench/op_anchors.py linear=16384x768x50304:bias=0 > "$out/anchors.jsonl" 2> "$out/anchors.stderr" || echo "anchors: FAILED"
 for round in 1 2 3; do
