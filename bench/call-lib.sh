@@ -31,6 +31,9 @@ trap finish EXIT
 #               ncu-TAG-*.txt; prints the headline metrics. (In calls 2-4 of
 #               docs/lm-head-class-tiles-h100 the kernel server did not start
 #               under ncu; bench/gemm_lab.cu is the way that has worked.)
+#   tables      writes table.txt: bench_table, then anchor_table of
+#               anchors.jsonl and of anchors-after.jsonl (its lines marked
+#               "after", anchors measured after the rounds), and prints it
 #   verify N ARGS...
 #               `bin/vkern verify --backend cuda ARGS` into N.txt, within
 #               VERIFY_TIMEOUT seconds (default 150); prints its verdict
@@ -52,6 +55,12 @@ trap finish EXIT
 #   ncu_counts TAG
 #               DRAM and L2 counts of /tmp/TAG.ncu-rep into
 #               ncu-TAG-counts.txt, printed
+tables() {
+  bench_table > "$out/table.txt"
+  [ -f "$out/anchors.jsonl" ] && anchor_table "$out/anchors.jsonl" >> "$out/table.txt"
+  [ -f "$out/anchors-after.jsonl" ] && anchor_table "$out/anchors-after.jsonl" | sed 's/^anchor/after /' >> "$out/table.txt"
+  cat "$out/table.txt"
+}
 verify() {
   local n=$1; shift
   run "$n" timeout "${VERIFY_TIMEOUT:-150}" bin/vkern verify --backend cuda "$@"

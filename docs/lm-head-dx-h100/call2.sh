@@ -28,9 +28,7 @@ for round in 1 2; do
   bench_ops "classl-$round" bin/vkern "$out/anchors.jsonl" linear 16384x768x50257:bias=0 16384x768x50304:bias=0
   VKERN_GEMM_L_TILES=1 bench_ops "ltiles-$round" bin/vkern "$out/anchors.jsonl" linear 16384x768x50257:bias=0
 done
-bench_table > "$out/table.txt"
-anchor_table "$out/anchors.jsonl" >> "$out/table.txt"
-cat "$out/table.txt"
+tables
 step "the lab"
 wait $lab
 tail -1 "$out/lab-build.txt"

@@ -25,9 +25,7 @@ for round in 1 2; do
   VKERN_GEMM_PROMOTION_L=none bench_ops "lnone-$round" bin/vkern "$out/anchors.jsonl" linear 16384x768x50257:bias=0 16384x768x50304:bias=0
   VKERN_GEMM_PROMOTION_L=none bench_ops "lnone-$round" bin/vkern "$out/anchors.jsonl" linear_nt 16384x50257x768 16384x50304x768
 done
-bench_table > "$out/table.txt"
-anchor_table "$out/anchors.jsonl" >> "$out/table.txt"
-cat "$out/table.txt"
+tables
 step "the lab"
 wait $lab
 tail -1 "$out/lab-build.txt"

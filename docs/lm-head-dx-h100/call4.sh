@@ -27,9 +27,7 @@ for round in 1 2; do
   bench_ops "padded-$round" bin/vkern "$out/anchors.jsonl" linear_grad_w 16384x768x50257 16384x768x50304
   VKERN_GEMM_SHIFT=1 bench_ops "shift-$round" bin/vkern "$out/anchors.jsonl" linear_grad_w 16384x768x50257
 done
-bench_table > "$out/table.txt"
-anchor_table "$out/anchors.jsonl" >> "$out/table.txt"
-cat "$out/table.txt"
+tables
 step "planted defects of L in row classes"
 [ "$(left)" -gt 100 ] && run defects timeout $(( $(left) - 10 )) ./bin/vkern.test -test.run 'TestPlantedDefectsInTheCUDAKernelsAreIncorrect/Hopper_row_classes' -test.v
 grep -E '^(    --- |--- |ok|FAIL$)' "$out/defects.txt" | tail -4

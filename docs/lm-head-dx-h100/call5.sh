@@ -25,7 +25,4 @@ for round in 1 2 3; do
   VKERN_GEMM_CLASS_L_C2=1 bench_ops "widesrc2-$round" bin/vkern "$out/anchors.jsonl" linear 16384x768x50257:bias=0
 done
 python3 bench/op_anchors.py linear=16384x768x50304:bias=0 > "$out/anchors-after.jsonl" 2> "$out/anchors-after.stderr" || echo "anchors: FAILED"
-bench_table > "$out/table.txt"
-anchor_table "$out/anchors.jsonl" >> "$out/table.txt"
-anchor_table "$out/anchors-after.jsonl" | sed 's/^anchor/after /' >> "$out/table.txt"
-cat "$out/table.txt"
+tables

@@ -24,10 +24,7 @@ for round in 1 2 3; do
   bench_ops "vkern-$round" bin/vkern "$out/anchors.jsonl" linear 16384x768x50257:bias=0 16384x768x50304:bias=0
 done
 python3 bench/op_anchors.py linear=16384x768x50304:bias=0 > "$out/anchors-after.jsonl" 2> "$out/anchors-after.stderr" || echo "anchors: FAILED"
-bench_table > "$out/table.txt"
-anchor_table "$out/anchors.jsonl" >> "$out/table.txt"
-anchor_table "$out/anchors-after.jsonl" | sed 's/^anchor/after /' >> "$out/table.txt"
-cat "$out/table.txt"
+tables
 step "planted defects of L in row classes"
 [ "$(left)" -gt 100 ] && run defects timeout $(( $(left) - 10 )) ./bin/vkern.test -test.run 'TestPlantedDefectsInTheCUDAKernelsAreIncorrect/Hopper_row_classes' -test.v
 grep -E '^(    --- |--- |ok|FAIL$)' "$out/defects.txt" | tail -4
