@@ -579,6 +579,15 @@ var CUDADefects = []Mutation{
 		Op:  "linear", Shapes: []string{"16390x520x1001"},
 	},
 	{
+		// WideSR runs in clusters of 2, each block multicasting half of a
+		// stage's R to both: the only clustered kernel the dispatcher
+		// picks by default.
+		Name: "Hopper row classes of L: both blocks of a cluster multicast R's first half", File: "cuda/gemm_sm90.cu",
+		Old: "tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0 + rank * kShare, (1u << kCluster) - 1);",
+		New: "tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0, (1u << kCluster) - 1);",
+		Op:  "linear", Shapes: []string{"16390x520x1001"},
+	},
+	{
 		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",
 		Old: "m = row_max<T>(m, red);", New: "m = 0.0f * row_max<T>(m, red);",
 		Op: "softmax", Shapes: []string{"7x4099"},

@@ -563,8 +563,10 @@ cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl,
 //   GPT-2's head at its vocabulary of 50257), with an output whose rows
 //   are aligned: WideSR's consumer warps build their wgmma A fragments from
 //   L's row classes (gemm_sm90.cu, Tiles::kClassL; no residual or GELU
-//   epilogue, which keeps the kernels built down). The head's dx took 2.19
-//   ms against 2.92 with the padded copy (docs/lm-head-class-tiles-h100).
+//   epilogue, which keeps the kernels built down), in clusters of 2 sharing
+//   R. The head's dx took 1.90 ms against 2.92 with the padded copy and
+//   1.64 for the aligned product (docs/lm-head-class-tiles-h100,
+//   docs/lm-head-dx-h100).
 // - Where the server's environment sets VKERN_GEMM_SHIFT=1, an MN-major L
 //   too (grad_b's A, linear_grad_w's x: the head's dW): WideS3's producer
 //   copies L's row classes with TMA and shifts each row into place in
@@ -690,7 +692,7 @@ cudaError_t launch_sm90(int variant, int device, int multiprocessors, const __ha
 // 16-byte aligned (WideS: GPT-2's logits at V = 50257, linear_nt
 // 16384×50257×768 from 2.67 ms with the staged store of unaligned rows to
 // 2.09, cuBLAS's time at 50304), and L's row classes (WideSR: the head's
-// dx; docs/lm-head-class-tiles-h100).
+// dx; docs/lm-head-class-tiles-h100, docs/lm-head-dx-h100).
 template <class Cfg, vkern_gemm_sm90::Tiles kTiles, bool kLDepth, bool kRDepth, typename Out, class Epi>
 bool sm90_tiles_ran(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
                     Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
