@@ -1093,9 +1093,6 @@ bool shift_chosen() {
   return chosen;
 }
 
-// Whether TMA can read the operand in place: 16-byte-aligned base and rows.
-bool tma_aligned(const __half* p, int64_t ld) { return ld % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 // launch runs variant Cfg with the tiles kTiles (see product_wgmma): the
 // shifting producer and L's row classes take any ld and base of L and at
 // least 8 stored rows, class tiles at least 8 rows. *launched is false (and
