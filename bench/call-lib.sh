@@ -28,7 +28,7 @@ trap finish EXIT
 #   ncu_bench TAG SHIFT OP SHAPE
 #               Nsight Compute (--set full) of the third product_wgmma launch
 #               of `vkern bench` of OP at SHAPE, VKERN_GEMM_SHIFT=SHIFT, into
-#               ncu-TAG-*.txt; prints the headline metrics. (In calls 2-4 of
+#               /tmp/TAG.ncu-rep, then ncu_report. (In calls 2-4 of
 #               docs/lm-head-class-tiles-h100 the kernel server did not start
 #               under ncu; bench/gemm_lab.cu is the way that has worked.)
 #   tables      writes table.txt: bench_table, then anchor_table of
@@ -50,8 +50,12 @@ trap finish EXIT
 #   ncu_lab TAG CASE
 #               Nsight Compute (--set full) of the lab's third
 #               product_wgmma launch at CASE (variant 6) into
-#               /tmp/TAG.ncu-rep, ncu-TAG-details.txt and
-#               ncu-TAG-sass-summary.txt; prints the headline metrics
+#               /tmp/TAG.ncu-rep, then ncu_report
+#   ncu_report TAG
+#               the details page and SASS summary of /tmp/TAG.ncu-rep into
+#               ncu-TAG-details.txt and ncu-TAG-sass-summary.txt; prints the
+#               headline metrics, the stall reasons and the top opcodes
+#               (ncu_bench and ncu_lab end with it)
 #   ncu_counts TAG
 #               DRAM and L2 counts of /tmp/TAG.ncu-rep into
 #               ncu-TAG-counts.txt, printed
@@ -94,10 +98,14 @@ ncu_lab() {
     --launch-skip 2 -c 1 -f -o "/tmp/$tag" /tmp/gemm_lab 6 > "$out/ncu-$tag-run.txt" 2>&1
   echo "rc=$?"
   [ -f "/tmp/$tag.ncu-rep" ] || return
+  ncu_report "$tag"
+}
+ncu_report() {
+  local tag=$1
   ncu --import "/tmp/$tag.ncu-rep" --page details > "$out/ncu-$tag-details.txt" 2>&1
   ncu -i "/tmp/$tag.ncu-rep" --page source --print-source sass --csv > "/tmp/$tag-sass.csv" 2>&1
   python3 bench/ncu_sass_summary.py "/tmp/$tag-sass.csv" > "$out/ncu-$tag-sass-summary.txt" 2>&1
-  grep -E '^    (Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|L2 Hit Rate|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per Thread)' \
+  grep -E '^    (Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|DRAM Throughput|L2 Hit Rate|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per Thread)' \
     "$out/ncu-$tag-details.txt" | head -12
   sed -n '/stall reasons/,$p' "$out/ncu-$tag-sass-summary.txt" | head -6
   head -8 "$out/ncu-$tag-sass-summary.txt"
@@ -160,9 +168,5 @@ ncu_bench() {
     bin/vkern bench --suite ops --backend cuda --op "$op" --shape "$shape" --runs 3 > "$out/ncu-$tag-run.txt" 2>&1
   echo "rc=$?"
   [ -f "/tmp/$tag.ncu-rep" ] || { tail -5 "$out/ncu-$tag-run.txt"; return; }
-  ncu --import "/tmp/$tag.ncu-rep" --page details > "$out/ncu-$tag-details.txt" 2>&1
-  ncu -i "/tmp/$tag.ncu-rep" --page source --print-source sass --csv > "/tmp/$tag-sass.csv" 2>&1
-  python3 bench/ncu_sass_summary.py "/tmp/$tag-sass.csv" > "$out/ncu-$tag-sass-summary.txt" 2>&1
-  grep -E '^    (Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|DRAM Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per Thread|Shared Memory Configuration Size)' "$out/ncu-$tag-details.txt" | head -14
-  tail -12 "$out/ncu-$tag-sass-summary.txt"
+  ncu_report "$tag"
 }
