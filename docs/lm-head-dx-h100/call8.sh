@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Branch dx-share-l (not yet run): L's row classes in clusters of 3 along
+# the tile columns, sharing L's eight class boxes by multicast (WideSRL3;
+# VKERN_GEMM_SHARE_L=1), against main's WideSR (clusters of 2 sharing R).
+#   - verify WideSRL3 at odd K (linear, gemm: 3 tile columns or fewer, and
+#     column counts that leave a cluster's last tiles empty) and at the
+#     head's dx;
+#   - the head's dx, the two in turn, three times, with cuBLAS before and
+#     after.
+# Run from the repository root with bin/ from `bash bench/prep-call.sh`.
+set -uo pipefail
+NAME=call8
+LIMIT=450
+source bench/call-lib.sh
+step "build"
+build_server bin/vkern || exit 1
+v() { local n=$1; shift; run "$n" timeout 150 bin/vkern verify --backend cuda "$@"; grep -E 'PASSED|FAILED|INCORRECT' "$out/$n.txt" | tail -1; }
+step "verify: WideSRL3"
+VKERN_GEMM_SHARE_L=1 v verify-share-l-linear --op linear --shape 16390x520x1001 --shape 4100x1000x1003:bias=0 --shape 4103x1024x4097 \
+  --shape 16384x768x50257:bias=0 --dist integer --dist normal --dist special
+VKERN_GEMM_SHARE_L=1 v verify-share-l-gemm --op gemm --shape 4096x512x4099 --shape 4101x768x2053 --shape 4099x264x4097 \
+  --dist integer --dist normal --dist special
+step "anchors and bench"
+python3 bench/op_anchors.py linear=16384x768x50304:bias=0 > "$out/anchors.jsonl" 2> "$out/anchors.stderr" || echo "anchors: FAILED"
+for round in 1 2 3; do
+  [ "$(left)" -gt 60 ] || break
+  bench_ops "widesr-$round" bin/vkern "$out/anchors.jsonl" linear 16384x768x50257:bias=0 16384x768x50304:bias=0
+  VKERN_GEMM_SHARE_L=1 bench_ops "sharel-$round" bin/vkern "$out/anchors.jsonl" linear 16384x768x50257:bias=0
+done
+python3 bench/op_anchors.py linear=16384x768x50304:bias=0 > "$out/anchors-after.jsonl" 2> "$out/anchors-after.stderr" || echo "anchors: FAILED"
+bench_table > "$out/table.txt"
+anchor_table "$out/anchors.jsonl" >> "$out/table.txt"
+anchor_table "$out/anchors-after.jsonl" | sed 's/^anchor/after /' >> "$out/table.txt"
+cat "$out/table.txt"
