@@ -2,9 +2,9 @@
 # Branch dx-share-l (not yet run): L's row classes in clusters of 3 along
 # the tile columns, sharing L's eight class boxes by multicast (WideSRL3;
 # VKERN_GEMM_SHARE_L=1), against main's WideSR (clusters of 2 sharing R).
-#   - verify WideSRL3 at odd K (linear, gemm: 3 tile columns or fewer, and
-#     column counts that leave a cluster's last tiles empty) and at the
-#     head's dx;
+#   - verify WideSRL3 at odd K and at the head's dx: 2, 3 and 4 tile
+#     columns of 256 (4100x1000x1003 and 4103x1024x4097 leave a cluster's
+#     last two tiles past the last column, 16390x512x1001 its last one);
 #   - the head's dx, the two in turn, three times, with cuBLAS before and
 #     after.
 # Run from the repository root with bin/ from `bash bench/prep-call.sh`.
@@ -18,7 +18,7 @@ v() { local n=$1; shift; run "$n" timeout 150 bin/vkern verify --backend cuda "$
 step "verify: WideSRL3"
 VKERN_GEMM_SHARE_L=1 v verify-share-l-linear --op linear --shape 16390x520x1001 --shape 4100x1000x1003:bias=0 --shape 4103x1024x4097 \
   --shape 16384x768x50257:bias=0 --dist integer --dist normal --dist special
-VKERN_GEMM_SHARE_L=1 v verify-share-l-gemm --op gemm --shape 4096x512x4099 --shape 4101x768x2053 --shape 4099x264x4097 \
+VKERN_GEMM_SHARE_L=1 v verify-share-l-gemm --op gemm --shape 4096x512x4099 --shape 4101x768x2053 --shape 16390x512x1001 \
   --dist integer --dist normal --dist special
 step "anchors and bench"
 python3 bench/op_anchors.py linear=16384x768x50304:bias=0 > "$out/anchors.jsonl" 2> "$out/anchors.stderr" || echo "anchors: FAILED"
