@@ -14,11 +14,10 @@ LIMIT=450
 source bench/call-lib.sh
 step "build"
 build_server bin/vkern || exit 1
-v() { local n=$1; shift; run "$n" timeout 150 bin/vkern verify --backend cuda "$@"; grep -E 'PASSED|FAILED|INCORRECT' "$out/$n.txt" | tail -1; }
 step "verify: WideSRL3"
-VKERN_GEMM_SHARE_L=1 v verify-share-l-linear --op linear --shape 16390x520x1001 --shape 4100x1000x1003:bias=0 --shape 4103x1024x4097 \
+VKERN_GEMM_SHARE_L=1 verify verify-share-l-linear --op linear --shape 16390x520x1001 --shape 4100x1000x1003:bias=0 --shape 4103x1024x4097 \
   --shape 16384x768x50257:bias=0 --dist integer --dist normal --dist special
-VKERN_GEMM_SHARE_L=1 v verify-share-l-gemm --op gemm --shape 4096x512x4099 --shape 4101x768x2053 --shape 16390x512x1001 \
+VKERN_GEMM_SHARE_L=1 verify verify-share-l-gemm --op gemm --shape 4096x512x4099 --shape 4101x768x2053 --shape 16390x512x1001 \
   --dist integer --dist normal --dist special
 step "anchors and bench"
 python3 bench/op_anchors.py linear=16384x768x50304:bias=0 > "$out/anchors.jsonl" 2> "$out/anchors.stderr" || echo "anchors: FAILED"
@@ -28,7 +27,4 @@ for round in 1 2 3; do
   VKERN_GEMM_SHARE_L=1 bench_ops "sharel-$round" bin/vkern "$out/anchors.jsonl" linear 16384x768x50257:bias=0
 done
 python3 bench/op_anchors.py linear=16384x768x50304:bias=0 > "$out/anchors-after.jsonl" 2> "$out/anchors-after.stderr" || echo "anchors: FAILED"
-bench_table > "$out/table.txt"
-anchor_table "$out/anchors.jsonl" >> "$out/table.txt"
-anchor_table "$out/anchors-after.jsonl" | sed 's/^anchor/after /' >> "$out/table.txt"
-cat "$out/table.txt"
+tables
