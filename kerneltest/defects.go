@@ -583,7 +583,7 @@ var CUDADefects = []Mutation{
 		// stage's R to both: the only clustered kernel the dispatcher
 		// picks by default.
 		Name: "Hopper row classes of L: both blocks of a cluster multicast R's first half", File: "cuda/gemm_sm90.cu",
-		Old: "tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0 + rank * kShare, (1u << kCluster) - 1);",
+		Old: "tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0 + r_rank * kShare, (1u << kCluster) - 1);",
 		New: "tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0, (1u << kCluster) - 1);",
 		Op:  "linear", Shapes: []string{"16390x520x1001"},
 	},
