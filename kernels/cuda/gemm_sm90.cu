@@ -4,7 +4,8 @@
 // bulk tensor copy engine (TMA) and warpgroup MMA (wgmma).
 //
 // Launch shape: a persistent 1-D grid of at most one block per multiprocessor
-// (clusters of kCluster blocks along the rows), 384 threads = 3 warpgroups.
+// (clusters of kCluster blocks along the rows, or along the columns where
+// they share L), 384 threads = 3 warpgroups.
 // Warpgroup 0 is the producer: it gives registers back (setmaxnreg.dec) and
 // one of its threads walks the block's tiles, issuing TMA copies of a BM × 64
 // slice of L and a 64 × BN slice of R per depth step into a kStages-deep ring
@@ -23,7 +24,9 @@
 // kCluster, unit += gridDim / kCluster, so the blocks running at once share
 // operand panels in L2. With kCluster = 2, the two blocks of a cluster take
 // vertically adjacent tiles that need the same R slice: each loads half of it
-// and multicasts that half to both.
+// and multicasts that half to both. With kShareL (WideSRL3, L's row classes
+// only), the kCluster blocks take horizontally adjacent tiles that need the
+// same L: each loads some of L's class boxes and multicasts them to all.
 //
 // Layouts: a depth-contiguous operand is K-major for wgmma (rows of 64
 // depth terms = 128 bytes, one swizzle atom wide); the others (B of gemm, Aᵀ
@@ -495,6 +498,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // tile order is a cluster's tiles.
   constexpr bool kShareL = Cfg::kShareL;
   static_assert(!kShareL || kClassL, "L is shared only as row classes");
+  static_assert(kShareL ? kCluster <= vkern_shift::kClasses : kCluster <= 2,
+                "clusters of 1 or 2 blocks along the rows, or of at most 8 sharing L's 8 class boxes");
   constexpr int kRowBlocks = kShareL ? 1 : kCluster, kColBlocks = kShareL ? kCluster : 1;
   const uint32_t r_rank = kShareL ? 0 : rank;  // this block's share of R
   int64_t tiles_m, tiles_n;
@@ -1145,7 +1150,9 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
                    Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
                    bool* launched) {
   *launched = false;
-  constexpr int64_t kMaxDim = INT32_MAX - 256;  // int32 box coordinates, a box past the edge included
+  // int32 box coordinates, the boxes past the edge included (a cluster's
+  // blocks past the last column start up to kCluster − 1 tiles out).
+  constexpr int64_t kMaxDim = INT32_MAX - 256 * (Cfg::kShareL ? Cfg::kCluster : 1);
   if (rows > kMaxDim || cols > kMaxDim || depth > kMaxDim) return cudaSuccess;
   constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut;
   CUtensorMap map_l = {}, map_r;
