@@ -465,14 +465,6 @@ var shiftChosen = []Edit{{
 	New: `return true;`,
 }}
 
-// shareLChosen turns WideSRL3 on (it runs only where VKERN_GEMM_SHARE_L=1
-// otherwise), for the defect planted in it.
-var shareLChosen = []Edit{{
-	Old: `const char* v = std::getenv("VKERN_GEMM_SHARE_L");
-    return v != nullptr && v[0] == '1' && v[1] == 0;`,
-	New: `return true;`,
-}}
-
 // CUDADefects plant the cpu suite's kinds of defect in the CUDA kernels.
 // On a Hopper GPU every GEMM whose operands are 16-byte aligned runs the
 // TMA + wgmma kernels of gemm_sm90.cu, so the defects in gemm.cuh's mma.sync
@@ -591,17 +583,9 @@ var CUDADefects = []Mutation{
 		// stage's R to both: the only clustered kernel the dispatcher
 		// picks by default.
 		Name: "Hopper row classes of L: both blocks of a cluster multicast R's first half", File: "cuda/gemm_sm90.cu",
-		Old: "tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0 + r_rank * kShare, (1u << kCluster) - 1);",
+		Old: "tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0 + rank * kShare, (1u << kCluster) - 1);",
 		New: "tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0, (1u << kCluster) - 1);",
 		Op:  "linear", Shapes: []string{"16390x520x1001"},
-	},
-	{
-		// WideSRL3 (branch dx-share-l): a cluster's blocks share L across
-		// adjacent tile columns; here every block computes the first.
-		Name: "Hopper row classes of L shared by a cluster: every block on the cluster's first tile column", File: "cuda/gemm_sm90.cu",
-		Old: "auto tile_n0 = [&](int64_t tn) { return (tn * kColBlocks + (kShareL ? rank : 0)) * BN; };",
-		New: "auto tile_n0 = [&](int64_t tn) { return (tn * kColBlocks) * BN; };",
-		Op:  "linear", Shapes: []string{"16390x520x1001"}, Setup: shareLChosen,
 	},
 	{
 		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",

@@ -757,11 +757,6 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
                                                                      rows, cols, depth, s, &tiles_err)) {
     return tiles_err;
   }
-  if (only_l && out_aligned && h::share_l_chosen() &&
-      sm90_tiles_ran<h::WideSRL3, h::Tiles::kClassL, kLDepth, kRDepth>(device, multiprocessors, L, ldl, R, ldr, out, epi,
-                                                                       rows, cols, depth, s, &tiles_err)) {
-    return tiles_err;
-  }
   if (only_l && out_aligned &&
       sm90_tiles_ran<h::WideSR, h::Tiles::kClassL, kLDepth, kRDepth>(device, multiprocessors, L, ldl, R, ldr, out, epi,
                                                                      rows, cols, depth, s, &tiles_err)) {

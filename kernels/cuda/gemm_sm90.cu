@@ -4,8 +4,7 @@
 // bulk tensor copy engine (TMA) and warpgroup MMA (wgmma).
 //
 // Launch shape: a persistent 1-D grid of at most one block per multiprocessor
-// (clusters of kCluster blocks along the rows, or along the columns where
-// they share L), 384 threads = 3 warpgroups.
+// (clusters of kCluster blocks along the rows), 384 threads = 3 warpgroups.
 // Warpgroup 0 is the producer: it gives registers back (setmaxnreg.dec) and
 // one of its threads walks the block's tiles, issuing TMA copies of a BM × 64
 // slice of L and a 64 × BN slice of R per depth step into a kStages-deep ring
@@ -24,9 +23,7 @@
 // kCluster, unit += gridDim / kCluster, so the blocks running at once share
 // operand panels in L2. With kCluster = 2, the two blocks of a cluster take
 // vertically adjacent tiles that need the same R slice: each loads half of it
-// and multicasts that half to both. With kShareL (WideSRL3, L's row classes
-// only), the kCluster blocks take horizontally adjacent tiles that need the
-// same L: each loads some of L's class boxes and multicasts them to all.
+// and multicasts that half to both.
 //
 // Layouts: a depth-contiguous operand is K-major for wgmma (rows of 64
 // depth terms = 128 bytes, one swizzle atom wide); the others (B of gemm, Aᵀ
@@ -108,9 +105,6 @@ template <int BN_, int STAGES_, int CLUSTER_, bool STAGED_EPILOGUE_ = false>
 struct Config {
   static constexpr int BM = 128, BN = BN_, BK = 64, kStages = STAGES_, kCluster = CLUSTER_;
   static constexpr bool kStagedEpilogue = STAGED_EPILOGUE_;
-  // Whether a cluster's blocks take adjacent tile columns and share L (by
-  // multicast), not adjacent tile rows sharing R.
-  static constexpr bool kShareL = false;
   static constexpr int kThreads = 384;
   static constexpr int kLBytes = BM * BK * 2;
   static constexpr int kRBytes = BN * BK * 2;
@@ -187,18 +181,6 @@ struct WideSR : WideC2S {
   static constexpr int kStageBytes = kLBytes + kRBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasBytes + 2 * kStages * 8 + 1024;
   static_assert(kLBytes % 1024 == 0 && kSmemBytes <= 227 * 1024, "stage layout");
-};
-
-// WideSR in clusters of 3 along the tile columns sharing L's row classes
-// by multicast, each block loading about a third of the eight boxes (an
-// experiment, branch dx-share-l: VKERN_GEMM_SHARE_L=1). The head's dx has
-// 3 tile columns of 256, so a cluster takes a whole tile row; Nsight
-// Compute put its L2 at 78% busy and its tensor pipe at 83.5%
-// (docs/lm-head-dx-h100, call 7), and L's eight small copies a stage are
-// most of its L2 requests.
-struct WideSRL3 : WideSR {
-  static constexpr int kCluster = 3;
-  static constexpr bool kShareL = true;
 };
 
 constexpr int kGroupRows = 8;  // tile rows per L2 group of the tile order
@@ -493,45 +475,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
-  // A cluster's blocks take kRowBlocks adjacent tile rows sharing R, or
-  // (kShareL) kColBlocks adjacent tile columns sharing L; a unit of the
-  // tile order is a cluster's tiles.
-  constexpr bool kShareL = Cfg::kShareL;
-  static_assert(!kShareL || kClassL, "L is shared only as row classes");
-  static_assert(kShareL ? kCluster <= vkern_shift::kClasses : kCluster <= 2,
-                "clusters of 1 or 2 blocks along the rows, or of at most 8 sharing L's 8 class boxes");
-  constexpr int kRowBlocks = kShareL ? 1 : kCluster, kColBlocks = kShareL ? kCluster : 1;
-  const uint32_t r_rank = kShareL ? 0 : rank;  // this block's share of R
   int64_t tiles_m, tiles_n;
   tile_grid<Cfg, kTiles>(rows, cols, &tiles_m, &tiles_n);
-  const int64_t units_m = (tiles_m + kRowBlocks - 1) / kRowBlocks, units_n = (tiles_n + kColBlocks - 1) / kColBlocks;
-  const int64_t units = units_m * units_n;
+  const int64_t units_m = (tiles_m + kCluster - 1) / kCluster;
+  const int64_t units = units_m * tiles_n;
   const int64_t first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
   const int64_t steps = (depth + BK - 1) / BK;
-  const int group = group_rows / kRowBlocks > 0 ? group_rows / kRowBlocks : 1;  // in units
-  // This block's tile of unit (um, tn): its first row and column.
-  auto tile_m0 = [&](int64_t um) { return (um * kRowBlocks + (kShareL ? 0 : rank)) * BM; };
-  auto tile_n0 = [&](int64_t tn) { return (tn * kColBlocks + (kShareL ? rank : 0)) * BN; };
+  const int group = group_rows / kCluster > 0 ? group_rows / kCluster : 1;  // in units
 
   // The producer's copy of a depth step's R slice (rows or panels from p0,
   // columns from n0) into the stage at sr, its bytes completing full: this
-  // block's 1/kRowBlocks share, multicast to the blocks that share R.
+  // block's 1/kCluster share, multicast to the cluster.
   auto copy_r = [&](uint32_t sr, uint32_t full, int32_t p0, int32_t n0) {
     if constexpr (kRDepth) {
-      constexpr int kShare = BN / kRowBlocks;  // rows of R per block
-      const uint32_t dst = sr + r_rank * kShare * 128;
-      if constexpr (kRowBlocks > 1) {
-        tma_load_multicast(dst, &map_r, full, p0, n0 + r_rank * kShare, (1u << kCluster) - 1);
+      constexpr int kShare = BN / kCluster;  // rows of R per block
+      const uint32_t dst = sr + rank * kShare * 128;
+      if constexpr (kCluster > 1) {
+        tma_load_multicast(dst, &map_r, full, p0, n0 + rank * kShare, (1u << kCluster) - 1);
       } else {
         tma_load(dst, &map_r, full, p0, n0);
       }
     } else {
-      constexpr int kShare = BK / kRowBlocks;  // depth rows per panel per block
+      constexpr int kShare = BK / kCluster;  // depth rows per panel per block
 #pragma unroll
       for (int b = 0; b < BN / 64; ++b) {
-        const uint32_t dst = sr + b * 8192 + r_rank * kShare * 128;
-        if constexpr (kRowBlocks > 1) {
-          tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0 + r_rank * kShare, (1u << kCluster) - 1);
+        const uint32_t dst = sr + b * 8192 + rank * kShare * 128;
+        if constexpr (kCluster > 1) {
+          tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0 + rank * kShare, (1u << kCluster) - 1);
         } else {
           tma_load(dst, &map_r, full, n0 + 64 * b, p0);
         }
@@ -550,7 +520,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         mbar_wait(raw_empty0 + 8 * r, static_cast<uint32_t>((q / Raw::kSlots) & 1) ^ 1);
         mbar_expect_tx(raw_full0 + 8 * r, Raw::kSlotBytes);
         int64_t um, tn;
-        unit_origin(u, units_m, units_n, group, &um, &tn);
+        unit_origin(u, units_m, tiles_n, group, &um, &tn);
         const int32_t m0 = static_cast<int32_t>(um * BM), p0 = static_cast<int32_t>(k * BK);
 #pragma unroll
         for (int j = 0; j < vkern_shift::kClasses; ++j) {
@@ -580,7 +550,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       int64_t q = 0;
       for (int64_t u = first_unit; u < units; u += unit_step) {
         int64_t um, tn;
-        unit_origin(u, units_m, units_n, group, &um, &tn);
+        unit_origin(u, units_m, tiles_n, group, &um, &tn);
         const int32_t n0 = static_cast<int32_t>(tn * BN);
         for (int64_t k = 0; k < steps; ++k, ++q) {
           const uint32_t full = full0 + 8 * stage;
@@ -629,9 +599,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       uint32_t phase = 0;
       for (int64_t u = first_unit; u < units; u += unit_step) {
         int64_t um, tn;
-        unit_origin(u, units_m, units_n, group, &um, &tn);
-        int32_t m0 = static_cast<int32_t>(tile_m0(um));
-        int32_t n0 = static_cast<int32_t>(tile_n0(tn));
+        unit_origin(u, units_m, tiles_n, group, &um, &tn);
+        int32_t m0 = static_cast<int32_t>((um * kCluster + rank) * BM);
+        int32_t n0 = static_cast<int32_t>(tn * BN);
         const CUtensorMap* l_map = &map_l;
         if constexpr (kOutClass) {
           // Class um % 8: its rows from (um / 8)·128, R's from n0 − shift.
@@ -649,16 +619,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if constexpr (kClassL) {
             // Rows m0 + j, m0 + j + 8, …: 16 rows of class j from class row
             // m0 / 8, columns p0 … p0 + 71 of the class's tensor.
-            // kShareL: this block's classes j ≡ rank (mod kCluster), into
-            // every block of the cluster.
 #pragma unroll
             for (int j = 0; j < vkern_shift::kClasses; ++j) {
-              const uint32_t dst = sl + j * WideSR::kClassBoxBytes;
-              if constexpr (!kShareL) {
-                tma_load(dst, &maps_shift.map[j], full, p0, m0 / vkern_shift::kClasses);
-              } else if (j % kCluster == static_cast<int>(rank)) {
-                tma_load_multicast(dst, &maps_shift.map[j], full, p0, m0 / vkern_shift::kClasses, (1u << kCluster) - 1);
-              }
+              tma_load(sl + j * WideSR::kClassBoxBytes, &maps_shift.map[j], full, p0, m0 / vkern_shift::kClasses);
             }
           } else if constexpr (kLDepth) {
             tma_load(sl, l_map, full, p0, m0);  // box 64 × 128
@@ -703,10 +666,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     for (int64_t u = first_unit; u < units; u += unit_step) {
       int64_t um, tn;
-      unit_origin(u, units_m, units_n, group, &um, &tn);
+      unit_origin(u, units_m, tiles_n, group, &um, &tn);
       // The tile's first output row and column, and the distance between
       // its rows (8 for class tiles).
-      int64_t m0 = tile_m0(um), n0 = tile_n0(tn), step = 1;
+      int64_t m0 = (um * kCluster + rank) * BM, n0 = tn * BN, step = 1;
       if constexpr (kOutClass) {
         const int c = static_cast<int>(um % vkern_shift::kClasses);
         m0 = um / vkern_shift::kClasses * kClassRows + c;
@@ -817,7 +780,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // Epilogue.
       const int64_t row = slab + step * (lane / 4);
       const int64_t col = n0 + 2 * (lane % 4);
-      if (m0 >= rows || n0 >= cols) continue;  // a cluster's tile past the last row or column
+      if (m0 >= rows) continue;  // the second tile of a cluster past the last row
       // The epilogue's additions (epilogue.cuh), in the accumulators, before
       // any store: acc[4j + e] is element (row + 8·(e/2), col + 8j + e%2).
       // Their loads are issued together, not one element at a time: the
@@ -1122,16 +1085,6 @@ bool class_maps(ClassMaps* maps, int device, const __half* L, int64_t ldl, int64
 // shift_chosen says whether the server's environment sets
 // VKERN_GEMM_SHIFT=1, which lets gemm.cuh send an unaligned L to the
 // shifting producer (slower than the padded copy so far: docs/row-shift-h100).
-// share_l_chosen: VKERN_GEMM_SHARE_L=1 sends L's row classes to WideSRL3
-// (an experiment, branch dx-share-l).
-bool share_l_chosen() {
-  static const bool chosen = [] {
-    const char* v = std::getenv("VKERN_GEMM_SHARE_L");
-    return v != nullptr && v[0] == '1' && v[1] == 0;
-  }();
-  return chosen;
-}
-
 bool shift_chosen() {
   static const bool chosen = [] {
     const char* v = std::getenv("VKERN_GEMM_SHIFT");
@@ -1150,16 +1103,13 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
                    Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
                    bool* launched) {
   *launched = false;
-  // int32 box coordinates, the boxes past the edge included (a cluster's
-  // blocks past the last column start up to kCluster − 1 tiles out).
-  constexpr int64_t kMaxDim = INT32_MAX - 256 * (Cfg::kShareL ? Cfg::kCluster : 1);
+  constexpr int64_t kMaxDim = INT32_MAX - 256;  // int32 box coordinates, a box past the edge included
   if (rows > kMaxDim || cols > kMaxDim || depth > kMaxDim) return cudaSuccess;
   constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut;
   CUtensorMap map_l = {}, map_r;
   ShiftMaps<kTiles != Tiles::kPlain> maps_shift;
-  constexpr int kRowBlocks = Cfg::kShareL ? 1 : Cfg::kCluster, kColBlocks = Cfg::kShareL ? Cfg::kCluster : 1;
   bool maps = tensor_map(&map_r, device, R, kRDepth ? depth : cols, kRDepth ? cols : depth, ldr, 64,
-                         kRDepth ? Cfg::BN / kRowBlocks : 64 / kRowBlocks);
+                         kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
   if constexpr (kLShift) {
     using Raw = vkern_shift::Raw<kLDepth>;
     maps = maps && class_maps(&maps_shift, device, L, ldl, kLDepth ? rows : depth, kLDepth ? depth : rows, Raw::kWidth,
@@ -1220,7 +1170,7 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
   }
   int64_t tiles_m, tiles_n;
   tile_grid<Cfg, kTiles>(rows, cols, &tiles_m, &tiles_n);
-  const int64_t units = (tiles_m + kRowBlocks - 1) / kRowBlocks * ((tiles_n + kColBlocks - 1) / kColBlocks);
+  const int64_t units = (tiles_m + Cfg::kCluster - 1) / Cfg::kCluster * tiles_n;
   int64_t resident = max_clusters[device];
   if (vkern_occupancy::g_lent_multiprocessors > 0) {
     // Leave the collectives' multiprocessors free (occupancy.h).
