@@ -13,7 +13,7 @@
 # Run from the repository root with bin/ from `bash bench/prep-call.sh`.
 set -uo pipefail
 NAME=call10
-LIMIT=560
+LIMIT=515
 source bench/call-lib.sh
 step "build"
 build_server bin/vkern || exit 1
