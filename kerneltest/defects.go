@@ -587,6 +587,33 @@ var CUDADefects = []Mutation{
 		New: "tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0, (1u << kCluster) - 1);",
 		Op:  "linear", Shapes: []string{"16390x520x1001"},
 	},
+	// The depth in row classes (gemm_sm90.cu, Tiles::kDepthClassL):
+	// linear_grad_w with x's rows an odd length (the head's dW, where x is
+	// the logits gradient), dy aligned, past the padding threshold, so
+	// WideDC builds its A fragments from x's depth rows one class a stage.
+	{
+		Name: "Hopper depth classes: A's fragments read without the class's shift", File: "cuda/gemm_sm90.cu",
+		Old: "a_offset + 2 * maps_shift.shift[c];", New: "a_offset;",
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"},
+	},
+	{
+		Name: "Hopper depth classes: R's rows from the next class", File: "cuda/gemm_sm90.cu",
+		Old: "tma_load(sr + b * 8192, &maps_shift.r[c], full, n0 + 64 * b, ci);",
+		New: "tma_load(sr + b * 8192, &maps_shift.r[(c + 1) % vkern_shift::kClasses], full, n0 + 64 * b, ci);",
+		Op:  "linear_grad_w", Shapes: []string{"1024x520x4097"},
+	},
+	{
+		Name: "Hopper depth classes: a fragment register's two depth rows both the first", File: "cuda/gemm_sm90.cu",
+		Old: `"=h"(hi) : "r"(at + WideDC::kRawRowBytes)`, New: `"=h"(hi) : "r"(at)`,
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"},
+	},
+	{
+		// At 1025 rows of depth class 0 has 129, one past two steps of 64.
+		Name: "Hopper depth classes: the steps a class takes counted from ⌊depth / 8⌋", File: "cuda/gemm_sm90.cu",
+		Old: "const int64_t per_class = ((depth + vkern_shift::kClasses - 1) / vkern_shift::kClasses + BK - 1) / BK;",
+		New: "const int64_t per_class = (depth / vkern_shift::kClasses + BK - 1) / BK;",
+		Op:  "linear_grad_w", Shapes: []string{"1025x520x4097:accumulate=1"},
+	},
 	{
 		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",
 		Old: "m = row_max<T>(m, red);", New: "m = 0.0f * row_max<T>(m, red);",

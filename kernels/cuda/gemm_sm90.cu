@@ -183,6 +183,21 @@ struct WideSR : WideC2S {
   static_assert(kLBytes % 1024 == 0 && kSmemBytes <= 227 * 1024, "stage layout");
 };
 
+// WideS reading an MN-major L whose depth rows are not 16-byte aligned in
+// row classes of the depth (Tiles::kDepthClassL; gemm.cuh,
+// sm90_tiles_ran): linear_grad_w's x at the head's dW, 16384×768×50257,
+// where x is the logits gradient. A stage is one class's 64 depth rows:
+// L's as a raw box of 64 rows × 136 halves (a tile's 128 columns of L
+// from any of the 8 halves its class's rows start at), unswizzled, and
+// R's as the plain tiles read them. Not yet timed.
+struct WideDC : WideS {
+  static constexpr int kRawRowBytes = 136 * 2;
+  static constexpr int kLBytes = 64 * kRawRowBytes;  // 17 KB: R's panels stay 1024-byte aligned
+  static constexpr int kStageBytes = kLBytes + kRBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasBytes + 2 * kStages * 8 + 1024;
+  static_assert(kLBytes % 1024 == 0 && kSmemBytes <= 227 * 1024, "stage layout");
+};
+
 constexpr int kGroupRows = 8;  // tile rows per L2 group of the tile order
 
 // How a launch reads L and lays out its tiles (product_wgmma).
@@ -191,6 +206,7 @@ enum class Tiles {
   kShiftL,    // L's row classes by TMA into raw slots, shifted into place by the producer warpgroup
   kClassOut,  // a tile's rows one row class of the output, R's rows shifted by its offset
   kClassL,    // L's row classes by TMA into raw boxes, each consumer warp's A fragments built from one class's box
+  kDepthClassL,  // a stage one row class of the depth, L's rows by TMA into a raw box, A's fragments built from it
 };
 
 #if defined(VKERN_GEMM_TUNING)
@@ -366,8 +382,9 @@ __host__ __device__ __forceinline__ void tile_grid(int64_t rows, int64_t cols, i
 // epilogue: the shifting producer an unaligned L that is not the K-major L
 // of K-major R (which would share its row length), class tiles K-major L
 // and R with an f16 output and at most a bias, L's row classes a K-major
-// L; neither row-class read takes the residual or the GELU, which keeps
-// the kernels built down.
+// L, the depth's row classes an MN-major L of MN-major R; none of the
+// row-class reads takes the residual or the GELU, which keeps the kernels
+// built down.
 template <Tiles kTiles, bool kLDepth, bool kRDepth, typename Out, class Epi>
 __host__ __device__ constexpr bool tiles_serve() {
   constexpr bool plain_epilogue = !Epi::kResidual && Epi::kGelu == vkern_epilogue::kNoGelu;
@@ -375,6 +392,7 @@ __host__ __device__ constexpr bool tiles_serve() {
     case Tiles::kShiftL: return !(kLDepth && kRDepth) && plain_epilogue;
     case Tiles::kClassOut: return kLDepth && kRDepth && sizeof(Out) == 2 && !Epi::kAccumulate && plain_epilogue;
     case Tiles::kClassL: return kLDepth && plain_epilogue;
+    case Tiles::kDepthClassL: return !kLDepth && !kRDepth && plain_epilogue;
     default: return true;
   }
 }
@@ -385,9 +403,16 @@ struct ClassMaps {
   CUtensorMap map[vkern_shift::kClasses];
   int32_t shift[vkern_shift::kClasses];
 };
+// kDepthClassL's: the classes of L's depth rows (raw boxes) and their
+// shifts, and R's depth rows in the same classes (aligned: boxes as the
+// plain tiles read R).
+struct DepthClassMaps : ClassMaps {
+  CUtensorMap r[vkern_shift::kClasses];
+};
 struct NoMaps {};
-template <bool kClassed>
-using ShiftMaps = std::conditional_t<kClassed, ClassMaps, NoMaps>;
+template <Tiles kTiles>
+using ShiftMaps = std::conditional_t<kTiles == Tiles::kPlain, NoMaps,
+                                     std::conditional_t<kTiles == Tiles::kDepthClassL, DepthClassMaps, ClassMaps>>;
 
 // Shared memory the shifting producer adds after the barriers: its raw
 // slots, 128-byte aligned, then their full and empty barriers.
@@ -428,19 +453,35 @@ constexpr int shift_bytes() {
 // (two words and a byte permute a pair when shift_q is odd) and issues
 // wgmma with A from registers: the depth terms of each 16-deep step are
 // the aligned kernel's, from k = 0, so every sum is the one it forms.
+//
+// With kDepthClassL (an MN-major L whose depth rows are not 16-byte
+// aligned, MN-major R; WideDC), the depth is walked class by class: depth
+// step k is class c = k / per_class (per_class steps of 64 of its rows
+// each, ⌈⌈depth / 8⌉ / 64⌉), rows c + 8·(64·(k % per_class) + κ), κ < 64,
+// of both operands, from each operand's class tensors (TMA zero-fills a
+// class's rows past its last).
+// All 64 L rows of a stage start shift_c halves into their raw rows, so
+// each consumer warp builds its A fragments with 2-byte loads at one
+// offset: a fragment register pairs depth rows κ and κ + 1 of one column,
+// 272 bytes apart, and the four lanes of a column group read rows 2·272
+// bytes (8 banks) apart, free of bank conflicts. Only the order of the
+// depth terms differs from the aligned kernel's.
 template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, Tiles kTiles = Tiles::kPlain>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     product_wgmma(const __grid_constant__ CUtensorMap map_l, const __grid_constant__ CUtensorMap map_r,
-                  const __grid_constant__ ShiftMaps<kTiles != Tiles::kPlain> maps_shift, Out* __restrict__ out,
+                  const __grid_constant__ ShiftMaps<kTiles> maps_shift, Out* __restrict__ out,
                   Epi epi, int64_t rows, int64_t cols, int64_t depth, int group_rows) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut,
-                 kClassL = kTiles == Tiles::kClassL;
+                 kClassL = kTiles == Tiles::kClassL, kDepthClassL = kTiles == Tiles::kDepthClassL,
+                 kRegisterA = kClassL || kDepthClassL;  // A's fragments from registers
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages, kCluster = Cfg::kCluster;
   static_assert(tiles_serve<kTiles, kLDepth, kRDepth, Out, Epi>(), "tiles_serve says which products the tiles take");
   static_assert(kTiles == Tiles::kPlain || kClassL || kCluster == 1,
                 "the class tiles and the shifting producer run without clusters");
   static_assert(!kClassL || (BM == 128 && BK == 64 && Cfg::kLBytes == WideSR::kLBytes), "L in row classes: WideSR's stages");
+  static_assert(!kDepthClassL || (BM == 128 && BK == 64 && Cfg::kLBytes == WideDC::kLBytes && kCluster == 1),
+                "the depth in row classes: WideDC's stages");
   constexpr int kClassRows = vkern_shift::kClasses * BM;  // output rows per block of class tiles
   constexpr int kConsumers = 2;
   extern __shared__ unsigned char smem_raw[];
@@ -480,7 +521,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int64_t units_m = (tiles_m + kCluster - 1) / kCluster;
   const int64_t units = units_m * tiles_n;
   const int64_t first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
-  const int64_t steps = (depth + BK - 1) / BK;
+  // kDepthClassL: depth steps per class (class 0 has the most rows).
+  const int64_t per_class = ((depth + vkern_shift::kClasses - 1) / vkern_shift::kClasses + BK - 1) / BK;
+  const int64_t steps = kDepthClassL ? vkern_shift::kClasses * per_class : (depth + BK - 1) / BK;
   const int group = group_rows / kCluster > 0 ? group_rows / kCluster : 1;  // in units
 
   // The producer's copy of a depth step's R slice (rows or panels from p0,
@@ -616,7 +659,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           mbar_wait(empty0 + 8 * stage, phase ^ 1);
           mbar_expect_tx(full, Cfg::kStageBytes);
           const uint32_t sl = smem + stage * Cfg::kStageBytes, sr = sl + Cfg::kLBytes;
-          if constexpr (kClassL) {
+          if constexpr (kDepthClassL) {
+            // Class c's rows from class row ci: L's columns m0 … m0 + 135
+            // of the class's tensor (row elements m0 − shift_c …), R's
+            // 64-wide panels as copy_r takes them.
+            const int c = static_cast<int>(k / per_class);
+            const int32_t ci = static_cast<int32_t>(k % per_class * BK);
+            tma_load(sl, &maps_shift.map[c], full, m0, ci);
+#pragma unroll
+            for (int b = 0; b < BN / 64; ++b) tma_load(sr + b * 8192, &maps_shift.r[c], full, n0 + 64 * b, ci);
+            if (++stage == kStages) {
+              stage = 0;
+              phase ^= 1;
+            }
+            continue;
+          } else if constexpr (kClassL) {
             // Rows m0 + j, m0 + j + 8, …: 16 rows of class j from class row
             // m0 / 8, columns p0 … p0 + 71 of the class's tensor.
 #pragma unroll
@@ -664,6 +721,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       a_offset = q * WideSR::kClassBoxBytes + (lane / 4) * WideSR::kRawRowBytes + (shift + 2 * (lane % 4)) / 2 * 4;
       if (shift % 2 != 0) a_select = 0x5432u;
     }
+    // kDepthClassL: the offset of this lane's first fragment half in a
+    // stage's raw box before its class's shift: column 64·consumer +
+    // 16·warp + lane / 4, depth row 2·(lane % 4).
+    if constexpr (kDepthClassL) {
+      a_offset = 2 * (64 * consumer + 16 * warp + lane / 4) + 2 * (lane % 4) * WideDC::kRawRowBytes;
+    }
     for (int64_t u = first_unit; u < units; u += unit_step) {
       int64_t um, tn;
       unit_origin(u, units_m, tiles_n, group, &um, &tn);
@@ -701,7 +764,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       auto depth_step = [&](int64_t k, uint32_t (&a)[BK / 16][4], uint32_t (&a_before)[BK / 16][4]) {
         mbar_wait(full0 + 8 * stage, phase);
         const uint64_t stage_off = static_cast<uint64_t>(stage * Cfg::kStageBytes) >> 4;
-        if constexpr (kClassL) {
+        if constexpr (kDepthClassL) {
+          const int c = static_cast<int>(k / per_class);
+          const uint32_t box = smem + stage * Cfg::kStageBytes + a_offset + 2 * maps_shift.shift[c];
+#pragma unroll
+          for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              // Fragment register i: column lane / 4 + 8·(i % 2) of the
+              // warp's 16, depth rows 16·kk + 2·(lane % 4) + 8·(i / 2) and
+              // the next (the low half the first).
+              const uint32_t at = box + (i % 2) * 16 + (16 * kk + 8 * (i / 2)) * WideDC::kRawRowBytes;
+              uint16_t lo, hi;
+              asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(lo) : "r"(at));
+              asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(hi) : "r"(at + WideDC::kRawRowBytes));
+              a[kk][i] = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+            }
+          }
+        } else if constexpr (kClassL) {
           const uint32_t box = smem + stage * Cfg::kStageBytes + a_offset;
 #pragma unroll
           for (int kk = 0; kk < BK / 16; ++kk) {
@@ -721,7 +801,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
-          if constexpr (kClassL) {
+          if constexpr (kRegisterA) {
             vkern_wgmma::wgmma_m64n256k16_rs<kRDepth ? 0 : 1>(acc, a[kk], desc_r0 + stage_off + (kk * kRStep >> 4),
                                                                k > 0 || kk > 0);
           } else {
@@ -732,7 +812,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_commit();
         wgmma_wait<1>();  // the previous step's products are done: release its stage
         fence_registers(acc);
-        if constexpr (kClassL) fence_registers(a_before);
+        if constexpr (kRegisterA) fence_registers(a_before);
         if (k > 0 && releaser) {
 #pragma unroll
           for (int c = 0; c < kCluster; ++c) {
@@ -749,11 +829,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           phase ^= 1;
         }
       };
-      // kClassL: two sets of fragments in turn, so that a step's loads
-      // never overwrite the registers of the step still in flight.
+      // kClassL, kDepthClassL: two sets of fragments in turn, so that a
+      // step's loads never overwrite the registers of the step still in
+      // flight.
       uint32_t a0[BK / 16][4] = {}, a1[BK / 16][4] = {};
       int64_t k = 0;
-      if constexpr (kClassL) {
+      if constexpr (kRegisterA) {
         for (; k + 1 < steps; k += 2) {
           depth_step(k, a0, a1);
           depth_step(k + 1, a1, a0);
@@ -761,7 +842,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       for (; k < steps; ++k) depth_step(k, a0, a1);
       wgmma_wait<0>();
-      if constexpr (kClassL) {
+      if constexpr (kRegisterA) {
         fence_registers(a0);
         fence_registers(a1);
       }
@@ -1022,7 +1103,7 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
     int device;
     CUtensorMap map;
   };
-  constexpr int kEntries = 32;  // a shifting or class-tile launch takes 9
+  constexpr int kEntries = 32;  // a shifting or class-tile launch takes 9, a depth-class one 17
   static Entry cache[kEntries];
   static int used = 0, next = 0;
   for (int i = 0; i < used; ++i) {
@@ -1093,11 +1174,38 @@ bool shift_chosen() {
   return chosen;
 }
 
+// depth_class_r_maps makes kDepthClassL's tensors of R's depth rows in
+// classes: rows j, j + 8, … of R's `depth` rows (MN-major, aligned), in
+// the plain tiles' boxes. False when a map cannot be made or R's rows are
+// not aligned after all.
+bool depth_class_r_maps(DepthClassMaps* maps, int device, const __half* R, int64_t ldr, int64_t depth, int64_t cols) {
+  for (int j = 0; j < vkern_shift::kClasses; ++j) {
+    const vkern_shift::Class c = vkern_shift::class_of(reinterpret_cast<uintptr_t>(R), ldr, depth, cols, j);
+    if (c.shift != 0 || !tensor_map(&maps->r[j], device, reinterpret_cast<const __half*>(c.base), c.inner, c.rows,
+                                    c.row_stride / 2, 64, 64)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// depth_classes_off says whether the server's environment sets
+// VKERN_GEMM_DEPTH_CLASSES=0, which sends an unaligned MN-major L to the
+// padded copy instead of kDepthClassL (for timing the two in one run).
+bool depth_classes_off() {
+  static const bool off = [] {
+    const char* v = std::getenv("VKERN_GEMM_DEPTH_CLASSES");
+    return v != nullptr && std::strcmp(v, "0") == 0;
+  }();
+  return off;
+}
+
 // launch runs variant Cfg with the tiles kTiles (see product_wgmma): the
 // shifting producer and L's row classes take any ld and base of L and at
-// least 8 stored rows, class tiles at least 8 rows. *launched is false (and
-// nothing is enqueued) when a tensor map cannot be made; the caller then
-// takes another path.
+// least 8 stored rows, class tiles at least 8 rows, the depth's row
+// classes at least 8 depth rows. *launched is false (and nothing is
+// enqueued) when a tensor map cannot be made; the caller then takes
+// another path.
 template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, Tiles kTiles = Tiles::kPlain>
 cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
                    Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
@@ -1105,12 +1213,18 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
   *launched = false;
   constexpr int64_t kMaxDim = INT32_MAX - 256;  // int32 box coordinates, a box past the edge included
   if (rows > kMaxDim || cols > kMaxDim || depth > kMaxDim) return cudaSuccess;
-  constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut;
+  constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut,
+                 kDepthClassL = kTiles == Tiles::kDepthClassL;
   CUtensorMap map_l = {}, map_r;
-  ShiftMaps<kTiles != Tiles::kPlain> maps_shift;
+  ShiftMaps<kTiles> maps_shift;
   bool maps = tensor_map(&map_r, device, R, kRDepth ? depth : cols, kRDepth ? cols : depth, ldr, 64,
                          kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
-  if constexpr (kLShift) {
+  if constexpr (kDepthClassL) {
+    // L's depth rows in classes, raw boxes of 64 rows × 136 halves; R's
+    // in the same classes.
+    maps = maps && class_maps(&maps_shift, device, L, ldl, depth, rows, WideDC::kRawRowBytes / 2, 64, false) &&
+           depth_class_r_maps(&maps_shift, device, R, ldr, depth, cols);
+  } else if constexpr (kLShift) {
     using Raw = vkern_shift::Raw<kLDepth>;
     maps = maps && class_maps(&maps_shift, device, L, ldl, kLDepth ? rows : depth, kLDepth ? depth : rows, Raw::kWidth,
                               Raw::kRows, false);
