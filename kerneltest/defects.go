@@ -465,6 +465,14 @@ var shiftChosen = []Edit{{
 	New: `return true;`,
 }}
 
+// depthClassesChosen turns the Hopper GEMM's depth row classes on (they
+// run only where VKERN_GEMM_DEPTH_CLASSES=1 otherwise), for the defects
+// planted in them.
+var depthClassesChosen = []Edit{{
+	Old: `return v != nullptr && v[0] == '1' && v[1] == '\0';`,
+	New: `return true;`,
+}}
+
 // CUDADefects plant the cpu suite's kinds of defect in the CUDA kernels.
 // On a Hopper GPU every GEMM whose operands are 16-byte aligned runs the
 // TMA + wgmma kernels of gemm_sm90.cu, so the defects in gemm.cuh's mma.sync
@@ -587,32 +595,31 @@ var CUDADefects = []Mutation{
 		New: "tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0, (1u << kCluster) - 1);",
 		Op:  "linear", Shapes: []string{"16390x520x1001"},
 	},
-	// The depth in row classes (gemm_sm90.cu, Tiles::kDepthClassL):
+	// The depth's row classes (gemm_sm90.cu, Tiles::kDepthClassL):
 	// linear_grad_w with x's rows an odd length (the head's dW, where x is
 	// the logits gradient), dy aligned, past the padding threshold, so
-	// WideDC builds its A fragments from x's depth rows one class a stage.
+	// WideDC builds its A fragments from the raw boxes of x's depth rows
+	// in classes.
 	{
-		Name: "Hopper depth classes: A's fragments read without the class's shift", File: "cuda/gemm_sm90.cu",
-		Old: "a_offset + 2 * maps_shift.shift[c];", New: "a_offset;",
-		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"},
+		Name: "Hopper depth classes: the odd classes' halves read at the even classes' shifts", File: "cuda/gemm_sm90.cu",
+		Old: "2 * (column + maps_shift.shift[2 * t + 1] +", New: "2 * (column + maps_shift.shift[2 * t] +",
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"}, Setup: depthClassesChosen,
 	},
 	{
-		Name: "Hopper depth classes: R's rows from the next class", File: "cuda/gemm_sm90.cu",
-		Old: "tma_load(sr + b * 8192, &maps_shift.r[c], full, n0 + 64 * b, ci);",
-		New: "tma_load(sr + b * 8192, &maps_shift.r[(c + 1) % vkern_shift::kClasses], full, n0 + 64 * b, ci);",
-		Op:  "linear_grad_w", Shapes: []string{"1024x520x4097"},
+		Name: "Hopper depth classes: the boxes copied without their lead", File: "cuda/gemm_sm90.cu",
+		Old: "full, m0 - WideDC::lead(j),", New: "full, m0,",
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"}, Setup: depthClassesChosen,
 	},
 	{
-		Name: "Hopper depth classes: a fragment register's two depth rows both the first", File: "cuda/gemm_sm90.cu",
-		Old: `"=h"(hi) : "r"(at + WideDC::kRawRowBytes)`, New: `"=h"(hi) : "r"(at)`,
-		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"},
+		Name: "Hopper depth classes: a fragment register's two depth rows both from the even class", File: "cuda/gemm_sm90.cu",
+		Old: `"=h"(hi) : "r"(at + a_offset_hi)`, New: `"=h"(hi) : "r"(at + a_offset)`,
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"}, Setup: depthClassesChosen,
 	},
 	{
-		// At 1025 rows of depth class 0 has 129, one past two steps of 64.
-		Name: "Hopper depth classes: the steps a class takes counted from ⌊depth / 8⌋", File: "cuda/gemm_sm90.cu",
-		Old: "const int64_t per_class = ((depth + vkern_shift::kClasses - 1) / vkern_shift::kClasses + BK - 1) / BK;",
-		New: "const int64_t per_class = (depth / vkern_shift::kClasses + BK - 1) / BK;",
-		Op:  "linear_grad_w", Shapes: []string{"1025x520x4097:accumulate=1"},
+		Name: "Hopper depth classes: each stage's class rows one class row late", File: "cuda/gemm_sm90.cu",
+		Old: "const int32_t class_row = p0 / vkern_shift::kClasses;",
+		New: "const int32_t class_row = p0 / vkern_shift::kClasses + 1;",
+		Op:  "linear_grad_w", Shapes: []string{"1025x520x4097:accumulate=1"}, Setup: depthClassesChosen,
 	},
 	{
 		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",

@@ -573,12 +573,11 @@ cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl,
 //   shared memory (row_shift.cuh). Verified, but slower than the padded
 //   copy (the head's dW 4.13–4.54 ms against 2.99–3.02: docs/row-shift-h100), so it
 //   is off by default.
-// - Otherwise an MN-major L of MN-major R (linear_grad_w's x: the head's
-//   dW, where x is the logits gradient) is read by the depth's row
-//   classes, one class a stage (gemm_sm90.cu, Tiles::kDepthClassL;
-//   WideDC's consumer warps build their A fragments from the class's raw
-//   box), unless the server's environment sets VKERN_GEMM_DEPTH_CLASSES=0.
-//   Not yet timed.
+// - Where the server's environment sets VKERN_GEMM_DEPTH_CLASSES=1, an
+//   MN-major L of MN-major R (linear_grad_w's x: the head's dW, where x is
+//   the logits gradient) is read by the depth's row classes (gemm_sm90.cu,
+//   Tiles::kDepthClassL: WideDC's consumer warps build their A fragments
+//   from the classes' raw boxes). Not yet timed.
 // linear_nt's L and R share their row length, so never only L is
 // unaligned. Other large products first copy each such operand into
 // scratch with its rows padded to a multiple of 64 halves (one pass over
@@ -768,7 +767,7 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
                                                                      rows, cols, depth, s, &tiles_err)) {
     return tiles_err;
   }
-  if (only_l && !h::depth_classes_off() &&
+  if (only_l && h::depth_classes_chosen() &&
       sm90_tiles_ran<h::WideDC, h::Tiles::kDepthClassL, kLDepth, kRDepth>(device, multiprocessors, L, ldl, R, ldr, out,
                                                                           epi, rows, cols, depth, s, &tiles_err)) {
     return tiles_err;

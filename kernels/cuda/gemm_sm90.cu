@@ -183,19 +183,24 @@ struct WideSR : WideC2S {
   static_assert(kLBytes % 1024 == 0 && kSmemBytes <= 227 * 1024, "stage layout");
 };
 
-// WideS reading an MN-major L whose depth rows are not 16-byte aligned in
-// row classes of the depth (Tiles::kDepthClassL; gemm.cuh,
+// Wide reading an MN-major L whose depth rows are not 16-byte aligned by
+// the depth's row classes into registers (Tiles::kDepthClassL; gemm.cuh,
 // sm90_tiles_ran): linear_grad_w's x at the head's dW, 16384×768×50257,
-// where x is the logits gradient. A stage is one class's 64 depth rows:
-// L's as a raw box of 64 rows × 136 halves (a tile's 128 columns of L
-// from any of the 8 halves its class's rows start at), unswizzled, and
-// R's as the plain tiles read them. Not yet timed.
-struct WideDC : WideS {
-  static constexpr int kRawRowBytes = 136 * 2;
-  static constexpr int kLBytes = 64 * kRawRowBytes;  // 17 KB: R's panels stay 1024-byte aligned
+// where x is the logits gradient. A stage's L is eight raw boxes, one per
+// class of its 64 depth rows, of 8 rows × 184 halves, unswizzled: a
+// tile's 128 columns from any of the 8 halves the class's rows start at,
+// after lead(j) halves that keep the four classes a warp's lanes read at
+// once in four different 8-bank groups. Without the staged epilogue's
+// buffers the four stages fit. Not yet timed.
+struct WideDC : Wide {
+  static constexpr int kRawRowBytes = 184 * 2;
+  static constexpr int kClassBoxBytes = 8 * kRawRowBytes;  // a multiple of 128, as TMA's destination must be
+  static constexpr int kLBytes = 8 * kClassBoxBytes;       // 23 KB: R's panels stay 1024-byte aligned
   static constexpr int kStageBytes = kLBytes + kRBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasBytes + 2 * kStages * 8 + 1024;
   static_assert(kLBytes % 1024 == 0 && kSmemBytes <= 227 * 1024, "stage layout");
+  // The columns class j's box holds before the tile's first: 16·(j / 2).
+  __host__ __device__ static constexpr int lead(int j) { return 16 * (j / 2); }
 };
 
 constexpr int kGroupRows = 8;  // tile rows per L2 group of the tile order
@@ -206,7 +211,7 @@ enum class Tiles {
   kShiftL,    // L's row classes by TMA into raw slots, shifted into place by the producer warpgroup
   kClassOut,  // a tile's rows one row class of the output, R's rows shifted by its offset
   kClassL,    // L's row classes by TMA into raw boxes, each consumer warp's A fragments built from one class's box
-  kDepthClassL,  // a stage one row class of the depth, L's rows by TMA into a raw box, A's fragments built from it
+  kDepthClassL,  // L's depth rows' classes by TMA into raw boxes, A's fragments built from them
 };
 
 #if defined(VKERN_GEMM_TUNING)
@@ -403,16 +408,9 @@ struct ClassMaps {
   CUtensorMap map[vkern_shift::kClasses];
   int32_t shift[vkern_shift::kClasses];
 };
-// kDepthClassL's: the classes of L's depth rows (raw boxes) and their
-// shifts, and R's depth rows in the same classes (aligned: boxes as the
-// plain tiles read R).
-struct DepthClassMaps : ClassMaps {
-  CUtensorMap r[vkern_shift::kClasses];
-};
 struct NoMaps {};
-template <Tiles kTiles>
-using ShiftMaps = std::conditional_t<kTiles == Tiles::kPlain, NoMaps,
-                                     std::conditional_t<kTiles == Tiles::kDepthClassL, DepthClassMaps, ClassMaps>>;
+template <bool kClassed>
+using ShiftMaps = std::conditional_t<kClassed, ClassMaps, NoMaps>;
 
 // Shared memory the shifting producer adds after the barriers: its raw
 // slots, 128-byte aligned, then their full and empty barriers.
@@ -455,21 +453,19 @@ constexpr int shift_bytes() {
 // the aligned kernel's, from k = 0, so every sum is the one it forms.
 //
 // With kDepthClassL (an MN-major L whose depth rows are not 16-byte
-// aligned, MN-major R; WideDC), the depth is walked class by class: depth
-// step k is class c = k / per_class (per_class steps of 64 of its rows
-// each, ⌈⌈depth / 8⌉ / 64⌉), rows c + 8·(64·(k % per_class) + κ), κ < 64,
-// of both operands, from each operand's class tensors (TMA zero-fills a
-// class's rows past its last).
-// All 64 L rows of a stage start shift_c halves into their raw rows, so
-// each consumer warp builds its A fragments with 2-byte loads at one
-// offset: a fragment register pairs depth rows κ and κ + 1 of one column,
-// 272 bytes apart, and the four lanes of a column group read rows 2·272
-// bytes (8 banks) apart, free of bank conflicts. Only the order of the
-// depth terms differs from the aligned kernel's.
+// aligned, MN-major R; WideDC), the producer copies each of the stage's 8
+// row classes of L's depth rows (8 rows each) with TMA into a raw box, as
+// WideDC describes, and R as the plain tiles do. Depth row κ of a stage
+// is row κ / 8 of class κ % 8's box, whose rows start shift_c + lead(c)
+// halves in. A lane's A fragment registers pair depth rows 2·(lane % 4)
+// + 8h + 16·kk and the next, of classes 2·(lane % 4) and 2·(lane % 4) + 1
+// for every kk and h, so each lane reads two boxes at two fixed offsets,
+// with 2-byte loads. The depth terms of each 16-deep step are the aligned
+// kernel's, in order, so every sum is the one it forms.
 template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, Tiles kTiles = Tiles::kPlain>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     product_wgmma(const __grid_constant__ CUtensorMap map_l, const __grid_constant__ CUtensorMap map_r,
-                  const __grid_constant__ ShiftMaps<kTiles> maps_shift, Out* __restrict__ out,
+                  const __grid_constant__ ShiftMaps<kTiles != Tiles::kPlain> maps_shift, Out* __restrict__ out,
                   Epi epi, int64_t rows, int64_t cols, int64_t depth, int group_rows) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut,
@@ -481,7 +477,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 "the class tiles and the shifting producer run without clusters");
   static_assert(!kClassL || (BM == 128 && BK == 64 && Cfg::kLBytes == WideSR::kLBytes), "L in row classes: WideSR's stages");
   static_assert(!kDepthClassL || (BM == 128 && BK == 64 && Cfg::kLBytes == WideDC::kLBytes && kCluster == 1),
-                "the depth in row classes: WideDC's stages");
+                "the depth's row classes: WideDC's stages");
   constexpr int kClassRows = vkern_shift::kClasses * BM;  // output rows per block of class tiles
   constexpr int kConsumers = 2;
   extern __shared__ unsigned char smem_raw[];
@@ -521,9 +517,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int64_t units_m = (tiles_m + kCluster - 1) / kCluster;
   const int64_t units = units_m * tiles_n;
   const int64_t first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
-  // kDepthClassL: depth steps per class (class 0 has the most rows).
-  const int64_t per_class = ((depth + vkern_shift::kClasses - 1) / vkern_shift::kClasses + BK - 1) / BK;
-  const int64_t steps = kDepthClassL ? vkern_shift::kClasses * per_class : (depth + BK - 1) / BK;
+  const int64_t steps = (depth + BK - 1) / BK;
   const int group = group_rows / kCluster > 0 ? group_rows / kCluster : 1;  // in units
 
   // The producer's copy of a depth step's R slice (rows or panels from p0,
@@ -660,19 +654,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           mbar_expect_tx(full, Cfg::kStageBytes);
           const uint32_t sl = smem + stage * Cfg::kStageBytes, sr = sl + Cfg::kLBytes;
           if constexpr (kDepthClassL) {
-            // Class c's rows from class row ci: L's columns m0 … m0 + 135
-            // of the class's tensor (row elements m0 − shift_c …), R's
-            // 64-wide panels as copy_r takes them.
-            const int c = static_cast<int>(k / per_class);
-            const int32_t ci = static_cast<int32_t>(k % per_class * BK);
-            tma_load(sl, &maps_shift.map[c], full, m0, ci);
+            // Depth rows p0 + j, p0 + j + 8, …: 8 rows of class j from
+            // class row p0 / 8, columns m0 − lead(j) … of the class's tensor.
+            const int32_t class_row = p0 / vkern_shift::kClasses;
 #pragma unroll
-            for (int b = 0; b < BN / 64; ++b) tma_load(sr + b * 8192, &maps_shift.r[c], full, n0 + 64 * b, ci);
-            if (++stage == kStages) {
-              stage = 0;
-              phase ^= 1;
+            for (int j = 0; j < vkern_shift::kClasses; ++j) {
+              tma_load(sl + j * WideDC::kClassBoxBytes, &maps_shift.map[j], full, m0 - WideDC::lead(j), class_row);
             }
-            continue;
           } else if constexpr (kClassL) {
             // Rows m0 + j, m0 + j + 8, …: 16 rows of class j from class row
             // m0 / 8, columns p0 … p0 + 71 of the class's tensor.
@@ -721,11 +709,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       a_offset = q * WideSR::kClassBoxBytes + (lane / 4) * WideSR::kRawRowBytes + (shift + 2 * (lane % 4)) / 2 * 4;
       if (shift % 2 != 0) a_select = 0x5432u;
     }
-    // kDepthClassL: the offset of this lane's first fragment half in a
-    // stage's raw box before its class's shift: column 64·consumer +
-    // 16·warp + lane / 4, depth row 2·(lane % 4).
+    // kDepthClassL: in a stage, the offsets of this lane's column 64·consumer
+    // + 16·warp + lane / 4 in the first row of class 2·(lane % 4)'s box
+    // (a_offset: the fragment registers' low halves) and of the next
+    // class's (a_offset_hi: their high halves).
+    uint32_t a_offset_hi = 0;
     if constexpr (kDepthClassL) {
-      a_offset = 2 * (64 * consumer + 16 * warp + lane / 4) + 2 * (lane % 4) * WideDC::kRawRowBytes;
+      const int t = lane % 4, column = 64 * consumer + 16 * warp + lane / 4;
+      a_offset = 2 * t * WideDC::kClassBoxBytes + 2 * (column + maps_shift.shift[2 * t] + WideDC::lead(2 * t));
+      a_offset_hi =
+          (2 * t + 1) * WideDC::kClassBoxBytes + 2 * (column + maps_shift.shift[2 * t + 1] + WideDC::lead(2 * t + 1));
     }
     for (int64_t u = first_unit; u < units; u += unit_step) {
       int64_t um, tn;
@@ -765,19 +758,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         mbar_wait(full0 + 8 * stage, phase);
         const uint64_t stage_off = static_cast<uint64_t>(stage * Cfg::kStageBytes) >> 4;
         if constexpr (kDepthClassL) {
-          const int c = static_cast<int>(k / per_class);
-          const uint32_t box = smem + stage * Cfg::kStageBytes + a_offset + 2 * maps_shift.shift[c];
+          const uint32_t boxes = smem + stage * Cfg::kStageBytes;
 #pragma unroll
           for (int kk = 0; kk < BK / 16; ++kk) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               // Fragment register i: column lane / 4 + 8·(i % 2) of the
-              // warp's 16, depth rows 16·kk + 2·(lane % 4) + 8·(i / 2) and
-              // the next (the low half the first).
-              const uint32_t at = box + (i % 2) * 16 + (16 * kk + 8 * (i / 2)) * WideDC::kRawRowBytes;
+              // warp's 16, depth rows 16·kk + 8·(i / 2) + 2·(lane % 4) and
+              // the next (the low half the first): row 2·kk + i / 2 of
+              // their classes' boxes.
+              const uint32_t at = boxes + (2 * kk + i / 2) * WideDC::kRawRowBytes + (i % 2) * 16;
               uint16_t lo, hi;
-              asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(lo) : "r"(at));
-              asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(hi) : "r"(at + WideDC::kRawRowBytes));
+              asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(lo) : "r"(at + a_offset));
+              asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(hi) : "r"(at + a_offset_hi));
               a[kk][i] = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
             }
           }
@@ -1103,7 +1096,7 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
     int device;
     CUtensorMap map;
   };
-  constexpr int kEntries = 32;  // a shifting or class-tile launch takes 9, a depth-class one 17
+  constexpr int kEntries = 32;  // a shifting or class-tile launch takes 9
   static Entry cache[kEntries];
   static int used = 0, next = 0;
   for (int i = 0; i < used; ++i) {
@@ -1174,30 +1167,16 @@ bool shift_chosen() {
   return chosen;
 }
 
-// depth_class_r_maps makes kDepthClassL's tensors of R's depth rows in
-// classes: rows j, j + 8, … of R's `depth` rows (MN-major, aligned), in
-// the plain tiles' boxes. False when a map cannot be made or R's rows are
-// not aligned after all.
-bool depth_class_r_maps(DepthClassMaps* maps, int device, const __half* R, int64_t ldr, int64_t depth, int64_t cols) {
-  for (int j = 0; j < vkern_shift::kClasses; ++j) {
-    const vkern_shift::Class c = vkern_shift::class_of(reinterpret_cast<uintptr_t>(R), ldr, depth, cols, j);
-    if (c.shift != 0 || !tensor_map(&maps->r[j], device, reinterpret_cast<const __half*>(c.base), c.inner, c.rows,
-                                    c.row_stride / 2, 64, 64)) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// depth_classes_off says whether the server's environment sets
-// VKERN_GEMM_DEPTH_CLASSES=0, which sends an unaligned MN-major L to the
-// padded copy instead of kDepthClassL (for timing the two in one run).
-bool depth_classes_off() {
-  static const bool off = [] {
+// depth_classes_chosen says whether the server's environment sets
+// VKERN_GEMM_DEPTH_CLASSES=1, which lets gemm.cuh send an unaligned
+// MN-major L to kDepthClassL rather than the padded copy (not yet its
+// default: its planted defects have not run on a GPU).
+bool depth_classes_chosen() {
+  static const bool chosen = [] {
     const char* v = std::getenv("VKERN_GEMM_DEPTH_CLASSES");
-    return v != nullptr && std::strcmp(v, "0") == 0;
+    return v != nullptr && v[0] == '1' && v[1] == '\0';
   }();
-  return off;
+  return chosen;
 }
 
 // launch runs variant Cfg with the tiles kTiles (see product_wgmma): the
@@ -1216,14 +1195,11 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
   constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut,
                  kDepthClassL = kTiles == Tiles::kDepthClassL;
   CUtensorMap map_l = {}, map_r;
-  ShiftMaps<kTiles> maps_shift;
+  ShiftMaps<kTiles != Tiles::kPlain> maps_shift;
   bool maps = tensor_map(&map_r, device, R, kRDepth ? depth : cols, kRDepth ? cols : depth, ldr, 64,
                          kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
   if constexpr (kDepthClassL) {
-    // L's depth rows in classes, raw boxes of 64 rows × 136 halves; R's
-    // in the same classes.
-    maps = maps && class_maps(&maps_shift, device, L, ldl, depth, rows, WideDC::kRawRowBytes / 2, 64, false) &&
-           depth_class_r_maps(&maps_shift, device, R, ldr, depth, cols);
+    maps = maps && class_maps(&maps_shift, device, L, ldl, depth, rows, WideDC::kRawRowBytes / 2, 8, false);
   } else if constexpr (kLShift) {
     using Raw = vkern_shift::Raw<kLDepth>;
     maps = maps && class_maps(&maps_shift, device, L, ldl, kLDepth ? rows : depth, kLDepth ? depth : rows, Raw::kWidth,
