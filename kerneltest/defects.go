@@ -616,6 +616,11 @@ var CUDADefects = []Mutation{
 		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"}, Setup: depthClassesChosen,
 	},
 	{
+		Name: "Hopper depth classes: every fragment's depth rows from the box's even rows", File: "cuda/gemm_sm90.cu",
+		Old: "boxes + (2 * kk + i / 2) * WideDC::kRawRowBytes", New: "boxes + (2 * kk) * WideDC::kRawRowBytes",
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"}, Setup: depthClassesChosen,
+	},
+	{
 		Name: "Hopper depth classes: each stage's class rows one class row late", File: "cuda/gemm_sm90.cu",
 		Old: "const int32_t class_row = p0 / vkern_shift::kClasses;",
 		New: "const int32_t class_row = p0 / vkern_shift::kClasses + 1;",

@@ -701,8 +701,10 @@ cudaError_t launch_sm90(int variant, int device, int multiprocessors, const __ha
 // producer (WideS3), class tiles for f16 output rows that do not start
 // 16-byte aligned (WideS: GPT-2's logits at V = 50257, linear_nt
 // 16384×50257×768 from 2.67 ms with the staged store of unaligned rows to
-// 2.09, cuBLAS's time at 50304), and L's row classes (WideSR: the head's
-// dx; docs/lm-head-class-tiles-h100, docs/lm-head-dx-h100).
+// 2.09, cuBLAS's time at 50304), L's row classes (WideSR: the head's
+// dx; docs/lm-head-class-tiles-h100, docs/lm-head-dx-h100), and the row
+// classes of an MN-major L's depth rows (WideDC: the head's dW;
+// docs/lm-head-dw-h100).
 template <class Cfg, vkern_gemm_sm90::Tiles kTiles, bool kLDepth, bool kRDepth, typename Out, class Epi>
 bool sm90_tiles_ran(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
                     Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,

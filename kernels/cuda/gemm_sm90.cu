@@ -47,10 +47,13 @@
 //   others into scratch first, or taking the mma.sync path), but for an L
 //   that is the only operand not aligned. That L is read as eight tensors
 //   of every eighth row (row_shift.cuh), at aligned coordinates: by the
-//   row-class launches (Tiles::kClassL, K-major L), whose consumer warps
+//   row-class launches (Tiles::kClassL, K-major L; Tiles::kDepthClassL,
+//   MN-major L, where VKERN_GEMM_DEPTH_CLASSES=1), whose consumer warps
 //   build their A fragments from them, or, where VKERN_GEMM_SHIFT=1, by
 //   the shifting launches (Tiles::kShiftL), whose producer shifts them
-//   into place in shared memory.
+//   into place in shared memory. kDepthClassL's boxes start up to 48
+//   halves before a row's first element (column coordinates down to −48),
+//   which TMA zero-fills as it does past the end (not yet run on a GPU).
 // - The tensor-map coordinates are int32: the dispatcher sends no matrix with
 //   a dimension above INT32_MAX - 256. Every element index is int64_t.
 // - Each output element is written exactly once, from its f32 accumulator
