@@ -6,7 +6,9 @@
 #     and at the head (boxes from column −48 included: every first tile);
 #   - the head's dW with it, with the padded copy, and at 50304, twice,
 #     with cuBLAS before and after;
-#   - its five planted defects.
+#   - its five planted defects;
+#   - first, the gemm family at its default shapes and L's row classes
+#     (WideSR), whose stage layout now comes from RawBoxes as WideDC's does.
 # Run from the repository root with bin/ from `bash bench/prep-call.sh`.
 set -uo pipefail
 NAME=call11
@@ -15,6 +17,8 @@ source bench/call-lib.sh
 step "build"
 build_server bin/vkern || exit 1
 step "verify"
+verify verify-gemm-family --op linear,linear_grad_w,linear_nt,linear_grad_x,gemm,gemm_grad_a,gemm_grad_b
+verify verify-class-l --op linear --shape 16390x520x1001 --shape 4103x1024x4097 --dist integer --dist normal --dist special
 VKERN_GEMM_DEPTH_CLASSES=1 verify verify-depth-classes --op linear_grad_w --shape 2051x768x4097 \
   --shape 1025x520x4097:accumulate=1 --shape 1024x520x4099 --dist integer --dist normal --dist special
 VKERN_GEMM_DEPTH_CLASSES=1 VERIFY_TIMEOUT=120 verify verify-head-dw --op linear_grad_w --shape 16384x768x50257 \

@@ -163,6 +163,22 @@ using WideS3 = Config<256, 3, 1, true>;
 // linear_nt 16384×50257×768 2.09 ms, against 2.67 for WideS's staged store
 // of unaligned rows and 2.08 for cuBLAS at 50304 (docs/lm-head-class-tiles-h100)
 
+// A variant whose stage holds L as eight raw boxes, one per row class
+// (row_shift.cuh), each kBoxRows rows of kRawHalves halves, unswizzled
+// (WideSR, WideDC): the stage layout follows from those two numbers.
+template <class Base, int kRawHalves, int kBoxRows>
+struct RawBoxes : Base {
+  static constexpr int kRawRowBytes = kRawHalves * 2;
+  static constexpr int kClassBoxBytes = kBoxRows * kRawRowBytes;  // a multiple of 128, as TMA's destination must be
+  static constexpr int kLBytes = vkern_shift::kClasses * kClassBoxBytes;
+  static constexpr int kStageBytes = kLBytes + Base::kRBytes;
+  static constexpr int kSmemBytes =
+      Base::kStages * kStageBytes + Base::kEpilogueBytes + Base::kBiasBytes + 2 * Base::kStages * 8 + 1024;
+  static_assert(kClassBoxBytes % 128 == 0, "a class box is a whole number of TMA's 128-byte destinations");
+  static_assert(kLBytes % 1024 == 0, "R's panels stay 1024-byte aligned for the 128-byte swizzle");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+};
+
 // WideC2S reading L in row classes into registers (Tiles::kClassL; gemm.cuh,
 // sm90_tiles_ran): a stage's L is eight raw boxes, one per row class,
 // of 16 rows × 72 halves (a row's 64 depth terms from any of the 8 halves
@@ -177,14 +193,7 @@ using WideS3 = Config<256, 3, 1, true>;
 // - in clusters of 2 sharing R, as here: 1.94–1.95 ms, against 1.94–2.00
 //   in one block in the same call (call 5); 1.90 ms in call 6, 0.86–0.92
 //   of cuBLAS at 50304.
-struct WideSR : WideC2S {
-  static constexpr int kRawRowBytes = 72 * 2;
-  static constexpr int kClassBoxBytes = 16 * kRawRowBytes;  // a multiple of 128, as TMA's destination must be
-  static constexpr int kLBytes = 8 * kClassBoxBytes;        // 18 KB: R's panels stay 1024-byte aligned
-  static constexpr int kStageBytes = kLBytes + kRBytes;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasBytes + 2 * kStages * 8 + 1024;
-  static_assert(kLBytes % 1024 == 0 && kSmemBytes <= 227 * 1024, "stage layout");
-};
+struct WideSR : RawBoxes<WideC2S, 72, 16> {};  // 18 KB of L a stage
 
 // Wide reading an MN-major L whose depth rows are not 16-byte aligned by
 // the depth's row classes into registers (Tiles::kDepthClassL; gemm.cuh,
@@ -195,13 +204,7 @@ struct WideSR : WideC2S {
 // after lead(j) halves that keep the four classes a warp's lanes read at
 // once in four different 8-bank groups. Without the staged epilogue's
 // buffers the four stages fit. Not yet timed.
-struct WideDC : Wide {
-  static constexpr int kRawRowBytes = 184 * 2;
-  static constexpr int kClassBoxBytes = 8 * kRawRowBytes;  // a multiple of 128, as TMA's destination must be
-  static constexpr int kLBytes = 8 * kClassBoxBytes;       // 23 KB: R's panels stay 1024-byte aligned
-  static constexpr int kStageBytes = kLBytes + kRBytes;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasBytes + 2 * kStages * 8 + 1024;
-  static_assert(kLBytes % 1024 == 0 && kSmemBytes <= 227 * 1024, "stage layout");
+struct WideDC : RawBoxes<Wide, 184, 8> {  // 23 KB of L a stage
   // The columns class j's box holds before the tile's first: 16·(j / 2).
   __host__ __device__ static constexpr int lead(int j) { return 16 * (j / 2); }
 };
