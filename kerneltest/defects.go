@@ -465,12 +465,12 @@ var shiftChosen = []Edit{{
 	New: `return true;`,
 }}
 
-// depthClassesChosen turns the Hopper GEMM's depth row classes on (they
-// run only where VKERN_GEMM_DEPTH_CLASSES=1 otherwise), for the defects
-// planted in them.
+// depthClassesChosen turns the Hopper GEMM's depth row classes on in
+// WideDC (they run only where VKERN_GEMM_DEPTH_CLASSES=1 otherwise), for
+// the defects planted in them.
 var depthClassesChosen = []Edit{{
-	Old: `return v != nullptr && v[0] == '1' && v[1] == '\0';`,
-	New: `return true;`,
+	Old: `if (v == nullptr || v[0] < '1' || v[0] > '2' || v[1] != '\0') return 0;`,
+	New: `return 1;`,
 }}
 
 // CUDADefects plant the cpu suite's kinds of defect in the CUDA kernels.

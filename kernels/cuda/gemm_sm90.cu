@@ -208,6 +208,10 @@ struct WideDC : RawBoxes<Wide, 184, 8> {  // 23 KB of L a stage
   // The columns class j's box holds before the tile's first: 16·(j / 2).
   __host__ __device__ static constexpr int lead(int j) { return 16 * (j / 2); }
 };
+// WideDC with WideS's staged epilogue, in three stages (WideS3's), which
+// the epilogue's buffers leave room for: an experiment, timed against
+// WideDC where VKERN_GEMM_DEPTH_CLASSES=2.
+struct WideDCS : RawBoxes<WideS3, 184, 8> {};
 
 constexpr int kGroupRows = 8;  // tile rows per L2 group of the tile order
 
@@ -483,7 +487,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 "the class tiles and the shifting producer run without clusters");
   static_assert(!kClassL || (BM == 128 && BK == 64 && Cfg::kLBytes == WideSR::kLBytes), "L in row classes: WideSR's stages");
   static_assert(!kDepthClassL || (BM == 128 && BK == 64 && Cfg::kLBytes == WideDC::kLBytes && kCluster == 1),
-                "the depth's row classes: WideDC's stages");
+                "the depth's row classes: WideDC's class boxes");
   constexpr int kClassRows = vkern_shift::kClasses * BM;  // output rows per block of class tiles
   constexpr int kConsumers = 2;
   extern __shared__ unsigned char smem_raw[];
@@ -1173,16 +1177,18 @@ bool shift_chosen() {
   return chosen;
 }
 
-// depth_classes_chosen says whether the server's environment sets
-// VKERN_GEMM_DEPTH_CLASSES=1, which lets gemm.cuh send an unaligned
-// MN-major L to kDepthClassL rather than the padded copy (not yet its
-// default: its planted defects have not run on a GPU).
-bool depth_classes_chosen() {
-  static const bool chosen = [] {
+// depth_classes_variant is the server's VKERN_GEMM_DEPTH_CLASSES: 1 lets
+// gemm.cuh send an unaligned MN-major L to kDepthClassL in WideDC rather
+// than the padded copy, 2 in WideDCS; 0 (unset, or anything else) keeps
+// the padded copy. (Not yet kDepthClassL's default: its planted defects
+// have not run on a GPU.)
+int depth_classes_variant() {
+  static const int variant = [] {
     const char* v = std::getenv("VKERN_GEMM_DEPTH_CLASSES");
-    return v != nullptr && v[0] == '1' && v[1] == '\0';
+    if (v == nullptr || v[0] < '1' || v[0] > '2' || v[1] != '\0') return 0;
+    return v[0] - '0';
   }();
-  return chosen;
+  return variant;
 }
 
 // launch runs variant Cfg with the tiles kTiles (see product_wgmma): the
