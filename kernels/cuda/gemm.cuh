@@ -487,7 +487,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     }
   }
-  const bool pairs_aligned = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & (2 * sizeof(Out) - 1)) == 0;
+  const bool pairs_aligned = vkern_shift::rows_aligned(out, cols, sizeof(Out), 2 * sizeof(Out));
 #pragma unroll
   for (int i = 0; i < kMmaM; ++i) {
     const int64_t row = m0 + warp_m + i * 16 + (lane >> 2);
@@ -641,12 +641,6 @@ void* pad_scratch(size_t bytes) {
 
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-// Whether every row of an operand at p, ld elements of elem_bytes apart,
-// starts 16-byte aligned: what TMA and the 16-byte stores need.
-bool rows_aligned16(const void* p, int64_t ld, size_t elem_bytes) {
-  return ld % static_cast<int64_t>(16 / elem_bytes) == 0 && aligned16(p);
-}
 
 // Hopper variants (gemm_sm90.cu), as the tuning hook numbers them:
 //   1 Wide (128 × 256)  2 WideC2 (the same, clusters of 2)  3 Medium (128 × 128)
@@ -741,7 +735,7 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
   // class tiles where the 128 × 256 variant is chosen (gemm_sm90.cu).
   namespace h = vkern_gemm_sm90;
   cudaError_t tiles_err = cudaSuccess;  // a row-class launch's result (sm90_tiles_ran)
-  const bool out_aligned = rows_aligned16(out, cols, sizeof(Out));
+  const bool out_aligned = vkern_shift::rows_aligned(out, cols, sizeof(Out), 16);
   auto run_aligned = [&](const __half* l, int64_t ld_l, const __half* r, int64_t ld_r) {
     if (sm90 == 6 && large && !out_aligned && rows >= 8 &&
         sm90_tiles_ran<h::WideS, h::Tiles::kClassOut, kLDepth, kRDepth>(device, multiprocessors, l, ld_l, r, ld_r, out,
@@ -756,8 +750,8 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
     }
     return launch_aligned<kLDepth, kRDepth, Out, Epi>(config, device, l, ld_l, r, ld_r, out, epi, rows, cols, depth, s);
   };
-  const bool l_aligned = rows_aligned16(L, ldl, 2);
-  const bool r_aligned = rows_aligned16(R, ldr, 2);
+  const bool l_aligned = vkern_shift::rows_aligned(L, ldl, 2, 16);
+  const bool r_aligned = vkern_shift::rows_aligned(R, ldr, 2, 16);
   if (l_aligned && r_aligned) return run_aligned(L, ldl, R, ldr);
   const bool only_l = large && !l_aligned && r_aligned && sm90 == 6;  // L read in place, in row classes
   if (only_l && h::shift_chosen() &&

@@ -708,8 +708,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     int stage = 0;
     uint32_t phase = 0;
-    const bool pairs_aligned = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & (2 * sizeof(Out) - 1)) == 0;
-    const bool rows_aligned16 = cols % (16 / sizeof(Out)) == 0 && (reinterpret_cast<uintptr_t>(out) & 15u) == 0;
+    const bool pairs_aligned = vkern_shift::rows_aligned(out, cols, sizeof(Out), 2 * sizeof(Out));
+    const bool rows_aligned16 = vkern_shift::rows_aligned(out, cols, sizeof(Out), 16);
     // kClassL: this warp's class q and, in a stage, the offset of its first
     // fragment word: box q, row lane / 4, the word holding column shift_q +
     // 2·(lane % 4); an odd shift takes each pair from two words.
