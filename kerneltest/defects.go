@@ -465,14 +465,6 @@ var shiftChosen = []Edit{{
 	New: `return true;`,
 }}
 
-// depthClassesChosen turns the Hopper GEMM's depth row classes on in
-// WideDC (they run only where VKERN_GEMM_DEPTH_CLASSES=1 otherwise), for
-// the defects planted in them.
-var depthClassesChosen = []Edit{{
-	Old: `if (v == nullptr || v[0] < '1' || v[0] > '2' || v[1] != '\0') return 0;`,
-	New: `return 1;`,
-}}
-
 // CUDADefects plant the cpu suite's kinds of defect in the CUDA kernels.
 // On a Hopper GPU every GEMM whose operands are 16-byte aligned runs the
 // TMA + wgmma kernels of gemm_sm90.cu, so the defects in gemm.cuh's mma.sync
@@ -603,28 +595,28 @@ var CUDADefects = []Mutation{
 	{
 		Name: "Hopper depth classes: the odd classes' halves read at the even classes' shifts", File: "cuda/gemm_sm90.cu",
 		Old: "2 * (column + maps_shift.shift[2 * t + 1] +", New: "2 * (column + maps_shift.shift[2 * t] +",
-		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"}, Setup: depthClassesChosen,
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"},
 	},
 	{
 		Name: "Hopper depth classes: the boxes copied without their lead", File: "cuda/gemm_sm90.cu",
 		Old: "full, m0 - WideDC::lead(j),", New: "full, m0,",
-		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"}, Setup: depthClassesChosen,
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"},
 	},
 	{
 		Name: "Hopper depth classes: a fragment register's two depth rows both from the even class", File: "cuda/gemm_sm90.cu",
 		Old: `"=h"(hi) : "r"(at + a_offset_hi)`, New: `"=h"(hi) : "r"(at + a_offset)`,
-		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"}, Setup: depthClassesChosen,
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"},
 	},
 	{
 		Name: "Hopper depth classes: every fragment's depth rows from the box's even rows", File: "cuda/gemm_sm90.cu",
 		Old: "boxes + (2 * kk + i / 2) * WideDC::kRawRowBytes", New: "boxes + (2 * kk) * WideDC::kRawRowBytes",
-		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"}, Setup: depthClassesChosen,
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"},
 	},
 	{
 		Name: "Hopper depth classes: each stage's class rows one class row late", File: "cuda/gemm_sm90.cu",
 		Old: "const int32_t class_row = p0 / vkern_shift::kClasses;",
 		New: "const int32_t class_row = p0 / vkern_shift::kClasses + 1;",
-		Op:  "linear_grad_w", Shapes: []string{"1025x520x4097:accumulate=1"}, Setup: depthClassesChosen,
+		Op:  "linear_grad_w", Shapes: []string{"1025x520x4097:accumulate=1"},
 	},
 	{
 		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",

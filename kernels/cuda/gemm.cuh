@@ -573,12 +573,14 @@ cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl,
 //   shared memory (row_shift.cuh). Verified, but slower than the padded
 //   copy (the head's dW 4.13–4.54 ms against 2.99–3.02: docs/row-shift-h100), so it
 //   is off by default.
-// - Where the server's environment sets VKERN_GEMM_DEPTH_CLASSES=1 (or 2,
-//   WideDCS: the staged epilogue in three stages, an experiment), an
-//   MN-major L of MN-major R (linear_grad_w's x: the head's dW, where x is
-//   the logits gradient) is read by the depth's row classes (gemm_sm90.cu,
-//   Tiles::kDepthClassL: WideDC's consumer warps build their A fragments
-//   from the classes' raw boxes). Not yet timed.
+// - MN-major L of MN-major R (gemm_grad_b's A, linear_grad_w's x: the
+//   head's dW, where x is the logits gradient): WideDC's consumer warps
+//   build their A fragments from raw boxes of the depth's row classes,
+//   the depth in order (gemm_sm90.cu, Tiles::kDepthClassL). The head's dW
+//   took 2.02–2.03 ms against 3.05 with the padded copy, 0.91–0.95 of
+//   cuBLAS's dW.add_ at 50304 (docs/lm-head-dw-h100).
+//   VKERN_GEMM_DEPTH_CLASSES=0 in the server's environment sends it to
+//   the padded copy instead, to time one against the other.
 // linear_nt's L and R share their row length, so never only L is
 // unaligned. Other large products first copy each such operand into
 // scratch with its rows padded to a multiple of 64 halves (one pass over
@@ -764,15 +766,9 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
                                                                      rows, cols, depth, s, &tiles_err)) {
     return tiles_err;
   }
-  const int depth_classes = only_l ? h::depth_classes_variant() : 0;
-  if (depth_classes == 1 &&
+  if (only_l && h::depth_classes_chosen() &&
       sm90_tiles_ran<h::WideDC, h::Tiles::kDepthClassL, kLDepth, kRDepth>(device, multiprocessors, L, ldl, R, ldr, out,
                                                                           epi, rows, cols, depth, s, &tiles_err)) {
-    return tiles_err;
-  }
-  if (depth_classes == 2 &&
-      sm90_tiles_ran<h::WideDCS, h::Tiles::kDepthClassL, kLDepth, kRDepth>(device, multiprocessors, L, ldl, R, ldr, out,
-                                                                           epi, rows, cols, depth, s, &tiles_err)) {
     return tiles_err;
   }
   if (large) {

@@ -48,12 +48,14 @@
 //   that is the only operand not aligned. That L is read as eight tensors
 //   of every eighth row (row_shift.cuh), at aligned coordinates: by the
 //   row-class launches (Tiles::kClassL, K-major L; Tiles::kDepthClassL,
-//   MN-major L, where VKERN_GEMM_DEPTH_CLASSES=1), whose consumer warps
-//   build their A fragments from them, or, where VKERN_GEMM_SHIFT=1, by
-//   the shifting launches (Tiles::kShiftL), whose producer shifts them
-//   into place in shared memory. kDepthClassL's boxes start up to 48
-//   halves before a row's first element (column coordinates down to −48),
-//   which TMA zero-fills as it does past the end (not yet run on a GPU).
+//   MN-major L), whose consumer warps build their A fragments from them,
+//   or, where VKERN_GEMM_SHIFT=1, by the shifting launches
+//   (Tiles::kShiftL), whose producer shifts them into place in shared
+//   memory. kDepthClassL's boxes start up to 48 halves before a row's
+//   first element (column coordinates down to −48), which TMA fills with
+//   zeros as it does past the end, counting them in the barrier's bytes;
+//   no lane reads them. Every first tile of the head's dW starts there
+//   (run and verified on an H100: docs/lm-head-dw-h100, call 11).
 // - The tensor-map coordinates are int32: the dispatcher sends no matrix with
 //   a dimension above INT32_MAX - 256. Every element index is int64_t.
 // - Each output element is written exactly once, from its f32 accumulator
@@ -195,23 +197,26 @@ struct RawBoxes : Base {
 //   of cuBLAS at 50304.
 struct WideSR : RawBoxes<WideC2S, 72, 16> {};  // 18 KB of L a stage
 
-// Wide reading an MN-major L whose depth rows are not 16-byte aligned by
-// the depth's row classes into registers (Tiles::kDepthClassL; gemm.cuh,
-// sm90_tiles_ran): linear_grad_w's x at the head's dW, 16384×768×50257,
-// where x is the logits gradient. A stage's L is eight raw boxes, one per
-// class of its 64 depth rows, of 8 rows × 184 halves, unswizzled: a
-// tile's 128 columns from any of the 8 halves the class's rows start at,
-// after lead(j) halves that keep the four classes a warp's lanes read at
-// once in four different 8-bank groups. Without the staged epilogue's
-// buffers the four stages fit. Not yet timed.
-struct WideDC : RawBoxes<Wide, 184, 8> {  // 23 KB of L a stage
+// WideS3 reading an MN-major L whose depth rows are not 16-byte aligned
+// by the depth's row classes into registers (Tiles::kDepthClassL;
+// gemm.cuh, sm90_tiles_ran): linear_grad_w's x at the head's dW,
+// 16384×768×50257, where x is the logits gradient. A stage's L is eight
+// raw boxes, one per class of its 64 depth rows, of 8 rows × 184 halves,
+// unswizzled: a tile's 128 columns from any of the 8 halves the class's
+// rows start at, after lead(j) halves that keep the four classes a warp's
+// lanes read at once in four different 8-bank groups. The head's dW
+// (docs/lm-head-dw-h100, call 11), against 3.05 ms for the padded copy
+// and 1.79 for the aligned product at 50304:
+// - here, with WideS3's staged epilogue in three stages: 2.02–2.03 ms,
+//   0.91–0.95 of cuBLAS's dW.add_ at 50304;
+// - on Wide, storing from registers in four stages: 2.11–2.13 ms.
+// (Call 10's kernel, one class a stage, took 1.98–2.02 ms but summed the
+// depth class by class, outside the TCFused bound: tag
+// dw-depth-classes-call10.)
+struct WideDC : RawBoxes<WideS3, 184, 8> {  // 23 KB of L a stage
   // The columns class j's box holds before the tile's first: 16·(j / 2).
   __host__ __device__ static constexpr int lead(int j) { return 16 * (j / 2); }
 };
-// WideDC with WideS's staged epilogue, in three stages (WideS3's), which
-// the epilogue's buffers leave room for: an experiment, timed against
-// WideDC where VKERN_GEMM_DEPTH_CLASSES=2.
-struct WideDCS : RawBoxes<WideS3, 184, 8> {};
 
 constexpr int kGroupRows = 8;  // tile rows per L2 group of the tile order
 
@@ -1177,18 +1182,16 @@ bool shift_chosen() {
   return chosen;
 }
 
-// depth_classes_variant is the server's VKERN_GEMM_DEPTH_CLASSES: 1 lets
-// gemm.cuh send an unaligned MN-major L to kDepthClassL in WideDC rather
-// than the padded copy, 2 in WideDCS; 0 (unset, or anything else) keeps
-// the padded copy. (Not yet kDepthClassL's default: its planted defects
-// have not run on a GPU.)
-int depth_classes_variant() {
-  static const int variant = [] {
+// depth_classes_chosen is false where the server's environment sets
+// VKERN_GEMM_DEPTH_CLASSES=0, which sends an unaligned MN-major L to the
+// padded copy rather than kDepthClassL (WideDC), to time one against the
+// other.
+bool depth_classes_chosen() {
+  static const bool chosen = [] {
     const char* v = std::getenv("VKERN_GEMM_DEPTH_CLASSES");
-    if (v == nullptr || v[0] < '1' || v[0] > '2' || v[1] != '\0') return 0;
-    return v[0] - '0';
+    return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  return variant;
+  return chosen;
 }
 
 // launch runs variant Cfg with the tiles kTiles (see product_wgmma): the
