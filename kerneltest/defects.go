@@ -587,6 +587,37 @@ var CUDADefects = []Mutation{
 		New: "tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0, (1u << kCluster) - 1);",
 		Op:  "linear", Shapes: []string{"16390x520x1001"},
 	},
+	// The depth's row classes (gemm_sm90.cu, Tiles::kDepthClassL):
+	// linear_grad_w with x's rows an odd length (the head's dW, where x is
+	// the logits gradient), dy aligned, past the padding threshold, so
+	// WideDC builds its A fragments from the raw boxes of x's depth rows
+	// in classes.
+	{
+		Name: "Hopper depth classes: the odd classes' halves read at the even classes' shifts", File: "cuda/gemm_sm90.cu",
+		Old: "2 * (column + maps_shift.shift[2 * t + 1] +", New: "2 * (column + maps_shift.shift[2 * t] +",
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"},
+	},
+	{
+		Name: "Hopper depth classes: the boxes copied without their lead", File: "cuda/gemm_sm90.cu",
+		Old: "full, m0 - WideDC::lead(j),", New: "full, m0,",
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"},
+	},
+	{
+		Name: "Hopper depth classes: a fragment register's two depth rows both from the even class", File: "cuda/gemm_sm90.cu",
+		Old: `"=h"(hi) : "r"(at + a_offset_hi)`, New: `"=h"(hi) : "r"(at + a_offset)`,
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"},
+	},
+	{
+		Name: "Hopper depth classes: every fragment's depth rows from the box's even rows", File: "cuda/gemm_sm90.cu",
+		Old: "boxes + (2 * kk + i / 2) * WideDC::kRawRowBytes", New: "boxes + (2 * kk) * WideDC::kRawRowBytes",
+		Op: "linear_grad_w", Shapes: []string{"1024x520x4097"},
+	},
+	{
+		Name: "Hopper depth classes: each stage's class rows one class row late", File: "cuda/gemm_sm90.cu",
+		Old: "const int32_t class_row = p0 / vkern_shift::kClasses;",
+		New: "const int32_t class_row = p0 / vkern_shift::kClasses + 1;",
+		Op:  "linear_grad_w", Shapes: []string{"1025x520x4097:accumulate=1"},
+	},
 	{
 		Name: "max subtraction missing in softmax", File: "cuda/softmax.cu",
 		Old: "m = row_max<T>(m, red);", New: "m = 0.0f * row_max<T>(m, red);",

@@ -487,7 +487,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     }
   }
-  const bool pairs_aligned = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & (2 * sizeof(Out) - 1)) == 0;
+  const bool pairs_aligned = vkern_shift::rows_aligned(out, cols, sizeof(Out), 2 * sizeof(Out));
 #pragma unroll
   for (int i = 0; i < kMmaM; ++i) {
     const int64_t row = m0 + warp_m + i * 16 + (lane >> 2);
@@ -573,6 +573,14 @@ cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl,
 //   shared memory (row_shift.cuh). Verified, but slower than the padded
 //   copy (the head's dW 4.13–4.54 ms against 2.99–3.02: docs/row-shift-h100), so it
 //   is off by default.
+// - MN-major L of MN-major R (gemm_grad_b's A, linear_grad_w's x: the
+//   head's dW, where x is the logits gradient): WideDC's consumer warps
+//   build their A fragments from raw boxes of the depth's row classes,
+//   the depth in order (gemm_sm90.cu, Tiles::kDepthClassL). The head's dW
+//   took 2.02–2.03 ms against 3.05 with the padded copy, 0.91–0.95 of
+//   cuBLAS's dW.add_ at 50304 (docs/lm-head-dw-h100).
+//   VKERN_GEMM_DEPTH_CLASSES=0 in the server's environment sends it to
+//   the padded copy instead, to time one against the other.
 // linear_nt's L and R share their row length, so never only L is
 // unaligned. Other large products first copy each such operand into
 // scratch with its rows padded to a multiple of 64 halves (one pass over
@@ -635,12 +643,6 @@ void* pad_scratch(size_t bytes) {
 
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-// Whether every row of an operand at p, ld elements of elem_bytes apart,
-// starts 16-byte aligned: what TMA and the 16-byte stores need.
-bool rows_aligned16(const void* p, int64_t ld, size_t elem_bytes) {
-  return ld % static_cast<int64_t>(16 / elem_bytes) == 0 && aligned16(p);
-}
 
 // Hopper variants (gemm_sm90.cu), as the tuning hook numbers them:
 //   1 Wide (128 × 256)  2 WideC2 (the same, clusters of 2)  3 Medium (128 × 128)
@@ -696,8 +698,10 @@ cudaError_t launch_sm90(int variant, int device, int multiprocessors, const __ha
 // producer (WideS3), class tiles for f16 output rows that do not start
 // 16-byte aligned (WideS: GPT-2's logits at V = 50257, linear_nt
 // 16384×50257×768 from 2.67 ms with the staged store of unaligned rows to
-// 2.09, cuBLAS's time at 50304), and L's row classes (WideSR: the head's
-// dx; docs/lm-head-class-tiles-h100, docs/lm-head-dx-h100).
+// 2.09, cuBLAS's time at 50304), L's row classes (WideSR: the head's
+// dx; docs/lm-head-class-tiles-h100, docs/lm-head-dx-h100), and the row
+// classes of an MN-major L's depth rows (WideDC: the head's dW;
+// docs/lm-head-dw-h100).
 template <class Cfg, vkern_gemm_sm90::Tiles kTiles, bool kLDepth, bool kRDepth, typename Out, class Epi>
 bool sm90_tiles_ran(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
                     Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
@@ -733,7 +737,7 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
   // class tiles where the 128 × 256 variant is chosen (gemm_sm90.cu).
   namespace h = vkern_gemm_sm90;
   cudaError_t tiles_err = cudaSuccess;  // a row-class launch's result (sm90_tiles_ran)
-  const bool out_aligned = rows_aligned16(out, cols, sizeof(Out));
+  const bool out_aligned = vkern_shift::rows_aligned(out, cols, sizeof(Out), 16);
   auto run_aligned = [&](const __half* l, int64_t ld_l, const __half* r, int64_t ld_r) {
     if (sm90 == 6 && large && !out_aligned && rows >= 8 &&
         sm90_tiles_ran<h::WideS, h::Tiles::kClassOut, kLDepth, kRDepth>(device, multiprocessors, l, ld_l, r, ld_r, out,
@@ -748,8 +752,8 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
     }
     return launch_aligned<kLDepth, kRDepth, Out, Epi>(config, device, l, ld_l, r, ld_r, out, epi, rows, cols, depth, s);
   };
-  const bool l_aligned = rows_aligned16(L, ldl, 2);
-  const bool r_aligned = rows_aligned16(R, ldr, 2);
+  const bool l_aligned = vkern_shift::rows_aligned(L, ldl, 2, 16);
+  const bool r_aligned = vkern_shift::rows_aligned(R, ldr, 2, 16);
   if (l_aligned && r_aligned) return run_aligned(L, ldl, R, ldr);
   const bool only_l = large && !l_aligned && r_aligned && sm90 == 6;  // L read in place, in row classes
   if (only_l && h::shift_chosen() &&
@@ -760,6 +764,11 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
   if (only_l && out_aligned &&
       sm90_tiles_ran<h::WideSR, h::Tiles::kClassL, kLDepth, kRDepth>(device, multiprocessors, L, ldl, R, ldr, out, epi,
                                                                      rows, cols, depth, s, &tiles_err)) {
+    return tiles_err;
+  }
+  if (only_l && h::depth_classes_chosen() &&
+      sm90_tiles_ran<h::WideDC, h::Tiles::kDepthClassL, kLDepth, kRDepth>(device, multiprocessors, L, ldl, R, ldr, out,
+                                                                          epi, rows, cols, depth, s, &tiles_err)) {
     return tiles_err;
   }
   if (large) {

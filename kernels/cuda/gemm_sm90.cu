@@ -47,10 +47,15 @@
 //   others into scratch first, or taking the mma.sync path), but for an L
 //   that is the only operand not aligned. That L is read as eight tensors
 //   of every eighth row (row_shift.cuh), at aligned coordinates: by the
-//   row-class launches (Tiles::kClassL, K-major L), whose consumer warps
-//   build their A fragments from them, or, where VKERN_GEMM_SHIFT=1, by
-//   the shifting launches (Tiles::kShiftL), whose producer shifts them
-//   into place in shared memory.
+//   row-class launches (Tiles::kClassL, K-major L; Tiles::kDepthClassL,
+//   MN-major L), whose consumer warps build their A fragments from them,
+//   or, where VKERN_GEMM_SHIFT=1, by the shifting launches
+//   (Tiles::kShiftL), whose producer shifts them into place in shared
+//   memory. kDepthClassL's boxes start up to 48 halves before a row's
+//   first element (column coordinates down to −48), which TMA fills with
+//   zeros as it does past the end, counting them in the barrier's bytes;
+//   no lane reads them. Every first tile of the head's dW starts there
+//   (run and verified on an H100: docs/lm-head-dw-h100, call 11).
 // - The tensor-map coordinates are int32: the dispatcher sends no matrix with
 //   a dimension above INT32_MAX - 256. Every element index is int64_t.
 // - Each output element is written exactly once, from its f32 accumulator
@@ -160,6 +165,22 @@ using WideS3 = Config<256, 3, 1, true>;
 // linear_nt 16384×50257×768 2.09 ms, against 2.67 for WideS's staged store
 // of unaligned rows and 2.08 for cuBLAS at 50304 (docs/lm-head-class-tiles-h100)
 
+// A variant whose stage holds L as eight raw boxes, one per row class
+// (row_shift.cuh), each kBoxRows rows of kRawHalves halves, unswizzled
+// (WideSR, WideDC): the stage layout follows from those two numbers.
+template <class Base, int kRawHalves, int kBoxRows>
+struct RawBoxes : Base {
+  static constexpr int kRawRowBytes = kRawHalves * 2;
+  static constexpr int kClassBoxBytes = kBoxRows * kRawRowBytes;  // a multiple of 128, as TMA's destination must be
+  static constexpr int kLBytes = vkern_shift::kClasses * kClassBoxBytes;
+  static constexpr int kStageBytes = kLBytes + Base::kRBytes;
+  static constexpr int kSmemBytes =
+      Base::kStages * kStageBytes + Base::kEpilogueBytes + Base::kBiasBytes + 2 * Base::kStages * 8 + 1024;
+  static_assert(kClassBoxBytes % 128 == 0, "a class box is a whole number of TMA's 128-byte destinations");
+  static_assert(kLBytes % 1024 == 0, "R's panels stay 1024-byte aligned for the 128-byte swizzle");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+};
+
 // WideC2S reading L in row classes into registers (Tiles::kClassL; gemm.cuh,
 // sm90_tiles_ran): a stage's L is eight raw boxes, one per row class,
 // of 16 rows × 72 halves (a row's 64 depth terms from any of the 8 halves
@@ -174,13 +195,27 @@ using WideS3 = Config<256, 3, 1, true>;
 // - in clusters of 2 sharing R, as here: 1.94–1.95 ms, against 1.94–2.00
 //   in one block in the same call (call 5); 1.90 ms in call 6, 0.86–0.92
 //   of cuBLAS at 50304.
-struct WideSR : WideC2S {
-  static constexpr int kRawRowBytes = 72 * 2;
-  static constexpr int kClassBoxBytes = 16 * kRawRowBytes;  // a multiple of 128, as TMA's destination must be
-  static constexpr int kLBytes = 8 * kClassBoxBytes;        // 18 KB: R's panels stay 1024-byte aligned
-  static constexpr int kStageBytes = kLBytes + kRBytes;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasBytes + 2 * kStages * 8 + 1024;
-  static_assert(kLBytes % 1024 == 0 && kSmemBytes <= 227 * 1024, "stage layout");
+struct WideSR : RawBoxes<WideC2S, 72, 16> {};  // 18 KB of L a stage
+
+// WideS3 reading an MN-major L whose depth rows are not 16-byte aligned
+// by the depth's row classes into registers (Tiles::kDepthClassL;
+// gemm.cuh, sm90_tiles_ran): linear_grad_w's x at the head's dW,
+// 16384×768×50257, where x is the logits gradient. A stage's L is eight
+// raw boxes, one per class of its 64 depth rows, of 8 rows × 184 halves,
+// unswizzled: a tile's 128 columns from any of the 8 halves the class's
+// rows start at, after lead(j) halves that keep the four classes a warp's
+// lanes read at once in four different 8-bank groups. The head's dW
+// (docs/lm-head-dw-h100, call 11), against 3.05 ms for the padded copy
+// and 1.79 for the aligned product at 50304:
+// - here, with WideS3's staged epilogue in three stages: 2.02–2.03 ms,
+//   0.91–0.95 of cuBLAS's dW.add_ at 50304;
+// - on Wide, storing from registers in four stages: 2.11–2.13 ms.
+// (Call 10's kernel, one class a stage, took 1.98–2.02 ms but summed the
+// depth class by class, outside the TCFused bound: tag
+// dw-depth-classes-call10.)
+struct WideDC : RawBoxes<WideS3, 184, 8> {  // 23 KB of L a stage
+  // The columns class j's box holds before the tile's first: 16·(j / 2).
+  __host__ __device__ static constexpr int lead(int j) { return 16 * (j / 2); }
 };
 
 constexpr int kGroupRows = 8;  // tile rows per L2 group of the tile order
@@ -191,6 +226,7 @@ enum class Tiles {
   kShiftL,    // L's row classes by TMA into raw slots, shifted into place by the producer warpgroup
   kClassOut,  // a tile's rows one row class of the output, R's rows shifted by its offset
   kClassL,    // L's row classes by TMA into raw boxes, each consumer warp's A fragments built from one class's box
+  kDepthClassL,  // L's depth rows' classes by TMA into raw boxes, A's fragments built from them
 };
 
 #if defined(VKERN_GEMM_TUNING)
@@ -366,8 +402,9 @@ __host__ __device__ __forceinline__ void tile_grid(int64_t rows, int64_t cols, i
 // epilogue: the shifting producer an unaligned L that is not the K-major L
 // of K-major R (which would share its row length), class tiles K-major L
 // and R with an f16 output and at most a bias, L's row classes a K-major
-// L; neither row-class read takes the residual or the GELU, which keeps
-// the kernels built down.
+// L, the depth's row classes an MN-major L of MN-major R; none of the
+// row-class reads takes the residual or the GELU, which keeps the kernels
+// built down.
 template <Tiles kTiles, bool kLDepth, bool kRDepth, typename Out, class Epi>
 __host__ __device__ constexpr bool tiles_serve() {
   constexpr bool plain_epilogue = !Epi::kResidual && Epi::kGelu == vkern_epilogue::kNoGelu;
@@ -375,6 +412,7 @@ __host__ __device__ constexpr bool tiles_serve() {
     case Tiles::kShiftL: return !(kLDepth && kRDepth) && plain_epilogue;
     case Tiles::kClassOut: return kLDepth && kRDepth && sizeof(Out) == 2 && !Epi::kAccumulate && plain_epilogue;
     case Tiles::kClassL: return kLDepth && plain_epilogue;
+    case Tiles::kDepthClassL: return !kLDepth && !kRDepth && plain_epilogue;
     default: return true;
   }
 }
@@ -428,6 +466,17 @@ constexpr int shift_bytes() {
 // (two words and a byte permute a pair when shift_q is odd) and issues
 // wgmma with A from registers: the depth terms of each 16-deep step are
 // the aligned kernel's, from k = 0, so every sum is the one it forms.
+//
+// With kDepthClassL (an MN-major L whose depth rows are not 16-byte
+// aligned, MN-major R; WideDC), the producer copies each of the stage's 8
+// row classes of L's depth rows (8 rows each) with TMA into a raw box, as
+// WideDC describes, and R as the plain tiles do. Depth row κ of a stage
+// is row κ / 8 of class κ % 8's box, whose rows start shift_c + lead(c)
+// halves in. A lane's A fragment registers pair depth rows 2·(lane % 4)
+// + 8h + 16·kk and the next, of classes 2·(lane % 4) and 2·(lane % 4) + 1
+// for every kk and h, so each lane reads two boxes at two fixed offsets,
+// with 2-byte loads. The depth terms of each 16-deep step are the aligned
+// kernel's, in order, so every sum is the one it forms.
 template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, Tiles kTiles = Tiles::kPlain>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     product_wgmma(const __grid_constant__ CUtensorMap map_l, const __grid_constant__ CUtensorMap map_r,
@@ -435,12 +484,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                   Epi epi, int64_t rows, int64_t cols, int64_t depth, int group_rows) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut,
-                 kClassL = kTiles == Tiles::kClassL;
+                 kClassL = kTiles == Tiles::kClassL, kDepthClassL = kTiles == Tiles::kDepthClassL,
+                 kRegisterA = kClassL || kDepthClassL;  // A's fragments from registers
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kStages = Cfg::kStages, kCluster = Cfg::kCluster;
   static_assert(tiles_serve<kTiles, kLDepth, kRDepth, Out, Epi>(), "tiles_serve says which products the tiles take");
   static_assert(kTiles == Tiles::kPlain || kClassL || kCluster == 1,
                 "the class tiles and the shifting producer run without clusters");
   static_assert(!kClassL || (BM == 128 && BK == 64 && Cfg::kLBytes == WideSR::kLBytes), "L in row classes: WideSR's stages");
+  static_assert(!kDepthClassL || (BM == 128 && BK == 64 && Cfg::kLBytes == WideDC::kLBytes && kCluster == 1),
+                "the depth's row classes: WideDC's class boxes");
   constexpr int kClassRows = vkern_shift::kClasses * BM;  // output rows per block of class tiles
   constexpr int kConsumers = 2;
   extern __shared__ unsigned char smem_raw[];
@@ -616,7 +668,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           mbar_wait(empty0 + 8 * stage, phase ^ 1);
           mbar_expect_tx(full, Cfg::kStageBytes);
           const uint32_t sl = smem + stage * Cfg::kStageBytes, sr = sl + Cfg::kLBytes;
-          if constexpr (kClassL) {
+          if constexpr (kDepthClassL) {
+            // Depth rows p0 + j, p0 + j + 8, …: 8 rows of class j from
+            // class row p0 / 8, columns m0 − lead(j) … of the class's tensor.
+            const int32_t class_row = p0 / vkern_shift::kClasses;
+#pragma unroll
+            for (int j = 0; j < vkern_shift::kClasses; ++j) {
+              tma_load(sl + j * WideDC::kClassBoxBytes, &maps_shift.map[j], full, m0 - WideDC::lead(j), class_row);
+            }
+          } else if constexpr (kClassL) {
             // Rows m0 + j, m0 + j + 8, …: 16 rows of class j from class row
             // m0 / 8, columns p0 … p0 + 71 of the class's tensor.
 #pragma unroll
@@ -653,8 +713,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     int stage = 0;
     uint32_t phase = 0;
-    const bool pairs_aligned = cols % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & (2 * sizeof(Out) - 1)) == 0;
-    const bool rows_aligned16 = cols % (16 / sizeof(Out)) == 0 && (reinterpret_cast<uintptr_t>(out) & 15u) == 0;
+    const bool pairs_aligned = vkern_shift::rows_aligned(out, cols, sizeof(Out), 2 * sizeof(Out));
+    const bool rows_aligned16 = vkern_shift::rows_aligned(out, cols, sizeof(Out), 16);
     // kClassL: this warp's class q and, in a stage, the offset of its first
     // fragment word: box q, row lane / 4, the word holding column shift_q +
     // 2·(lane % 4); an odd shift takes each pair from two words.
@@ -663,6 +723,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int q = 4 * consumer + warp, shift = maps_shift.shift[q];
       a_offset = q * WideSR::kClassBoxBytes + (lane / 4) * WideSR::kRawRowBytes + (shift + 2 * (lane % 4)) / 2 * 4;
       if (shift % 2 != 0) a_select = 0x5432u;
+    }
+    // kDepthClassL: in a stage, the offsets of this lane's column 64·consumer
+    // + 16·warp + lane / 4 in the first row of class 2·(lane % 4)'s box
+    // (a_offset: the fragment registers' low halves) and of the next
+    // class's (a_offset_hi: their high halves).
+    uint32_t a_offset_hi = 0;
+    if constexpr (kDepthClassL) {
+      const int t = lane % 4, column = 64 * consumer + 16 * warp + lane / 4;
+      a_offset = 2 * t * WideDC::kClassBoxBytes + 2 * (column + maps_shift.shift[2 * t] + WideDC::lead(2 * t));
+      a_offset_hi =
+          (2 * t + 1) * WideDC::kClassBoxBytes + 2 * (column + maps_shift.shift[2 * t + 1] + WideDC::lead(2 * t + 1));
     }
     for (int64_t u = first_unit; u < units; u += unit_step) {
       int64_t um, tn;
@@ -701,7 +772,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       auto depth_step = [&](int64_t k, uint32_t (&a)[BK / 16][4], uint32_t (&a_before)[BK / 16][4]) {
         mbar_wait(full0 + 8 * stage, phase);
         const uint64_t stage_off = static_cast<uint64_t>(stage * Cfg::kStageBytes) >> 4;
-        if constexpr (kClassL) {
+        if constexpr (kDepthClassL) {
+          const uint32_t boxes = smem + stage * Cfg::kStageBytes;
+#pragma unroll
+          for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              // Fragment register i: column lane / 4 + 8·(i % 2) of the
+              // warp's 16, depth rows 16·kk + 8·(i / 2) + 2·(lane % 4) and
+              // the next (the low half the first): row 2·kk + i / 2 of
+              // their classes' boxes.
+              const uint32_t at = boxes + (2 * kk + i / 2) * WideDC::kRawRowBytes + (i % 2) * 16;
+              uint16_t lo, hi;
+              asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(lo) : "r"(at + a_offset));
+              asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(hi) : "r"(at + a_offset_hi));
+              a[kk][i] = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+            }
+          }
+        } else if constexpr (kClassL) {
           const uint32_t box = smem + stage * Cfg::kStageBytes + a_offset;
 #pragma unroll
           for (int kk = 0; kk < BK / 16; ++kk) {
@@ -721,7 +809,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
-          if constexpr (kClassL) {
+          if constexpr (kRegisterA) {
             vkern_wgmma::wgmma_m64n256k16_rs<kRDepth ? 0 : 1>(acc, a[kk], desc_r0 + stage_off + (kk * kRStep >> 4),
                                                                k > 0 || kk > 0);
           } else {
@@ -732,7 +820,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_commit();
         wgmma_wait<1>();  // the previous step's products are done: release its stage
         fence_registers(acc);
-        if constexpr (kClassL) fence_registers(a_before);
+        if constexpr (kRegisterA) fence_registers(a_before);
         if (k > 0 && releaser) {
 #pragma unroll
           for (int c = 0; c < kCluster; ++c) {
@@ -749,11 +837,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           phase ^= 1;
         }
       };
-      // kClassL: two sets of fragments in turn, so that a step's loads
-      // never overwrite the registers of the step still in flight.
+      // kClassL, kDepthClassL: two sets of fragments in turn, so that a
+      // step's loads never overwrite the registers of the step still in
+      // flight.
       uint32_t a0[BK / 16][4] = {}, a1[BK / 16][4] = {};
       int64_t k = 0;
-      if constexpr (kClassL) {
+      if constexpr (kRegisterA) {
         for (; k + 1 < steps; k += 2) {
           depth_step(k, a0, a1);
           depth_step(k + 1, a1, a0);
@@ -761,7 +850,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       for (; k < steps; ++k) depth_step(k, a0, a1);
       wgmma_wait<0>();
-      if constexpr (kClassL) {
+      if constexpr (kRegisterA) {
         fence_registers(a0);
         fence_registers(a1);
       }
@@ -1093,11 +1182,24 @@ bool shift_chosen() {
   return chosen;
 }
 
+// depth_classes_chosen is false where the server's environment sets
+// VKERN_GEMM_DEPTH_CLASSES=0, which sends an unaligned MN-major L to the
+// padded copy rather than kDepthClassL (WideDC), to time one against the
+// other.
+bool depth_classes_chosen() {
+  static const bool chosen = [] {
+    const char* v = std::getenv("VKERN_GEMM_DEPTH_CLASSES");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return chosen;
+}
+
 // launch runs variant Cfg with the tiles kTiles (see product_wgmma): the
 // shifting producer and L's row classes take any ld and base of L and at
-// least 8 stored rows, class tiles at least 8 rows. *launched is false (and
-// nothing is enqueued) when a tensor map cannot be made; the caller then
-// takes another path.
+// least 8 stored rows, class tiles at least 8 rows, the depth's row
+// classes at least 8 depth rows. *launched is false (and nothing is
+// enqueued) when a tensor map cannot be made; the caller then takes
+// another path.
 template <class Cfg, bool kLDepth, bool kRDepth, typename Out, class Epi, Tiles kTiles = Tiles::kPlain>
 cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
                    Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
@@ -1105,12 +1207,15 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
   *launched = false;
   constexpr int64_t kMaxDim = INT32_MAX - 256;  // int32 box coordinates, a box past the edge included
   if (rows > kMaxDim || cols > kMaxDim || depth > kMaxDim) return cudaSuccess;
-  constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut;
+  constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut,
+                 kDepthClassL = kTiles == Tiles::kDepthClassL;
   CUtensorMap map_l = {}, map_r;
   ShiftMaps<kTiles != Tiles::kPlain> maps_shift;
   bool maps = tensor_map(&map_r, device, R, kRDepth ? depth : cols, kRDepth ? cols : depth, ldr, 64,
                          kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
-  if constexpr (kLShift) {
+  if constexpr (kDepthClassL) {
+    maps = maps && class_maps(&maps_shift, device, L, ldl, depth, rows, WideDC::kRawRowBytes / 2, 8, false);
+  } else if constexpr (kLShift) {
     using Raw = vkern_shift::Raw<kLDepth>;
     maps = maps && class_maps(&maps_shift, device, L, ldl, kLDepth ? rows : depth, kLDepth ? depth : rows, Raw::kWidth,
                               Raw::kRows, false);

@@ -62,6 +62,14 @@ struct Class {
   int64_t row_stride;  // bytes between its rows: 8·ld·2
 };
 
+// rows_aligned says whether every row of an operand at p, ld elements of
+// elem_bytes apart, starts at a multiple of `bytes` (a power of two, at
+// least elem_bytes): 16 for TMA and 16-byte accesses, twice an element for
+// paired stores. Where it is false for 16, the class tensors below give
+// TMA what it can read.
+VKERN_SHIFT_HD bool rows_aligned(const void* p, int64_t ld, int64_t elem_bytes, int64_t bytes) {
+  return ld % (bytes / elem_bytes) == 0 && reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
+}
 // class_of describes class j; rows ≥ kClasses, so that no class is empty
 // (a tensor map's dimensions must be at least 1).
 VKERN_SHIFT_HD Class class_of(uintptr_t addr, int64_t ld, int64_t rows, int64_t inner, int j) {

@@ -46,6 +46,17 @@ void check(long ld, int offset, long stored, long inner) {
   for (long i = 0; i < stored * ld; ++i) op[i] = value(i);
   const uintptr_t lo = reinterpret_cast<uintptr_t>(op), hi = lo + static_cast<uintptr_t>(stored * ld) * 2;
 
+  // rows_aligned against every row's address: 16-byte rows (what TMA
+  // reads in place), and 4-byte pairs.
+  for (const long bytes : {4L, 16L}) {
+    bool every = true;
+    for (long r = 0; r < stored; ++r) every = every && (lo + static_cast<uintptr_t>(r * ld) * 2) % bytes == 0;
+    ++checked;
+    if (s::rows_aligned(op, ld, 2, bytes) != every) {
+      fail(bytes == 16 ? "rows_aligned(16) wrong" : "rows_aligned(4) wrong", kLDepth, ld, offset, stored, inner, 0, 0);
+    }
+  }
+
   s::Class cls[s::kClasses];
   for (int j = 0; j < s::kClasses; ++j) {
     ++checked;
