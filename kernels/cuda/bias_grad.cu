@@ -49,6 +49,7 @@
 // rows, and a counter per tile, cleared once when allocated; only when
 // M > 256.
 #include <cstdint>
+#include <cstdlib>
 
 #include "core/backend.h"
 #include "cuda/compat.h"
@@ -60,9 +61,6 @@ namespace vkern_bias_grad {
 using namespace vkern_rows;
 
 constexpr int kRowBlock = 64;  // oracle.BiasGradRowBlock
-constexpr int kWarps = 4;      // row blocks (a warp each) per CUDA block, all of one tile
-constexpr int kThreads = 32 * kWarps;
-constexpr int kBatch = 16;  // rows a lane loads before adding them
 
 // Vector<VW> is the load of a lane's VW adjacent f16 columns of a row.
 template <int VW>
@@ -101,13 +99,16 @@ __device__ __forceinline__ void add_halves(unsigned short w, float (&s)[1]) {
 // add_into is the one place db is written: db[j] + total.
 __device__ __forceinline__ void add_into(float* db, int64_t j, float total) { db[j] = db[j] + total; }
 
-// column_sums: see the file comment. partial (groups × cols floats) and
-// counters (one per tile) are null when there is one group.
-template <int VW>
-__global__ void __launch_bounds__(kThreads)
+// column_sums: see the file comment; kWarps row blocks (a warp each) per
+// CUDA block, all of one tile, and kBatch rows a lane loads before adding
+// them. partial (groups × cols floats) and counters (one per tile) are
+// null when there is one group.
+template <int VW, int kWarps, int kBatch>
+__global__ void __launch_bounds__(32 * kWarps)
     column_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, unsigned* counters,
                 float* db) {
   using Word = typename Vector<VW>::Word;
+  constexpr int kThreads = 32 * kWarps;
   constexpr int kWidth = 32 * VW;  // columns of a tile
   __shared__ float warp_sums[kWarps][kWidth];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -175,7 +176,7 @@ cudaError_t tile_counters(size_t count, cudaStream_t s, unsigned** out) {
   return counters.get(count, s, out);
 }
 
-template <int VW>
+template <int VW, int kWarps, int kBatch>
 cudaError_t launch_with(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
   const int64_t groups = ceil_div(ceil_div(rows, kRowBlock), kWarps);
   const int64_t tiles = ceil_div(cols, 32 * VW);
@@ -186,14 +187,40 @@ cudaError_t launch_with(const __half* dy, float* db, int64_t rows, int64_t cols,
     if (err == cudaSuccess) err = tile_counters(static_cast<size_t>(tiles), s, &counters);
     if (err != cudaSuccess) return err;
   }
-  column_sums<VW><<<grid_for(groups * tiles), kThreads, 0, s>>>(dy, rows, cols, partial, counters, db);
+  column_sums<VW, kWarps, kBatch>
+      <<<grid_for(groups * tiles), 32 * kWarps, 0, s>>>(dy, rows, cols, partial, counters, db);
   return cudaGetLastError();
 }
 
+template <int kWarps, int kBatch>
+cudaError_t launch_shaped(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
+  if (cols % 8 == 0 && aligned16(dy)) return launch_with<8, kWarps, kBatch>(dy, db, rows, cols, s);
+  if (cols % 2 == 0 && (reinterpret_cast<uintptr_t>(dy) & 3u) == 0) {
+    return launch_with<2, kWarps, kBatch>(dy, db, rows, cols, s);
+  }
+  return launch_with<1, kWarps, kBatch>(dy, db, rows, cols, s);
+}
+
+// launch_variant is the server's VKERN_BIAS_GRAD_LAUNCH, an experiment's
+// choice of (warps a block, rows a lane loads at once): 1 (4, 32), 2
+// (8, 16), 3 (2, 32), 4 (8, 32); unset or anything else, 0: (4, 16).
+int launch_variant() {
+  static const int variant = [] {
+    const char* v = std::getenv("VKERN_BIAS_GRAD_LAUNCH");
+    if (v == nullptr || v[0] < '1' || v[0] > '4' || v[1] != '\0') return 0;
+    return v[0] - '0';
+  }();
+  return variant;
+}
+
 cudaError_t launch(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
-  if (cols % 8 == 0 && aligned16(dy)) return launch_with<8>(dy, db, rows, cols, s);
-  if (cols % 2 == 0 && (reinterpret_cast<uintptr_t>(dy) & 3u) == 0) return launch_with<2>(dy, db, rows, cols, s);
-  return launch_with<1>(dy, db, rows, cols, s);
+  switch (launch_variant()) {
+    case 1: return launch_shaped<4, 32>(dy, db, rows, cols, s);
+    case 2: return launch_shaped<8, 16>(dy, db, rows, cols, s);
+    case 3: return launch_shaped<2, 32>(dy, db, rows, cols, s);
+    case 4: return launch_shaped<8, 32>(dy, db, rows, cols, s);
+    default: return launch_shaped<4, 16>(dy, db, rows, cols, s);
+  }
 }
 
 }  // namespace vkern_bias_grad
