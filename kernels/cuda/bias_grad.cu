@@ -8,24 +8,25 @@
 // added in an order of this file's own.
 //
 // Launch shape: one warp per (row block, column tile of 32·VW columns),
-// kWarps = 4 warps of one tile and 4 consecutive row blocks (a group of
-// 256 rows) per CUDA block, a grid-stride loop over (group, tile) jobs.
+// kWarps = 8 warps of one tile and 8 consecutive row blocks (a group of
+// 512 rows) per CUDA block, a grid-stride loop over (group, tile) jobs.
 // - Lane l sums its VW columns over the warp's 64 rows in ascending order
 //   in f32 registers, kBatch = 16 rows loaded before they are added (16 ×
 //   16 bytes in flight per lane). VW = 8 (16-byte loads: a warp reads 512
 //   contiguous bytes of a row) when N is a multiple of 8 and dy is 16-byte
 //   aligned, else 2 (4-byte loads) when N is even and dy 4-byte aligned,
-//   else 1. At 16384×768 that is 64 groups × 3 tiles = 192 CUDA blocks,
+//   else 1. At 16384×768 that is 32 groups × 3 tiles = 96 CUDA blocks,
 //   768 warps, each with 8 KB in flight: about 6 MB over the 132 SMs of an
-//   H100, past the ~2.5 MB that latency times bandwidth asks.
+//   H100, past the ~2.5 MB that latency times bandwidth asks. (Fewer
+//   blocks than SMs, yet faster than 192 of 4 warps: variant 3 below.)
 // - The block adds its warps' sums in warp order (shared memory) and writes
-//   them to partial[group · N + column] (scratch), or, when M <= 256 and
-//   there is one group, adds them to db directly.
+//   them to partial[group · N + column] (scratch), or, when there is one
+//   group (M <= 512), adds them to db directly.
 // - The last block of a tile to arrive (rows.cuh's last_to_arrive: an
 //   integer counter per tile, which wraps back to 0 for the next call) adds
 //   the tile's partial rows, in strands whose order is fixed
 //   (sum_partial_rows), and sets db[j] = db[j] + total. The partials (4
-//   bytes per column per 256 rows, 1/128 of dy's bytes) are still in L2.
+//   bytes per column per 512 rows, 1/256 of dy's bytes) are still in L2.
 // Memory-bound: the floor is dy's bytes (plus db twice) over the copy
 // bandwidth. One launch: at 16384×768 the floor is 8.4 µs, and a second
 // kernel's launch and drain cost a few µs of that.
@@ -41,15 +42,24 @@
 //      (0.39), 2304 0.0429 ms (0.59), 3072 0.0494 ms (0.68).
 //   2. a warp per (row block, 256-column tile), 16-byte loads in batches of
 //      16 rows, four row blocks combined per CUDA block, the partials
-//      finished by the last block of each tile in the same kernel (used):
+//      finished by the last block of each tile in the same kernel:
 //      N = 768 0.0189 ms (0.44), 2304 0.0401 ms (0.63), 3072 0.0463 ms
 //      (0.72), at 9d60ee5.
+//   3. variant 2's launch shape, (warps a block, rows a lane loads at
+//      once), tried at five values in one call (docs/bias-grad-h100, two
+//      rounds each; floor shares at N = 768 / 2304 / 3072):
+//      (4, 16), variant 2:  0.0185 ms, 0.45 / 0.63 / 0.73;
+//      (4, 32):             0.0189 ms, 0.45 / 0.66 / 0.72;
+//      (8, 16), used:       0.0175–0.0177 ms, 0.48 / 0.66 / 0.77;
+//      (2, 32):             0.0252 ms, 0.33 / 0.54 / 0.61;
+//      (8, 32):             0.0192 ms, 0.44 / 0.64 / 0.72.
+//      The finish weighs: 2 warps leave 128 partial rows to one strand of
+//      a 64-thread block, 8 warps 32 rows to four strands of 256 threads.
 //
-// Scratch (ops.cuh): the partials, 4 bytes per column per group of 256
+// Scratch (ops.cuh): the partials, 4 bytes per column per group of 512
 // rows, and a counter per tile, cleared once when allocated; only when
-// M > 256.
+// M > 512.
 #include <cstdint>
-#include <cstdlib>
 
 #include "core/backend.h"
 #include "cuda/compat.h"
@@ -61,6 +71,9 @@ namespace vkern_bias_grad {
 using namespace vkern_rows;
 
 constexpr int kRowBlock = 64;  // oracle.BiasGradRowBlock
+constexpr int kWarps = 8;      // row blocks (a warp each) per CUDA block, all of one tile
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBatch = 16;  // rows a lane loads before adding them
 
 // Vector<VW> is the load of a lane's VW adjacent f16 columns of a row.
 template <int VW>
@@ -99,16 +112,13 @@ __device__ __forceinline__ void add_halves(unsigned short w, float (&s)[1]) {
 // add_into is the one place db is written: db[j] + total.
 __device__ __forceinline__ void add_into(float* db, int64_t j, float total) { db[j] = db[j] + total; }
 
-// column_sums: see the file comment; kWarps row blocks (a warp each) per
-// CUDA block, all of one tile, and kBatch rows a lane loads before adding
-// them. partial (groups × cols floats) and counters (one per tile) are
-// null when there is one group.
-template <int VW, int kWarps, int kBatch>
-__global__ void __launch_bounds__(32 * kWarps)
+// column_sums: see the file comment. partial (groups × cols floats) and
+// counters (one per tile) are null when there is one group.
+template <int VW>
+__global__ void __launch_bounds__(kThreads)
     column_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, unsigned* counters,
                 float* db) {
   using Word = typename Vector<VW>::Word;
-  constexpr int kThreads = 32 * kWarps;
   constexpr int kWidth = 32 * VW;  // columns of a tile
   __shared__ float warp_sums[kWarps][kWidth];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -176,7 +186,7 @@ cudaError_t tile_counters(size_t count, cudaStream_t s, unsigned** out) {
   return counters.get(count, s, out);
 }
 
-template <int VW, int kWarps, int kBatch>
+template <int VW>
 cudaError_t launch_with(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
   const int64_t groups = ceil_div(ceil_div(rows, kRowBlock), kWarps);
   const int64_t tiles = ceil_div(cols, 32 * VW);
@@ -187,40 +197,14 @@ cudaError_t launch_with(const __half* dy, float* db, int64_t rows, int64_t cols,
     if (err == cudaSuccess) err = tile_counters(static_cast<size_t>(tiles), s, &counters);
     if (err != cudaSuccess) return err;
   }
-  column_sums<VW, kWarps, kBatch>
-      <<<grid_for(groups * tiles), 32 * kWarps, 0, s>>>(dy, rows, cols, partial, counters, db);
+  column_sums<VW><<<grid_for(groups * tiles), kThreads, 0, s>>>(dy, rows, cols, partial, counters, db);
   return cudaGetLastError();
 }
 
-template <int kWarps, int kBatch>
-cudaError_t launch_shaped(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
-  if (cols % 8 == 0 && aligned16(dy)) return launch_with<8, kWarps, kBatch>(dy, db, rows, cols, s);
-  if (cols % 2 == 0 && (reinterpret_cast<uintptr_t>(dy) & 3u) == 0) {
-    return launch_with<2, kWarps, kBatch>(dy, db, rows, cols, s);
-  }
-  return launch_with<1, kWarps, kBatch>(dy, db, rows, cols, s);
-}
-
-// launch_variant is the server's VKERN_BIAS_GRAD_LAUNCH, an experiment's
-// choice of (warps a block, rows a lane loads at once): 1 (4, 32), 2
-// (8, 16), 3 (2, 32), 4 (8, 32); unset or anything else, 0: (4, 16).
-int launch_variant() {
-  static const int variant = [] {
-    const char* v = std::getenv("VKERN_BIAS_GRAD_LAUNCH");
-    if (v == nullptr || v[0] < '1' || v[0] > '4' || v[1] != '\0') return 0;
-    return v[0] - '0';
-  }();
-  return variant;
-}
-
 cudaError_t launch(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
-  switch (launch_variant()) {
-    case 1: return launch_shaped<4, 32>(dy, db, rows, cols, s);
-    case 2: return launch_shaped<8, 16>(dy, db, rows, cols, s);
-    case 3: return launch_shaped<2, 32>(dy, db, rows, cols, s);
-    case 4: return launch_shaped<8, 32>(dy, db, rows, cols, s);
-    default: return launch_shaped<4, 16>(dy, db, rows, cols, s);
-  }
+  if (cols % 8 == 0 && aligned16(dy)) return launch_with<8>(dy, db, rows, cols, s);
+  if (cols % 2 == 0 && (reinterpret_cast<uintptr_t>(dy) & 3u) == 0) return launch_with<2>(dy, db, rows, cols, s);
+  return launch_with<1>(dy, db, rows, cols, s);
 }
 
 }  // namespace vkern_bias_grad

@@ -35,10 +35,10 @@
 //   be had.
 // - global_norm: 16 bytes per 8,192-element tile of g, for the tiles' partial
 //   sums. cudaErrorMemoryAllocation when it cannot be had.
-// - bias_grad: 4 bytes per output column per group of 256 rows (the
+// - bias_grad: 4 bytes per output column per group of 512 rows (the
 //   partial column sums) and 4 bytes per tile of up to 256 columns (the
 //   counters that pick the block which finishes a tile, cleared on the
-//   stream once, when allocated), when M > 256. cudaErrorMemoryAllocation
+//   stream once, when allocated), when M > 512. cudaErrorMemoryAllocation
 //   when it cannot be had.
 // The first gemm call on a device of compute capability 9.0 also copies one
 // int from the device (which synchronises it) to learn whether the sm_90a
