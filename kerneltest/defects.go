@@ -1248,9 +1248,10 @@ var CUDADefects = []Mutation{
 	},
 	{
 		// The finish is rows.cuh's, which layernorm_grad shares. 4100x40
-		// is 9 groups of 512 rows and 13000x40 is 26, in 6 or 25 strands
-		// however dy aligns: 13000x40 gives the last strand a partial in
-		// both.
+		// is 9 groups of 512 rows and 13000x40 is 26, finished in 6 to 32
+		// strands however dy aligns: at 13000x40 the last strand holds a
+		// partial in every tile of 16-byte and 4-byte aligned dy, and in
+		// the 32-column tile of 2-byte aligned dy.
 		Name: "bias_grad loses the last strand's partial sums", File: "cuda/rows.cuh",
 		Old: "for (int k = 1; k < strands; ++k) {",
 		New: "for (int k = 1; k + 1 < strands; ++k) {",

@@ -48,7 +48,7 @@
 //   3. variant 2's launch shape, (warps a block, rows a lane loads at
 //      once), tried at five values in one call (docs/bias-grad-h100, two
 //      rounds each; floor shares at N = 768 / 2304 / 3072):
-//      (4, 16), variant 2:  0.0185 ms, 0.45 / 0.63 / 0.73;
+//      (4, 16), variant 2:  0.0185 ms, 0.45 / 0.63 / 0.73–0.74;
 //      (4, 32):             0.0189 ms, 0.45 / 0.66 / 0.72;
 //      (8, 16), used:       0.0175–0.0177 ms, 0.48 / 0.66 / 0.77;
 //      (2, 32):             0.0252 ms, 0.33 / 0.54 / 0.61;

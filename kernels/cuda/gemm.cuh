@@ -580,7 +580,8 @@ cudaError_t launch_aligned(int config, int device, const __half* L, int64_t ldl,
 //   took 2.02–2.03 ms against 3.05 with the padded copy, 0.91–0.95 of
 //   cuBLAS's dW.add_ at 50304 (docs/lm-head-dw-h100).
 //   VKERN_GEMM_DEPTH_CLASSES=0 in the server's environment sends it to
-//   the padded copy instead, to time one against the other.
+//   the padded copy instead, to time one against the other; where
+//   VKERN_GEMM_SHIFT=1, the shifting producer takes it first.
 // linear_nt's L and R share their row length, so never only L is
 // unaligned. Other large products first copy each such operand into
 // scratch with its rows padded to a multiple of 64 halves (one pass over

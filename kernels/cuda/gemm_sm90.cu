@@ -764,11 +764,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // the products (no-op for the other epilogues).
       epi.template prefetch_pre<64, BN>(m0 + 64 * consumer, n0, rows, cols, threadIdx.x % 128, 128);
       int prev = 0;
-      // One depth step: wait for its stage, issue its products (kClassL:
-      // after building A's fragments from the stage's raw box into a, which
-      // no product in flight reads), then release the stage before it once
-      // that one's products are done (kClassL: and with them a_before, the
-      // fragments they read).
+      // One depth step: wait for its stage, issue its products (kClassL,
+      // kDepthClassL: after building A's fragments from the stage's raw
+      // boxes into a, which no product in flight reads), then release the
+      // stage before it once that one's products are done (kClassL,
+      // kDepthClassL: and with them a_before, the fragments they read).
       auto depth_step = [&](int64_t k, uint32_t (&a)[BK / 16][4], uint32_t (&a_before)[BK / 16][4]) {
         mbar_wait(full0 + 8 * stage, phase);
         const uint64_t stage_off = static_cast<uint64_t>(stage * Cfg::kStageBytes) >> 4;
@@ -1141,14 +1141,14 @@ bool tensor_map(CUtensorMap* map, int device, const __half* base, int64_t inner,
   return true;
 }
 
-// The L2 promotion of the raw boxes' maps (kShiftL, kClassL): none. Their
-// rows, 8·ld halves apart and 8 halves wider than the tile, start anywhere
-// in a 256-byte block. With every map promoting each miss to 256 B, the
-// head's dx (16384×768×50257) read 4.1 GB from DRAM for its 1.65 GB L,
-// against 2.2 GB for the aligned product, and took 2.16–2.20 ms; with none
-// on these maps, 1.86–1.87 ms. Turning off R's promotion instead measured
-// about the same in the lab; the aligned products keep theirs
-// (docs/lm-head-dx-h100, calls 2 and 3).
+// The L2 promotion of the raw boxes' maps (kShiftL, kClassL, kDepthClassL):
+// none. Their rows, 8·ld halves apart and 8 (kDepthClassL: 56) halves
+// wider than the tile, start anywhere in a 256-byte block. With every map
+// promoting each miss to 256 B, the head's dx (16384×768×50257) read 4.1
+// GB from DRAM for its 1.65 GB L, against 2.2 GB for the aligned product,
+// and took 2.16–2.20 ms; with none on these maps, 1.86–1.87 ms. Turning
+// off R's promotion instead measured about the same in the lab; the
+// aligned products keep theirs (docs/lm-head-dx-h100, calls 2 and 3).
 constexpr CUtensorMapL2promotion kRawBoxPromotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
 
 // class_maps makes the tensors of L's row classes (row_shift.cuh): class

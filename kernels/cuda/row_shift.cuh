@@ -4,8 +4,10 @@
 // own so that a host test (kernels/testdata/row_shift_check.cc) holds it
 // to putting every element of a stage's L tile where wgmma reads it, with
 // no GPU. Its row classes (class_of) serve gemm_sm90.cu's other row-class
-// tiles too: class tiles of an unaligned output (Tiles::kClassOut) and L
-// read in row classes into registers (Tiles::kClassL).
+// tiles too: class tiles of an unaligned output (Tiles::kClassOut), L
+// read in row classes into registers (Tiles::kClassL), and an MN-major L
+// read by the classes of its depth rows into registers
+// (Tiles::kDepthClassL).
 //
 // TMA needs a 16-byte-aligned base, a row stride that is a multiple of 16
 // bytes, and (measured: docs/row-shift-h100, call 1) a box whose first
