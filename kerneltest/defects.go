@@ -465,6 +465,15 @@ var shiftChosen = []Edit{{
 	New: `return true;`,
 }}
 
+// depthClassesOff, an edit of gemm.cuh, sends an MN-major L whose depth
+// rows are not aligned to the padded copy (as VKERN_GEMM_DEPTH_CLASSES=0
+// does), for the defects planted in that path, which the depth's row
+// classes otherwise take.
+var depthClassesOff = []Edit{{
+	Old: `if (only_l && h::depth_classes_chosen() &&`,
+	New: `if (only_l && false &&`,
+}}
+
 // CUDADefects plant the cpu suite's kinds of defect in the CUDA kernels.
 // On a Hopper GPU every GEMM whose operands are 16-byte aligned runs the
 // TMA + wgmma kernels of gemm_sm90.cu, so the defects in gemm.cuh's mma.sync
@@ -586,6 +595,21 @@ var CUDADefects = []Mutation{
 		Old: "tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0 + rank * kShare, (1u << kCluster) - 1);",
 		New: "tma_load_multicast(dst, &map_r, full, n0 + 64 * b, p0, (1u << kCluster) - 1);",
 		Op:  "linear", Shapes: []string{"16390x520x1001"},
+	},
+	// The padded copy (gemm.cuh, pad_rows) of large products whose rows
+	// are not 16-byte aligned: gemm with A's and B's rows an odd length,
+	// and linear_grad_w's MN-major x with the depth's row classes off.
+	{
+		Name: "pad_rows loses each row's last element", File: "cuda/gemm.cuh",
+		Old: "const uint32_t hi = c0 + e + 1 < cols ? __ldg(from + e + 1) : 0u;",
+		New: "const uint32_t hi = c0 + e + 2 < cols ? __ldg(from + e + 1) : 0u;",
+		Op:  "gemm", Shapes: []string{"1024x1025x1025"},
+	},
+	{
+		Name: "pad_rows copies every row from the row before", File: "cuda/gemm.cuh",
+		Old: "reinterpret_cast<const unsigned short*>(src) + r * cols + c0;",
+		New: "reinterpret_cast<const unsigned short*>(src) + (r > 0 ? r - 1 : 0) * cols + c0;",
+		Op:  "linear_grad_w", Shapes: []string{"1024x520x4097"}, Setup: depthClassesOff,
 	},
 	// The depth's row classes (gemm_sm90.cu, Tiles::kDepthClassL):
 	// linear_grad_w with x's rows an odd length (the head's dW, where x is
