@@ -465,6 +465,14 @@ var shiftChosen = []Edit{{
 	New: `return true;`,
 }}
 
+// bn192Chosen turns WideS192 on (branch dw-bn192; it runs only where
+// VKERN_GEMM_BN192=1 otherwise), for the defects planted in it.
+var bn192Chosen = []Edit{{
+	File: "cuda/gemm_sm90.cu",
+	Old:  `return v != nullptr && v[0] == '1' && v[1] == '\0';`,
+	New:  `return true;`,
+}}
+
 // depthClassesOff, an edit of gemm.cuh, sends an MN-major L whose depth
 // rows are not aligned to the padded copy (as VKERN_GEMM_DEPTH_CLASSES=0
 // does), for the defects planted in that path, which the depth's row
@@ -610,6 +618,14 @@ var CUDADefects = []Mutation{
 		Old: "reinterpret_cast<const unsigned short*>(src) + r * cols + c0;",
 		New: "reinterpret_cast<const unsigned short*>(src) + (r > 0 ? r - 1 : 0) * cols + c0;",
 		Op:  "linear_grad_w", Shapes: []string{"1024x520x4097"}, Setup: depthClassesOff,
+	},
+	// WideS192's 128 × 192 tiles (gemm_sm90.cu; gemm.cuh, bn192_pays):
+	// a weight gradient of 768 rows and 3072 columns, 72 tiles of
+	// 128 × 256 or 96 of 128 × 192.
+	{
+		Name: "Hopper m64n192: each step overwrites the sum where it should add", File: "cuda/wgmma.cuh",
+		Old: `setp.ne.b32 p, %98, 0;`, New: `setp.eq.b32 p, %98, 0;`,
+		Op: "linear_grad_w", Shapes: []string{"512x3072x768:accumulate=0"}, Setup: bn192Chosen,
 	},
 	// The depth's row classes (gemm_sm90.cu, Tiles::kDepthClassL):
 	// linear_grad_w with x's rows an odd length (the head's dW, where x is
@@ -1309,21 +1325,24 @@ const halfAwayLambda = "auto away = [](float v) { const __half t = __float2half_
 // ("kernels/cpu/rmsnorm.cc"), which Plant finds under kernels.DeclaredDir.
 func (m Mutation) Plant() func(files map[string][]byte) error {
 	return func(files map[string][]byte) error {
-		file := m.File
-		src, ok := files[file]
-		if !ok {
-			file = kernels.DeclaredPath(m.File)
-			if src, ok = files[file]; !ok {
-				return fmt.Errorf("planted defect %q: no source file %s, built-in or declared", m.Name, m.File)
+		for _, e := range append(append([]Edit(nil), m.Setup...), Edit{Old: m.Old, New: m.New}) {
+			name := m.File
+			if e.File != "" {
+				name = e.File
 			}
-		}
-		for _, e := range append(append([]Edit(nil), m.Setup...), Edit{m.Old, m.New}) {
+			file := name
+			src, ok := files[file]
+			if !ok {
+				file = kernels.DeclaredPath(name)
+				if src, ok = files[file]; !ok {
+					return fmt.Errorf("planted defect %q: no source file %s, built-in or declared", m.Name, name)
+				}
+			}
 			if n := bytes.Count(src, []byte(e.Old)); n != 1 {
-				return fmt.Errorf("planted defect %q: %q occurs %d times in %s, want once; update the snippet to the current kernel", m.Name, e.Old, n, m.File)
+				return fmt.Errorf("planted defect %q: %q occurs %d times in %s, want once; update the snippet to the current kernel", m.Name, e.Old, n, name)
 			}
-			src = bytes.Replace(src, []byte(e.Old), []byte(e.New), 1)
+			files[file] = bytes.Replace(src, []byte(e.Old), []byte(e.New), 1)
 		}
-		files[file] = src
 		return nil
 	}
 }

@@ -122,7 +122,7 @@ struct Config {
   // Stages, epilogue buffers, then full and empty barriers; 1 KB of slack to
   // align the stages to the 1024-byte period of the 128-byte swizzle.
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasBytes + 2 * kStages * 8 + 1024;
-  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma wrappers exist for N = 64, 128, 256");
+  static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "wgmma wrappers exist for N = 64, 128, 192, 256");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 blocks");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
 };
@@ -156,6 +156,13 @@ using WideC2S = Config<256, 4, 2, true>;
 using NarrowS = Config<64, 8, 1, true>;
 // Medium with that epilogue: 1k 1.25/1.22/1.23; 1024×2048×4096 1.23/1.18/1.15 (WideS 0.79/1.20/1.19)
 using MediumS = Config<128, 6, 1, true>;
+// WideS with 128 × 192 tiles (branch dw-bn192, not yet built by nvcc), for
+// the grids where WideS leaves multiprocessors idle: the weight gradients
+// of GPT-2's MLP, 768 × 3072 and 3072 × 768 outputs, are 72 tiles of
+// 128 × 256 for 132 multiprocessors (linear_grad_w at 0.77 of cuBLAS,
+// docs/training-ops-h100) and 96 of 128 × 192. Where VKERN_GEMM_BN192=1
+// (gemm.cuh, bn192_pays).
+using WideS192 = Config<192, 4, 1, true>;
 // WideS with 3 stages, for the shifting producer, whose raw slots take the
 // fourth stage's shared memory (gemm.cuh, sm90_tiles_ran; measured in
 // docs/row-shift-h100)
@@ -1178,6 +1185,18 @@ bool shift_chosen() {
   static const bool chosen = [] {
     const char* v = std::getenv("VKERN_GEMM_SHIFT");
     return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return chosen;
+}
+
+// bn192_chosen says whether the server's environment sets
+// VKERN_GEMM_BN192=1, which lets gemm.cuh run an aligned product in
+// WideS192 where its model says the grid finishes sooner (branch
+// dw-bn192: an experiment, timed against WideS).
+bool bn192_chosen() {
+  static const bool chosen = [] {
+    const char* v = std::getenv("VKERN_GEMM_BN192");
+    return v != nullptr && v[0] == '1' && v[1] == '\0';
   }();
   return chosen;
 }
