@@ -644,7 +644,6 @@ void* pad_scratch(size_t bytes) {
 
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-
 // Hopper variants (gemm_sm90.cu), as the tuning hook numbers them:
 //   1 Wide (128 × 256)  2 WideC2 (the same, clusters of 2)  3 Medium (128 × 128)
 //   4 MediumC2  5 Narrow (128 × 64)  6 WideS  7 WideC2S  8 NarrowS  9 MediumS

@@ -175,8 +175,9 @@ using WideS3 = Config<256, 3, 1, true>;
 // A variant whose stage holds L as eight raw boxes, one per row class
 // (row_shift.cuh), each kBoxRows rows of kRawHalves halves, unswizzled
 // (WideSR, WideDC): the stage layout follows from those two numbers.
-template <class Base, int kRawHalves, int kBoxRows>
+template <class Base, int kRawHalves, int kRows>
 struct RawBoxes : Base {
+  static constexpr int kBoxRows = kRows;  // rows of a class box (TMA's box_outer)
   static constexpr int kRawRowBytes = kRawHalves * 2;
   static constexpr int kClassBoxBytes = kBoxRows * kRawRowBytes;  // a multiple of 128, as TMA's destination must be
   static constexpr int kLBytes = vkern_shift::kClasses * kClassBoxBytes;
@@ -1233,13 +1234,13 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
   bool maps = tensor_map(&map_r, device, R, kRDepth ? depth : cols, kRDepth ? cols : depth, ldr, 64,
                          kRDepth ? Cfg::BN / Cfg::kCluster : 64 / Cfg::kCluster);
   if constexpr (kDepthClassL) {
-    maps = maps && class_maps(&maps_shift, device, L, ldl, depth, rows, WideDC::kRawRowBytes / 2, 8, false);
+    maps = maps && class_maps(&maps_shift, device, L, ldl, depth, rows, Cfg::kRawRowBytes / 2, Cfg::kBoxRows, false);
   } else if constexpr (kLShift) {
     using Raw = vkern_shift::Raw<kLDepth>;
     maps = maps && class_maps(&maps_shift, device, L, ldl, kLDepth ? rows : depth, kLDepth ? depth : rows, Raw::kWidth,
                               Raw::kRows, false);
   } else if constexpr (kTiles == Tiles::kClassL) {
-    maps = maps && class_maps(&maps_shift, device, L, ldl, rows, depth, WideSR::kRawRowBytes / 2, 16, false);
+    maps = maps && class_maps(&maps_shift, device, L, ldl, rows, depth, Cfg::kRawRowBytes / 2, Cfg::kBoxRows, false);
   } else if constexpr (kOutClass) {
     // L's rows are aligned, so its classes start where their rows do (shift
     // 0), read as the plain tiles read L; the shifts are the output's.
