@@ -11,7 +11,9 @@
 #     768x512x3072 and linear_grad_x 768x768x3072:gelu=1 (K-major R, the
 #     bias, the staged quads), gemm 700x3000x768 (partial tiles); and
 #     GPT-2's two MLP weight gradients (normal);
-#   - its planted defect (the m64n192 product's accumulate predicate);
+#   - its planted defect (the m64n192 product's accumulate predicate), and
+#     main's "pad_rows loses each row's last element", now on the low half
+#     of a pair (its first form changed nothing at odd row lengths);
 #   - time linear_grad_w at 16384x3072x768 and 16384x768x3072 with and
 #     without it, two rounds in alternating order, with PyTorch's dW.add_
 #     before and after.
@@ -36,10 +38,10 @@ VKERN_GEMM_BN192=1 verify verify-bn192-grad-a --op gemm_grad_a --shape 768x512x3
 VKERN_GEMM_BN192=1 verify verify-bn192-grad-x --op linear_grad_x --shape 768x768x3072:gelu=1 "${d[@]}"
 VKERN_GEMM_BN192=1 verify verify-bn192-edges --op gemm --shape 700x3000x768 "${d[@]}"
 VKERN_GEMM_BN192=1 verify verify-bn192-gpt2 --op linear_grad_w --shape 16384x3072x768 --shape 16384x768x3072 --dist normal
-step "planted defect of WideS192"
+step "planted defects of WideS192 and pad_rows"
 run defects timeout 200 ./bin/vkern.test \
-  -test.run 'TestPlantedDefectsInTheCUDAKernelsAreIncorrect/^Hopper_m64n192' -test.v
-grep -E '^(    --- |--- |ok|FAIL$|PASS$)' "$out/defects.txt" | tail -4
+  -test.run 'TestPlantedDefectsInTheCUDAKernelsAreIncorrect/^(Hopper_m64n192|pad_rows_loses)' -test.v
+grep -E '^(    --- |--- |ok|FAIL$|PASS$)' "$out/defects.txt" | tail -5
 step "anchors and bench"
 python3 bench/op_anchors.py "${shapes[@]/#/linear_grad_w=}" > "$out/anchors.jsonl" 2> "$out/anchors.stderr" || echo "anchors: FAILED"
 for round in 1 2; do
