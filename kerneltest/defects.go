@@ -465,14 +465,6 @@ var shiftChosen = []Edit{{
 	New: `return true;`,
 }}
 
-// bn192Chosen turns WideS192 on (branch dw-bn192; it runs only where
-// VKERN_GEMM_BN192=1 otherwise), for the defects planted in it.
-var bn192Chosen = []Edit{{
-	File: "cuda/gemm_sm90.cu",
-	Old:  `return v != nullptr && v[0] == '1' && v[1] == '\0';`,
-	New:  `return true;`,
-}}
-
 // depthClassesOff, an edit of gemm.cuh, sends an MN-major L whose depth
 // rows are not aligned to the padded copy (as VKERN_GEMM_DEPTH_CLASSES=0
 // does), for the defects planted in that path, which the depth's row
@@ -628,7 +620,7 @@ var CUDADefects = []Mutation{
 	{
 		Name: "Hopper m64n192: each step overwrites the sum where it should add", File: "cuda/wgmma.cuh",
 		Old: `setp.ne.b32 p, %98, 0;`, New: `setp.eq.b32 p, %98, 0;`,
-		Op: "linear_grad_w", Shapes: []string{"512x3072x768:accumulate=0"}, Setup: bn192Chosen,
+		Op: "linear_grad_w", Shapes: []string{"512x3072x768:accumulate=0"},
 	},
 	// The depth's row classes (gemm_sm90.cu, Tiles::kDepthClassL):
 	// linear_grad_w with x's rows an odd length (the head's dW, where x is
@@ -1328,24 +1320,21 @@ const halfAwayLambda = "auto away = [](float v) { const __half t = __float2half_
 // ("kernels/cpu/rmsnorm.cc"), which Plant finds under kernels.DeclaredDir.
 func (m Mutation) Plant() func(files map[string][]byte) error {
 	return func(files map[string][]byte) error {
-		for _, e := range append(append([]Edit(nil), m.Setup...), Edit{Old: m.Old, New: m.New}) {
-			name := m.File
-			if e.File != "" {
-				name = e.File
+		file := m.File
+		src, ok := files[file]
+		if !ok {
+			file = kernels.DeclaredPath(m.File)
+			if src, ok = files[file]; !ok {
+				return fmt.Errorf("planted defect %q: no source file %s, built-in or declared", m.Name, m.File)
 			}
-			file := name
-			src, ok := files[file]
-			if !ok {
-				file = kernels.DeclaredPath(name)
-				if src, ok = files[file]; !ok {
-					return fmt.Errorf("planted defect %q: no source file %s, built-in or declared", m.Name, name)
-				}
-			}
-			if n := bytes.Count(src, []byte(e.Old)); n != 1 {
-				return fmt.Errorf("planted defect %q: %q occurs %d times in %s, want once; update the snippet to the current kernel", m.Name, e.Old, n, name)
-			}
-			files[file] = bytes.Replace(src, []byte(e.Old), []byte(e.New), 1)
 		}
+		for _, e := range append(append([]Edit(nil), m.Setup...), Edit{m.Old, m.New}) {
+			if n := bytes.Count(src, []byte(e.Old)); n != 1 {
+				return fmt.Errorf("planted defect %q: %q occurs %d times in %s, want once; update the snippet to the current kernel", m.Name, e.Old, n, m.File)
+			}
+			src = bytes.Replace(src, []byte(e.Old), []byte(e.New), 1)
+		}
+		files[file] = src
 		return nil
 	}
 }

@@ -647,7 +647,7 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 // Hopper variants (gemm_sm90.cu), as the tuning hook numbers them:
 //   1 Wide (128 × 256)  2 WideC2 (the same, clusters of 2)  3 Medium (128 × 128)
 //   4 MediumC2  5 Narrow (128 × 64)  6 WideS  7 WideC2S  8 NarrowS  9 MediumS
-//   10 WideS192 (128 × 192; bn192_pays)
+//   10 WideS192 (128 × 192, for short grids; bn192_pays)
 //   (S: epilogue staged through shared memory)
 // choose_sm90 picks among 6, 9 and 8 the tile width whose grid finishes
 // first: waves of tiles over the multiprocessors, each wave weighted by a
@@ -669,11 +669,15 @@ int choose_sm90(int64_t rows, int64_t cols, int64_t depth, int multiprocessors) 
 
 // bn192_pays says whether 128 × 192 tiles (WideS192) finish the grid of a
 // product that choose_sm90 gives 128 × 256 tiles sooner, by its model
-// with a 128 × 192 tile weighted 1.6, between Wide's 2 and Medium's 1.2
-// (a guess, to be measured): the MLP's weight gradients in GPT-2, 72
-// tiles of 128 × 256 or 96 of 128 × 192 on 132 multiprocessors, yes;
-// 16384 × 768, 384 or 512 tiles, no. Only where VKERN_GEMM_BN192=1 (branch
-// dw-bn192).
+// with a 128 × 192 tile weighted 1.6, between Wide's 2 and Medium's 1.2.
+// Yes for the weight gradients in GPT-2, whose outputs are 768 or 2304
+// rows by 768 or 3072 columns (one wave either way, so the smaller tile
+// is the shorter wave): the MLP's two, 72 tiles of 128 × 256 or 96 of
+// 128 × 192 on 132 multiprocessors, took 0.127 ms in WideS192 against
+// 0.159 in WideS, 0.96-0.98 of cuBLAS's dW.add_ against 0.77
+// (docs/dw-bn192-h100, call 1). No for 16384-row outputs (384 to 25,000
+// tiles, several waves). VKERN_GEMM_BN192=0 turns it off, to time one
+// against the other.
 bool bn192_pays(int64_t rows, int64_t cols, int multiprocessors) {
   if (!vkern_gemm_sm90::bn192_chosen()) return false;
   const int64_t tiles_m = ceil_div(rows, 128);
