@@ -670,14 +670,15 @@ int choose_sm90(int64_t rows, int64_t cols, int64_t depth, int multiprocessors) 
 // bn192_pays says whether 128 × 192 tiles (WideS192) finish the grid of a
 // product that choose_sm90 gives 128 × 256 tiles sooner, by its model
 // with a 128 × 192 tile weighted 1.6, between Wide's 2 and Medium's 1.2.
-// Yes for the weight gradients in GPT-2, whose outputs are 768 or 2304
-// rows by 768 or 3072 columns (one wave either way, so the smaller tile
-// is the shorter wave): the MLP's two, 72 tiles of 128 × 256 or 96 of
-// 128 × 192 on 132 multiprocessors, took 0.127 ms in WideS192 against
-// 0.159 in WideS, 0.96-0.98 of cuBLAS's dW.add_ against 0.77
-// (docs/dw-bn192-h100, call 1). No for 16384-row outputs (384 to 25,000
-// tiles, several waves). VKERN_GEMM_BN192=0 turns it off, to time one
-// against the other.
+// Yes for the MLP's weight gradients in GPT-2, 768 × 3072 and 3072 × 768
+// outputs: 72 tiles of 128 × 256 or 96 of 128 × 192 on 132
+// multiprocessors, one wave either way, so the smaller tile is the shorter
+// wave. They took 0.127-0.129 ms in WideS192 against 0.159-0.163 in
+// WideS, 0.96-0.98 of cuBLAS's dW.add_ against 0.76-0.78
+// (docs/dw-bn192-h100). The attention's weight gradients are not asked:
+// choose_sm90 gives 768 × 2304 MediumS and 768 × 768 NarrowS. No for
+// 16384-row outputs (384 to 25,000 tiles, several waves).
+// VKERN_GEMM_BN192=0 turns it off, to time one against the other.
 bool bn192_pays(int64_t rows, int64_t cols, int multiprocessors) {
   if (!vkern_gemm_sm90::bn192_chosen()) return false;
   const int64_t tiles_m = ceil_div(rows, 128);
