@@ -614,6 +614,14 @@ var CUDADefects = []Mutation{
 		New: "reinterpret_cast<const unsigned short*>(src) + (r > 0 ? r - 1 : 0) * cols + c0;",
 		Op:  "linear_grad_w", Shapes: []string{"1024x520x4097"}, Setup: depthClassesOff,
 	},
+	// WideS192's 128 × 192 tiles (gemm_sm90.cu; gemm.cuh, bn192_pays):
+	// a weight gradient of 768 rows and 3072 columns, 72 tiles of
+	// 128 × 256 or 96 of 128 × 192.
+	{
+		Name: "Hopper m64n192: each step overwrites the sum where it should add", File: "cuda/wgmma.cuh",
+		Old: `setp.ne.b32 p, %98, 0;`, New: `setp.eq.b32 p, %98, 0;`,
+		Op: "linear_grad_w", Shapes: []string{"512x3072x768:accumulate=0"},
+	},
 	// The depth's row classes (gemm_sm90.cu, Tiles::kDepthClassL):
 	// linear_grad_w with x's rows an odd length (the head's dW, where x is
 	// the logits gradient), dy aligned, past the padding threshold, so

@@ -647,6 +647,7 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 // Hopper variants (gemm_sm90.cu), as the tuning hook numbers them:
 //   1 Wide (128 × 256)  2 WideC2 (the same, clusters of 2)  3 Medium (128 × 128)
 //   4 MediumC2  5 Narrow (128 × 64)  6 WideS  7 WideC2S  8 NarrowS  9 MediumS
+//   10 WideS192 (128 × 192, for short grids; bn192_pays)
 //   (S: epilogue staged through shared memory)
 // choose_sm90 picks among 6, 9 and 8 the tile width whose grid finishes
 // first: waves of tiles over the multiprocessors, each wave weighted by a
@@ -666,6 +667,26 @@ int choose_sm90(int64_t rows, int64_t cols, int64_t depth, int multiprocessors) 
   return medium <= narrow ? 9 : 8;
 }
 
+// bn192_pays says whether 128 × 192 tiles (WideS192) finish the grid of a
+// product that choose_sm90 gives 128 × 256 tiles sooner, by its model
+// with a 128 × 192 tile weighted 1.6, between Wide's 2 and Medium's 1.2.
+// Yes for the MLP's weight gradients in GPT-2, 768 × 3072 and 3072 × 768
+// outputs: 72 tiles of 128 × 256 or 96 of 128 × 192 on 132
+// multiprocessors, one wave either way, so the smaller tile is the shorter
+// wave. They took 0.127-0.129 ms in WideS192 against 0.159-0.163 in
+// WideS, 0.96-0.98 of cuBLAS's dW.add_ against 0.76-0.78
+// (docs/dw-bn192-h100). The attention's weight gradients are not asked:
+// choose_sm90 gives 768 × 2304 MediumS and 768 × 768 NarrowS. No for
+// 16384-row outputs (384 to 25,000 tiles, several waves).
+// VKERN_GEMM_BN192=0 turns it off, to time one against the other.
+bool bn192_pays(int64_t rows, int64_t cols, int multiprocessors) {
+  if (!vkern_gemm_sm90::bn192_chosen()) return false;
+  const int64_t tiles_m = ceil_div(rows, 128);
+  const double wide = 2.0 * static_cast<double>(ceil_div(tiles_m * ceil_div(cols, 256), multiprocessors));
+  const double bn192 = 1.6 * static_cast<double>(ceil_div(tiles_m * ceil_div(cols, 192), multiprocessors));
+  return bn192 < wide;
+}
+
 template <bool kLDepth, bool kRDepth, typename Out, class Epi>
 cudaError_t launch_sm90(int variant, int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R,
                         int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
@@ -678,6 +699,7 @@ cudaError_t launch_sm90(int variant, int device, int multiprocessors, const __ha
     case 6: return VKERN_LAUNCH(WideS);
     case 8: return VKERN_LAUNCH(NarrowS);
     case 9: return VKERN_LAUNCH(MediumS);
+    case 10: return VKERN_LAUNCH(WideS192);
 #if defined(VKERN_GEMM_TUNING) && !defined(VKERN_GEMM_LAB_FEW)
     case 1: return VKERN_LAUNCH(Wide);
     case 2: return VKERN_LAUNCH(WideC2);
@@ -746,8 +768,9 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
     }
     if (sm90 != 0) {
       bool launched = false;
-      const cudaError_t err = launch_sm90<kLDepth, kRDepth, Out, Epi>(sm90, device, multiprocessors, l, ld_l, r, ld_r,
-                                                                       out, epi, rows, cols, depth, s, &launched);
+      const int variant = sm90 == 6 && bn192_pays(rows, cols, multiprocessors) ? 10 : sm90;
+      const cudaError_t err = launch_sm90<kLDepth, kRDepth, Out, Epi>(variant, device, multiprocessors, l, ld_l, r,
+                                                                       ld_r, out, epi, rows, cols, depth, s, &launched);
       if (err != cudaSuccess || launched) return err;
     }
     return launch_aligned<kLDepth, kRDepth, Out, Epi>(config, device, l, ld_l, r, ld_r, out, epi, rows, cols, depth, s);

@@ -122,7 +122,7 @@ struct Config {
   // Stages, epilogue buffers, then full and empty barriers; 1 KB of slack to
   // align the stages to the 1024-byte period of the 128-byte swizzle.
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasBytes + 2 * kStages * 8 + 1024;
-  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma wrappers exist for N = 64, 128, 256");
+  static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "wgmma wrappers exist for N = 64, 128, 192, 256");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 blocks");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
 };
@@ -156,6 +156,13 @@ using WideC2S = Config<256, 4, 2, true>;
 using NarrowS = Config<64, 8, 1, true>;
 // Medium with that epilogue: 1k 1.25/1.22/1.23; 1024×2048×4096 1.23/1.18/1.15 (WideS 0.79/1.20/1.19)
 using MediumS = Config<128, 6, 1, true>;
+// WideS with 128 × 192 tiles, for the grids where WideS leaves
+// multiprocessors idle: the weight gradients of GPT-2's MLP, 768 × 3072
+// and 3072 × 768 outputs, are 72 tiles of 128 × 256 for 132
+// multiprocessors and 96 of 128 × 192: 0.127 ms against WideS's 0.159 at
+// 16384 deep, 0.96-0.98 of cuBLAS (docs/dw-bn192-h100). gemm.cuh's
+// bn192_pays chooses it.
+using WideS192 = Config<192, 4, 1, true>;
 // WideS with 3 stages, for the shifting producer, whose raw slots take the
 // fourth stage's shared memory (gemm.cuh, sm90_tiles_ran; measured in
 // docs/row-shift-h100)
@@ -1179,6 +1186,17 @@ bool shift_chosen() {
   static const bool chosen = [] {
     const char* v = std::getenv("VKERN_GEMM_SHIFT");
     return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return chosen;
+}
+
+// bn192_chosen is false where the server's environment sets
+// VKERN_GEMM_BN192=0, which keeps WideS where bn192_pays would choose
+// WideS192, to time one against the other.
+bool bn192_chosen() {
+  static const bool chosen = [] {
+    const char* v = std::getenv("VKERN_GEMM_BN192");
+    return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   return chosen;
 }
