@@ -22,7 +22,7 @@ export VKERN_CACHE=${VKERN_CACHE:-/tmp/vkern-cache}
 vk=bin/vkern
 # The training ops ($OPS chooses some); gemm, softmax and cross_entropy are
 # cuda-ops-run.sh's.
-ops=${OPS:-add,gelu,gelu_grad,layernorm,layernorm_grad,embedding,embedding_grad,linear,linear_grad_w,bias_grad,attention,attention_grad,global_norm,adamw,fill}
+ops=${OPS:-add,gelu,gelu_grad,layernorm,layernorm_grad,embedding,embedding_grad,linear,linear_grad_w,linear_grad_x,linear_nt,bias_grad,attention,attention_grad,global_norm,adamw,fill}
 parts=${*:-bench verify gpt2}
 start=$(date +%s)
 status=0
