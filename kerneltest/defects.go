@@ -394,6 +394,18 @@ var CPUDefects = []Mutation{
 		Op: "linear_grad_w", Shapes: []string{"17x31x129:accumulate=0"},
 	},
 	{
+		Name: "linear_grad_w's db without dy's last row", File: "cpu/gemm.cc",
+		Old: "add_column_sums(c.ptr<const uint16_t>(buf::dy), c.ptr<float>(buf::db), c.dim(param::M), c.dim(param::N));",
+		New: "add_column_sums(c.ptr<const uint16_t>(buf::dy), c.ptr<float>(buf::db), c.dim(param::M) - 1, c.dim(param::N));",
+		Op:  "linear_grad_w", Shapes: []string{"70x33x40:bias=1"},
+	},
+	{
+		Name: "linear_grad_w's db from x's columns", File: "cpu/gemm.cc",
+		Old: "add_column_sums(c.ptr<const uint16_t>(buf::dy), c.ptr<float>(buf::db), c.dim(param::M), c.dim(param::N));",
+		New: "add_column_sums(c.ptr<const uint16_t>(buf::x), c.ptr<float>(buf::db), c.dim(param::M), c.dim(param::N));",
+		Op:  "linear_grad_w", Shapes: []string{"70x33x33:bias=1"},
+	},
+	{
 		Name: "linear_grad_w with x where xᵀ belongs", File: "cpu/gemm.cc",
 		Old: "product(pool, scratch, Operand::transpose_of(x, K), Operand::row_major(dy, N), K, N, M, out);",
 		New: "product(pool, scratch, Operand::row_major(x, M), Operand::row_major(dy, N), K, N, M, out);",
@@ -1236,6 +1248,18 @@ var CUDADefects = []Mutation{
 		Old: "acc[4 * j0 + i] = old[i] + acc[4 * j0 + i];",
 		New: "acc[4 * j0 + i] = 0.0f * old[i] + acc[4 * j0 + i];",
 		Op:  "linear_grad_w", Shapes: []string{"64x48x80", "256x256x256"},
+	},
+	{
+		Name: "linear_grad_w's db without dy's last row", File: "cuda/linear_grad.cu",
+		Old: "return vk_bias_grad(c.ptr<const __half>(buf::dy), c.ptr<float>(buf::db), c.params[param::M], c.params[param::N], s);",
+		New: "return vk_bias_grad(c.ptr<const __half>(buf::dy), c.ptr<float>(buf::db), c.params[param::M] - 1, c.params[param::N], s);",
+		Op:  "linear_grad_w", Shapes: []string{"70x33x40:bias=1", "1000x64x64:bias=1"},
+	},
+	{
+		Name: "linear_grad_w's db from x's columns", File: "cuda/linear_grad.cu",
+		Old: "return vk_bias_grad(c.ptr<const __half>(buf::dy), c.ptr<float>(buf::db), c.params[param::M], c.params[param::N], s);",
+		New: "return vk_bias_grad(c.ptr<const __half>(buf::x), c.ptr<float>(buf::db), c.params[param::M], c.params[param::N], s);",
+		Op:  "linear_grad_w", Shapes: []string{"70x33x33:bias=1", "1000x64x64:bias=1"},
 	},
 	{
 		Name: "linear_nt with W where Wᵀ belongs", File: "cuda/linear_nt.cu",

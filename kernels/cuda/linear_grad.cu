@@ -41,11 +41,15 @@ cudaError_t run_linear_grad_x(const Call& c, unsigned long long*, cudaStream_t s
                           c.params[param::M], c.params[param::N], c.params[param::K], s);
 }
 
+// With bias 1, db += dy's column sums by bias_grad's kernel after the
+// product (a second pass over dy).
 cudaError_t run_linear_grad_w(const Call& c, unsigned long long*, cudaStream_t s) {
   using namespace op_linear_grad_w;
-  return vk_linear_grad_w(c.ptr<const __half>(buf::x), c.ptr<const __half>(buf::dy), c.ptr<float>(buf::dW),
-                          c.params[param::M], c.params[param::N], c.params[param::K], c.params[param::accumulate] == 1,
-                          s);
+  const cudaError_t err = vk_linear_grad_w(c.ptr<const __half>(buf::x), c.ptr<const __half>(buf::dy),
+                                           c.ptr<float>(buf::dW), c.params[param::M], c.params[param::N],
+                                           c.params[param::K], c.params[param::accumulate] == 1, s);
+  if (err != cudaSuccess || c.params[param::bias] != 1) return err;
+  return vk_bias_grad(c.ptr<const __half>(buf::dy), c.ptr<float>(buf::db), c.params[param::M], c.params[param::N], s);
 }
 
 }  // namespace vkern
