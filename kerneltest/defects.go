@@ -1251,15 +1251,36 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "linear_grad_w's db without dy's last row", File: "cuda/linear_grad.cu",
-		Old: "return vk_bias_grad(c.ptr<const __half>(buf::dy), c.ptr<float>(buf::db), c.params[param::M], c.params[param::N], s);",
-		New: "return vk_bias_grad(c.ptr<const __half>(buf::dy), c.ptr<float>(buf::db), c.params[param::M] - 1, c.params[param::N], s);",
+		Old: "return vk_bias_grad(dy, db, M, N, s);",
+		New: "return vk_bias_grad(dy, db, M - 1, N, s);",
 		Op:  "linear_grad_w", Shapes: []string{"70x33x40:bias=1", "1000x64x64:bias=1"},
 	},
 	{
 		Name: "linear_grad_w's db from x's columns", File: "cuda/linear_grad.cu",
-		Old: "return vk_bias_grad(c.ptr<const __half>(buf::dy), c.ptr<float>(buf::db), c.params[param::M], c.params[param::N], s);",
-		New: "return vk_bias_grad(c.ptr<const __half>(buf::x), c.ptr<float>(buf::db), c.params[param::M], c.params[param::N], s);",
+		Old: "return vk_bias_grad(dy, db, M, N, s);",
+		New: "return vk_bias_grad(x, db, M, N, s);",
 		Op:  "linear_grad_w", Shapes: []string{"70x33x33:bias=1", "1000x64x64:bias=1"},
+	},
+	// linear_grad_w's db formed in the Hopper kernel of plain tiles
+	// (gemm_sm90.cu, kSums) as its producer warpgroup passes dy's stages:
+	// 1000 rows end in a partial stage; 512x3072x768 runs WideS192 (three
+	// panels, one a warp), 256x2048x4096 WideS (four: warp 1 takes two).
+	{
+		Name: "Hopper column sums: the swizzle left out of the panel's reads", File: "cuda/gemm_sm90.cu",
+		Old: "lds32(panel + p * 128 + (((lane / 4) ^ (p % 8)) << 4));",
+		New: "lds32(panel + p * 128 + ((lane / 4) << 4));",
+		Op:  "linear_grad_w", Shapes: []string{"1000x64x64:bias=1", "512x3072x768:bias=1"},
+	},
+	{
+		Name: "Hopper column sums: only each unit's last stage kept", File: "cuda/gemm_sm90.cu",
+		Old: "total[i][0] = total[i][0] + lo;", New: "total[i][0] = lo;",
+		Op: "linear_grad_w", Shapes: []string{"1000x64x64:bias=1", "256x2048x4096:bias=1"},
+	},
+	{
+		Name: "Hopper column sums: a warp's second panel skipped", File: "cuda/gemm_sm90.cu",
+		Old: "const uint32_t panel = sr + b * 8192 + (lane % 4) * 4;",
+		New: "const uint32_t panel = sr + (b % 3) * 8192 + (lane % 4) * 4;",
+		Op:  "linear_grad_w", Shapes: []string{"256x2048x4096:bias=1"},
 	},
 	{
 		Name: "linear_nt with W where Wᵀ belongs", File: "cuda/linear_nt.cu",
@@ -1280,7 +1301,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "linear_grad_w adds into dW when it should overwrite", File: "cuda/linear_grad.cu",
-		Old: "c.params[param::accumulate] == 1,", New: "true,",
+		Old: "const bool accumulate = c.params[param::accumulate] == 1;", New: "const bool accumulate = true;",
 		Op: "linear_grad_w", Shapes: []string{"64x48x80:accumulate=0"},
 	},
 	{
