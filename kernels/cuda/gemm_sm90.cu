@@ -508,10 +508,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 "the depth's row classes: WideDC's class boxes");
   constexpr int kClassRows = vkern_shift::kClasses * BM;  // output rows per block of class tiles
   constexpr int kConsumers = 2;
-  // R's column sums (Epilogue::kColumnSums; linear_grad_w's db), formed by
-  // the producer warpgroup's warps 1-3 from the stages: plain tiles of an
-  // MN-major R without clusters (see the file comment); 3 more arrivals a
-  // stage's release.
+  // R's column sums (Epilogue::kColumnSums; linear_grad_w's db with
+  // VKERN_GEMM_FUSED_DB=1), formed by the producer warpgroup's warps 1-3
+  // from the stages: plain tiles of an MN-major R without clusters; 3 more
+  // arrivals a stage's release. Correct on the H100 (docs/dw-bias-h100,
+  // call 1) but 3.7 times the product's time at c_fc's dW (0.466 ms
+  // against 0.127): each of a stage's 64 loads is waited on before the
+  // next (asm volatile), and the summing row tile holds the grid back.
   constexpr bool kSums = Epi::kColumnSums && kTiles == Tiles::kPlain && kCluster == 1 && !kRDepth;
   constexpr int kSummers = kSums ? 3 : 0;
   static_assert(!kSums || BK == 64, "a stage's depth rows are one of bias_grad's blocks (oracle.BiasGradRowBlock)");

@@ -32,15 +32,20 @@ cudaError_t vk_linear_grad_w(const __half* x, const __half* dy, float* dW, int64
   return vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s);
 }
 
-// As vk_linear_grad_w, and db (f32, N) += dy's column sums: formed by the
-// Hopper kernel of plain tiles as its producer warpgroup passes dy's
-// stages (gemm_sm90.cu, kSums), else by bias_grad's kernel after the
-// product. Both sum as bias_grad does. VKERN_GEMM_FUSED_DB=0 takes the
-// second way always, to time one against the other.
+// As vk_linear_grad_w, and db (f32, N) += dy's column sums, both ways
+// summed as bias_grad sums: by default by bias_grad's kernel after the
+// product, which then finds much of dy in L2; where the server's
+// environment sets VKERN_GEMM_FUSED_DB=1, by the Hopper kernel of plain
+// tiles as its producer warpgroup passes dy's stages (gemm_sm90.cu, kSums),
+// else (other kernels) as by default. Measured on the H100 at c_fc's
+// 16384×768×3072 (docs/dw-bias-h100, call 1): the product alone 0.1265 ms,
+// with bias_grad's kernel after it 0.1451, with kSums 0.4656: the row
+// tile that sums waits on each of its 64 loads a stage, and the grid waits
+// on it. Hence opt-in.
 bool fused_db_chosen() {
   static const bool chosen = [] {
     const char* v = std::getenv("VKERN_GEMM_FUSED_DB");
-    return v == nullptr || std::strcmp(v, "0") != 0;
+    return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return chosen;
 }

@@ -86,7 +86,8 @@ cudaError_t vk_linear_grad_w(const __half* x, const __half* dy, float* dW, int64
                              bool accumulate, cudaStream_t s);
 
 // As vk_linear_grad_w, and db (f32, N) += the column sums of dy, as
-// bias_grad forms them (linear_grad_w with bias 1).
+// bias_grad forms them (linear_grad_w with bias 1; linear_grad.cu says
+// which kernel forms them).
 cudaError_t vk_linear_grad_w_bias(const __half* x, const __half* dy, float* dW, float* db, int64_t M, int64_t N,
                                   int64_t K, bool accumulate, cudaStream_t s);
 
