@@ -38,7 +38,8 @@ leaves that call out. Alternates are for reading, never matched:
   linear_nt           F.linear(x, w, b), w N×K: linear_nt's own layout (cuBLAS)
   linear_grad_w       dW.add_(torch.mm(x.T, dy, out_dtype=float32)): cuBLAS
                       with f32 output, then the += (torch.addmm cannot add
-                      an f16 product into an f32 tensor)
+                      an f16 product into an f32 tensor); with bias=1,
+                      then db.add_(dy.sum(0, dtype=float32)) too
     linear_grad_w_product  the product alone, no accumulation
   bias_grad           db.add_(dy.sum(0, dtype=float32))
     bias_grad_sum     the sum alone
@@ -216,7 +217,15 @@ def linear_grad_w(shape, dims, p):
         product()
     except (TypeError, RuntimeError):
         product, impl = (lambda: torch.mm(xt, dy)), "torch.mm(x.T, dy) (f16 out: this torch has no out_dtype)"
-    if accumulate:
+    if int(p.get("bias", 0)):
+        # With bias=1, db += dy's column sums too: PyTorch's two calls.
+        db = torch.zeros(n, device="cuda", dtype=f32)
+        weight = (lambda: dw.add_(product())) if accumulate else product
+        both = lambda: (weight(), db.add_(dy.sum(0, dtype=f32)))
+        name = f"dW.add_({impl})" if accumulate else impl
+        emit("linear_grad_w", shape, f"{name}, db.add_(dy.sum(0, dtype=float32))", bench(both),
+             nbytes + 2 * 4 * n, flops)
+    elif accumulate:
         emit("linear_grad_w", shape, f"dW.add_({impl})", bench(lambda: dw.add_(product())), nbytes, flops)
         emit("linear_grad_w_product", shape, impl, bench(product), nbytes, flops)
     else:

@@ -105,6 +105,11 @@ var (
 // each product's read of its old dW.
 var overwrite = []op.Setting{{Name: "accumulate", Value: 0}}
 
+// withBias makes linear_grad_w also add the column sums of its dy into a
+// bias's gradient (c_fc's and c_attn's, whose output gradients no
+// LayerNorm sums), in the call that reads dy for the weight's.
+var withBias = op.Setting{Name: "bias", Value: 1}
+
 // forward adds the forward of b sequences of t tokens (b ≤ B, t ≤ T) from
 // micro-batch slot k's tokens to the logits: embedding, the blocks
 // (pre-LayerNorm attention and MLP, each added into the residual stream by
@@ -191,11 +196,12 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int), em
 	if k == 0 {
 		gw = overwrite
 	}
+	gwb := append(append([]op.Setting(nil), gw...), withBias) // and db += dy's column sums
 	// The head, over Vp: dhf = dlogits·wte (linear without a bias), dwte
 	// += dlogitsᵀ·hf, whose padded rows get sums of zeros, exactly 0 (the
 	// padded columns of dlogits are 0); then ln_f.
 	p.add(op.Linear, dims(M, C, c.Vp()), noBias, top.dlogits, w[m.lay.wte], nil, nil, bk.dh, nil)
-	p.add(op.LinearGradW, dims(M, C, c.Vp()), gw, top.dlogits, top.hf, g[m.lay.wte])
+	p.add(op.LinearGradW, dims(M, C, c.Vp()), gw, top.dlogits, top.hf, g[m.lay.wte], nil)
 	done(p, c.stageHead())
 	// ln_f starts the stream's gradient, whose column sums are the last
 	// block's MLP c_proj bias's gradient.
@@ -206,23 +212,21 @@ func (m *Model) backward(p *program, k int, done func(p *program, stage int), em
 		a, bl := &m.layers[l], m.lay.blocks[l]
 		// MLP: c_proj (K = 4C, N = C) with the GELU's gradient in its
 		// epilogue (its bias's gradient came with the stream's), c_fc
-		// (K = C, N = 4C), ln_2.
+		// (K = C, N = 4C; its bias's gradient with its weight's), ln_2.
 		p.add(op.LinearGradX, dims(M, C, 4*C), withGELU, bk.dres, w[bl.mlpW], a.fc, bk.dfc)
-		p.add(op.LinearGradW, dims(M, C, 4*C), gw, a.gelu, bk.dres, g[bl.mlpW])
+		p.add(op.LinearGradW, dims(M, C, 4*C), gw, a.gelu, bk.dres, g[bl.mlpW], nil)
 		p.add(op.GemmGradA, dims(M, 4*C, C), nil, bk.dfc, w[bl.fcW], bk.dh)
-		p.add(op.LinearGradW, dims(M, 4*C, C), gw, a.h2, bk.dfc, g[bl.fcW])
-		p.add(op.BiasGrad, dims(M, 4*C), nil, bk.dfc, g[bl.fcB])
+		p.add(op.LinearGradW, dims(M, 4*C, C), gwb, a.h2, bk.dfc, g[bl.fcW], g[bl.fcB])
 		// ln_2's gradient added into the stream's in the same pass (in
 		// place), the sums going to the attention's c_proj bias.
 		p.add(op.LayerNormGrad, dims(M, C), withResidualSum, bk.dh, a.xmid, w[bl.ln2w], a.mean2, a.rstd2, bk.dres, bk.dres, g[bl.ln2w], g[bl.ln2b], g[bl.projB])
 		// Attention: c_proj (K = N = C), attention, c_attn (K = C,
-		// N = 3C), ln_1.
+		// N = 3C; its bias's gradient with its weight's), ln_1.
 		p.add(op.GemmGradA, dims(M, C, C), nil, bk.dres, w[bl.projW], bk.datt)
-		p.add(op.LinearGradW, dims(M, C, C), gw, a.att, bk.dres, g[bl.projW])
+		p.add(op.LinearGradW, dims(M, C, C), gw, a.att, bk.dres, g[bl.projW], nil)
 		p.add(op.AttentionGrad, dims(b, t, C, c.Heads), nil, bk.datt, a.qkv, a.att, a.lse, bk.dqkv)
 		p.add(op.GemmGradA, dims(M, 3*C, C), nil, bk.dqkv, w[bl.attnW], bk.dh)
-		p.add(op.LinearGradW, dims(M, 3*C, C), gw, a.h1, bk.dqkv, g[bl.attnW])
-		p.add(op.BiasGrad, dims(M, 3*C), nil, bk.dqkv, g[bl.attnB])
+		p.add(op.LinearGradW, dims(M, 3*C, C), gwb, a.h1, bk.dqkv, g[bl.attnW], g[bl.attnB])
 		// ln_1's likewise, the sums going to the block below's MLP c_proj
 		// bias (none below block 0: the embeddings).
 		set, below := withResidual, (*vkern.Buffer)(nil)

@@ -155,7 +155,8 @@ func Reference(ctx context.Context, cfg Config, b int, master, m1, m2 []float32,
 	// layernorm_grad, as the program has them).
 	noResidual := oracle.Input{F16: []uint16{}}
 	// layernorm_grad's column sums where the program has them off (ln_1
-	// of block 0): the c_proj biases' gradients come from the LayerNorm
+	// of block 0), and linear_grad_w's db here, where bias_grad gives the
+	// biases' gradients: the c_proj biases' gradients come from the LayerNorm
 	// backward before them, as in the program, since the sums are of the
 	// f32 stream gradient before its rounding, not bias_grad's of the f16.
 	noSum := oracle.Input{F32: []float32{}}
@@ -195,7 +196,7 @@ func Reference(ctx context.Context, cfg Config, b int, master, m1, m2 []float32,
 		// Backward: every gradient added into its accumulator.
 		acc := func(i int, in oracle.Input) { grads[i] = in }
 		dh := r.run(op.Linear, dims(M, C, V), noBias, dlogits, w(lay.wte), oracle.Input{F16: []uint16{}}, noResidual)[0]
-		acc(lay.wte, r.run(op.LinearGradW, dims(M, C, V), nil, dlogits, hf, grads[lay.wte])[0])
+		acc(lay.wte, r.run(op.LinearGradW, dims(M, C, V), nil, dlogits, hf, grads[lay.wte], noSum)[0])
 		last := lay.blocks[cfg.Layers-1]
 		o = r.run(op.LayerNormGrad, dims(M, C), withSum, dh, x, w(lay.lnfW), meanf, rstdf, noResidual, grads[lay.lnfW], grads[lay.lnfB], grads[last.mlpB])
 		dres := o[0]
@@ -205,10 +206,10 @@ func Reference(ctx context.Context, cfg Config, b int, master, m1, m2 []float32,
 		for l := cfg.Layers - 1; l >= 0; l-- {
 			bl, a := lay.blocks[l], &acts[l]
 			dgelu := r.run(op.GemmGradA, dims(M, C, 4*C), nil, dres, w(bl.mlpW))[0]
-			acc(bl.mlpW, r.run(op.LinearGradW, dims(M, C, 4*C), nil, a.gelu, dres, grads[bl.mlpW])[0])
+			acc(bl.mlpW, r.run(op.LinearGradW, dims(M, C, 4*C), nil, a.gelu, dres, grads[bl.mlpW], noSum)[0])
 			dfc := r.run(op.GELUGrad, dims(4*M*C), nil, a.fc, dgelu)[0]
 			dh = r.run(op.GemmGradA, dims(M, 4*C, C), nil, dfc, w(bl.fcW))[0]
-			acc(bl.fcW, r.run(op.LinearGradW, dims(M, 4*C, C), nil, a.h2, dfc, grads[bl.fcW])[0])
+			acc(bl.fcW, r.run(op.LinearGradW, dims(M, 4*C, C), nil, a.h2, dfc, grads[bl.fcW], noSum)[0])
 			acc(bl.fcB, r.run(op.BiasGrad, dims(M, 4*C), nil, dfc, grads[bl.fcB])[0])
 			o = r.run(op.LayerNormGrad, dims(M, C), withResidualSum, dh, a.xmid, w(bl.ln2w), a.mean2, a.rstd2, dres, grads[bl.ln2w], grads[bl.ln2b], grads[bl.projB])
 			acc(bl.ln2w, o[1])
@@ -216,10 +217,10 @@ func Reference(ctx context.Context, cfg Config, b int, master, m1, m2 []float32,
 			acc(bl.projB, o[3])
 			dres = o[0]
 			datt := r.run(op.GemmGradA, dims(M, C, C), nil, dres, w(bl.projW))[0]
-			acc(bl.projW, r.run(op.LinearGradW, dims(M, C, C), nil, a.att, dres, grads[bl.projW])[0])
+			acc(bl.projW, r.run(op.LinearGradW, dims(M, C, C), nil, a.att, dres, grads[bl.projW], noSum)[0])
 			dqkv := r.run(op.AttentionGrad, dims(b, T, C, H), nil, datt, a.qkv, a.att, a.lse)[0]
 			dh = r.run(op.GemmGradA, dims(M, 3*C, C), nil, dqkv, w(bl.attnW))[0]
-			acc(bl.attnW, r.run(op.LinearGradW, dims(M, 3*C, C), nil, a.h1, dqkv, grads[bl.attnW])[0])
+			acc(bl.attnW, r.run(op.LinearGradW, dims(M, 3*C, C), nil, a.h1, dqkv, grads[bl.attnW], noSum)[0])
 			acc(bl.attnB, r.run(op.BiasGrad, dims(M, 3*C), nil, dqkv, grads[bl.attnB])[0])
 			set, sum := withResidual, noSum // block 0's ln_1: no c_proj below
 			if l > 0 {

@@ -394,6 +394,18 @@ var CPUDefects = []Mutation{
 		Op: "linear_grad_w", Shapes: []string{"17x31x129:accumulate=0"},
 	},
 	{
+		Name: "linear_grad_w's db without dy's last row", File: "cpu/gemm.cc",
+		Old: "add_column_sums(c.ptr<const uint16_t>(buf::dy), c.ptr<float>(buf::db), c.dim(param::M), c.dim(param::N));",
+		New: "add_column_sums(c.ptr<const uint16_t>(buf::dy), c.ptr<float>(buf::db), c.dim(param::M) - 1, c.dim(param::N));",
+		Op:  "linear_grad_w", Shapes: []string{"70x33x40:bias=1"},
+	},
+	{
+		Name: "linear_grad_w's db from x's columns", File: "cpu/gemm.cc",
+		Old: "add_column_sums(c.ptr<const uint16_t>(buf::dy), c.ptr<float>(buf::db), c.dim(param::M), c.dim(param::N));",
+		New: "add_column_sums(c.ptr<const uint16_t>(buf::x), c.ptr<float>(buf::db), c.dim(param::M), c.dim(param::N));",
+		Op:  "linear_grad_w", Shapes: []string{"70x33x33:bias=1"},
+	},
+	{
 		Name: "linear_grad_w with x where xᵀ belongs", File: "cpu/gemm.cc",
 		Old: "product(pool, scratch, Operand::transpose_of(x, K), Operand::row_major(dy, N), K, N, M, out);",
 		New: "product(pool, scratch, Operand::row_major(x, M), Operand::row_major(dy, N), K, N, M, out);",
@@ -463,6 +475,15 @@ var CPUDefects = []Mutation{
 var shiftChosen = []Edit{{
 	Old: `return v != nullptr && std::strcmp(v, "1") == 0;`,
 	New: `return true;`,
+}}
+
+// fusedDBChosen sends linear_grad_w's db to the Hopper kernel's column
+// sums (kSums; it runs only where VKERN_GEMM_FUSED_DB=1 otherwise), for
+// the defects planted in them.
+var fusedDBChosen = []Edit{{
+	File: "cuda/linear_grad.cu",
+	Old:  `return v != nullptr && std::strcmp(v, "1") == 0;`,
+	New:  `return true;`,
 }}
 
 // depthClassesOff, an edit of gemm.cuh, sends an MN-major L whose depth
@@ -1238,6 +1259,40 @@ var CUDADefects = []Mutation{
 		Op:  "linear_grad_w", Shapes: []string{"64x48x80", "256x256x256"},
 	},
 	{
+		Name: "linear_grad_w's db without dy's last row", File: "cuda/linear_grad.cu",
+		Old: "return vk_bias_grad(dy, db, M, N, s);",
+		New: "return vk_bias_grad(dy, db, M - 1, N, s);",
+		Op:  "linear_grad_w", Shapes: []string{"70x33x40:bias=1", "1000x64x64:bias=1"},
+	},
+	{
+		Name: "linear_grad_w's db from x's columns", File: "cuda/linear_grad.cu",
+		Old: "return vk_bias_grad(dy, db, M, N, s);",
+		New: "return vk_bias_grad(x, db, M, N, s);",
+		Op:  "linear_grad_w", Shapes: []string{"70x33x33:bias=1", "1000x64x64:bias=1"},
+	},
+	// linear_grad_w's db formed in the Hopper kernel of plain tiles
+	// (gemm_sm90.cu, kSums; VKERN_GEMM_FUSED_DB=1) as its producer
+	// warpgroup passes dy's stages:
+	// 1000 rows end in a partial stage; 512x3072x768 runs WideS192 (three
+	// panels, one a warp), 256x2048x4096 WideS (four: warp 1 takes two).
+	{
+		Name: "Hopper column sums: the swizzle left out of the panel's reads", File: "cuda/gemm_sm90.cu",
+		Old: "lds32(panel + p * 128 + (((lane / 4) ^ (p % 8)) << 4));",
+		New: "lds32(panel + p * 128 + ((lane / 4) << 4));",
+		Op:  "linear_grad_w", Shapes: []string{"1000x64x64:bias=1", "512x3072x768:bias=1"}, Setup: fusedDBChosen,
+	},
+	{
+		Name: "Hopper column sums: only each unit's last stage kept", File: "cuda/gemm_sm90.cu",
+		Old: "total[i][0] = total[i][0] + lo;", New: "total[i][0] = lo;",
+		Op: "linear_grad_w", Shapes: []string{"1000x64x64:bias=1", "256x2048x4096:bias=1"}, Setup: fusedDBChosen,
+	},
+	{
+		Name: "Hopper column sums: a warp's second panel skipped", File: "cuda/gemm_sm90.cu",
+		Old: "const uint32_t panel = sr + b * 8192 + (lane % 4) * 4;",
+		New: "const uint32_t panel = sr + (b % 3) * 8192 + (lane % 4) * 4;",
+		Op:  "linear_grad_w", Shapes: []string{"256x2048x4096:bias=1"}, Setup: fusedDBChosen,
+	},
+	{
 		Name: "linear_nt with W where Wᵀ belongs", File: "cuda/linear_nt.cu",
 		Old: "return vkern_gemm::product<true, true>(x, K, W, K, y, M, N, K, s, vkern_epilogue::Epilogue<true, false>{b});",
 		New: "return vkern_gemm::product<true, false>(x, K, W, N, y, M, N, K, s, vkern_epilogue::Epilogue<true, false>{b});",
@@ -1256,7 +1311,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "linear_grad_w adds into dW when it should overwrite", File: "cuda/linear_grad.cu",
-		Old: "c.params[param::accumulate] == 1,", New: "true,",
+		Old: "const bool accumulate = c.params[param::accumulate] == 1;", New: "const bool accumulate = true;",
 		Op: "linear_grad_w", Shapes: []string{"64x48x80:accumulate=0"},
 	},
 	{
@@ -1320,21 +1375,24 @@ const halfAwayLambda = "auto away = [](float v) { const __half t = __float2half_
 // ("kernels/cpu/rmsnorm.cc"), which Plant finds under kernels.DeclaredDir.
 func (m Mutation) Plant() func(files map[string][]byte) error {
 	return func(files map[string][]byte) error {
-		file := m.File
-		src, ok := files[file]
-		if !ok {
-			file = kernels.DeclaredPath(m.File)
-			if src, ok = files[file]; !ok {
-				return fmt.Errorf("planted defect %q: no source file %s, built-in or declared", m.Name, m.File)
+		for _, e := range append(append([]Edit(nil), m.Setup...), Edit{Old: m.Old, New: m.New}) {
+			name := m.File
+			if e.File != "" {
+				name = e.File
 			}
-		}
-		for _, e := range append(append([]Edit(nil), m.Setup...), Edit{m.Old, m.New}) {
+			file := name
+			src, ok := files[file]
+			if !ok {
+				file = kernels.DeclaredPath(name)
+				if src, ok = files[file]; !ok {
+					return fmt.Errorf("planted defect %q: no source file %s, built-in or declared", m.Name, name)
+				}
+			}
 			if n := bytes.Count(src, []byte(e.Old)); n != 1 {
-				return fmt.Errorf("planted defect %q: %q occurs %d times in %s, want once; update the snippet to the current kernel", m.Name, e.Old, n, m.File)
+				return fmt.Errorf("planted defect %q: %q occurs %d times in %s, want once; update the snippet to the current kernel", m.Name, e.Old, n, name)
 			}
-			src = bytes.Replace(src, []byte(e.Old), []byte(e.New), 1)
+			files[file] = bytes.Replace(src, []byte(e.Old), []byte(e.New), 1)
 		}
-		files[file] = src
 		return nil
 	}
 }

@@ -478,9 +478,10 @@ func embeddingBuffers(o *op.Op, s op.Shape, inputs []oracle.Input) [][]byte {
 
 // Mutation is a planted defect: in source File, the text Old (which must
 // occur exactly once) becomes New. The mutant must be reported incorrect
-// for Op on Shapes (every distribution). Setup, when set, are edits of the
-// same file made first, each as Old and New are (once), that put the
-// defect on the path the call takes: a kernel variant switched on.
+// for Op on Shapes (every distribution). Setup, when set, are edits made
+// first, each as Old and New are (once), of the same file or of the one an
+// Edit names, that put the defect on the path the call takes: a kernel
+// variant switched on.
 type Mutation struct {
 	Name     string
 	File     string
@@ -490,8 +491,9 @@ type Mutation struct {
 	Setup    []Edit
 }
 
-// Edit is a replacement of text that occurs exactly once.
-type Edit struct{ Old, New string }
+// Edit is a replacement of text that occurs exactly once, in File when
+// set, else in the Mutation's File.
+type Edit struct{ Old, New, File string }
 
 // Planted checks that the verifier catches each defect: open builds a
 // device from sources edited by the defect (Plant), as vkern.Open does

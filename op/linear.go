@@ -95,22 +95,29 @@ var LinearNT = builtinOp(&Op{
 })
 
 // LinearGradW is the weight gradient of linear: dW f32 K×N += xᵀ·dy (or =,
-// with accumulate 0), x f16 M×K, dy f16 M×N.
+// with accumulate 0), x f16 M×K, dy f16 M×N. With bias 1 it is linear's
+// bias gradient too, from the same dy: db f32 N += the column sums of dy,
+// summed as bias_grad sums them (oracle.BiasGradRowBlock), so a backward
+// pass reads dy for both in one call.
 var LinearGradW = builtinOp(&Op{
-	ID: 15, Name: "linear_grad_w", Math: "dW (+)= xᵀ·dy, f32 accumulation and output", Dims: []Dim{
+	ID: 15, Name: "linear_grad_w", Math: "dW (+)= xᵀ·dy, f32 accumulation and output (and db += Σ_rows dy with bias)", Dims: []Dim{
 		{"M", "the reduction: rows of x and dy (tokens)"}, {"N", "columns of dy and dW"}, {"K", "columns of x, rows of dW"}},
-	Params: []Param{{Name: "accumulate", Kind: Int, Min: 0, Max: 1, Default: 1, Meaning: "1: add into dW (β = 1); 0: overwrite it"}},
+	Params: []Param{
+		{Name: "accumulate", Kind: Int, Min: 0, Max: 1, Default: 1, Meaning: "1: add into dW (β = 1); 0: overwrite it"},
+		{Name: "bias", Kind: Int, Min: 0, Max: 1, Default: 0, Meaning: "1: also db += the column sums of dy (linear's bias gradient; always added into); 0: db is empty"},
+	},
 	Operands: []Operand{
 		{Name: "x", DType: F16, Rows: X("M"), Cols: X("K"), Role: In},
 		{Name: "dy", DType: F16, Rows: X("M"), Cols: X("N"), Role: In},
 		{Name: "dW", DType: F32, Rows: X("K"), Cols: X("N"), Role: InOut},
+		{Name: "db", DType: F32, Rows: X("bias"), Cols: X("N"), Role: InOut},
 	},
 	Reduces: X("M"), Flops: matmulFlops, ExactOnIntegers: true, Anchor: "linear_grad_w",
-	Matmul:          &MatmulSpec{L: "x", TransL: true, R: "dy", Rows: "K", Cols: "N", Depth: "M", Accumulate: "accumulate"},
-	NoExactRounding: "its output is f32: whole-number results below 2^24 need no rounding (the rounding cases still check its exact sums)",
+	Matmul:          &MatmulSpec{L: "x", TransL: true, R: "dy", Rows: "K", Cols: "N", Depth: "M", Accumulate: "accumulate", ColumnSums: "db"},
+	NoExactRounding: "its outputs are f32: whole-number results below 2^24 need no rounding (the rounding cases still check its exact sums)",
 	Shapes: Shapes{
-		Quick:   []string{"1x1x1", "17x31x129", "3x1000x5:accumulate=0", "64x48x80", "4100x24x24"},
-		Default: []string{"1x1x1", "17x31x129", "17x31x129:accumulate=0", "3x1000x5", "128x96x200", "4100x40x40", "40x4100x40", "40x40x4100:accumulate=0"},
+		Quick:   []string{"1x1x1", "17x31x129", "3x1000x5:accumulate=0", "64x48x80", "4100x24x24", "70x33x40:bias=1"},
+		Default: []string{"1x1x1", "17x31x129", "17x31x129:accumulate=0", "3x1000x5", "128x96x200", "4100x40x40", "40x4100x40", "40x40x4100:accumulate=0", "1x1x1:bias=1", "17x31x129:bias=1", "4100x40x40:bias=1,accumulate=0", "130x96x200:bias=1"},
 		// GPT-2 124M at B·T = 16·1024: the four Conv1D weights' gradients,
 		// and the lm_head's dwte += dlogitsᵀ·lnf (K = V, padded and not).
 		Bench: []string{"16384x2304x768", "16384x768x768", "16384x3072x768", "16384x768x3072", "16384x768x50304", "16384x768x50257"},

@@ -277,6 +277,12 @@ type MatmulSpec struct {
 	// b, in the product's epilogue); empty rows of ResidualIn when 0. Not
 	// with GELU on (Validate refuses the pair) nor with Accumulate.
 	Residual, ResidualIn string
+	// ColumnSums names an f32 output of Cols elements, added into, that
+	// receives the column sums of the R factor as bias_grad forms them
+	// (linear_grad_w's db: the bias gradient from the dy its product
+	// reads); empty rows when the op's switch for it is 0. R must be read
+	// as stored (not TransR). Empty: none.
+	ColumnSums string
 }
 
 // Linear says whether the op's output at s is affine in each factor (no
@@ -617,8 +623,18 @@ func (o *Op) resolve() error {
 			if i, ok := o.index[m.Accumulate]; !ok || i < len(o.Dims) || o.Params[i-len(o.Dims)].Kind != Int {
 				return fmt.Errorf("op: %s: the product's accumulate switch %q is not a whole-number parameter", o.Name, m.Accumulate)
 			}
-			if outs := o.Outputs(); len(outs) != 1 || outs[0].Role != InOut || outs[0].DType != F32 {
-				return fmt.Errorf("op: %s: a product that accumulates (%s) needs one output, f32, with the role InOut", o.Name, m.Accumulate)
+			outs := o.Outputs()
+			if len(outs) != 1 && (len(outs) != 2 || outs[1].Name != m.ColumnSums) || outs[0].Role != InOut || outs[0].DType != F32 {
+				return fmt.Errorf("op: %s: a product that accumulates (%s) needs one output, f32, with the role InOut (and its column sums' at most)", o.Name, m.Accumulate)
+			}
+		}
+		if m.ColumnSums != "" {
+			p := o.operand(m.ColumnSums)
+			if p == nil || p.DType != F32 || p.Role != InOut || len(p.Cols.Of) != 1 || p.Cols.Of[0] != m.Cols || p.Cols.coef() != 1 {
+				return fmt.Errorf("op: %s: the product's column sums %q are not an f32 InOut operand of %s columns", o.Name, m.ColumnSums, m.Cols)
+			}
+			if outs := o.Outputs(); outs[len(outs)-1].Name != m.ColumnSums || m.TransR || m.GELU != "" || m.Residual != "" {
+				return fmt.Errorf("op: %s: the product's column sums %q are its last output, of R as stored, without a GELU or a residual", o.Name, m.ColumnSums)
 			}
 		}
 		if (m.GELU == "") != (m.Pre == "") {

@@ -53,8 +53,32 @@ const BiasGradRowBlock = 64
 // infinity; sums of f16 values and a finite db cannot overflow binary32 for
 // M < 2⁸⁸.
 func biasGradCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) ([]*Reference, error) {
-	rows, cols := int(s.Dims[0]), int(s.Dims[1])
-	dy, db := in[0].F16, in[1].F32
+	ref, err := biasGradReference(ctx, in[0].F16, in[1].F32, int(s.Dims[0]), int(s.Dims[1]))
+	if err != nil {
+		return nil, err
+	}
+	return []*Reference{ref}, nil
+}
+
+// ColumnSums is the reference of a matmul-family op's column sums
+// (op.MatmulSpec.ColumnSums: linear_grad_w's db with bias 1), bias_grad's
+// reference and bound over the R factor and the output's initial values;
+// nil when the op has none at s (the operand is empty).
+func ColumnSums(ctx context.Context, o *op.Op, s op.Shape, in []Input) (*Reference, error) {
+	m := o.Matmul
+	if m == nil || m.ColumnSums == "" {
+		return nil, nil
+	}
+	db := in[inputIndex(o, m.ColumnSums)].F32
+	if len(db) == 0 {
+		return nil, nil
+	}
+	return biasGradReference(ctx, in[inputIndex(o, m.R)].F16, db, int(s.Int(m.Depth)), int(s.Int(m.Cols)))
+}
+
+// biasGradReference is bias_grad's reference for dy rows × cols and db's initial
+// values (biasGradCompute's doc comment derives the bound).
+func biasGradReference(ctx context.Context, dy []uint16, db []float32, rows, cols int) (*Reference, error) {
 	ref := &Reference{Value: make([]float64, cols), Bound: make([]float64, cols), Typical: make([]float64, cols)}
 	blocks := (rows + BiasGradRowBlock - 1) / BiasGradRowBlock
 	g64 := Gamma(int64(rows+1), U64)
@@ -109,7 +133,7 @@ func biasGradCompute(ctx context.Context, s op.Shape, in []Input, _ Arithmetic) 
 	if err != nil {
 		return nil, err
 	}
-	return []*Reference{ref}, nil
+	return ref, nil
 }
 
 // biasGradGenerate draws bias_grad's inputs by the distribution

@@ -628,9 +628,24 @@ func matmulCompute(ctx context.Context, s op.Shape, in []Input, a Arithmetic) ([
 		return nil, err
 	}
 	// An op with a forward GELU has its pre-activation output, empty
-	// without the GELU.
-	for len(refs) < len(o.Outputs()) {
+	// without the GELU; one with column sums has them last, empty when off.
+	sums := o.Matmul.ColumnSums != ""
+	want := len(o.Outputs())
+	if sums {
+		want--
+	}
+	for len(refs) < want {
 		refs = append(refs, &Reference{})
+	}
+	if sums {
+		ref, err := ColumnSums(ctx, o, s, in)
+		if err != nil {
+			return nil, err
+		}
+		if ref == nil {
+			ref = &Reference{}
+		}
+		refs = append(refs, ref)
 	}
 	return refs, nil
 }

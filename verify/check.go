@@ -57,9 +57,9 @@ func Check(ctx context.Context, o *op.Op, s op.Shape, inputs []oracle.Input, out
 		if o.Independent != "" {
 			return checkSlices(ctx, o, s, inputs, outs, arith, opts)
 		}
-		if o.Matmul != nil && len(o.Outputs()) == 1 && o.Matmul.Linear(s) {
+		if m := o.Matmul; m != nil && m.Linear(s) && (len(o.Outputs()) == 1 || len(o.Outputs()) == 2 && m.ColumnSums == o.Outputs()[1].Name) {
 			c := Case{Op: o, Shape: s, Seed: opts.Seed, Sampled: true}
-			st, err := sampledCheck(ctx, c, Mode{}, inputs, outs[0], arith.Dot)
+			st, err := sampledCheck(ctx, c, Mode{}, inputs, outs, arith.Dot)
 			if err != nil {
 				return Checked{}, err
 			}

@@ -69,15 +69,18 @@ func picks(rng *rand.Rand, n, k int) []int {
 // each element's bound), then Freivalds projections of the whole output
 // under a sound per-row tolerance (oracle.ProjectWith). The references and
 // projections include the op's epilogue (oracle.EpilogueOf: a bias, the
-// initial values of an output it adds into). out is the op's one output.
-func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, out []byte, acc oracle.Accumulation) (Stats, error) {
-	return sampledCheck(ctx, c, modeOf(c), inputs, out, acc)
+// initial values of an output it adds into). outs are the op's outputs:
+// the product, and its column sums where the op has them
+// (op.MatmulSpec.ColumnSums), which are checked whole (they cost one pass
+// over the R factor).
+func checkSampled(ctx context.Context, c Case, inputs []oracle.Input, outs [][]byte, acc oracle.Accumulation) (Stats, error) {
+	return sampledCheck(ctx, c, modeOf(c), inputs, outs, acc)
 }
 
 // sampledCheck is checkSampled under mode m.
-func sampledCheck(ctx context.Context, c Case, m Mode, inputs []oracle.Input, out []byte, acc oracle.Accumulation) (Stats, error) {
+func sampledCheck(ctx context.Context, c Case, m Mode, inputs []oracle.Input, outs [][]byte, acc oracle.Accumulation) (Stats, error) {
 	o, s := c.Op, c.Shape
-	p := o.Outputs()[0]
+	p, out := o.Outputs()[0], outs[0]
 	x, y := oracle.Factors(o, s, inputs)
 	ep := oracle.EpilogueOf(o, s, inputs)
 	rows, cols := x.Rows, y.Cols
@@ -107,6 +110,16 @@ func sampledCheck(ctx context.Context, c Case, m Mode, inputs []oracle.Input, ou
 		}
 	}
 	t.add(compareElements(p, refCols, gathered, mode, func(i int) (int, int) { return i / len(ci), ci[i%len(ci)] }))
+	sums, err := oracle.ColumnSums(ctx, o, s, inputs)
+	if err != nil {
+		return Stats{}, err
+	}
+	var sumElements int64
+	if sums != nil {
+		q := o.Outputs()[len(outs)-1]
+		t.add(compareElements(q, sums, outs[len(outs)-1], mode, func(i int) (int, int) { return 0, i }))
+		sumElements = s.Elements(q)
+	}
 	st := t.stats()
 	st.Tightening = refRows.Tightening.Merge(refCols.Tightening)
 
@@ -148,7 +161,7 @@ func sampledCheck(ctx context.Context, c Case, m Mode, inputs []oracle.Input, ou
 			sample.RowsProjected++
 		}
 	}
-	st.Elements = s.Elements(p)
+	st.Elements = s.Elements(p) + sumElements
 	st.Sample = sample
 	return st, nil
 }

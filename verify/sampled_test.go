@@ -74,6 +74,42 @@ func TestSampledChecksFollowTheEpilogue(t *testing.T) {
 	}
 }
 
+// linear_grad_w's column sums (bias 1: db += dy's column sums) are checked
+// whole on the sampled path, beside the product's sample: a correct kernel
+// passes, and one that overwrites db where it should add into it is caught
+// there, by name.
+func TestSampledChecksCheckTheColumnSums(t *testing.T) {
+	specs := []string{"40x50x60:bias=1", "70x20x33:bias=1,accumulate=0"}
+	res := mustRun(t, goKernels{}, sampledCases(t, []*op.Op{op.LinearGradW}, specs...))
+	for _, r := range res.Cases {
+		if r.Verdict != Passed {
+			t.Errorf("%s: %s: %s", r.Case, r.Verdict, r.Reason)
+		}
+		if r.Stats.Sample == nil {
+			t.Fatalf("%s was not checked by sampling: %+v", r.Case, r.Stats)
+		}
+		k, n := r.Shape.Dims[2], r.Shape.Dims[1]
+		if r.Stats.Elements != k*n+n {
+			t.Errorf("%s: %d elements counted, want dW's %d and db's %d", r.Case, r.Stats.Elements, k*n, n)
+		}
+	}
+	overwritten := goKernels{mutate: func(o *op.Op, s op.Shape, in [][]float32, out []float32, write []bool) {
+		k, n := int(s.Dims[2]), int(s.Dims[1])
+		for j := 0; j < n; j++ {
+			out[k*n+j] -= in[3][j]
+		}
+	}}
+	res = mustRun(t, overwritten, sampledCases(t, []*op.Op{op.LinearGradW}, specs...))
+	for _, r := range res.Cases {
+		if r.Dist == oracle.Special {
+			continue // db's NaN and infinities are not taken back out
+		}
+		if r.Verdict != Incorrect || !strings.Contains(r.Reason, "db[") {
+			t.Errorf("%s with db overwritten: %s (%s), want incorrect at db", r.Case, r.Verdict, r.Reason)
+		}
+	}
+}
+
 func TestFreivaldsCatchesOneWrongElementOutsideTheSample(t *testing.T) {
 	// More rows and columns than the sample holds, and the damaged element
 	// chosen in every row: whichever rows are sampled, most damage is not.

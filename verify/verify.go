@@ -282,7 +282,7 @@ func checkCase(ctx context.Context, dev Device, c Case, arith oracle.Arithmetic)
 		}
 		r.Stats = checked.Stats
 	} else if c.sampled() {
-		if r.Stats, err = checkSampled(ctx, c, inputs, outs[0], arith.Dot); err != nil {
+		if r.Stats, err = checkSampled(ctx, c, inputs, outs, arith.Dot); err != nil {
 			return fail(Failed, "oracle: %v", err)
 		}
 	} else {

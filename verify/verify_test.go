@@ -146,6 +146,19 @@ func goKernel(o *op.Op, s op.Shape, in [][]float32, out []float32) {
 				out[i*n+j] = acc
 			}
 		}
+		if s.Int("bias") == 1 { // db after dW: bias_grad's blocks of rows
+			for j := 0; j < n; j++ {
+				var total float32
+				for b0 := 0; b0 < m; b0 += oracle.BiasGradRowBlock {
+					var block float32
+					for t := b0; t < min(m, b0+oracle.BiasGradRowBlock); t++ {
+						block += in[1][t*n+j]
+					}
+					total += block
+				}
+				out[k*n+j] = in[3][j] + total
+			}
+		}
 	case op.Gemm, op.GemmGradA, op.GemmGradB, op.LinearGradX:
 		m, n, k := int(s.Dims[0]), int(s.Dims[1]), int(s.Dims[2])
 		// Every op as rows×cols outputs, each a sum of length l of x(i,t)·y(t,j).

@@ -19,6 +19,7 @@
 
 #include "core/backend.h"
 #include "core/f16.h"
+#include "cpu/column_sums.h"
 #include "cpu/convert.h"
 #include "cpu/device.h"
 
@@ -49,6 +50,10 @@ void bias_grad(ThreadPool& pool, const uint16_t* dy, float* db, size_t rows, siz
 
 }  // namespace column_sums
 }  // namespace
+
+void add_column_sums(const uint16_t* dy, float* db, size_t rows, size_t cols) {
+  column_sums::bias_grad(cpu_pool(), dy, db, rows, cols);
+}
 
 // The op's entry (kernels.cc lists it).
 Result run_bias_grad(const Call& c, uint64_t*) {

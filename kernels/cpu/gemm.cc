@@ -12,7 +12,8 @@
 //                                                      then + r[row, col] (residual = 1)
 //                                                      or gelu, with pre = the sum (gelu = 1)
 //   linear_nt      x     Wᵀ    K      y  f16 M×N       + b[col]   (bias = 1)
-//   linear_grad_w  xᵀ    dy    M      dW f32 K×N       dW_old +   (accumulate = 1)
+//   linear_grad_w  xᵀ    dy    M      dW f32 K×N       dW_old +   (accumulate = 1);
+//                                                      db += dy's column sums (bias = 1, bias_grad.cc)
 //   linear_grad_x  dy    Wᵀ    N      dx f16 M×K       · gelu′(pre) (gelu = 1)
 //
 // A transposed operand is only a different read order while packing, so one
@@ -64,6 +65,7 @@
 
 #include "core/backend.h"
 #include "core/f16.h"
+#include "cpu/column_sums.h"
 #include "cpu/convert.h"
 #include "cpu/device.h"
 #include "cpu/gelu.h"
@@ -459,6 +461,9 @@ Result run_linear_grad_w(const Call& c, uint64_t*) {
   linear_grad_w(cpu_pool(), cpu_scratch(), c.ptr<const uint16_t>(buf::x), c.ptr<const uint16_t>(buf::dy),
                 c.ptr<float>(buf::dW), c.dim(param::M), c.dim(param::N), c.dim(param::K),
                 c.dim(param::accumulate) == 1);
+  if (c.dim(param::bias) == 1) {
+    add_column_sums(c.ptr<const uint16_t>(buf::dy), c.ptr<float>(buf::db), c.dim(param::M), c.dim(param::N));
+  }
   return Result::OK();
 }
 

@@ -63,6 +63,7 @@
 
 #include "core/backend.h"
 #include "cuda/compat.h"
+#include "cuda/ops.cuh"
 #include "cuda/rows.cuh"
 
 namespace {
@@ -210,13 +211,16 @@ cudaError_t launch(const __half* dy, float* db, int64_t rows, int64_t cols, cuda
 }  // namespace vkern_bias_grad
 }  // namespace
 
+cudaError_t vk_bias_grad(const __half* dy, float* db, int64_t M, int64_t N, cudaStream_t s) {
+  return vkern_bias_grad::launch(dy, db, M, N, s);
+}
+
 namespace vkern {
 
 // The op's entry (kernels.cu lists it).
 cudaError_t run_bias_grad(const Call& c, unsigned long long*, cudaStream_t s) {
   using namespace op_bias_grad;
-  return vkern_bias_grad::launch(c.ptr<const __half>(buf::dy), c.ptr<float>(buf::db), c.params[param::M],
-                                 c.params[param::N], s);
+  return vk_bias_grad(c.ptr<const __half>(buf::dy), c.ptr<float>(buf::db), c.params[param::M], c.params[param::N], s);
 }
 
 }  // namespace vkern

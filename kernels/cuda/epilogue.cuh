@@ -38,9 +38,15 @@ namespace vkern_epilogue {
 
 constexpr int kNoGelu = 0, kGeluForward = 1, kGeluBackward = 2;
 
-template <bool kAddBias, bool kAddOld, int kGeluKind = kNoGelu, bool kAddResidual = false>
+template <bool kAddBias, bool kAddOld, int kGeluKind = kNoGelu, bool kAddResidual = false, bool kSumColumns = false>
 struct Epilogue {
   static constexpr bool kBias = kAddBias, kAccumulate = kAddOld, kResidual = kAddResidual;
+  // kColumnSums (linear_grad_w with bias 1): column_sums (f32, the output's
+  // cols) += the column sums of R, where a kernel forms them as it reads R
+  // (gemm_sm90.cu's plain tiles, MN-major R) and then sets *summed; every
+  // other kernel leaves both alone, and the caller adds the sums itself
+  // (bias_grad's kernel). Not an element step: kAny leaves it out.
+  static constexpr bool kColumnSums = kSumColumns;
   static constexpr int kGelu = kGeluKind;
   static constexpr bool kAny = kBias || kAccumulate || kResidual || kGelu != kNoGelu;
   static_assert(!(kResidual && (kAccumulate || kGelu != kNoGelu)),
@@ -48,6 +54,8 @@ struct Epilogue {
   const __half* bias;                // the output's cols halves when kBias; else unused
   __half* pre = nullptr;             // rows × cols, like the output, when kGelu: written (forward) or read (backward)
   const __half* residual = nullptr;  // rows × cols, like the output, when kResidual
+  float* column_sums = nullptr;      // cols f32, added into, when kColumnSums
+  bool* summed = nullptr;            // host: set by a launch whose kernel added the column sums
 
   // The residual's elements (row, col) and (row, col + 1) as f32, 0 for
   // one past the last row or column; with paired, one aligned 4-byte load

@@ -325,6 +325,11 @@ __device__ __forceinline__ void lds128(uint32_t addr, uint32_t (&w)[4]) {
                : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
                : "r"(addr));
 }
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t w;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w) : "r"(addr));
+  return w;
+}
 __device__ __forceinline__ void sts128(uint32_t addr, const uint32_t (&w)[4]) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
                : "memory");
@@ -503,6 +508,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 "the depth's row classes: WideDC's class boxes");
   constexpr int kClassRows = vkern_shift::kClasses * BM;  // output rows per block of class tiles
   constexpr int kConsumers = 2;
+  // R's column sums (Epilogue::kColumnSums; linear_grad_w's db with
+  // VKERN_GEMM_FUSED_DB=1), formed by the producer warpgroup's warps 1-3
+  // from the stages: plain tiles of an MN-major R without clusters; 3 more
+  // arrivals a stage's release. Correct on the H100 (docs/dw-bias-h100,
+  // call 1) but 3.7 times the product's time at c_fc's dW (0.466 ms
+  // against 0.127): each of a stage's 64 loads is waited on before the
+  // next (asm volatile), and the summing row tile holds the grid back.
+  constexpr bool kSums = Epi::kColumnSums && kTiles == Tiles::kPlain && kCluster == 1 && !kRDepth;
+  constexpr int kSummers = kSums ? 3 : 0;
+  static_assert(!kSums || BK == 64, "a stage's depth rows are one of bias_grad's blocks (oracle.BiasGradRowBlock)");
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t epilogue0 = smem + kStages * Cfg::kStageBytes;  // staged epilogue buffers
@@ -518,7 +533,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full0 + 8 * s, kLShift ? 5 : 1);  // kLShift: R's expect_tx and the four producer warps
-      mbar_init(empty0 + 8 * s, kConsumers * kCluster);
+      mbar_init(empty0 + 8 * s, kConsumers * kCluster + kSummers);
     }
     if constexpr (kLShift) {
       for (int r = 0; r < Raw::kSlots; ++r) {
@@ -701,6 +716,71 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (++stage == kStages) {
             stage = 0;
             phase ^= 1;
+          }
+        }
+      }
+    } else if constexpr (kSums) {
+      if (threadIdx.x >= 32) {
+        // R's column sums: each unit of the first row tile (um = 0, one per
+        // column tile) sums its R slice's columns as the stages pass, warp
+        // w taking panels w − 1, w + 2 (64 columns each, depth row p of a
+        // panel 128 bytes at p·128 with 16-byte unit c at c ^ (p % 8): TMA's
+        // 128-byte swizzle), lane l columns 2l and 2l + 1 of each. A stage
+        // (64 depth rows from a multiple of 64) is summed from −0 in
+        // ascending depth order, its sum added to the unit's total in stage
+        // order, and db[j] = db[j] + total after the last: bias_grad's
+        // structure, whose bound the oracle derives (BiasGradRowBlock).
+        // Every unit's every stage is waited for and released, so the
+        // stages' phases stay in step with the producer's.
+        constexpr int kPanels = BN / 64, kOwn = (kPanels + 2) / 3;
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        int stage = 0;
+        uint32_t phase = 0;
+        for (int64_t u = first_unit; u < units; u += unit_step) {
+          int64_t um, tn;
+          unit_origin(u, units_m, tiles_n, group, &um, &tn);
+          const bool summing = um == 0;
+          float total[kOwn][2];
+#pragma unroll
+          for (int i = 0; i < kOwn; ++i) total[i][0] = total[i][1] = -0.0f;
+          for (int64_t k = 0; k < steps; ++k) {
+            mbar_wait(full0 + 8 * stage, phase);
+            if (summing) {
+              const uint32_t sr = smem + stage * Cfg::kStageBytes + Cfg::kLBytes;
+              const int live = depth - k * BK < BK ? static_cast<int>(depth - k * BK) : BK;
+#pragma unroll
+              for (int i = 0; i < kOwn; ++i) {
+                const int b = warp - 1 + 3 * i;
+                if (b >= kPanels) continue;
+                const uint32_t panel = sr + b * 8192 + (lane % 4) * 4;
+                float lo = -0.0f, hi = -0.0f;
+#pragma unroll 8
+                for (int p = 0; p < live; ++p) {
+                  const uint32_t word = lds32(panel + p * 128 + (((lane / 4) ^ (p % 8)) << 4));
+                  lo = lo + __half2float(__ushort_as_half(static_cast<unsigned short>(word & 0xffffu)));
+                  hi = hi + __half2float(__ushort_as_half(static_cast<unsigned short>(word >> 16)));
+                }
+                total[i][0] = total[i][0] + lo;
+                total[i][1] = total[i][1] + hi;
+              }
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(empty0 + 8 * stage);
+            if (++stage == kStages) {
+              stage = 0;
+              phase ^= 1;
+            }
+          }
+          if (summing && steps > 0) {
+            const int64_t n0 = tn * BN;
+#pragma unroll
+            for (int i = 0; i < kOwn; ++i) {
+              const int b = warp - 1 + 3 * i;
+              if (b >= kPanels) continue;
+              const int64_t j = n0 + 64 * b + 2 * lane;
+              if (j < cols) epi.column_sums[j] = epi.column_sums[j] + total[i][0];
+              if (j + 1 < cols) epi.column_sums[j + 1] = epi.column_sums[j + 1] + total[i][1];
+            }
           }
         }
       }
@@ -1316,6 +1396,9 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, map_l, map_r, maps_shift, out, epi, rows, cols, depth, group_rows);
   if (err != cudaSuccess) return err;
   *launched = true;
+  if constexpr (Epi::kColumnSums && kTiles == Tiles::kPlain && Cfg::kCluster == 1 && !kRDepth) {
+    if (epi.summed != nullptr) *epi.summed = true;  // the kernel's kSums
+  }
   return cudaSuccess;
 }
 

@@ -2,6 +2,9 @@
 // gemm_grad_b's layouts with an f32 output that may be added into
 // (linear_grad_w), and in gemm_grad_a's with the GELU's backward step
 // (linear_grad_x).
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/gemm.cuh"
 
 // dx = dy · Wᵀ, W stored K×N: gemm_grad_a's product; with pre (M×K) not
@@ -29,6 +32,45 @@ cudaError_t vk_linear_grad_w(const __half* x, const __half* dy, float* dW, int64
   return vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s);
 }
 
+// As vk_linear_grad_w, and db (f32, N) += dy's column sums, both ways
+// summed as bias_grad sums: by default by bias_grad's kernel after the
+// product, which then finds much of dy in L2; where the server's
+// environment sets VKERN_GEMM_FUSED_DB=1, by the Hopper kernel of plain
+// tiles as its producer warpgroup passes dy's stages (gemm_sm90.cu, kSums),
+// else (other kernels) as by default. Measured on the H100 at c_fc's
+// 16384×768×3072 (docs/dw-bias-h100, call 1): the product alone 0.1265 ms,
+// with bias_grad's kernel after it 0.1451, with kSums 0.4656: the row
+// tile that sums waits on each of its 64 loads a stage, and the grid waits
+// on it. Hence opt-in.
+bool fused_db_chosen() {
+  static const bool chosen = [] {
+    const char* v = std::getenv("VKERN_GEMM_FUSED_DB");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return chosen;
+}
+
+cudaError_t vk_linear_grad_w_bias(const __half* x, const __half* dy, float* dW, float* db, int64_t M, int64_t N,
+                                  int64_t K, bool accumulate, cudaStream_t s) {
+  bool summed = false;
+  cudaError_t err;
+  if (!fused_db_chosen()) {
+    err = vk_linear_grad_w(x, dy, dW, M, N, K, accumulate, s);
+  } else if (accumulate) {
+    vkern_epilogue::Epilogue<false, true, vkern_epilogue::kNoGelu, false, true> epi{nullptr};
+    epi.column_sums = db;
+    epi.summed = &summed;
+    err = vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s, epi);
+  } else {
+    vkern_epilogue::Epilogue<false, false, vkern_epilogue::kNoGelu, false, true> epi{nullptr};
+    epi.column_sums = db;
+    epi.summed = &summed;
+    err = vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s, epi);
+  }
+  if (err != cudaSuccess || summed) return err;
+  return vk_bias_grad(dy, db, M, N, s);
+}
+
 // The ops' entries (kernels.cu lists them); bench/gemm_lab.cu builds this
 // file without them.
 #if !defined(VKERN_GEMM_LAB)
@@ -43,9 +85,13 @@ cudaError_t run_linear_grad_x(const Call& c, unsigned long long*, cudaStream_t s
 
 cudaError_t run_linear_grad_w(const Call& c, unsigned long long*, cudaStream_t s) {
   using namespace op_linear_grad_w;
-  return vk_linear_grad_w(c.ptr<const __half>(buf::x), c.ptr<const __half>(buf::dy), c.ptr<float>(buf::dW),
-                          c.params[param::M], c.params[param::N], c.params[param::K], c.params[param::accumulate] == 1,
-                          s);
+  const __half *x = c.ptr<const __half>(buf::x), *dy = c.ptr<const __half>(buf::dy);
+  const int64_t M = c.params[param::M], N = c.params[param::N], K = c.params[param::K];
+  const bool accumulate = c.params[param::accumulate] == 1;
+  if (c.params[param::bias] == 1) {
+    return vk_linear_grad_w_bias(x, dy, c.ptr<float>(buf::dW), c.ptr<float>(buf::db), M, N, K, accumulate, s);
+  }
+  return vk_linear_grad_w(x, dy, c.ptr<float>(buf::dW), M, N, K, accumulate, s);
 }
 
 }  // namespace vkern

@@ -85,6 +85,16 @@ cudaError_t vk_linear_nt(const __half* x, const __half* W, const __half* b, __ha
 cudaError_t vk_linear_grad_w(const __half* x, const __half* dy, float* dW, int64_t M, int64_t N, int64_t K,
                              bool accumulate, cudaStream_t s);
 
+// As vk_linear_grad_w, and db (f32, N) += the column sums of dy, as
+// bias_grad forms them (linear_grad_w with bias 1; linear_grad.cu says
+// which kernel forms them).
+cudaError_t vk_linear_grad_w_bias(const __half* x, const __half* dy, float* dW, float* db, int64_t M, int64_t N,
+                                  int64_t K, bool accumulate, cudaStream_t s);
+
+// db (f32, N) += the column sums of dy (f16, M×N), as bias_grad forms them
+// (bias_grad.cu): linear_grad_w's db with bias 1.
+cudaError_t vk_bias_grad(const __half* dy, float* db, int64_t M, int64_t N, cudaStream_t s);
+
 // How the gemms (and linear, linear_nt, linear_grad_w) sum each dot product on a
 // device of this compute capability major, for HELLO's dot_accumulation
 // (PROTOCOL.md, "HELLO").
