@@ -486,6 +486,14 @@ var fusedDBChosen = []Edit{{
 	New:  `return true;`,
 }}
 
+// fusedDBOff keeps linear_grad_w's db on bias_grad's kernel after the
+// product whatever VKERN_GEMM_FUSED_DB says, for the defects planted in
+// that way.
+var fusedDBOff = []Edit{{
+	Old: `return v != nullptr && std::strcmp(v, "1") == 0;`,
+	New: `return false;`,
+}}
+
 // depthClassesOff, an edit of gemm.cuh, sends an MN-major L whose depth
 // rows are not aligned to the padded copy (as VKERN_GEMM_DEPTH_CLASSES=0
 // does), for the defects planted in that path, which the depth's row
@@ -1262,13 +1270,25 @@ var CUDADefects = []Mutation{
 		Name: "linear_grad_w's db without dy's last row", File: "cuda/linear_grad.cu",
 		Old: "return vk_bias_grad(dy, db, M, N, s);",
 		New: "return vk_bias_grad(dy, db, M - 1, N, s);",
-		Op:  "linear_grad_w", Shapes: []string{"70x33x40:bias=1", "1000x64x64:bias=1"},
+		Op:  "linear_grad_w", Shapes: []string{"70x33x40:bias=1", "1000x64x64:bias=1"}, Setup: fusedDBOff,
 	},
 	{
 		Name: "linear_grad_w's db from x's columns", File: "cuda/linear_grad.cu",
 		Old: "return vk_bias_grad(dy, db, M, N, s);",
 		New: "return vk_bias_grad(x, db, M, N, s);",
-		Op:  "linear_grad_w", Shapes: []string{"70x33x33:bias=1", "1000x64x64:bias=1"},
+		Op:  "linear_grad_w", Shapes: []string{"70x33x33:bias=1", "1000x64x64:bias=1"}, Setup: fusedDBOff,
+	},
+	// The handshake: the launch says the kernel summed (Epilogue::summed),
+	// and only then is bias_grad's kernel left out.
+	{
+		Name: "linear_grad_w's db: bias_grad's kernel left out where the kernel did not sum", File: "cuda/linear_grad.cu",
+		Old: "if (err != cudaSuccess || summed) return err;", New: "if (err != cudaSuccess || true) return err;",
+		Op: "linear_grad_w", Shapes: []string{"70x33x40:bias=1"}, Setup: fusedDBChosen,
+	},
+	{
+		Name: "Hopper column sums: the launch does not say the kernel summed", File: "cuda/gemm_sm90.cu",
+		Old: "if (epi.summed != nullptr) *epi.summed = true;", New: "if (epi.summed != nullptr) *epi.summed = false;",
+		Op: "linear_grad_w", Shapes: []string{"1000x64x64:bias=1"}, Setup: fusedDBChosen,
 	},
 	// linear_grad_w's db formed in the Hopper kernel of plain tiles
 	// (gemm_sm90.cu, kSums; VKERN_GEMM_FUSED_DB=1) as its producer

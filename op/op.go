@@ -636,6 +636,9 @@ func (o *Op) resolve() error {
 			if outs := o.Outputs(); outs[len(outs)-1].Name != m.ColumnSums || m.TransR || m.GELU != "" || m.Residual != "" {
 				return fmt.Errorf("op: %s: the product's column sums %q are its last output, of R as stored, without a GELU or a residual", o.Name, m.ColumnSums)
 			}
+			if o.Independent != "" {
+				return fmt.Errorf("op: %s: the product's column sums %q run over every row, so the op has no Independent dimension", o.Name, m.ColumnSums)
+			}
 		}
 		if (m.GELU == "") != (m.Pre == "") {
 			return fmt.Errorf("op: %s: the product's GELU switch %q and pre-activation operand %q come together", o.Name, m.GELU, m.Pre)

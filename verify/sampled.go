@@ -116,12 +116,19 @@ func sampledCheck(ctx context.Context, c Case, m Mode, inputs []oracle.Input, ou
 	}
 	var sumElements int64
 	if sums != nil {
-		q := o.Outputs()[len(outs)-1]
-		t.add(compareElements(q, sums, outs[len(outs)-1], mode, func(i int) (int, int) { return 0, i }))
+		k := slices.IndexFunc(o.Outputs(), func(q op.Operand) bool { return q.Name == o.Matmul.ColumnSums })
+		if len(outs) != len(o.Outputs()) || k < 0 {
+			return Stats{}, fmt.Errorf("verify: %s's sampled check needs all %d outputs, %s among them; got %d", o.Name, len(o.Outputs()), o.Matmul.ColumnSums, len(outs))
+		}
+		q := o.Outputs()[k]
+		t.add(compareElements(q, sums, outs[k], mode, func(i int) (int, int) { return 0, i }))
 		sumElements = s.Elements(q)
 	}
 	st := t.stats()
 	st.Tightening = refRows.Tightening.Merge(refCols.Tightening)
+	if sums != nil {
+		st.Tightening = st.Tightening.Merge(sums.Tightening)
+	}
 
 	sample := &Sample{Rows: len(ri), Cols: len(ci), Trials: freivaldsTrials, MissProbability: math.Exp2(-freivaldsTrials)}
 	projected := make([]bool, rows)

@@ -418,6 +418,15 @@ __host__ __device__ __forceinline__ void tile_grid(int64_t rows, int64_t cols, i
 // L, the depth's row classes an MN-major L of MN-major R; none of the
 // row-class reads takes the residual or the GELU, which keeps the kernels
 // built down.
+// sums_columns says whether product_wgmma forms R's column sums
+// (Epilogue::kColumnSums) itself, its kSums: plain tiles of an MN-major R
+// without clusters. launch tells the caller so (Epilogue::summed); the
+// other instances leave the sums to the caller.
+template <class Cfg, bool kRDepth, class Epi, Tiles kTiles>
+__host__ __device__ constexpr bool sums_columns() {
+  return Epi::kColumnSums && kTiles == Tiles::kPlain && Cfg::kCluster == 1 && !kRDepth;
+}
+
 template <Tiles kTiles, bool kLDepth, bool kRDepth, typename Out, class Epi>
 __host__ __device__ constexpr bool tiles_serve() {
   constexpr bool plain_epilogue = !Epi::kResidual && Epi::kGelu == vkern_epilogue::kNoGelu;
@@ -515,7 +524,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // call 1) but 3.7 times the product's time at c_fc's dW (0.466 ms
   // against 0.127): each of a stage's 64 loads is waited on before the
   // next (asm volatile), and the summing row tile holds the grid back.
-  constexpr bool kSums = Epi::kColumnSums && kTiles == Tiles::kPlain && kCluster == 1 && !kRDepth;
+  constexpr bool kSums = sums_columns<Cfg, kRDepth, Epi, kTiles>();
   constexpr int kSummers = kSums ? 3 : 0;
   static_assert(!kSums || BK == 64, "a stage's depth rows are one of bias_grad's blocks (oracle.BiasGradRowBlock)");
   extern __shared__ unsigned char smem_raw[];
@@ -1396,8 +1405,8 @@ cudaError_t launch(int device, int multiprocessors, const __half* L, int64_t ldl
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, map_l, map_r, maps_shift, out, epi, rows, cols, depth, group_rows);
   if (err != cudaSuccess) return err;
   *launched = true;
-  if constexpr (Epi::kColumnSums && kTiles == Tiles::kPlain && Cfg::kCluster == 1 && !kRDepth) {
-    if (epi.summed != nullptr) *epi.summed = true;  // the kernel's kSums
+  if constexpr (sums_columns<Cfg, kRDepth, Epi, kTiles>()) {
+    if (epi.summed != nullptr) *epi.summed = true;
   }
   return cudaSuccess;
 }

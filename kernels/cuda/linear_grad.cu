@@ -32,6 +32,10 @@ cudaError_t vk_linear_grad_w(const __half* x, const __half* dy, float* dW, int64
   return vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s);
 }
 
+// The ops' entries (kernels.cu lists them), and linear_grad_w's db, which
+// calls bias_grad.cu's kernel; bench/gemm_lab.cu builds this file without
+// them.
+#if !defined(VKERN_GEMM_LAB)
 // As vk_linear_grad_w, and db (f32, N) += dy's column sums, both ways
 // summed as bias_grad sums: by default by bias_grad's kernel after the
 // product, which then finds much of dy in L2; where the server's
@@ -71,9 +75,6 @@ cudaError_t vk_linear_grad_w_bias(const __half* x, const __half* dy, float* dW, 
   return vk_bias_grad(dy, db, M, N, s);
 }
 
-// The ops' entries (kernels.cu lists them); bench/gemm_lab.cu builds this
-// file without them.
-#if !defined(VKERN_GEMM_LAB)
 namespace vkern {
 
 cudaError_t run_linear_grad_x(const Call& c, unsigned long long*, cudaStream_t s) {
