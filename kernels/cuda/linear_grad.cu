@@ -32,6 +32,23 @@ cudaError_t vk_linear_grad_w(const __half* x, const __half* dy, float* dW, int64
   return vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s);
 }
 
+// vk_linear_grad_w's product with db += dy's column sums asked of the
+// kernel (Epilogue::kColumnSums); *summed says whether it formed them.
+// Instantiated here, outside the lab's guard below, so that the lab's
+// builds and .ci/sm90-syntax-check compile the summing kernels too.
+template <bool kAccumulate>
+cudaError_t linear_grad_w_summing(const __half* x, const __half* dy, float* dW, float* db, int64_t M, int64_t N,
+                                  int64_t K, cudaStream_t s, bool* summed) {
+  vkern_epilogue::Epilogue<false, kAccumulate, vkern_epilogue::kNoGelu, false, true> epi{nullptr};
+  epi.column_sums = db;
+  epi.summed = summed;
+  return vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s, epi);
+}
+template cudaError_t linear_grad_w_summing<true>(const __half*, const __half*, float*, float*, int64_t, int64_t,
+                                                 int64_t, cudaStream_t, bool*);
+template cudaError_t linear_grad_w_summing<false>(const __half*, const __half*, float*, float*, int64_t, int64_t,
+                                                  int64_t, cudaStream_t, bool*);
+
 // The ops' entries (kernels.cu lists them), and linear_grad_w's db, which
 // calls bias_grad.cu's kernel; bench/gemm_lab.cu builds this file without
 // them.
@@ -61,15 +78,9 @@ cudaError_t vk_linear_grad_w_bias(const __half* x, const __half* dy, float* dW, 
   if (!fused_db_chosen()) {
     err = vk_linear_grad_w(x, dy, dW, M, N, K, accumulate, s);
   } else if (accumulate) {
-    vkern_epilogue::Epilogue<false, true, vkern_epilogue::kNoGelu, false, true> epi{nullptr};
-    epi.column_sums = db;
-    epi.summed = &summed;
-    err = vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s, epi);
+    err = linear_grad_w_summing<true>(x, dy, dW, db, M, N, K, s, &summed);
   } else {
-    vkern_epilogue::Epilogue<false, false, vkern_epilogue::kNoGelu, false, true> epi{nullptr};
-    epi.column_sums = db;
-    epi.summed = &summed;
-    err = vkern_gemm::product<false, false>(x, K, dy, N, dW, K, N, M, s, epi);
+    err = linear_grad_w_summing<false>(x, dy, dW, db, M, N, K, s, &summed);
   }
   if (err != cudaSuccess || summed) return err;
   return vk_bias_grad(dy, db, M, N, s);
