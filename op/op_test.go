@@ -257,3 +257,47 @@ func TestUserIDsLieAboveTheBuiltInsAndDependOnlyOnTheName(t *testing.T) {
 		t.Errorf("two contracts with one name: %v", err)
 	}
 }
+
+// A product's column sums (MatmulSpec.ColumnSums, linear_grad_w's db) are
+// an f32 InOut operand of the product's columns, its last output, of the
+// R factor as stored: a contract that breaks any of these is refused by
+// name. Each case spoils a user op built like linear_grad_w.
+func TestColumnSumsContractsAreChecked(t *testing.T) {
+	grad := func() *Op {
+		m := *LinearGradW.Matmul
+		return &Op{Name: "dwprobe", Dims: append([]Dim(nil), LinearGradW.Dims...),
+			Params:   append([]Param(nil), LinearGradW.Params...),
+			Operands: append([]Operand(nil), LinearGradW.Operands...),
+			Reduces:  X("M"), Matmul: &m, Shapes: Shapes{Quick: []string{"4x5x6:bias=1"}}}
+	}
+	if err := Check(grad()); err != nil {
+		t.Fatalf("linear_grad_w's contract as a user op: %v", err)
+	}
+	for _, tt := range []struct {
+		name  string
+		spoil func(o *Op)
+		want  string
+	}{
+		{"f16 sums", func(o *Op) { o.Operands[3].DType = F16 }, `column sums "db" are not an f32 InOut operand of N columns`},
+		{"sums of the wrong width", func(o *Op) { o.Operands[3].Cols = X("K") }, `column sums "db" are not an f32 InOut operand of N columns`},
+		{"sums that are only written", func(o *Op) { o.Operands[3].Role = Out }, `column sums "db" are not an f32 InOut operand`},
+		{"sums of a transposed R", func(o *Op) { o.Matmul.TransR = true }, `column sums "db" are its last output, of R as stored`},
+		{"sums that are not the last output", func(o *Op) {
+			o.Matmul.Accumulate = "" // else the accumulating output's check refuses it first
+			o.Operands[2], o.Operands[3] = o.Operands[3], o.Operands[2]
+		}, `column sums "db" are its last output`},
+		{"an independent dimension", func(o *Op) {
+			o.Independent = "K"
+			o.Operands[3].Rows = X("K", "bias") // every output's rows begin with it, as Independent asks
+		}, "no Independent dimension"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := grad()
+			tt.spoil(o)
+			err := Check(o)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "dwprobe") {
+				t.Fatalf("Check: %v; want an error naming dwprobe and containing %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -179,6 +179,53 @@ func checkEpilogueViews(t *testing.T, a, b []uint16, m, n, k int, ep Epilogue) {
 	}
 }
 
+// With bias 1, linear_grad_w's db reference is bias_grad's over its dy
+// and db's initial values, value and bound alike (the kernels sum it as
+// bias_grad does), and its dW reference is the one without db; with bias 0
+// db is empty.
+func TestLinearGradWColumnSumsAreBiasGrads(t *testing.T) {
+	ctx := context.Background()
+	same := func(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }
+	for _, dist := range []Dist{Normal, Special} {
+		s := op.LinearGradW.MustShape("130x20x7:bias=1")
+		inputs, err := Generate(op.LinearGradW, s, dist, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs, err := Compute(ctx, op.LinearGradW, s, inputs, Arithmetic{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(refs) != 2 || len(refs[1].Value) != 20 {
+			t.Fatalf("%v: %d references, want dW's and db's 20", dist, len(refs))
+		}
+		bias := op.BiasGrad.MustShape("130x20")
+		want, err := Compute(ctx, op.BiasGrad, bias, []Input{inputs[1], inputs[3]}, Arithmetic{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range want[0].Value {
+			got, w := refs[1].Value[j], want[0].Value[j]
+			if !same(got, w) || !same(refs[1].Bound[j], want[0].Bound[j]) {
+				t.Errorf("%v: db[%d] = %g ± %g, bias_grad's %g ± %g", dist, j, got, refs[1].Bound[j], w, want[0].Bound[j])
+			}
+		}
+		noDB := append(append([]Input(nil), inputs[:3]...), Input{F32: []float32{}})
+		plain, err := Compute(ctx, op.LinearGradW, op.LinearGradW.MustShape("130x20x7"), noDB, Arithmetic{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range plain[0].Value {
+			if got := refs[0].Value[i]; !same(got, v) {
+				t.Fatalf("%v: dW[%d] = %g with db, %g without", dist, i, got, v)
+			}
+		}
+		if len(plain[1].Value) != 0 {
+			t.Errorf("%v: bias 0 gave %d db values, want none", dist, len(plain[1].Value))
+		}
+	}
+}
+
 // TestLinearGradWOverwritesWithAccumulateZero: with accumulate 0 the
 // initial dW is an input the reference ignores; with 1 it is added.
 func TestLinearGradWOverwritesWithAccumulateZero(t *testing.T) {
