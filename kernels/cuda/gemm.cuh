@@ -644,6 +644,13 @@ void* pad_scratch(size_t bytes) {
 
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
+// grid_cost is the model choose_sm90 and bn192_pays (below) pick tiles
+// by: a grid's waves of 128-row tiles bn columns wide over the
+// multiprocessors, each wave weighing a tile's weight.
+double grid_cost(int64_t rows, int64_t cols, int bn, double weight, int multiprocessors) {
+  return weight * static_cast<double>(ceil_div(ceil_div(rows, 128) * ceil_div(cols, bn), multiprocessors));
+}
+
 // Hopper variants (gemm_sm90.cu), as the tuning hook numbers them:
 //   1 Wide (128 × 256)  2 WideC2 (the same, clusters of 2)  3 Medium (128 × 128)
 //   4 MediumC2  5 Narrow (128 × 64)  6 WideS  7 WideC2S  8 NarrowS  9 MediumS
@@ -659,10 +666,9 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 // (never, on a device where the Hopper kernels are available).
 int choose_sm90(int64_t rows, int64_t cols, int64_t depth, int multiprocessors) {
   (void)depth;
-  const int64_t tiles_m = ceil_div(rows, 128);
-  const double wide = 2.0 * static_cast<double>(ceil_div(tiles_m * ceil_div(cols, 256), multiprocessors));
-  const double medium = 1.2 * static_cast<double>(ceil_div(tiles_m * ceil_div(cols, 128), multiprocessors));
-  const double narrow = 1.0 * static_cast<double>(ceil_div(tiles_m * ceil_div(cols, 64), multiprocessors));
+  const double wide = grid_cost(rows, cols, 256, 2.0, multiprocessors);
+  const double medium = grid_cost(rows, cols, 128, 1.2, multiprocessors);
+  const double narrow = grid_cost(rows, cols, 64, 1.0, multiprocessors);
   if (wide <= medium && wide <= narrow) return 6;
   return medium <= narrow ? 9 : 8;
 }
@@ -680,11 +686,8 @@ int choose_sm90(int64_t rows, int64_t cols, int64_t depth, int multiprocessors) 
 // 16384-row outputs (384 to 25,000 tiles, several waves).
 // VKERN_GEMM_BN192=0 turns it off, to time one against the other.
 bool bn192_pays(int64_t rows, int64_t cols, int multiprocessors) {
-  if (!vkern_gemm_sm90::bn192_chosen()) return false;
-  const int64_t tiles_m = ceil_div(rows, 128);
-  const double wide = 2.0 * static_cast<double>(ceil_div(tiles_m * ceil_div(cols, 256), multiprocessors));
-  const double bn192 = 1.6 * static_cast<double>(ceil_div(tiles_m * ceil_div(cols, 192), multiprocessors));
-  return bn192 < wide;
+  return vkern_gemm_sm90::bn192_chosen() &&
+         grid_cost(rows, cols, 192, 1.6, multiprocessors) < grid_cost(rows, cols, 256, 2.0, multiprocessors);
 }
 
 template <bool kLDepth, bool kRDepth, typename Out, class Epi>
