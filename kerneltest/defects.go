@@ -473,8 +473,8 @@ var CPUDefects = []Mutation{
 // shiftChosen turns the Hopper GEMM's shifting producer on (it runs only
 // where VKERN_GEMM_SHIFT=1 otherwise), for the defects planted in it.
 var shiftChosen = []Edit{{
-	Old: `return v != nullptr && std::strcmp(v, "1") == 0;`,
-	New: `return true;`,
+	Old: `vkern_env::on_off("VKERN_GEMM_SHIFT", false);`,
+	New: `true;`,
 }}
 
 // fusedDBChosen sends linear_grad_w's db to the Hopper kernel's column
@@ -482,16 +482,16 @@ var shiftChosen = []Edit{{
 // the defects planted in them.
 var fusedDBChosen = []Edit{{
 	File: "cuda/linear_grad.cu",
-	Old:  `return v != nullptr && std::strcmp(v, "1") == 0;`,
-	New:  `return true;`,
+	Old:  `vkern_env::on_off("VKERN_GEMM_FUSED_DB", false);`,
+	New:  `true;`,
 }}
 
 // fusedDBOff keeps linear_grad_w's db on bias_grad's kernel after the
 // product whatever VKERN_GEMM_FUSED_DB says, for the defects planted in
 // that way.
 var fusedDBOff = []Edit{{
-	Old: `return v != nullptr && std::strcmp(v, "1") == 0;`,
-	New: `return false;`,
+	Old: `vkern_env::on_off("VKERN_GEMM_FUSED_DB", false);`,
+	New: `false;`,
 }}
 
 // depthClassesOff, an edit of gemm.cuh, sends an MN-major L whose depth

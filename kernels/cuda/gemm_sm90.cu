@@ -86,11 +86,10 @@
 // built with the device's nvcc 13.0, 1.00-1.06, 1.45-1.49 and 2.05-2.26 in
 // the same call. Per-variant ratios are listed with the variants below.
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "cuda/compat.h"
+#include "cuda/env.h"
 #include "cuda/occupancy.h"
 #include "cuda/epilogue.cuh"
 #include "cuda/row_shift.cuh"
@@ -1272,10 +1271,7 @@ bool class_maps(ClassMaps* maps, int device, const __half* L, int64_t ldl, int64
 // VKERN_GEMM_SHIFT=1, which lets gemm.cuh send an unaligned L to the
 // shifting producer (slower than the padded copy so far: docs/row-shift-h100).
 bool shift_chosen() {
-  static const bool chosen = [] {
-    const char* v = std::getenv("VKERN_GEMM_SHIFT");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
+  static const bool chosen = vkern_env::on_off("VKERN_GEMM_SHIFT", false);
   return chosen;
 }
 
@@ -1283,10 +1279,7 @@ bool shift_chosen() {
 // VKERN_GEMM_BN192=0, which keeps WideS where bn192_pays would choose
 // WideS192, to time one against the other.
 bool bn192_chosen() {
-  static const bool chosen = [] {
-    const char* v = std::getenv("VKERN_GEMM_BN192");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool chosen = vkern_env::on_off("VKERN_GEMM_BN192", true);
   return chosen;
 }
 
@@ -1295,10 +1288,7 @@ bool bn192_chosen() {
 // padded copy rather than kDepthClassL (WideDC), to time one against the
 // other.
 bool depth_classes_chosen() {
-  static const bool chosen = [] {
-    const char* v = std::getenv("VKERN_GEMM_DEPTH_CLASSES");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool chosen = vkern_env::on_off("VKERN_GEMM_DEPTH_CLASSES", true);
   return chosen;
 }
 

@@ -2,9 +2,7 @@
 // gemm_grad_b's layouts with an f32 output that may be added into
 // (linear_grad_w), and in gemm_grad_a's with the GELU's backward step
 // (linear_grad_x).
-#include <cstdlib>
-#include <cstring>
-
+#include "cuda/env.h"
 #include "cuda/gemm.cuh"
 
 // dx = dy · Wᵀ, W stored K×N: gemm_grad_a's product; with pre (M×K) not
@@ -64,10 +62,7 @@ template cudaError_t linear_grad_w_summing<false>(const __half*, const __half*, 
 // tile that sums waits on each of its 64 loads a stage, and the grid waits
 // on it. Hence opt-in.
 bool fused_db_chosen() {
-  static const bool chosen = [] {
-    const char* v = std::getenv("VKERN_GEMM_FUSED_DB");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
+  static const bool chosen = vkern_env::on_off("VKERN_GEMM_FUSED_DB", false);
   return chosen;
 }
 
