@@ -523,6 +523,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // call 1) but 3.7 times the product's time at c_fc's dW (0.466 ms
   // against 0.127): each of a stage's 64 loads is waited on before the
   // next (asm volatile), and the summing row tile holds the grid back.
+  // Plain loads, eight rows in flight, were slower still: 0.516 ms (call 2,
+  // branch dw-bias-fast).
   constexpr bool kSums = sums_columns<Cfg, kRDepth, Epi, kTiles>();
   constexpr int kSummers = kSums ? 3 : 0;
   static_assert(!kSums || BK == 64, "a stage's depth rows are one of bias_grad's blocks (oracle.BiasGradRowBlock)");
