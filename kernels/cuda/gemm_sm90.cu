@@ -162,6 +162,11 @@ using MediumS = Config<128, 6, 1, true>;
 // 16384 deep, 0.96-0.98 of cuBLAS (docs/dw-bn192-h100). gemm.cuh's
 // bn192_pays chooses it.
 using WideS192 = Config<192, 4, 1, true>;
+// Tried and not kept (branch gelu-epilogue, docs/gelu-pre-tile-h100):
+// WideSP, WideS's tiles for the GELU backward with pre's tile copied into
+// shared memory by the producer under the tile's products, three stages:
+// 0.2005 ms at c_proj's dx (16384×768×3072, gelu = 1) against WideS's
+// 0.1815.
 // WideS with 3 stages, for the shifting producer, whose raw slots take the
 // fourth stage's shared memory (gemm.cuh, sm90_tiles_ran; measured in
 // docs/row-shift-h100)
