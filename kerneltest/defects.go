@@ -814,13 +814,18 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "layernorm_grad's db overwritten instead of added into", File: "cuda/layernorm.cu",
-		Old: "float v = outs.out[o][j];", New: "float v = o == 1 ? 0.0f : outs.out[o][j];",
+		Old: "float v = out[j];", New: "float v = o == 1 ? 0.0f : out[j];",
 		Op: "layernorm_grad", Shapes: []string{"7x769", "64x768"},
 	},
 	{
 		Name: "layernorm_grad's dxs overwritten instead of added into", File: "cuda/layernorm.cu",
-		Old: "float v = outs.out[o][j];", New: "float v = outs.out[o] == outs.out[2] ? 0.0f : outs.out[o][j];",
+		Old: "float v = out[j];", New: "float v = o == 2 ? 0.0f : out[j];",
 		Op: "layernorm_grad", Shapes: []string{"7x769:dx_sum=1", "64x768:residual=1,dx_sum=1"},
+	},
+	{
+		Name: "layernorm_grad's parameter sums skip the fourth row of each batch", File: "cuda/layernorm.cu",
+		Old: "      sum += d;\n    }\n    for (; p < P; p += kReduceSlices)", New: "      (void)d;\n    }\n    for (; p < P; p += kReduceSlices)",
+		Op: "layernorm_grad", Shapes: []string{"16384x768", "16384x768:residual=1,dx_sum=1"},
 	},
 	{
 		Name: "layernorm_grad's dxs from the last warp of each block only (rows on chip)", File: "cuda/layernorm.cu",

@@ -83,6 +83,14 @@
 //      47.5 µs, 0.53 (63.2 µs, 0.53), in one run on an H100 at 3.00 TB/s
 //      (at f46b6e1, with the residual read beside dy and x in all three,
 //      which costs variant 1 the 50.8 µs above). In use, with 4 rows.
+//   4. variant 3 with each warp's column sums in shared memory, not
+//      registers (branch ln-grad-smem, docs/layernorm-grad-shared-h100):
+//      96 registers a thread at C = 768 with dx_sum, against 162, and no
+//      faster: dx_sum=1 53.9 µs (0.47) against 50.9 (0.49),
+//      residual=1,dx_sum=1 60.8 against 60.3. Not kept.
+//   5. variant 3, the parameter sums' kernel a block per (32 columns,
+//      output) with four loads in flight a thread (layernorm_grad_params):
+//      not yet measured.
 //
 // Scratch: layernorm_grad's partials, 8·C bytes per block, 12·C with
 // dx_sum (P <= 2 per SM, or as many as the occupancy allows for variant 3,
@@ -340,7 +348,11 @@ __global__ void __launch_bounds__(kStripColumns)
 // out[o][j] += Σ_p partials[p·stride + o·C + j] for the outputs o < n
 // (dw, db and dxs; a null output is skipped) over the P partial rows:
 // thread (j, k) sums rows p ≡ k (mod kReduceSlices) in ascending order, and
-// the slices are then added to the initial value in slice order.
+// the slices are then added to the initial value in slice order. A block
+// takes kReduceColumns columns of one output (blockIdx.y), and a thread
+// loads four of its rows before adding them, in the same order: at C = 768
+// with dx_sum, 72 blocks with four loads in flight a thread, where 24
+// blocks each summed the three outputs in turn, one load at a time.
 struct ParamOutputs {
   float* out[3];
   int n;
@@ -348,24 +360,32 @@ struct ParamOutputs {
 __global__ void __launch_bounds__(kReduceColumns* kReduceSlices)
     layernorm_grad_params(const float* __restrict__ partials, int64_t P, int64_t stride, int64_t C,
                           ParamOutputs outs) {
-  __shared__ float slices[3][kReduceSlices][kReduceColumns + 1];
+  __shared__ float slices[kReduceSlices][kReduceColumns + 1];
+  const int o = blockIdx.y;
+  float* const out = outs.out[o];
+  if (out == nullptr) return;
   const int tx = threadIdx.x % kReduceColumns, ty = threadIdx.x / kReduceColumns;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kReduceColumns + tx;
-  for (int o = 0; o < outs.n; ++o) {
-    float sum = 0.0f;
-    if (j < C && outs.out[o] != nullptr) {
-      for (int64_t p = ty; p < P; p += kReduceSlices) sum += partials[p * stride + o * C + j];
+  float sum = 0.0f;
+  if (j < C) {
+    const float* column = partials + o * C + j;
+    int64_t p = ty;
+    for (; p + 3 * kReduceSlices < P; p += 4 * kReduceSlices) {
+      const float a = column[p * stride], b = column[(p + kReduceSlices) * stride],
+                  c = column[(p + 2 * kReduceSlices) * stride], d = column[(p + 3 * kReduceSlices) * stride];
+      sum += a;
+      sum += b;
+      sum += c;
+      sum += d;
     }
-    slices[o][ty][tx] = sum;
+    for (; p < P; p += kReduceSlices) sum += column[p * stride];
   }
+  slices[ty][tx] = sum;
   __syncthreads();
   if (ty != 0 || j >= C) return;
-  for (int o = 0; o < outs.n; ++o) {
-    if (outs.out[o] == nullptr) continue;
-    float v = outs.out[o][j];
-    for (int k = 0; k < kReduceSlices; ++k) v += slices[o][k][tx];
-    outs.out[o][j] = v;
-  }
+  float v = out[j];
+  for (int k = 0; k < kReduceSlices; ++k) v += slices[k][tx];
+  out[j] = v;
 }
 
 // ---------------------------------------------------------------------------
@@ -441,8 +461,8 @@ struct Backward {
 
 // reduce_params adds the P partial rows (stride floats apart) into outs.
 cudaError_t reduce_params(const Backward& a, const float* partials, int64_t P, int64_t stride, ParamOutputs outs) {
-  layernorm_grad_params<<<grid_for(ceil_div(a.C, kReduceColumns)), kReduceColumns * kReduceSlices, 0, a.s>>>(
-      partials, P, stride, a.C, outs);
+  const dim3 grid(grid_for(ceil_div(a.C, kReduceColumns)), static_cast<unsigned>(outs.n));
+  layernorm_grad_params<<<grid, kReduceColumns * kReduceSlices, 0, a.s>>>(partials, P, stride, a.C, outs);
   return cudaGetLastError();
 }
 
