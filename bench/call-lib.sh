@@ -59,6 +59,13 @@ trap finish EXIT
 #   ncu_counts TAG
 #               DRAM and L2 counts of /tmp/TAG.ncu-rep into
 #               ncu-TAG-counts.txt, printed
+#   kernel_resources KERNEL
+#               cuobjdump's resource usage of the built server (in
+#               $VKERN_CACHE) into resources.txt, then a line per instance
+#               of the kernel KERNEL (a name, e.g. product_wgmma or
+#               layernorm_grad_rows) into resources-KERNEL.txt: its integer
+#               and bool template arguments in order, then its registers,
+#               stack, local and shared memory
 tables() {
   bench_table > "$out/table.txt"
   [ -f "$out/anchors.jsonl" ] && anchor_table "$out/anchors.jsonl" >> "$out/table.txt"
@@ -127,6 +134,27 @@ for name in want:
         print(f"{name:<72} {vals[i]:>16} {units[i]}")
 PY
   cat "$out/ncu-$tag-counts.txt"
+}
+kernel_resources() {
+  local kernel=$1 server
+  server=$(find "$VKERN_CACHE" -name server -type f | head -1)
+  [ -n "$server" ] || { echo "kernel_resources: no server built under $VKERN_CACHE"; return 1; }
+  cuobjdump --dump-resource-usage "$server" > "$out/resources.txt" 2>&1
+  python3 - "$out/resources.txt" "$kernel" > "$out/resources-$kernel.txt" <<'PY'
+import re, sys
+path, kernel = sys.argv[1], sys.argv[2]
+name = None
+for line in open(path):
+    m = re.search(r"Function (\S*" + re.escape(kernel) + r"\S*):", line)
+    if m:
+        name = m.group(1)
+        continue
+    if name and "REG:" in line:
+        tail = name[name.index(kernel) + len(kernel):]
+        args = ",".join(a or b for a, b in re.findall(r"Li(-?\d+)E|Lb(\d)E", tail))
+        print(args, " ".join(f for f in line.split() if f.split(":")[0] in ("REG", "STACK", "LOCAL", "SHARED")))
+        name = None
+PY
 }
 build_server() {
   local log="$out/build-$(basename "$1").txt"
