@@ -135,9 +135,10 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
       : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
 }
 
-// The m64n256 products' 128 accumulator operands: their PTX list (with the
-// opening brace before it in each product) and their constraints C.
-#define VKERN_WGMMA_ACC128 \
+// The accumulator operands of the m64n192 and m64n256 products: their PTX
+// lists (with the opening brace before them in each product) and their
+// constraints C. The 256-wide lists are the 192-wide ones and 32 more.
+#define VKERN_WGMMA_ACC0_95 \
   "%0, %1, %2, %3, %4, %5, %6, %7," \
   "%8, %9, %10, %11, %12, %13, %14, %15," \
   "%16, %17, %18, %19, %20, %21, %22, %23," \
@@ -149,53 +150,14 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
   "%64, %65, %66, %67, %68, %69, %70, %71," \
   "%72, %73, %74, %75, %76, %77, %78, %79," \
   "%80, %81, %82, %83, %84, %85, %86, %87," \
-  "%88, %89, %90, %91, %92, %93, %94, %95," \
+  "%88, %89, %90, %91, %92, %93, %94, %95"
+#define VKERN_WGMMA_ACC96 VKERN_WGMMA_ACC0_95 "}, "
+#define VKERN_WGMMA_ACC128 \
+  VKERN_WGMMA_ACC0_95 "," \
   "%96, %97, %98, %99, %100, %101, %102, %103," \
   "%104, %105, %106, %107, %108, %109, %110, %111," \
   "%112, %113, %114, %115, %116, %117, %118, %119," \
   "%120, %121, %122, %123, %124, %125, %126, %127}, "
-#define VKERN_WGMMA_D128(C) \
-      C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), \
-      C(d[8]), C(d[9]), C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), \
-      C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]), C(d[22]), C(d[23]), \
-      C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31]), \
-      C(d[32]), C(d[33]), C(d[34]), C(d[35]), C(d[36]), C(d[37]), C(d[38]), C(d[39]), \
-      C(d[40]), C(d[41]), C(d[42]), C(d[43]), C(d[44]), C(d[45]), C(d[46]), C(d[47]), \
-      C(d[48]), C(d[49]), C(d[50]), C(d[51]), C(d[52]), C(d[53]), C(d[54]), C(d[55]), \
-      C(d[56]), C(d[57]), C(d[58]), C(d[59]), C(d[60]), C(d[61]), C(d[62]), C(d[63]), \
-      C(d[64]), C(d[65]), C(d[66]), C(d[67]), C(d[68]), C(d[69]), C(d[70]), C(d[71]), \
-      C(d[72]), C(d[73]), C(d[74]), C(d[75]), C(d[76]), C(d[77]), C(d[78]), C(d[79]), \
-      C(d[80]), C(d[81]), C(d[82]), C(d[83]), C(d[84]), C(d[85]), C(d[86]), C(d[87]), \
-      C(d[88]), C(d[89]), C(d[90]), C(d[91]), C(d[92]), C(d[93]), C(d[94]), C(d[95]), \
-      C(d[96]), C(d[97]), C(d[98]), C(d[99]), C(d[100]), C(d[101]), C(d[102]), C(d[103]), \
-      C(d[104]), C(d[105]), C(d[106]), C(d[107]), C(d[108]), C(d[109]), C(d[110]), C(d[111]), \
-      C(d[112]), C(d[113]), C(d[114]), C(d[115]), C(d[116]), C(d[117]), C(d[118]), C(d[119]), \
-      C(d[120]), C(d[121]), C(d[122]), C(d[123]), C(d[124]), C(d[125]), C(d[126]), C(d[127])
-
-template <int kTransA, int kTransB>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" VKERN_WGMMA_ACC128 "%128, %129, p, 1, 1, %131, %132;\n}\n"
-               : VKERN_WGMMA_D128("+f")
-               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-}
-
-
-// The m64n192 products' 96 accumulator operands, as VKERN_WGMMA_ACC128
-// and VKERN_WGMMA_D128 are the m64n256 products'.
-#define VKERN_WGMMA_ACC96 \
-  "%0, %1, %2, %3, %4, %5, %6, %7," \
-  "%8, %9, %10, %11, %12, %13, %14, %15," \
-  "%16, %17, %18, %19, %20, %21, %22, %23," \
-  "%24, %25, %26, %27, %28, %29, %30, %31," \
-  "%32, %33, %34, %35, %36, %37, %38, %39," \
-  "%40, %41, %42, %43, %44, %45, %46, %47," \
-  "%48, %49, %50, %51, %52, %53, %54, %55," \
-  "%56, %57, %58, %59, %60, %61, %62, %63," \
-  "%64, %65, %66, %67, %68, %69, %70, %71," \
-  "%72, %73, %74, %75, %76, %77, %78, %79," \
-  "%80, %81, %82, %83, %84, %85, %86, %87," \
-  "%88, %89, %90, %91, %92, %93, %94, %95}, "
 #define VKERN_WGMMA_D96(C) \
       C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), \
       C(d[8]), C(d[9]), C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), \
@@ -209,6 +171,21 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
       C(d[72]), C(d[73]), C(d[74]), C(d[75]), C(d[76]), C(d[77]), C(d[78]), C(d[79]), \
       C(d[80]), C(d[81]), C(d[82]), C(d[83]), C(d[84]), C(d[85]), C(d[86]), C(d[87]), \
       C(d[88]), C(d[89]), C(d[90]), C(d[91]), C(d[92]), C(d[93]), C(d[94]), C(d[95])
+#define VKERN_WGMMA_D128(C) \
+      VKERN_WGMMA_D96(C), \
+      C(d[96]), C(d[97]), C(d[98]), C(d[99]), C(d[100]), C(d[101]), C(d[102]), C(d[103]), \
+      C(d[104]), C(d[105]), C(d[106]), C(d[107]), C(d[108]), C(d[109]), C(d[110]), C(d[111]), \
+      C(d[112]), C(d[113]), C(d[114]), C(d[115]), C(d[116]), C(d[117]), C(d[118]), C(d[119]), \
+      C(d[120]), C(d[121]), C(d[122]), C(d[123]), C(d[124]), C(d[125]), C(d[126]), C(d[127])
+
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" VKERN_WGMMA_ACC128 "%128, %129, p, 1, 1, %131, %132;\n}\n"
+               : VKERN_WGMMA_D128("+f")
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+}
+
 
 template <int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int scale_d) {
