@@ -40,8 +40,34 @@ constexpr float kGeluB = -0.1029432396f;  // −2√(2/π)·0.044715·log₂e
 constexpr float kGeluW1 = 1.595769122f;   // 2√(2/π)
 constexpr float kGeluW3 = 0.2140644488f;  // 6√(2/π)·0.044715
 
+// ex2 is 2^z by the multiprocessor's EX2 alone (ex2.approx.ftz.f32)
+// rather than exp2f. Nsight Compute of c_proj's dx through the GELU
+// (docs/layernorm-grad-reduce-h100) counted eight FMUL, one FSETP and two
+// MUFU an element, where gelu_grad's expression has six multiplies: the
+// FSETP and two FMULs are, by our reading, exp2f keeping subnormal
+// arguments and results (branch gelu-ex2-ftz's call 1 dumps the SASS of
+// both forms to confirm it). Not yet run on a GPU. The two forms agree
+// except where z or 2^z is subnormal. A subnormal z reads as 0, and 2^z
+// rounds to 1 either way. Where 2^z is subnormal (z < −126: x > 10),
+// E becomes +0: 1 + E, and with it σ, is 1 either way, so gelu is
+// unchanged. In gelu_grad, 1 − σ = min(E·σ, 1) becomes 0 instead of
+// less than 2⁻¹²⁶, and w·(1 − σ) + 1 rounds to 1 either way unless
+// |w| ≥ 2¹⁰¹, which needs x ≥ 2³⁴, where E is 0 in both (z < −149).
+// For normal z and 2^z the error is EX2's in both, the 2 ulps the
+// oracle's bound takes. HIP (elementwise.cu's gelu ops on AMD) keeps
+// exp2f.
+__device__ __forceinline__ float ex2(float z) {
+#if defined(__HIP_PLATFORM_AMD__)
+  return exp2f(z);
+#else
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(z));
+  return r;
+#endif
+}
+
 // exp_of is E = 2^z = e^(−2t) for x.
-__device__ __forceinline__ float exp_of(float x, float x2) { return exp2f(x * fmaf(kGeluB, x2, kGeluA)); }
+__device__ __forceinline__ float exp_of(float x, float x2) { return ex2(x * fmaf(kGeluB, x2, kGeluA)); }
 
 __device__ __forceinline__ float gelu(float x) {
   const float e = exp_of(x, x * x);
