@@ -9,7 +9,7 @@
 //   dy·gelu′(x)  = dy·σ·(1 + w·(1 − σ)),    1 − σ = E·σ, w = x·(2c + 6ck·x²)
 //
 // c = √(2/π), k = 0.044715, a = −2c·log₂e and b = −2ck·log₂e rounded to
-// binary32. One exp2f (CUDA's, within 2 ulps) and one reciprocal
+// binary32. One 2^z (the EX2 unit's, within 2 ulps; ex2 below) and one reciprocal
 // (__fdividef, within 2 ulps where the divisor is at most 2¹²⁶, else 0)
 // take the place of tanhf's polynomial, branches and its own exponential
 // and reciprocal: GPT-2's MLP applies these to every element of c_fc's
@@ -43,10 +43,15 @@ constexpr float kGeluW3 = 0.2140644488f;  // 6√(2/π)·0.044715
 // ex2 is 2^z by the multiprocessor's EX2 alone (ex2.approx.ftz.f32)
 // rather than exp2f. Nsight Compute of c_proj's dx through the GELU
 // (docs/layernorm-grad-reduce-h100) counted eight FMUL, one FSETP and two
-// MUFU an element, where gelu_grad's expression has six multiplies: the
-// FSETP and two FMULs are, by our reading, exp2f keeping subnormal
-// arguments and results (branch gelu-ex2-ftz's call 1 dumps the SASS of
-// both forms to confirm it). Not yet run on a GPU. The two forms agree
+// MUFU an element, where gelu_grad's expression has six multiplies. On
+// sm_90a exp2f is FSETP z < −126, then z·½, EX2 and a squaring, the last
+// two under the predicate, to keep subnormal results; ex2.approx.ftz.f32 is
+// the EX2 alone (docs/gelu-ex2-ftz-h100, call1-ex2-sass.txt). Measured on
+// the H100 in one call against the exp2f build: c_proj's dx through the
+// GELU (linear_grad_x 16384x768x3072:gelu=1) 0.1749-0.1765 ms against
+// 0.1784-0.1815, c_fc's forward 0.1565-0.1569 against 0.1582-0.1583, the
+// gpt2 step 34.65 against 34.91 ms; the memory-bound gelu_grad the same
+// (0.1027-0.1028 ms both). The two forms agree
 // except where z or 2^z is subnormal. A subnormal z reads as 0, and 2^z
 // rounds to 1 either way. Where 2^z is subnormal (z < −126: x > 10),
 // E becomes +0: 1 + E, and with it σ, is 1 either way, so gelu is
