@@ -22,6 +22,8 @@ __device__ inline T vk_shim_ldg(const T* p) {
 
 #define cudaDevAttrComputeCapabilityMinor hipDeviceAttributeComputeCapabilityMinor
 #define cudaMemcpyFromSymbol hipMemcpyFromSymbol
+#define cudaMemset hipMemset
+#define cudaDeviceSynchronize hipDeviceSynchronize
 #define cudaFuncAttributePreferredSharedMemoryCarveout hipFuncAttributePreferredSharedMemoryCarveout
 typedef enum { cudaDriverEntryPointSuccess = 0, cudaDriverEntryPointSymbolNotFound = 1 } cudaDriverEntryPointQueryResult;
 #define cudaEnableDefault 0

@@ -55,6 +55,17 @@
 //      (8, 32):             0.0192 ms, 0.44 / 0.64 / 0.72.
 //      The finish weighs: 2 warps leave 128 partial rows to one strand of
 //      a 64-thread block, 8 warps 32 rows to four strands of 256 threads.
+//   4. 6 warps a block (129 blocks at N = 768, every SM one), and 8 or 6
+//      warps with each lane's next batch loaded before it adds the one it
+//      holds (branch bias-grad-variants, docs/bias-grad-variants-h100
+//      call 1): 17.7–18.0 µs at N = 768, as variant 3's (8, 16); slower
+//      at 3072 (0.68–0.74).
+//   Alone in bench/bias_grad_lab.cu (same folder, calls 2 and 3) the kernel
+//   ran 16.2 µs under Nsight Compute at 16384×768, about 2.2 µs of it the
+//   finish, where a one-pass read of dy took 11.5; blocks reading three
+//   adjacent tiles of 2 row blocks (all 1536 bytes of a row) summed 7–16%
+//   faster than these blocks of one tile, but leave four times the partial
+//   rows to the finish: the README there says what to try next.
 //
 // Scratch (ops.cuh): the partials, 4 bytes per column per group of 512
 // rows, and a counter per tile, cleared once when allocated; only when
