@@ -65,7 +65,15 @@
 //   finish, where a one-pass read of dy took 11.5; blocks reading three
 //   adjacent tiles of 2 row blocks (all 1536 bytes of a row) summed 7–16%
 //   faster than these blocks of one tile, but leave four times the partial
-//   rows to the finish: the README there says what to try next.
+//   rows to the finish.
+//   5. spans (branch bias-grad-spans, not merged): those blocks (6 warps)
+//      in clusters of 8 that add their group sums through distributed
+//      shared memory, 16 partial rows a column at 16384 rows (call 4,
+//      against variant 3 in the same call): N = 768 18.5–18.7 µs against
+//      18.3–18.4 (0.45), 2304 37.7–37.8 µs against 40.4 (0.67), 3072
+//      48.5–48.6 µs against 45.5–45.6 (0.69); the gpt2 step 35.21 ms
+//      against 35.32. The cluster's barriers and the distributed reads
+//      cost what the reads saved.
 //
 // Scratch (ops.cuh): the partials, 4 bytes per column per group of 512
 // rows, and a counter per tile, cleared once when allocated; only when
