@@ -74,6 +74,13 @@
 //      48.5–48.6 µs against 45.5–45.6 (0.69); the gpt2 step 35.21 ms
 //      against 35.32. The cluster's barriers and the distributed reads
 //      cost what the reads saved.
+//   6. those blocks without clusters, a span's 128 partial rows a column
+//      finished by slices of 96 columns, each by the last block at the
+//      slice's counter (branch bias-grad-slices, call 5): correct, and
+//      twice as slow, N = 768 36.5–36.6 µs against 18.4–18.5: the last
+//      block to arrive is the last at every slice, so one block finishes
+//      all eight in turn. (This file's column_sums<8> takes 213 registers
+//      a thread, one block an SM.)
 //
 // Scratch (ops.cuh): the partials, 4 bytes per column per group of 512
 // rows, and a counter per tile, cleared once when allocated; only when
