@@ -234,8 +234,8 @@ int main(int argc, char** argv) {
       read_bytes<<<sms * per_sm, 256>>>(reinterpret_cast<const uint4*>(dy[i]), vectors, out);
       CHECK_CUDA(cudaGetLastError());
     };
-    rows.push_back({"read, " + std::to_string(per_sm) + (per_sm == 1 ? " block an SM" : " blocks an SM"), per_launch(read),
-                    in_a_row(read)});
+    const std::string name = "read, " + std::to_string(per_sm) + (per_sm == 1 ? " block an SM" : " blocks an SM");
+    rows.push_back({name, per_launch(read), in_a_row(read)});
   }
   auto copy = [&](int i) {
     copy_bytes<<<sms * 4, 256>>>(reinterpret_cast<const uint4*>(dy[i]), vectors, sink[i]);
