@@ -194,6 +194,15 @@
 //      0.3560; attention 0.1309, flash 0.1363 (1.041×); in two runs of a
 //      later call 1.010× and 1.012× (backward), 1.022× and 1.024×
 //      (forward).
+//   12. Tried and dropped (branch attention-held, 2026-11-28): the
+//      item-fixed A tiles (Q in the forward, Q and dY in the dq kernel, K
+//      and V in the dk/dv kernel) held as register fragments, so that S
+//      and dP read only B from shared memory. Lab, one H200 call (no H100
+//      was lent that day), against main in turn: the forward 0.1305 ms
+//      against 0.1308 at 16x1024x768x12, the backward with Q and dY held
+//      0.4115 against 0.4108; K and V held spilled 344 bytes at three
+//      blocks an SM and took 0.482 ms. Shared-memory reads are not what
+//      bounds these kernels (docs/attention-held-h200/).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
