@@ -1372,6 +1372,19 @@ var CUDADefects = []Mutation{
 		New: "for (int k = 1; k + 1 < strands; ++k) {",
 		Op:  "bias_grad", Shapes: []string{"4100x40", "13000x40"},
 	},
+	{
+		// Spans (compute capability 9 and up, more than 1,024 rows, at
+		// least 768 columns): 4100x1000 is 5 clusters of 1,024 rows and two
+		// spans, the second 232 columns wide.
+		Name: "bias_grad's clusters leave out their last block's group sums", File: "cuda/bias_grad.cu",
+		Old: "for (int k = 1; k < kCluster; ++k) total +=", New: "for (int k = 1; k + 1 < kCluster; ++k) total +=",
+		Op: "bias_grad", Shapes: []string{"4100x1000", "16384x768"},
+	},
+	{
+		Name: "bias_grad's span blocks keep only their first row block", File: "cuda/bias_grad.cu",
+		Old: "for (int b = 1; b < kSpanBlocks; ++b) sum +=", New: "for (int b = 1; b < 1; ++b) sum +=",
+		Op: "bias_grad", Shapes: []string{"4100x1000", "16384x768"},
+	},
 }
 
 // hopperAttention is an attention shape that takes attention.cu's Hopper

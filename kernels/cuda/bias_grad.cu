@@ -27,6 +27,20 @@
 //   the tile's partial rows, in strands whose order is fixed
 //   (sum_partial_rows), and sets db[j] = db[j] + total. The partials (4
 //   bytes per column per 512 rows, 1/256 of dy's bytes) are still in L2.
+// Spans, where dy takes 16-byte loads, M > 1,024, N >= 768, on compute
+// capability 9 and up (CUDA; $VKERN_BIAS_GRAD_SPANS=0 keeps the tiles
+// above): a block (6 warps) sums two row blocks over a span of three
+// adjacent tiles, 768 columns, a warp per (row block, tile), so that its
+// warps read whole 1536-byte runs of a row together (the one-tile blocks
+// above read 512-byte runs, 7–16% slower: variant 5). The block's group
+// sum of a column is its two row blocks' sums in order. Clusters of 8
+// blocks, 16 consecutive row blocks (1,024 rows, a "super") of one span,
+// put their group sums in shared memory; after a cluster barrier block k
+// adds the 8 group sums of the span's k-th slice of 96 columns, in rank
+// order, through distributed shared memory, and writes them to
+// partial[super · N + column]; the last block of a (span, slice) to arrive
+// adds the supers' partial rows in sum_partial_rows's strands, 16 at
+// 16384 rows where the one-tile blocks leave 32 a column.
 // Memory-bound: the floor is dy's bytes (plus db twice) over the copy
 // bandwidth. One launch: at 16384×768 the floor is 8.4 µs, and a second
 // kernel's launch and drain cost a few µs of that.
@@ -65,7 +79,11 @@
 //   finish, where a one-pass read of dy took 11.5; blocks reading three
 //   adjacent tiles of 2 row blocks (all 1536 bytes of a row) summed 7–16%
 //   faster than these blocks of one tile, but leave four times the partial
-//   rows to the finish: the README there says what to try next.
+//   rows to the finish.
+//   5. spans (above): those blocks in clusters of 8 that add their group
+//      sums through distributed shared memory, 16 partial rows a column
+//      at 16384 rows. Not yet measured (docs/bias-grad-variants-h100
+//      call 4).
 //
 // Scratch (ops.cuh): the partials, 4 bytes per column per group of 512
 // rows, and a counter per tile, cleared once when allocated; only when
@@ -74,8 +92,14 @@
 
 #include "core/backend.h"
 #include "cuda/compat.h"
+#include "cuda/env.h"
 #include "cuda/ops.cuh"
 #include "cuda/rows.cuh"
+
+#if !defined(__HIP_PLATFORM_AMD__)
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+#endif
 
 namespace {
 namespace vkern_bias_grad {
@@ -124,13 +148,40 @@ __device__ __forceinline__ void add_halves(unsigned short w, float (&s)[1]) {
 // add_into is the one place db is written: db[j] + total.
 __device__ __forceinline__ void add_into(float* db, int64_t j, float total) { db[j] = db[j] + total; }
 
+// block_sums sets s to a lane's sums of its VW columns from col over row
+// block `block` (kRowBlock rows from block · kRowBlock, fewer at the end),
+// each summed from −0 in ascending row order; to −0 where the block or the
+// columns lie past dy. Both kernels sum their row blocks here.
+template <int VW>
+__device__ __forceinline__ void block_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, int64_t block,
+                                           int64_t col, float (&s)[VW]) {
+  using Word = typename Vector<VW>::Word;
+#pragma unroll
+  for (int v = 0; v < VW; ++v) s[v] = -0.0f;
+  const int64_t r0 = block * kRowBlock;
+  if (r0 >= rows || col >= cols) return;
+  const int n = static_cast<int>(rows - r0 < kRowBlock ? rows - r0 : kRowBlock);
+  const int64_t stride = cols / VW;  // vectors per row
+  const Word* p = reinterpret_cast<const Word*>(dy + r0 * cols + col);
+  for (int r = 0; r < n; r += kBatch) {
+    Word w[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      if (r + k < n) w[k] = VK_LDG(p + (r + k) * stride);
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      if (r + k < n) add_halves(w[k], s);
+    }
+  }
+}
+
 // column_sums: see the file comment. partial (groups × cols floats) and
 // counters (one per tile) are null when there is one group.
 template <int VW>
 __global__ void __launch_bounds__(kThreads)
     column_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, unsigned* counters,
                 float* db) {
-  using Word = typename Vector<VW>::Word;
   constexpr int kWidth = 32 * VW;  // columns of a tile
   __shared__ float warp_sums[kWarps][kWidth];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -139,28 +190,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t groups = ceil_div(row_blocks, kWarps);
   for (int64_t job = blockIdx.x; job < groups * tiles; job += gridDim.x) {
     const int64_t group = job / tiles, tile = job % tiles, tile0 = tile * kWidth;
-    const int64_t block = group * kWarps + warp;  // this warp's row block
-    const int64_t col = tile0 + lane * VW;        // this lane's first column
     float s[VW];
-#pragma unroll
-    for (int v = 0; v < VW; ++v) s[v] = -0.0f;
-    if (block < row_blocks && col < cols) {
-      const int64_t r0 = block * kRowBlock;
-      const int n = static_cast<int>(rows - r0 < kRowBlock ? rows - r0 : kRowBlock);
-      const int64_t stride = cols / VW;  // vectors per row
-      const Word* p = reinterpret_cast<const Word*>(dy + r0 * cols + col);
-      for (int r = 0; r < n; r += kBatch) {
-        Word w[kBatch];
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          if (r + k < n) w[k] = VK_LDG(p + (r + k) * stride);
-        }
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          if (r + k < n) add_halves(w[k], s);
-        }
-      }
-    }
+    block_sums<VW>(dy, rows, cols, group * kWarps + warp, tile0 + lane * VW, s);
 #pragma unroll
     for (int v = 0; v < VW; ++v) warp_sums[warp][lane * VW + v] = s[v];
     __syncthreads();
@@ -184,6 +215,72 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+#if !defined(__HIP_PLATFORM_AMD__)
+// Spans (CUDA, compute capability 9 and up; see the file comment): a block
+// sums kSpanBlocks row blocks over kSpanTiles adjacent tiles of 256 columns,
+// a warp per (row block, tile), so that its warps read whole 1536-byte runs
+// of a row together; clusters of kCluster blocks, consecutive groups of one
+// span, add their group sums through distributed shared memory.
+constexpr int kSpanTiles = 3;
+constexpr int kSpanBlocks = 2;
+constexpr int kSpanWarps = kSpanTiles * kSpanBlocks;
+constexpr int kSpanThreads = 32 * kSpanWarps;
+constexpr int kSpanWidth = 256 * kSpanTiles;  // columns of a span
+constexpr int kCluster = 8;
+constexpr int kSlice = kSpanWidth / kCluster;  // columns of a span each block of a cluster adds up
+constexpr int64_t kSuperRows = int64_t{kRowBlock} * kSpanBlocks * kCluster;  // rows of a cluster
+
+// span_sums: block `rank` of cluster (super, span) sums row blocks
+// (super · kCluster + rank) · kSpanBlocks + b, b < kSpanBlocks, over the
+// span's columns (the last span may be narrower); the group sum of a column
+// is its row blocks' sums in b order. Block rank then adds the cluster's
+// group sums of its slice of the span, columns [rank · kSlice, rank · kSlice
+// + kSlice), in rank order, into partial[super · cols + column]; the last
+// block of the span's slice to arrive (a counter per span and slice) adds
+// the supers' partial rows (sum_partial_rows) into db.
+__global__ void __launch_bounds__(kSpanThreads)
+    span_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, unsigned* counters,
+              float* db) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ float warp_sums[kSpanWarps][256];
+  __shared__ float group_sums[kSpanWidth];
+  auto cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t spans = ceil_div(cols, kSpanWidth), supers = ceil_div(rows, kSuperRows);
+  const int64_t job = blockIdx.x / kCluster;
+  const int64_t super = job / spans, span = job % spans, span0 = span * kSpanWidth;
+  const int64_t group = super * kCluster + rank;
+  float s[8];
+  block_sums<8>(dy, rows, cols, group * kSpanBlocks + warp / kSpanTiles, span0 + (warp % kSpanTiles) * 256 + lane * 8,
+                s);
+#pragma unroll
+  for (int v = 0; v < 8; ++v) warp_sums[warp][lane * 8 + v] = s[v];
+  __syncthreads();
+  const int width = static_cast<int>(cols - span0 < kSpanWidth ? cols - span0 : kSpanWidth);
+  for (int c = threadIdx.x; c < width; c += kSpanThreads) {
+    float sum = warp_sums[c / 256][c % 256];
+    for (int b = 1; b < kSpanBlocks; ++b) sum += warp_sums[b * kSpanTiles + c / 256][c % 256];
+    group_sums[c] = sum;
+  }
+  cluster.sync();  // every block's group sums are in its shared memory
+  const int lo = rank * kSlice, hi = width < lo + kSlice ? width : lo + kSlice;
+  for (int c = lo + threadIdx.x; c < hi; c += kSpanThreads) {
+    float total = *cluster.map_shared_rank(&group_sums[c], 0);
+    for (int k = 1; k < kCluster; ++k) total += *cluster.map_shared_rank(&group_sums[c], k);
+    partial[super * cols + span0 + c] = total;
+  }
+  cluster.sync();  // no block leaves while a peer reads its shared memory
+  if (lo < hi && last_to_arrive(counters + span * kCluster + rank, static_cast<unsigned>(supers))) {
+    sum_partial_rows<kSpanThreads, 4>(partial + span0 + lo, supers, cols, hi - lo,
+                                      [&](int c, float total) { add_into(db, span0 + lo + c, total); });
+  }
+#else
+  (void)dy, (void)rows, (void)cols, (void)partial, (void)counters, (void)db;
+#endif
+}
+#endif
+
 // The partials and the tiles' counters, kept between calls (rows.cuh).
 cudaError_t partials_scratch(size_t bytes, float** out) {
   static ScratchBuffer buffer;
@@ -197,6 +294,48 @@ cudaError_t tile_counters(size_t count, cudaStream_t s, unsigned** out) {
   static Counters counters;
   return counters.get(count, s, out);
 }
+
+#if !defined(__HIP_PLATFORM_AMD__)
+cudaError_t slice_counters(size_t count, cudaStream_t s, unsigned** out) {
+  static Counters counters;
+  return counters.get(count, s, out);
+}
+
+// launch_spans launches span_sums where it applies: 16-byte loads, more
+// rows than one cluster sums, at least a span of columns, compute
+// capability 9 or more, and $VKERN_BIAS_GRAD_SPANS not 0. *launched says
+// whether it did.
+cudaError_t launch_spans(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s, bool* launched) {
+  *launched = false;
+  static const bool on = vkern_env::on_off("VKERN_BIAS_GRAD_SPANS", true);
+  if (!on || rows <= kSuperRows || cols < kSpanWidth) return cudaSuccess;
+  const DeviceLimits& limits = device_limits();
+  if (limits.err != cudaSuccess) return limits.err;
+  if (limits.major < 9) return cudaSuccess;
+  const int64_t supers = ceil_div(rows, kSuperRows), spans = ceil_div(cols, kSpanWidth);
+  const int64_t blocks = supers * spans * kCluster;
+  if (blocks > (int64_t{1} << 31) - 1) return cudaSuccess;
+  float* partial = nullptr;
+  unsigned* counters = nullptr;
+  cudaError_t err = partials_scratch(static_cast<size_t>(supers * cols) * sizeof(float), &partial);
+  if (err == cudaSuccess) err = slice_counters(static_cast<size_t>(spans * kCluster), s, &counters);
+  if (err != cudaSuccess) return err;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = kCluster;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kSpanThreads);
+  config.stream = s;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  err = cudaLaunchKernelEx(&config, span_sums, dy, rows, cols, partial, counters, db);
+  *launched = true;
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
+#endif
 
 template <int VW>
 cudaError_t launch_with(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
@@ -214,7 +353,14 @@ cudaError_t launch_with(const __half* dy, float* db, int64_t rows, int64_t cols,
 }
 
 cudaError_t launch(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
-  if (cols % 8 == 0 && aligned16(dy)) return launch_with<8>(dy, db, rows, cols, s);
+  if (cols % 8 == 0 && aligned16(dy)) {
+#if !defined(__HIP_PLATFORM_AMD__)
+    bool launched = false;
+    const cudaError_t err = launch_spans(dy, db, rows, cols, s, &launched);
+    if (err != cudaSuccess || launched) return err;
+#endif
+    return launch_with<8>(dy, db, rows, cols, s);
+  }
   if (cols % 2 == 0 && (reinterpret_cast<uintptr_t>(dy) & 3u) == 0) return launch_with<2>(dy, db, rows, cols, s);
   return launch_with<1>(dy, db, rows, cols, s);
 }
