@@ -1373,11 +1373,11 @@ var CUDADefects = []Mutation{
 		Op:  "bias_grad", Shapes: []string{"4100x40", "13000x40"},
 	},
 	{
-		// Spans (compute capability 9 and up, more than 1,024 rows, at
-		// least 768 columns): 4100x1000 is 5 clusters of 1,024 rows and two
-		// spans, the second 232 columns wide.
-		Name: "bias_grad's clusters leave out their last block's group sums", File: "cuda/bias_grad.cu",
-		Old: "for (int k = 1; k < kCluster; ++k) total +=", New: "for (int k = 1; k + 1 < kCluster; ++k) total +=",
+		// Spans (at least 768 columns of 16-byte rows): 4100x1000 is 33
+		// groups of 128 rows and two spans, the second 232 columns wide,
+		// in three slices.
+		Name: "bias_grad's span slices all finish the span's first slice", File: "cuda/bias_grad.cu",
+		Old: "sum_partial_rows<kSpanThreads, 4>(partial + span0 + lo, groups,", New: "sum_partial_rows<kSpanThreads, 4>(partial + span0, groups,",
 		Op: "bias_grad", Shapes: []string{"4100x1000", "16384x768"},
 	},
 	{

@@ -27,20 +27,18 @@
 //   the tile's partial rows, in strands whose order is fixed
 //   (sum_partial_rows), and sets db[j] = db[j] + total. The partials (4
 //   bytes per column per 512 rows, 1/256 of dy's bytes) are still in L2.
-// Spans, where dy takes 16-byte loads, M > 1,024, N >= 768, on compute
-// capability 9 and up (CUDA; $VKERN_BIAS_GRAD_SPANS=0 keeps the tiles
-// above): a block (6 warps) sums two row blocks over a span of three
-// adjacent tiles, 768 columns, a warp per (row block, tile), so that its
-// warps read whole 1536-byte runs of a row together (the one-tile blocks
-// above read 512-byte runs, 7–16% slower: variant 5). The block's group
-// sum of a column is its two row blocks' sums in order. Clusters of 8
-// blocks, 16 consecutive row blocks (1,024 rows, a "super") of one span,
-// put their group sums in shared memory; after a cluster barrier block k
-// adds the 8 group sums of the span's k-th slice of 96 columns, in rank
-// order, through distributed shared memory, and writes them to
-// partial[super · N + column]; the last block of a (span, slice) to arrive
-// adds the supers' partial rows in sum_partial_rows's strands, 16 at
-// 16384 rows where the one-tile blocks leave 32 a column.
+// Spans, where dy takes 16-byte loads and N >= 768 ($VKERN_BIAS_GRAD_SPANS=0
+// keeps the tiles above): a block (6 warps) sums two row blocks (a group of
+// 128 rows) over a span of three adjacent tiles, 768 columns, a warp per
+// (row block, tile), so that its warps read whole 1536-byte runs of a row
+// together (the one-tile blocks above read 512-byte runs, 7–16% slower in
+// bench/bias_grad_lab.cu). The group sum of a column is its two row
+// blocks' sums in order, written to partial[group · N + column]. A span's
+// partial rows are finished by slices of 96 columns, each by the last block
+// of the span to arrive at the slice's counter: the 128 partial rows of a
+// column at 16384 rows in eight strands of 16, one load each in flight, as
+// the one-tile blocks' 32 rows are in four strands of 8; and up to eight
+// blocks finish a span's slices at once.
 // Memory-bound: the floor is dy's bytes (plus db twice) over the copy
 // bandwidth. One launch: at 16384×768 the floor is 8.4 µs, and a second
 // kernel's launch and drain cost a few µs of that.
@@ -80,16 +78,20 @@
 //   adjacent tiles of 2 row blocks (all 1536 bytes of a row) summed 7–16%
 //   faster than these blocks of one tile, but leave four times the partial
 //   rows to the finish.
-//   5. spans (above): those blocks in clusters of 8 that add their group
-//      sums through distributed shared memory, 16 partial rows a column
-//      at 16384 rows (docs/bias-grad-variants-h100 call 4, against variant
-//      3 in the same call): N = 768 18.5–18.7 µs against 18.3–18.4 (0.45),
-//      2304 37.7–37.8 µs against 40.4 (0.67), 3072 48.5–48.6 µs against
-//      45.5–45.6 (0.69); the gpt2 step 35.21 ms against 35.32.
+//   5. spans in clusters of 8 that add their group sums through
+//      distributed shared memory, 16 partial rows a column at 16384 rows,
+//      on compute capability 9 (branch bias-grad-spans at f75c4d4;
+//      docs/bias-grad-variants-h100 call 4, against variant 3 in the same
+//      call): N = 768 18.5–18.7 µs against 18.3–18.4 (0.45), 2304
+//      37.7–37.8 µs against 40.4 (0.67), 3072 48.5–48.6 µs against
+//      45.5–45.6 (0.69); the gpt2 step 35.21 ms against 35.32. The
+//      cluster's barriers and distributed reads cost what the reads saved.
+//   6. spans finished by slices (above), no clusters. Not yet measured
+//      (docs/bias-grad-variants-h100 call 5).
 //
 // Scratch (ops.cuh): the partials, 4 bytes per column per group of 512
 // rows, and a counter per tile, cleared once when allocated; only when
-// M > 512.
+// M > 512. Spans: 4 bytes per column per 128 rows and a counter per slice.
 #include <cstdint>
 
 #include "core/backend.h"
@@ -97,11 +99,6 @@
 #include "cuda/env.h"
 #include "cuda/ops.cuh"
 #include "cuda/rows.cuh"
-
-#if !defined(__HIP_PLATFORM_AMD__)
-#include <cooperative_groups.h>
-namespace cg = cooperative_groups;
-#endif
 
 namespace {
 namespace vkern_bias_grad {
@@ -217,71 +214,66 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-#if !defined(__HIP_PLATFORM_AMD__)
-// Spans (CUDA, compute capability 9 and up; see the file comment): a block
-// sums kSpanBlocks row blocks over kSpanTiles adjacent tiles of 256 columns,
-// a warp per (row block, tile), so that its warps read whole 1536-byte runs
-// of a row together; clusters of kCluster blocks, consecutive groups of one
-// span, add their group sums through distributed shared memory.
+// Spans (see the file comment): a block sums kSpanBlocks row blocks over
+// kSpanTiles adjacent tiles of 256 columns, a warp per (row block, tile),
+// so that its warps read whole 1536-byte runs of a row together.
 constexpr int kSpanTiles = 3;
 constexpr int kSpanBlocks = 2;
 constexpr int kSpanWarps = kSpanTiles * kSpanBlocks;
 constexpr int kSpanThreads = 32 * kSpanWarps;
 constexpr int kSpanWidth = 256 * kSpanTiles;  // columns of a span
-constexpr int kCluster = 8;
-constexpr int kSlice = kSpanWidth / kCluster;  // columns of a span each block of a cluster adds up
-constexpr int64_t kSuperRows = int64_t{kRowBlock} * kSpanBlocks * kCluster;  // rows of a cluster
+constexpr int kSlices = 8;
+constexpr int kSlice = kSpanWidth / kSlices;  // columns of a slice, finished by one block
 
-// span_sums: block `rank` of cluster (super, span) sums row blocks
-// (super · kCluster + rank) · kSpanBlocks + b, b < kSpanBlocks, over the
-// span's columns (the last span may be narrower); the group sum of a column
-// is its row blocks' sums in b order. Block rank then adds the cluster's
-// group sums of its slice of the span, columns [rank · kSlice, rank · kSlice
-// + kSlice), in rank order, into partial[super · cols + column]; the last
-// block of the span's slice to arrive (a counter per span and slice) adds
-// the supers' partial rows (sum_partial_rows) into db.
+// span_sums: job (group, span) sums row blocks group · kSpanBlocks + b, b <
+// kSpanBlocks, over the span's columns (the last span may be narrower); the
+// group sum of a column is its row blocks' sums in b order, written to
+// partial[group · cols + column]. The block then counts itself in at each
+// of the span's slices of kSlice columns (a counter per span and slice,
+// thread t at slice t); at each slice where it is the last of the groups to
+// arrive it adds the slice's partial rows (sum_partial_rows) into db.
 __global__ void __launch_bounds__(kSpanThreads)
     span_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, unsigned* counters,
               float* db) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ float warp_sums[kSpanWarps][256];
-  __shared__ float group_sums[kSpanWidth];
-  auto cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank());
+  __shared__ bool last[kSlices];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t spans = ceil_div(cols, kSpanWidth), supers = ceil_div(rows, kSuperRows);
-  const int64_t job = blockIdx.x / kCluster;
-  const int64_t super = job / spans, span = job % spans, span0 = span * kSpanWidth;
-  const int64_t group = super * kCluster + rank;
-  float s[8];
-  block_sums<8>(dy, rows, cols, group * kSpanBlocks + warp / kSpanTiles, span0 + (warp % kSpanTiles) * 256 + lane * 8,
-                s);
+  const int64_t spans = ceil_div(cols, kSpanWidth), groups = ceil_div(rows, int64_t{kRowBlock} * kSpanBlocks);
+  for (int64_t job = blockIdx.x; job < groups * spans; job += gridDim.x) {
+    const int64_t group = job / spans, span = job % spans, span0 = span * kSpanWidth;
+    float s[8];
+    block_sums<8>(dy, rows, cols, group * kSpanBlocks + warp / kSpanTiles, span0 + (warp % kSpanTiles) * 256 + lane * 8,
+                  s);
 #pragma unroll
-  for (int v = 0; v < 8; ++v) warp_sums[warp][lane * 8 + v] = s[v];
-  __syncthreads();
-  const int width = static_cast<int>(cols - span0 < kSpanWidth ? cols - span0 : kSpanWidth);
-  for (int c = threadIdx.x; c < width; c += kSpanThreads) {
-    float sum = warp_sums[c / 256][c % 256];
-    for (int b = 1; b < kSpanBlocks; ++b) sum += warp_sums[b * kSpanTiles + c / 256][c % 256];
-    group_sums[c] = sum;
+    for (int v = 0; v < 8; ++v) warp_sums[warp][lane * 8 + v] = s[v];
+    __syncthreads();
+    const int width = static_cast<int>(cols - span0 < kSpanWidth ? cols - span0 : kSpanWidth);
+    for (int c = threadIdx.x; c < width; c += kSpanThreads) {
+      float sum = warp_sums[c / 256][c % 256];
+      for (int b = 1; b < kSpanBlocks; ++b) sum += warp_sums[b * kSpanTiles + c / 256][c % 256];
+      partial[group * cols + span0 + c] = sum;
+    }
+    // As rows.cuh's last_to_arrive, at every slice at once: each writer's
+    // fence before the barrier, one atomicInc a slice (wrapping to 0 at the
+    // groups-th arrival), and the last block's fence before it reads.
+    const int slices = (width + kSlice - 1) / kSlice;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x < slices) {
+      const unsigned before = atomicInc(counters + span * kSlices + threadIdx.x, static_cast<unsigned>(groups - 1));
+      last[threadIdx.x] = before == groups - 1;
+    }
+    __syncthreads();
+    for (int t = 0; t < slices; ++t) {
+      if (!last[t]) continue;  // the same for every thread of the block
+      __threadfence();
+      const int lo = t * kSlice, n = width - lo < kSlice ? width - lo : kSlice;
+      sum_partial_rows<kSpanThreads, 4>(partial + span0 + lo, groups, cols, n,
+                                        [&](int c, float total) { add_into(db, span0 + lo + c, total); });
+    }
+    __syncthreads();  // warp_sums and last are rewritten by the next job
   }
-  cluster.sync();  // every block's group sums are in its shared memory
-  const int lo = rank * kSlice, hi = width < lo + kSlice ? width : lo + kSlice;
-  for (int c = lo + threadIdx.x; c < hi; c += kSpanThreads) {
-    float total = *cluster.map_shared_rank(&group_sums[c], 0);
-    for (int k = 1; k < kCluster; ++k) total += *cluster.map_shared_rank(&group_sums[c], k);
-    partial[super * cols + span0 + c] = total;
-  }
-  cluster.sync();  // no block leaves while a peer reads its shared memory
-  if (lo < hi && last_to_arrive(counters + span * kCluster + rank, static_cast<unsigned>(supers))) {
-    sum_partial_rows<kSpanThreads, 4>(partial + span0 + lo, supers, cols, hi - lo,
-                                      [&](int c, float total) { add_into(db, span0 + lo + c, total); });
-  }
-#else
-  (void)dy, (void)rows, (void)cols, (void)partial, (void)counters, (void)db;
-#endif
 }
-#endif
 
 // The partials and the tiles' counters, kept between calls (rows.cuh).
 cudaError_t partials_scratch(size_t bytes, float** out) {
@@ -297,47 +289,28 @@ cudaError_t tile_counters(size_t count, cudaStream_t s, unsigned** out) {
   return counters.get(count, s, out);
 }
 
-#if !defined(__HIP_PLATFORM_AMD__)
 cudaError_t slice_counters(size_t count, cudaStream_t s, unsigned** out) {
   static Counters counters;
   return counters.get(count, s, out);
 }
 
-// launch_spans launches span_sums where it applies: 16-byte loads, more
-// rows than one cluster sums, at least a span of columns, compute
-// capability 9 or more, and $VKERN_BIAS_GRAD_SPANS not 0. *launched says
-// whether it did.
+// launch_spans launches span_sums where it applies: 16-byte loads, at
+// least a span of columns, and $VKERN_BIAS_GRAD_SPANS not 0. *launched
+// says whether it did.
 cudaError_t launch_spans(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s, bool* launched) {
   *launched = false;
   static const bool on = vkern_env::on_off("VKERN_BIAS_GRAD_SPANS", true);
-  if (!on || rows <= kSuperRows || cols < kSpanWidth) return cudaSuccess;
-  const DeviceLimits& limits = device_limits();
-  if (limits.err != cudaSuccess) return limits.err;
-  if (limits.major < 9) return cudaSuccess;
-  const int64_t supers = ceil_div(rows, kSuperRows), spans = ceil_div(cols, kSpanWidth);
-  const int64_t blocks = supers * spans * kCluster;
-  if (blocks > (int64_t{1} << 31) - 1) return cudaSuccess;
+  if (!on || cols < kSpanWidth) return cudaSuccess;
+  const int64_t groups = ceil_div(rows, int64_t{kRowBlock} * kSpanBlocks), spans = ceil_div(cols, kSpanWidth);
   float* partial = nullptr;
   unsigned* counters = nullptr;
-  cudaError_t err = partials_scratch(static_cast<size_t>(supers * cols) * sizeof(float), &partial);
-  if (err == cudaSuccess) err = slice_counters(static_cast<size_t>(spans * kCluster), s, &counters);
+  cudaError_t err = partials_scratch(static_cast<size_t>(groups * cols) * sizeof(float), &partial);
+  if (err == cudaSuccess) err = slice_counters(static_cast<size_t>(spans * kSlices), s, &counters);
   if (err != cudaSuccess) return err;
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = kCluster;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kSpanThreads);
-  config.stream = s;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  err = cudaLaunchKernelEx(&config, span_sums, dy, rows, cols, partial, counters, db);
+  span_sums<<<grid_for(groups * spans), kSpanThreads, 0, s>>>(dy, rows, cols, partial, counters, db);
   *launched = true;
-  return err != cudaSuccess ? err : cudaGetLastError();
+  return cudaGetLastError();
 }
-#endif
 
 template <int VW>
 cudaError_t launch_with(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
@@ -356,11 +329,9 @@ cudaError_t launch_with(const __half* dy, float* db, int64_t rows, int64_t cols,
 
 cudaError_t launch(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
   if (cols % 8 == 0 && aligned16(dy)) {
-#if !defined(__HIP_PLATFORM_AMD__)
     bool launched = false;
     const cudaError_t err = launch_spans(dy, db, rows, cols, s, &launched);
     if (err != cudaSuccess || launched) return err;
-#endif
     return launch_with<8>(dy, db, rows, cols, s);
   }
   if (cols % 2 == 0 && (reinterpret_cast<uintptr_t>(dy) & 3u) == 0) return launch_with<2>(dy, db, rows, cols, s);

@@ -454,29 +454,6 @@ inline bool congruent16(const void* a, const void* b) {
 // launchers size a row's threads, pieces or stage by it.
 inline int64_t row_extent(int64_t C, const void* p) { return C % 8 == 0 && aligned16(p) ? C : C + 7; }
 
-#if !defined(__HIP_PLATFORM_AMD__)
-// DeviceLimits: what the launchers need to know of the device, read once
-// per process (the server uses one device): softmax.cu's cluster and staged
-// paths, bias_grad.cu's spans (CUDA only).
-struct DeviceLimits {
-  cudaError_t err = cudaSuccess;
-  int shared_bytes = 0, sms = 0, major = 0;
-};
-inline const DeviceLimits& device_limits() {
-  static const DeviceLimits limits = [] {
-    DeviceLimits l;
-    int device = 0;
-    l.err = cudaGetDevice(&device);
-    if (l.err == cudaSuccess)
-      l.err = cudaDeviceGetAttribute(&l.shared_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (l.err == cudaSuccess) l.err = cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device);
-    if (l.err == cudaSuccess) l.err = cudaDeviceGetAttribute(&l.major, cudaDevAttrComputeCapabilityMajor, device);
-    return l;
-  }();
-  return limits;
-}
-#endif
-
 // ScratchBuffer is device memory kept between calls and grown when a call
 // needs more (with cudaFree + cudaMalloc, which synchronise the device; see
 // ops.cuh). A failed allocation answers cudaErrorMemoryAllocation, cleared
