@@ -59,6 +59,17 @@ trap finish EXIT
 #   ncu_counts TAG
 #               DRAM and L2 counts of /tmp/TAG.ncu-rep into
 #               ncu-TAG-counts.txt, printed
+#   floor_shares
+#               a line per bench-*.json, oldest first, into shares.txt and
+#               printed: its tag, then each shape's µs and share of the
+#               floor (vkern bench's floor_share, from anchors.py's copy or
+#               matmul rate in the --anchors file)
+#   train_steps [BIN [VAR=VALUE...]]
+#               a gpt2 step (B 16, T 1024, 30 steps after 10) by
+#               bench/cuda-train-bench.sh into train/ and train.txt, with
+#               its PyTorch anchors; then, given BIN (default bin/vkern),
+#               BIN's step with the variables set against the same anchors
+#               into train-again.txt and .json; prints both medians
 #   kernel_resources KERNEL
 #               cuobjdump's resource usage of the built server (in
 #               $VKERN_CACHE) into resources.txt, then a line per instance
@@ -71,6 +82,26 @@ tables() {
   [ -f "$out/anchors.jsonl" ] && anchor_table "$out/anchors.jsonl" >> "$out/table.txt"
   [ -f "$out/anchors-after.jsonl" ] && anchor_table "$out/anchors-after.jsonl" | sed 's/^anchor/after /' >> "$out/table.txt"
   cat "$out/table.txt"
+}
+floor_shares() {
+  python3 - "$out" <<'PY' | tee "$out/shares.txt"
+import glob, json, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "bench-*.json")), key=os.path.getmtime):
+    rows = json.load(open(f))["results"]
+    print(os.path.basename(f)[len("bench-"):-len(".json")], "  ".join(
+        f"{r['name'].rsplit('_', 1)[-1]} {r['median_ns'] / 1e3:.1f} us {r.get('floor_share', 0):.3f}" for r in rows))
+PY
+}
+train_steps() {
+  local again=$#
+  local bin=${1:-bin/vkern} args=(--batch 16 --steps 30 --warmup 10)
+  [ $# -gt 0 ] && shift
+  OUT=$out/train MODELS=gpt2 bash bench/cuda-train-bench.sh "${args[@]}" > "$out/train.txt" 2>&1
+  tail -4 "$out/train.txt"
+  [ "$again" -gt 0 ] && [ "$(left)" -gt 40 ] || return 0
+  env "$@" "$bin" bench --suite train --backend cuda --model gpt2 "${args[@]}" \
+    --anchors "$out/train/train-anchors.jsonl" --json "$out/train-again.json" > "$out/train-again.txt" 2>&1
+  grep -E 'gpt2|torch.compile' "$out/train-again.txt" | head -3
 }
 verify() {
   local n=$1; shift

@@ -27,18 +27,21 @@
 //   the tile's partial rows, in strands whose order is fixed
 //   (sum_partial_rows), and sets db[j] = db[j] + total. The partials (4
 //   bytes per column per 512 rows, 1/256 of dy's bytes) are still in L2.
-// Spans, where dy takes 16-byte loads and N >= 768 ($VKERN_BIAS_GRAD_SPANS=0
-// keeps the tiles above): a block (6 warps) sums two row blocks (a group of
-// 128 rows) over a span of three adjacent tiles, 768 columns, a warp per
-// (row block, tile), so that its warps read whole 1536-byte runs of a row
-// together (the one-tile blocks above read 512-byte runs, 7–16% slower in
+// Spans, on CUDA where dy takes 16-byte loads and N >= 768, if the device
+// launches cooperative kernels ($VKERN_BIAS_GRAD_SPANS=0 keeps the tiles
+// above): a block (6 warps) sums two row blocks (a group of 128 rows) over
+// a span of three adjacent tiles, 768 columns, a warp per (row block,
+// tile), so that its warps read whole 1536-byte runs of a row together
+// (the one-tile blocks above read 512-byte runs, 7–16% slower in
 // bench/bias_grad_lab.cu). The group sum of a column is its two row
-// blocks' sums in order, written to partial[group · N + column]. A span's
-// partial rows are finished by slices of 96 columns, each by the last block
-// of the span to arrive at the slice's counter: the 128 partial rows of a
-// column at 16384 rows in eight strands of 16, one load each in flight, as
-// the one-tile blocks' 32 rows are in four strands of 8; and up to eight
-// blocks finish a span's slices at once.
+// blocks' sums in order, written to partial[group · N + column]. As many
+// blocks as the SMs hold at once loop over the (group, span) jobs, wait at
+// a grid-wide barrier, and then every block finishes its own slices of 96
+// columns: the 128 partial rows of a column at 16384 rows in eight strands
+// of 16, one load each in flight, so that eight blocks (at N = 768) finish
+// at once where one block finishes each tile above. A cooperative launch
+// waits until all its blocks can be resident: beside NCCL's kernels on the
+// communication stream (--gpus) it waits for their SMs.
 // Memory-bound: the floor is dy's bytes (plus db twice) over the copy
 // bandwidth. One launch: at 16384×768 the floor is 8.4 µs, and a second
 // kernel's launch and drain cost a few µs of that.
@@ -78,16 +81,35 @@
 //   adjacent tiles of 2 row blocks (all 1536 bytes of a row) summed 7–16%
 //   faster than these blocks of one tile, but leave four times the partial
 //   rows to the finish.
-//   5. spans in clusters of 8 that add their group sums through
-//      distributed shared memory, 16 partial rows a column at 16384 rows,
-//      on compute capability 9 (branch bias-grad-spans at f75c4d4;
-//      docs/bias-grad-variants-h100 call 4, against variant 3 in the same
-//      call): N = 768 18.5–18.7 µs against 18.3–18.4 (0.45), 2304
-//      37.7–37.8 µs against 40.4 (0.67), 3072 48.5–48.6 µs against
-//      45.5–45.6 (0.69); the gpt2 step 35.21 ms against 35.32. The
-//      cluster's barriers and distributed reads cost what the reads saved.
-//   6. spans finished by slices (above), no clusters. Not yet measured
-//      (docs/bias-grad-variants-h100 call 5).
+//   5. spans (branch bias-grad-spans, not merged): those blocks (6 warps)
+//      in clusters of 8 that add their group sums through distributed
+//      shared memory, 16 partial rows a column at 16384 rows (call 4,
+//      against variant 3 in the same call): N = 768 18.5–18.7 µs against
+//      18.3–18.4 (0.45), 2304 37.7–37.8 µs against 40.4 (0.67), 3072
+//      48.5–48.6 µs against 45.5–45.6 (0.69); the gpt2 step 35.21 ms
+//      against 35.32. The cluster's barriers and the distributed reads
+//      cost what the reads saved.
+//   6. those blocks without clusters, a span's 128 partial rows a column
+//      finished by slices of 96 columns, each by the last block at the
+//      slice's counter (branch bias-grad-slices, call 5): correct, and
+//      twice as slow, N = 768 36.5–36.6 µs against 18.4–18.5: the last
+//      block to arrive is the last at every slice, so one block finishes
+//      all eight in turn. (This file's column_sums<8> takes 213 registers
+//      a thread, one block an SM.)
+//   7. variant 3 with rows.cuh's last_to_arrive counting a block in by
+//      thread 0's acquire-release increment, where every thread fenced
+//      (used; call 6): in bench/bias_grad_lab.cu, 20 launches in a row,
+//      15.70–15.76 µs against 16.20–16.34 at N = 768, 36.84–37.14 against
+//      37.38–37.51 at 2304, 42.51–42.75 against 42.89–43.08 at 3072; in
+//      the server, 17.2 µs at 768 (0.487 of the floor; calls 1, 4 and 5
+//      measured variant 3 at 17.7–18.5 on their machines), 37.9 µs at
+//      2304 (0.66), 43.5 µs at 3072 (0.77).
+//   8. variant 6's blocks, their partial rows finished after a grid-wide
+//      barrier (a cooperative launch of as many blocks as the SMs hold,
+//      each looping over (group, span) jobs), every block then adding the
+//      partial rows of its own slices of 96 columns (branch
+//      bias-grad-grid, above). Not yet built by nvcc
+//      (docs/bias-grad-variants-h100 call 7).
 //
 // Scratch (ops.cuh): the partials, 4 bytes per column per group of 512
 // rows, and a counter per tile, cleared once when allocated; only when
@@ -99,6 +121,11 @@
 #include "cuda/env.h"
 #include "cuda/ops.cuh"
 #include "cuda/rows.cuh"
+
+#if !defined(__HIP_PLATFORM_AMD__)
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+#endif
 
 namespace {
 namespace vkern_bias_grad {
@@ -222,21 +249,19 @@ constexpr int kSpanBlocks = 2;
 constexpr int kSpanWarps = kSpanTiles * kSpanBlocks;
 constexpr int kSpanThreads = 32 * kSpanWarps;
 constexpr int kSpanWidth = 256 * kSpanTiles;  // columns of a span
-constexpr int kSlices = 8;
-constexpr int kSlice = kSpanWidth / kSlices;  // columns of a slice, finished by one block
+constexpr int kSlice = 96;  // columns of a slice, finished by one block
 
 // span_sums: job (group, span) sums row blocks group · kSpanBlocks + b, b <
 // kSpanBlocks, over the span's columns (the last span may be narrower); the
 // group sum of a column is its row blocks' sums in b order, written to
-// partial[group · cols + column]. The block then counts itself in at each
-// of the span's slices of kSlice columns (a counter per span and slice,
-// thread t at slice t); at each slice where it is the last of the groups to
-// arrive it adds the slice's partial rows (sum_partial_rows) into db.
+// partial[group · cols + column]. The blocks loop over the jobs, wait at a
+// grid-wide barrier (the launch is cooperative: every block is resident),
+// then each adds the partial rows of its slices of kSlice columns, slice
+// blockIdx.x, + gridDim.x, …, in sum_partial_rows's strands, into db.
 __global__ void __launch_bounds__(kSpanThreads)
-    span_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, unsigned* counters,
-              float* db) {
+    span_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, float* db) {
+#if !defined(__HIP_PLATFORM_AMD__)
   __shared__ float warp_sums[kSpanWarps][256];
-  __shared__ bool last[kSlices];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t spans = ceil_div(cols, kSpanWidth), groups = ceil_div(rows, int64_t{kRowBlock} * kSpanBlocks);
   for (int64_t job = blockIdx.x; job < groups * spans; job += gridDim.x) {
@@ -253,26 +278,18 @@ __global__ void __launch_bounds__(kSpanThreads)
       for (int b = 1; b < kSpanBlocks; ++b) sum += warp_sums[b * kSpanTiles + c / 256][c % 256];
       partial[group * cols + span0 + c] = sum;
     }
-    // As rows.cuh's last_to_arrive, at every slice at once: each writer's
-    // fence before the barrier, one atomicInc a slice (wrapping to 0 at the
-    // groups-th arrival), and the last block's fence before it reads.
-    const int slices = (width + kSlice - 1) / kSlice;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x < slices) {
-      const unsigned before = atomicInc(counters + span * kSlices + threadIdx.x, static_cast<unsigned>(groups - 1));
-      last[threadIdx.x] = before == groups - 1;
-    }
-    __syncthreads();
-    for (int t = 0; t < slices; ++t) {
-      if (!last[t]) continue;  // the same for every thread of the block
-      __threadfence();
-      const int lo = t * kSlice, n = width - lo < kSlice ? width - lo : kSlice;
-      sum_partial_rows<kSpanThreads, 4>(partial + span0 + lo, groups, cols, n,
-                                        [&](int c, float total) { add_into(db, span0 + lo + c, total); });
-    }
-    __syncthreads();  // warp_sums and last are rewritten by the next job
+    __syncthreads();  // warp_sums is rewritten by the next job
   }
+  cg::this_grid().sync();  // every partial row is written and visible
+  for (int64_t slice = blockIdx.x; slice * kSlice < cols; slice += gridDim.x) {
+    const int64_t lo = slice * kSlice;
+    const int n = static_cast<int>(cols - lo < kSlice ? cols - lo : kSlice);
+    sum_partial_rows<kSpanThreads, 4>(partial + lo, groups, cols, n,
+                                      [&](int c, float total) { add_into(db, lo + c, total); });
+  }
+#else
+  (void)dy, (void)rows, (void)cols, (void)partial, (void)db;
+#endif
 }
 
 // The partials and the tiles' counters, kept between calls (rows.cuh).
@@ -289,27 +306,47 @@ cudaError_t tile_counters(size_t count, cudaStream_t s, unsigned** out) {
   return counters.get(count, s, out);
 }
 
-cudaError_t slice_counters(size_t count, cudaStream_t s, unsigned** out) {
-  static Counters counters;
-  return counters.get(count, s, out);
-}
-
-// launch_spans launches span_sums where it applies: 16-byte loads, at
-// least a span of columns, and $VKERN_BIAS_GRAD_SPANS not 0. *launched
-// says whether it did.
+// launch_spans launches span_sums where it applies: CUDA, 16-byte loads,
+// at least a span of columns, a device with cooperative launches, and
+// $VKERN_BIAS_GRAD_SPANS not 0; as many blocks as the SMs hold at once, at
+// most one a job. *launched says whether it did.
 cudaError_t launch_spans(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s, bool* launched) {
   *launched = false;
+#if defined(__HIP_PLATFORM_AMD__)
+  (void)dy, (void)db, (void)rows, (void)cols, (void)s;
+  return cudaSuccess;
+#else
   static const bool on = vkern_env::on_off("VKERN_BIAS_GRAD_SPANS", true);
   if (!on || cols < kSpanWidth) return cudaSuccess;
+  struct Resident {
+    cudaError_t err = cudaSuccess;
+    int64_t blocks = 0;  // span_sums blocks the device holds at once; 0 without cooperative launches
+  };
+  static const Resident resident = [] {
+    Resident r;
+    int device = 0, cooperative = 0, sms = 0, per_sm = 0;
+    r.err = cudaGetDevice(&device);
+    if (r.err == cudaSuccess) r.err = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device);
+    if (r.err == cudaSuccess) r.err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (r.err == cudaSuccess)
+      r.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, span_sums, kSpanThreads, 0);
+    if (r.err == cudaSuccess && cooperative != 0) r.blocks = int64_t{sms} * per_sm;
+    return r;
+  }();
+  if (resident.err != cudaSuccess) return resident.err;
+  if (resident.blocks < 1) return cudaSuccess;
   const int64_t groups = ceil_div(rows, int64_t{kRowBlock} * kSpanBlocks), spans = ceil_div(cols, kSpanWidth);
   float* partial = nullptr;
-  unsigned* counters = nullptr;
   cudaError_t err = partials_scratch(static_cast<size_t>(groups * cols) * sizeof(float), &partial);
-  if (err == cudaSuccess) err = slice_counters(static_cast<size_t>(spans * kSlices), s, &counters);
   if (err != cudaSuccess) return err;
-  span_sums<<<grid_for(groups * spans), kSpanThreads, 0, s>>>(dy, rows, cols, partial, counters, db);
+  const int64_t jobs = groups * spans;
+  const unsigned grid = static_cast<unsigned>(jobs < resident.blocks ? jobs : resident.blocks);
+  void* args[] = {&dy, &rows, &cols, &partial, &db};
+  err = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(span_sums), dim3(grid), dim3(kSpanThreads), args, 0,
+                                    s);
   *launched = true;
-  return cudaGetLastError();
+  return err != cudaSuccess ? err : cudaGetLastError();
+#endif
 }
 
 template <int VW>

@@ -333,14 +333,22 @@ struct KeepExps {
 
 // last_to_arrive is called by every thread of the block once the block's
 // partial sums are written, and answers, to every thread, whether the block
-// is the last of count to arrive at *counter. atomicInc wraps the counter
-// back to 0 at the count-th arrival, so a launch that completes leaves it
-// ready for the next (Counters clears it once, when allocated). Each
-// writer's fence before the barrier makes its writes visible device-wide
-// before thread 0 counts the block in; the last block's fence after it
-// orders its reads (VK_LOAD_COHERENT) after the others' writes.
+// is the last of count to arrive at *counter. The counter wraps back to 0
+// at the count-th arrival, so a launch that completes leaves it ready for
+// the next (Counters clears it once, when allocated). On CUDA, thread 0
+// counts the block in after the barrier with one atomic increment of
+// acquire-release semantics at device scope: the release covers the
+// block's writes before the barrier, and the acquire, with the barrier
+// after it, orders every thread's later reads (VK_LOAD_COHERENT) after the
+// writes of the blocks counted before (the pattern of CUTLASS's
+// semaphores). HIP, and CUDA with VKERN_LAST_TO_ARRIVE_FENCES (bench/
+// bias_grad_lab.cu's comparison), fence instead: each writer before the
+// barrier, and the last block after it. On the H100 the increment took
+// bias_grad at 16384x768 from 16.2–16.3 to 15.7–15.8 µs a launch
+// (docs/bias-grad-variants-h100 call 6).
 __device__ __forceinline__ bool last_to_arrive(unsigned* counter, unsigned count) {
   __shared__ bool last;
+#if defined(__HIP_PLATFORM_AMD__) || defined(VKERN_LAST_TO_ARRIVE_FENCES)
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicInc(counter, count - 1) == count - 1;
@@ -348,6 +356,16 @@ __device__ __forceinline__ bool last_to_arrive(unsigned* counter, unsigned count
   const bool mine = last;
   if (mine) __threadfence();
   return mine;
+#else
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned before = 0;
+    asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;" : "=r"(before) : "l"(counter), "r"(count - 1) : "memory");
+    last = before == count - 1;
+  }
+  __syncthreads();
+  return last;
+#endif
 }
 
 // load_floats reads F consecutive floats (one 16-byte load for F = 4) that
