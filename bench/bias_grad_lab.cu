@@ -17,9 +17,12 @@
 //                 threads per SM;
 //   copy          dy to another buffer, 16 bytes a thread a step;
 //   empty         an empty kernel of one block;
-// each as the median over runs of one launch between two events, operands
-// rotated over two sets as `vkern bench` does ("per launch"), and of 20
-// launches between two events ("in a row"); and the rate of dy's bytes.
+// each as the median over runs of one launch between two events, waited for
+// before the next ("per launch": the host's launch latency counts, as the
+// empty kernel shows), and of 20 launches between two events ("in a row",
+// the closer match to `vkern bench`, which times launches already queued);
+// operands rotate over two sets (vkern bench rotates at least 256 MiB); and
+// the rate of dy's bytes.
 //
 //   go run ./bench/labsrc labsrc      # here: the sources with their op table
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ilabsrc \
@@ -178,7 +181,7 @@ int main(int argc, char** argv) {
   float* out = nullptr;
   for (int i = 0; i < 2; ++i) {
     CHECK_CUDA(cudaMalloc(&dy[i], bytes));
-    CHECK_CUDA(cudaMemset(dy[i], 0x3c, bytes));  // f16 1.0009765625 everywhere
+    CHECK_CUDA(cudaMemset(dy[i], 0x3c, bytes));  // f16 0x3c3c = 1.05859375 everywhere
     CHECK_CUDA(cudaMalloc(&sink[i], bytes));
   }
   CHECK_CUDA(cudaMalloc(&db, N * sizeof(float)));
@@ -207,7 +210,6 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   rows.push_back({"bias_grad", per_launch(bias_grad), in_a_row(bias_grad)});
   rows.push_back({"sums only", per_launch(sums_only, no_last), 0});
-  CHECK_CUDA(cudaMemset(counters, 0, tiles * sizeof(unsigned)));  // for any later bias_grad
   float* span_partial = nullptr;
   CHECK_CUDA(cudaMalloc(&span_partial, ceil_div(M, 128) * N * sizeof(float)));
   if (N % 768 == 0) {

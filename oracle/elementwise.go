@@ -121,9 +121,12 @@ func geluTanhParts(x float64) (t, T, e float64) {
 }
 
 // expRelative and divRelative are the errors the GELU bounds allow the
-// logistic form's exp2f and __fdividef: 4 ulps each, twice the 2 ulps the
-// CUDA Math API's table gives both (__fdividef's for divisors up to 2¹²⁶,
-// past which it returns 0; geluLogistic keeps to that range).
+// logistic form's 2^z and __fdividef: 4 ulps each, twice the 2 ulps the
+// CUDA Math API's table gives exp2f and __fdividef (__fdividef's for
+// divisors up to 2¹²⁶, past which it returns 0; geluLogistic keeps to that
+// range). The cuda backend's 2^z is ex2.approx.ftz.f32, the MUFU.EX2 that
+// exp2f compiles to wherever 2^z is normal (docs/gelu-ex2-ftz-h100), with
+// results below 2⁻¹²⁶ flushed to 0.
 const (
 	expRelative = 4 * 0x1p-23
 	divRelative = 4 * 0x1p-23
@@ -136,7 +139,7 @@ type logisticBounds struct{ eT, eg float64 }
 // geluLogistic bounds the logistic form of GELU (cuda/gelu.cuh) at an
 // exact x, t = c·(x + k·x³):
 //
-//	σ̂ = fl÷(1, fl(1 + Ê)),   Ê = exp2f(ẑ),   ẑ = fl(x·fl(b·fl(x²) + a)),
+//	σ̂ = fl÷(1, fl(1 + Ê)),   Ê = ex2(ẑ),   ẑ = fl(x·fl(b·fl(x²) + a)),
 //	gelu:  fl÷(x, fl(1 + Ê)) = x·σ̂,
 //	gelu′: ĝ = fl(σ̂·p̂), p̂ = fl(ŵ·q̂ + 1), q̂ = min(fl(Ê·σ̂), 1), ŵ = fl(x·fl(6ck·x² + 2c)),
 //
@@ -157,7 +160,7 @@ type logisticBounds struct{ eT, eg float64 }
 // e_p) of g.
 //
 // Where z < −124 (x ≫ 0): Ê ≤ 2⁻¹²³ (within exp2f's 2 ulps of a subnormal
-// or not), fl(1 + Ê) = 1, so |σ̂ − σ| ≤ divRelative + 2⁻¹²⁴, within
+// or not, or 0 where EX2 flushes it), fl(1 + Ê) = 1, so |σ̂ − σ| ≤ divRelative + 2⁻¹²⁴, within
 // R = divRelative + 2⁻¹¹⁹ of σ relative (σ ≥ 1 − 2⁻¹²⁴); q̂ ≤ 2⁻¹²² and q < 2⁻¹²⁴,
 // so e_q = 2⁻¹²¹ absolute; the steps from ŵ on are as above. Where
 // z > 124 (x ≪ 0): σ < 2⁻¹²⁴ and σ̂ ≤ 2⁻¹²³ or 0, |T̂ − T| ≤ 2⁻¹²⁰, and

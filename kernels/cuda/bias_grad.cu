@@ -94,16 +94,16 @@
 //      slice's counter (branch bias-grad-slices, call 5): correct, and
 //      twice as slow, N = 768 36.5–36.6 µs against 18.4–18.5: the last
 //      block to arrive is the last at every slice, so one block finishes
-//      all eight in turn. (This file's column_sums<8> takes 213 registers
-//      a thread, one block an SM.)
+//      all eight in turn. (column_sums<8> took 180 registers a thread
+//      under Nsight Compute in call 2, one block an SM.)
 //   7. variant 3 with rows.cuh's last_to_arrive counting a block in by
 //      thread 0's acquire-release increment, where every thread fenced
 //      (used; call 6): in bench/bias_grad_lab.cu, 20 launches in a row,
 //      15.70–15.76 µs against 16.20–16.34 at N = 768, 36.84–37.14 against
 //      37.38–37.51 at 2304, 42.51–42.75 against 42.89–43.08 at 3072; in
 //      the server, 17.2 µs at 768 (0.487 of the floor; calls 1, 4 and 5
-//      measured variant 3 at 17.7–18.5 on their machines), 37.9 µs at
-//      2304 (0.66), 43.5 µs at 3072 (0.77).
+//      measured variant 3 at 17.7–18.5 on their machines, not in the same
+//      call), 37.9 µs at 2304 (0.66), 43.5 µs at 3072 (0.77).
 //   8. variant 6's blocks, their partial rows finished after a grid-wide
 //      barrier (a cooperative launch of as many blocks as the SMs hold,
 //      each looping over (group, span) jobs), every block then adding the

@@ -7,7 +7,8 @@
 // element (Scalar). Memory-bound: the floor is the operands' bytes over the
 // copy bandwidth.
 //
-// Facts relied on: GELU is gelu.cuh's logistic form, with exp2f and
+// Facts relied on: GELU is gelu.cuh's logistic form, with EX2
+// (ex2.approx.ftz.f32, the instruction exp2f is wherever 2^z is normal) and
 // __fdividef (each within 2 ulps, the CUDA Math API's table; no
 // -use_fast_math), which the oracle's bound allows twice over; nvcc may fuse a multiply and an add, which rounds once where
 // the bound counts two; f16 results are rounded once (__float2half_rn).

@@ -343,12 +343,16 @@ struct KeepExps {
 // writes of the blocks counted before (the pattern of CUTLASS's
 // semaphores). HIP, and CUDA with VKERN_LAST_TO_ARRIVE_FENCES (bench/
 // bias_grad_lab.cu's comparison), fence instead: each writer before the
-// barrier, and the last block after it. On the H100 the increment took
-// bias_grad at 16384x768 from 16.2–16.3 to 15.7–15.8 µs a launch
+// barrier, and the last block after it; so does code for devices before
+// compute capability 7, which lack the semantics. (No CI step compiles the
+// increment: hipcc takes the HIP branch; nvcc on the GPU machines does.) On
+// the H100 it took bias_grad at 16384x768 from 16.2–16.3 to 15.7–15.8 µs
+// a launch, 20 launches in a row in bench/bias_grad_lab.cu
 // (docs/bias-grad-variants-h100 call 6).
 __device__ __forceinline__ bool last_to_arrive(unsigned* counter, unsigned count) {
   __shared__ bool last;
-#if defined(__HIP_PLATFORM_AMD__) || defined(VKERN_LAST_TO_ARRIVE_FENCES)
+#if defined(__HIP_PLATFORM_AMD__) || defined(VKERN_LAST_TO_ARRIVE_FENCES) || \
+    (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 700)
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicInc(counter, count - 1) == count - 1;
