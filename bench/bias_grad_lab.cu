@@ -34,6 +34,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "lab.cuh"
@@ -204,7 +206,7 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaGetLastError());
   };
   struct Row {
-    const char* name;
+    std::string name;
     double launch, row;
   };
   std::vector<Row> rows;
@@ -212,31 +214,27 @@ int main(int argc, char** argv) {
   rows.push_back({"sums only", per_launch(sums_only, no_last), 0});
   float* span_partial = nullptr;
   CHECK_CUDA(cudaMalloc(&span_partial, ceil_div(M, 128) * N * sizeof(float)));
+  // span_row times span_sums<kR> (R: std::integral_constant<int, kR>).
+  auto span_row = [&](auto R) {
+    constexpr int kR = decltype(R)::value;
+    auto span = [&](int i) {
+      const unsigned blocks = grid_for(ceil_div(ceil_div(M, kRowBlock), kR) * (N / 768));
+      span_sums<kR><<<blocks, 96 * kR>>>(dy[i], M, N, span_partial);
+      CHECK_CUDA(cudaGetLastError());
+    };
+    rows.push_back({"spans, " + std::to_string(kR) + " row blocks", per_launch(span), in_a_row(span)});
+  };
   if (N % 768 == 0) {
-    auto span2 = [&](int i) {
-      span_sums<2><<<grid_for(ceil_div(ceil_div(M, 64), 2) * (N / 768)), 192>>>(dy[i], M, N, span_partial);
-      CHECK_CUDA(cudaGetLastError());
-    };
-    auto span4 = [&](int i) {
-      span_sums<4><<<grid_for(ceil_div(ceil_div(M, 64), 4) * (N / 768)), 384>>>(dy[i], M, N, span_partial);
-      CHECK_CUDA(cudaGetLastError());
-    };
-    auto span8 = [&](int i) {
-      span_sums<8><<<grid_for(ceil_div(ceil_div(M, 64), 8) * (N / 768)), 768>>>(dy[i], M, N, span_partial);
-      CHECK_CUDA(cudaGetLastError());
-    };
-    rows.push_back({"spans, 2 row blocks", per_launch(span2), in_a_row(span2)});
-    rows.push_back({"spans, 4 row blocks", per_launch(span4), in_a_row(span4)});
-    rows.push_back({"spans, 8 row blocks", per_launch(span8), in_a_row(span8)});
+    span_row(std::integral_constant<int, 2>{});
+    span_row(std::integral_constant<int, 4>{});
+    span_row(std::integral_constant<int, 8>{});
   }
   for (int per_sm : {1, 2, 4}) {
     auto read = [&, per_sm](int i) {
       read_bytes<<<sms * per_sm, 256>>>(reinterpret_cast<const uint4*>(dy[i]), vectors, out);
       CHECK_CUDA(cudaGetLastError());
     };
-    static char names[3][32];
-    char* name = names[per_sm / 2];
-    snprintf(name, 32, "read, %d block%s an SM", per_sm, per_sm == 1 ? "" : "s");
+    const std::string name = "read, " + std::to_string(per_sm) + (per_sm == 1 ? " block an SM" : " blocks an SM");
     rows.push_back({name, per_launch(read), in_a_row(read)});
   }
   auto copy = [&](int i) {
@@ -255,7 +253,7 @@ int main(int argc, char** argv) {
          static_cast<long long>(M), static_cast<long long>(N), bytes / 1e6, sms);
   printf("%-22s %12s %10s %12s %10s\n", "kernel", "per launch", "GB/s", "in a row", "GB/s");
   for (const Row& r : rows) {
-    printf("%-22s %12.2f %10.0f", r.name, r.launch, bytes / r.launch / 1e3);
+    printf("%-22s %12.2f %10.0f", r.name.c_str(), r.launch, bytes / r.launch / 1e3);
     if (r.row > 0) printf(" %12.2f %10.0f", r.row, bytes / r.row / 1e3);
     printf("\n");
   }
