@@ -11,7 +11,7 @@
 # bias-grad-grid and bin/corpus.txt (the first 20 MB of the Go
 # distribution's sources).
 set -uo pipefail
-NAME=call2
+NAME=call3
 LIMIT=400
 source bench/call-lib.sh
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
