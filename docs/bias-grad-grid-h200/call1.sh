@@ -2,8 +2,8 @@
 # bias_grad's spans finished after a grid-wide barrier (variant 8,
 # kernels/cuda/bias_grad.cu, branch bias-grad-grid), on an H200: the H100
 # kind was not lent on 2026-11-28, so these figures are the H200's, each a
-# ratio within this call (docs/bias-grad-variants-h100/call7.sh, unrun, is
-# the same call written for the H100). This call:
+# ratio within this call (the H100's version of this call, never run, is
+# in git history as docs/bias-grad-variants-h100/call7.sh). This call:
 #   - the registers of span_sums and column_sums after the build;
 #   - verifies bias_grad with spans (the default) at its default shapes
 #     (2100x1000 takes them) and at GPT-2's three, 4100x1000, 1100x768,
