@@ -1372,6 +1372,19 @@ var CUDADefects = []Mutation{
 		New: "for (int k = 1; k + 1 < strands; ++k) {",
 		Op:  "bias_grad", Shapes: []string{"4100x40", "13000x40"},
 	},
+	{
+		// Spans (CUDA, at least 768 columns of 16-byte rows): 4100x1000 is
+		// 33 groups of 128 rows and two spans, the second 232 columns wide;
+		// 11 slices of 96 columns or fewer.
+		Name: "bias_grad's span finish leaves out the first group's partial row", File: "cuda/bias_grad.cu",
+		Old: "sum_partial_rows<kSpanThreads, 4>(partial + lo, groups, cols, n,", New: "sum_partial_rows<kSpanThreads, 4>(partial + lo + cols, groups - 1, cols, n,",
+		Op: "bias_grad", Shapes: []string{"4100x1000", "16384x768"},
+	},
+	{
+		Name: "bias_grad's span blocks keep only their first row block", File: "cuda/bias_grad.cu",
+		Old: "for (int b = 1; b < kSpanBlocks; ++b) sum +=", New: "for (int b = 1; b < 1; ++b) sum +=",
+		Op: "bias_grad", Shapes: []string{"4100x1000", "16384x768"},
+	},
 }
 
 // hopperAttention is an attention shape that takes attention.cu's Hopper

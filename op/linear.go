@@ -117,7 +117,7 @@ var LinearGradW = builtinOp(&Op{
 	NoExactRounding: "its outputs are f32: whole-number results below 2^24 need no rounding (the rounding cases still check its exact sums)",
 	Shapes: Shapes{
 		Quick:   []string{"1x1x1", "17x31x129", "3x1000x5:accumulate=0", "64x48x80", "4100x24x24", "70x33x40:bias=1"},
-		Default: []string{"1x1x1", "17x31x129", "17x31x129:accumulate=0", "3x1000x5", "128x96x200", "4100x40x40", "40x4100x40", "40x40x4100:accumulate=0", "1x1x1:bias=1", "17x31x129:bias=1", "4100x40x40:bias=1,accumulate=0", "130x96x200:bias=1"},
+		Default: []string{"1x1x1", "17x31x129", "17x31x129:accumulate=0", "3x1000x5", "128x96x200", "4100x40x40", "40x4100x40", "40x40x4100:accumulate=0", "1x1x1:bias=1", "17x31x129:bias=1", "4100x40x40:bias=1,accumulate=0", "130x96x200:bias=1", "2100x1000x40:bias=1"},
 		// GPT-2 124M at B·T = 16·1024: the four Conv1D weights' gradients,
 		// and the lm_head's dwte += dlogitsᵀ·lnf (K = V, padded and not).
 		Bench: []string{"16384x2304x768", "16384x768x768", "16384x3072x768", "16384x768x3072", "16384x768x50304", "16384x768x50257"},
@@ -136,7 +136,7 @@ var BiasGrad = builtinOp(&Op{
 	NoExactRounding: "its output is f32: whole-number results below 2^24 need no rounding (the rounding cases still check its exact sums)",
 	Shapes: Shapes{
 		Quick:   []string{"1x1", "7x4099", "1000x64"},
-		Default: []string{"1x1", "7x4099", "1000x64", "4100x40", "64x100000"},
+		Default: []string{"1x1", "7x4099", "1000x64", "4100x40", "64x100000", "2100x1000"},
 		Bench:   []string{"16384x768", "16384x2304", "16384x3072"},
 	},
 })

@@ -27,6 +27,21 @@
 //   the tile's partial rows, in strands whose order is fixed
 //   (sum_partial_rows), and sets db[j] = db[j] + total. The partials (4
 //   bytes per column per 512 rows, 1/256 of dy's bytes) are still in L2.
+// Spans, on CUDA where dy takes 16-byte loads and N >= 768, if the device
+// launches cooperative kernels ($VKERN_BIAS_GRAD_SPANS=0 keeps the tiles
+// above): a block (6 warps) sums two row blocks (a group of 128 rows) over
+// a span of three adjacent tiles, 768 columns, a warp per (row block,
+// tile), so that its warps read whole 1536-byte runs of a row together
+// (the one-tile blocks above read 512-byte runs, 7–16% slower in
+// bench/bias_grad_lab.cu). The group sum of a column is its two row
+// blocks' sums in order, written to partial[group · N + column]. As many
+// blocks as the SMs hold at once loop over the (group, span) jobs, wait at
+// a grid-wide barrier, and then every block finishes its own slices of 96
+// columns: the 128 partial rows of a column at 16384 rows in eight strands
+// of 16, one load each in flight, so that eight blocks (at N = 768) finish
+// at once where one block finishes each tile above. A cooperative launch
+// waits until all its blocks can be resident: beside NCCL's kernels on the
+// communication stream (--gpus) it waits for their SMs.
 // Memory-bound: the floor is dy's bytes (plus db twice) over the copy
 // bandwidth. One launch: at 16384×768 the floor is 8.4 µs, and a second
 // kernel's launch and drain cost a few µs of that.
@@ -89,16 +104,34 @@
 //      the server, 17.2 µs at 768 (0.487 of the floor; calls 1, 4 and 5
 //      measured variant 3 at 17.7–18.5 on their machines, not in the same
 //      call), 37.9 µs at 2304 (0.66), 43.5 µs at 3072 (0.77).
+//   8. variant 6's blocks, their partial rows finished after a grid-wide
+//      barrier (a cooperative launch of as many blocks as the SMs hold,
+//      each looping over (group, span) jobs), every block then adding the
+//      partial rows of its own slices of 96 columns (used). On an H200
+//      (docs/bias-grad-grid-h200 call 1, 2026-11-28; no H100 was lent
+//      that day), against variant 7's tiles in the same call, two rounds:
+//      N = 768 16.2–16.3 µs against 16.3 (0.36 of that machine's floor,
+//      4.25 TB/s), 2304 28.4 µs against 33.8 (0.63 against 0.53), 3072
+//      34.4–34.5 µs against 37.4–37.6 (0.69 against 0.63); the gpt2 step
+//      33.58 ms against 33.67. span_sums: 168 registers a thread and a
+//      16-byte stack frame (cuobjdump).
 //
 // Scratch (ops.cuh): the partials, 4 bytes per column per group of 512
 // rows, and a counter per tile, cleared once when allocated; only when
-// M > 512.
+// M > 512. Spans: 4 bytes per column per 128 rows (no counters: the grid-wide
+// barrier orders the finish).
 #include <cstdint>
 
 #include "core/backend.h"
 #include "cuda/compat.h"
+#include "cuda/env.h"
 #include "cuda/ops.cuh"
 #include "cuda/rows.cuh"
+
+#if !defined(__HIP_PLATFORM_AMD__)
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+#endif
 
 namespace {
 namespace vkern_bias_grad {
@@ -147,13 +180,40 @@ __device__ __forceinline__ void add_halves(unsigned short w, float (&s)[1]) {
 // add_into is the one place db is written: db[j] + total.
 __device__ __forceinline__ void add_into(float* db, int64_t j, float total) { db[j] = db[j] + total; }
 
+// block_sums sets s to a lane's sums of its VW columns from col over row
+// block `block` (kRowBlock rows from block · kRowBlock, fewer at the end),
+// each summed from −0 in ascending row order; to −0 where the block or the
+// columns lie past dy. Both kernels sum their row blocks here.
+template <int VW>
+__device__ __forceinline__ void block_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, int64_t block,
+                                           int64_t col, float (&s)[VW]) {
+  using Word = typename Vector<VW>::Word;
+#pragma unroll
+  for (int v = 0; v < VW; ++v) s[v] = -0.0f;
+  const int64_t r0 = block * kRowBlock;
+  if (r0 >= rows || col >= cols) return;
+  const int n = static_cast<int>(rows - r0 < kRowBlock ? rows - r0 : kRowBlock);
+  const int64_t stride = cols / VW;  // vectors per row
+  const Word* p = reinterpret_cast<const Word*>(dy + r0 * cols + col);
+  for (int r = 0; r < n; r += kBatch) {
+    Word w[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      if (r + k < n) w[k] = VK_LDG(p + (r + k) * stride);
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      if (r + k < n) add_halves(w[k], s);
+    }
+  }
+}
+
 // column_sums: see the file comment. partial (groups × cols floats) and
 // counters (one per tile) are null when there is one group.
 template <int VW>
 __global__ void __launch_bounds__(kThreads)
     column_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, unsigned* counters,
                 float* db) {
-  using Word = typename Vector<VW>::Word;
   constexpr int kWidth = 32 * VW;  // columns of a tile
   __shared__ float warp_sums[kWarps][kWidth];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -162,28 +222,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t groups = ceil_div(row_blocks, kWarps);
   for (int64_t job = blockIdx.x; job < groups * tiles; job += gridDim.x) {
     const int64_t group = job / tiles, tile = job % tiles, tile0 = tile * kWidth;
-    const int64_t block = group * kWarps + warp;  // this warp's row block
-    const int64_t col = tile0 + lane * VW;        // this lane's first column
     float s[VW];
-#pragma unroll
-    for (int v = 0; v < VW; ++v) s[v] = -0.0f;
-    if (block < row_blocks && col < cols) {
-      const int64_t r0 = block * kRowBlock;
-      const int n = static_cast<int>(rows - r0 < kRowBlock ? rows - r0 : kRowBlock);
-      const int64_t stride = cols / VW;  // vectors per row
-      const Word* p = reinterpret_cast<const Word*>(dy + r0 * cols + col);
-      for (int r = 0; r < n; r += kBatch) {
-        Word w[kBatch];
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          if (r + k < n) w[k] = VK_LDG(p + (r + k) * stride);
-        }
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          if (r + k < n) add_halves(w[k], s);
-        }
-      }
-    }
+    block_sums<VW>(dy, rows, cols, group * kWarps + warp, tile0 + lane * VW, s);
 #pragma unroll
     for (int v = 0; v < VW; ++v) warp_sums[warp][lane * VW + v] = s[v];
     __syncthreads();
@@ -207,6 +247,57 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Spans (see the file comment): a block sums kSpanBlocks row blocks over
+// kSpanTiles adjacent tiles of 256 columns, a warp per (row block, tile),
+// so that its warps read whole 1536-byte runs of a row together.
+constexpr int kSpanTiles = 3;
+constexpr int kSpanBlocks = 2;
+constexpr int kSpanWarps = kSpanTiles * kSpanBlocks;
+constexpr int kSpanThreads = 32 * kSpanWarps;
+constexpr int kSpanWidth = 256 * kSpanTiles;  // columns of a span
+constexpr int kSlice = 96;  // columns of a slice, finished by one block
+
+// span_sums: job (group, span) sums row blocks group · kSpanBlocks + b, b <
+// kSpanBlocks, over the span's columns (the last span may be narrower); the
+// group sum of a column is its row blocks' sums in b order, written to
+// partial[group · cols + column]. The blocks loop over the jobs, wait at a
+// grid-wide barrier (the launch is cooperative: every block is resident),
+// then each adds the partial rows of its slices of kSlice columns, slice
+// blockIdx.x, + gridDim.x, …, in sum_partial_rows's strands, into db.
+__global__ void __launch_bounds__(kSpanThreads)
+    span_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, float* db) {
+#if !defined(__HIP_PLATFORM_AMD__)
+  __shared__ float warp_sums[kSpanWarps][256];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t spans = ceil_div(cols, kSpanWidth), groups = ceil_div(rows, int64_t{kRowBlock} * kSpanBlocks);
+  for (int64_t job = blockIdx.x; job < groups * spans; job += gridDim.x) {
+    const int64_t group = job / spans, span = job % spans, span0 = span * kSpanWidth;
+    float s[8];
+    block_sums<8>(dy, rows, cols, group * kSpanBlocks + warp / kSpanTiles, span0 + (warp % kSpanTiles) * 256 + lane * 8,
+                  s);
+#pragma unroll
+    for (int v = 0; v < 8; ++v) warp_sums[warp][lane * 8 + v] = s[v];
+    __syncthreads();
+    const int width = static_cast<int>(cols - span0 < kSpanWidth ? cols - span0 : kSpanWidth);
+    for (int c = threadIdx.x; c < width; c += kSpanThreads) {
+      float sum = warp_sums[c / 256][c % 256];
+      for (int b = 1; b < kSpanBlocks; ++b) sum += warp_sums[b * kSpanTiles + c / 256][c % 256];
+      partial[group * cols + span0 + c] = sum;
+    }
+    __syncthreads();  // warp_sums is rewritten by the next job
+  }
+  cg::this_grid().sync();  // every partial row is written and visible
+  for (int64_t slice = blockIdx.x; slice * kSlice < cols; slice += gridDim.x) {
+    const int64_t lo = slice * kSlice;
+    const int n = static_cast<int>(cols - lo < kSlice ? cols - lo : kSlice);
+    sum_partial_rows<kSpanThreads, 4>(partial + lo, groups, cols, n,
+                                      [&](int c, float total) { add_into(db, lo + c, total); });
+  }
+#else
+  (void)dy, (void)rows, (void)cols, (void)partial, (void)db;
+#endif
+}
+
 // The partials and the tiles' counters, kept between calls (rows.cuh).
 cudaError_t partials_scratch(size_t bytes, float** out) {
   static ScratchBuffer buffer;
@@ -219,6 +310,49 @@ cudaError_t partials_scratch(size_t bytes, float** out) {
 cudaError_t tile_counters(size_t count, cudaStream_t s, unsigned** out) {
   static Counters counters;
   return counters.get(count, s, out);
+}
+
+// launch_spans launches span_sums where it applies: CUDA, 16-byte loads,
+// at least a span of columns, a device with cooperative launches, and
+// $VKERN_BIAS_GRAD_SPANS not 0; as many blocks as the SMs hold at once, at
+// most one a job. *launched says whether it did.
+cudaError_t launch_spans(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s, bool* launched) {
+  *launched = false;
+#if defined(__HIP_PLATFORM_AMD__)
+  (void)dy, (void)db, (void)rows, (void)cols, (void)s;
+  return cudaSuccess;
+#else
+  static const bool on = vkern_env::on_off("VKERN_BIAS_GRAD_SPANS", true);
+  if (!on || cols < kSpanWidth) return cudaSuccess;
+  struct Resident {
+    cudaError_t err = cudaSuccess;
+    int64_t blocks = 0;  // span_sums blocks the device holds at once; 0 without cooperative launches
+  };
+  static const Resident resident = [] {
+    Resident r;
+    int device = 0, cooperative = 0, sms = 0, per_sm = 0;
+    r.err = cudaGetDevice(&device);
+    if (r.err == cudaSuccess) r.err = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device);
+    if (r.err == cudaSuccess) r.err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (r.err == cudaSuccess)
+      r.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, span_sums, kSpanThreads, 0);
+    if (r.err == cudaSuccess && cooperative != 0) r.blocks = int64_t{sms} * per_sm;
+    return r;
+  }();
+  if (resident.err != cudaSuccess) return resident.err;
+  if (resident.blocks < 1) return cudaSuccess;
+  const int64_t groups = ceil_div(rows, int64_t{kRowBlock} * kSpanBlocks), spans = ceil_div(cols, kSpanWidth);
+  float* partial = nullptr;
+  cudaError_t err = partials_scratch(static_cast<size_t>(groups * cols) * sizeof(float), &partial);
+  if (err != cudaSuccess) return err;
+  const int64_t jobs = groups * spans;
+  const unsigned grid = static_cast<unsigned>(jobs < resident.blocks ? jobs : resident.blocks);
+  void* args[] = {&dy, &rows, &cols, &partial, &db};
+  err = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(span_sums), dim3(grid), dim3(kSpanThreads), args, 0,
+                                    s);
+  *launched = true;
+  return err != cudaSuccess ? err : cudaGetLastError();
+#endif
 }
 
 template <int VW>
@@ -237,7 +371,12 @@ cudaError_t launch_with(const __half* dy, float* db, int64_t rows, int64_t cols,
 }
 
 cudaError_t launch(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
-  if (cols % 8 == 0 && aligned16(dy)) return launch_with<8>(dy, db, rows, cols, s);
+  if (cols % 8 == 0 && aligned16(dy)) {
+    bool launched = false;
+    const cudaError_t err = launch_spans(dy, db, rows, cols, s, &launched);
+    if (err != cudaSuccess || launched) return err;
+    return launch_with<8>(dy, db, rows, cols, s);
+  }
   if (cols % 2 == 0 && (reinterpret_cast<uintptr_t>(dy) & 3u) == 0) return launch_with<2>(dy, db, rows, cols, s);
   return launch_with<1>(dy, db, rows, cols, s);
 }
