@@ -106,13 +106,16 @@ const (
 //
 // A kernel may also flush to zero an exponential whose result is under
 // 2⁻¹²⁶ (the GPU's ex2.approx.ftz), where exp within 2 ulps would give a
-// subnormal. Relative to the running max, the key of the row's largest
-// score has weight 1 when it arrives and keeps it, so Ŝ ≥ 1 − H ≥ ½ in
-// the kernel's scale and each flushed key's normalised weight is under
-// 2⁻¹²⁵; dropping up to n of them moves the other weights by a factor
-// within 1 ± n·2⁻¹²⁴ (n·2⁻¹²⁵ ≤ ½). So y gains at most n·2⁻¹²³·max|vⱼ|
-// (the dropped weights, and the others' shift, each against |vⱼ| ≤ max)
-// and lse, in log Ŝ, at most n·2⁻¹²⁴; both are added.
+// subnormal. The key of the row's largest computed score enters with
+// weight 2^t, |t| ≤ ½ulp(m̂) (its score less the running max it set, one
+// fused multiply-add), which is at least 1/√2 for |m̂| < 2²³, and every
+// later rescale is exactly 1 (the max no longer rises); so Ŝ ≥ ½ in the
+// kernel's scale and each flushed key's normalised weight is under
+// 2⁻¹²⁵. Dropping up to n of them (δ ≤ n·2⁻¹²⁵ ≤ ½ of the weight) moves
+// the other weights by a factor within 1/(1 − δ) ≤ 1 + 2δ. So y moves by
+// at most 2δ·max|vⱼ| ≤ n·2⁻¹²⁴·max|vⱼ| (the dropped weights, and the
+// others' growth), of which the bound adds twice, n·2⁻¹²³·max|vⱼ|; and
+// log Ŝ by at most −log(1 − δ) ≤ 2δ ≤ n·2⁻¹²⁴, which β adds.
 //
 // The oracle's own float64 error (the sums of D and n terms, exp and log) is
 // added as 2⁻⁴⁸ of the arguments and 2⁻⁴⁰ of the magnitudes.

@@ -801,8 +801,10 @@ __device__ __forceinline__ void mask_after(float (&s)[8][4], int r0, int t) {
 // (bench/exp2_check.cu, 2026-11-27). Below −126, exp2f takes it on x/2 and
 // squares the result, to give the subnormals; ex2.approx.ftz flushes them
 // to +0, an absolute error under 2⁻¹²⁶, which oracle/attention.go allows
-// (where P is rounded to f16 for its products, anything under 2⁻²⁵ is
-// lost anyway). Variant 10 took this path only where every element of the
+// (P·V's and dv's products, with P rounded to f16, lose anything under
+// 2⁻²⁵ anyway; l, which sums P unrounded, and dS, which is scaled per tile
+// row before its rounding, can see the difference, and the bound takes it
+// in). Variant 10 took this path only where every element of the
 // warp was at least −126, and exp2f otherwise: the test cost a minimum an
 // element and a vote a tile, about as many instructions as the row's max
 // (Nsight Compute on an H200, docs/attention-rescale-h200).
