@@ -217,9 +217,16 @@
 //   14. exp2_tile as ex2.approx.ftz alone, without variant 10's test of
 //      the warp's smallest argument (see exp2_tile); the oracle allows the
 //      flushed results 2⁻¹²⁶ (oracle/attention.go). Nsight Compute on an
-//      H200 (docs/attention-rescale-h200, main's kernels at 16x1024x768x12)
-//      had counted 2.2 FMNMX an element in forward_hopper, one of them the
-//      test's. Not yet measured.
+//      H200 had counted 2.2 FMNMX an element in forward_hopper, one of
+//      them the test's (docs/attention-rescale-h200). Lab, one H200 call
+//      (2026-11-28; no H100 was lent that day), against variant 11 in
+//      turn: the Hopper forward 0.1201 and 0.1194 ms against 0.1297 and
+//      0.1307 at 16x1024x768x12 (1.08–1.09×), 0.2169 and 0.2168 against
+//      0.2359 and 0.2357 at B = 32; the Hopper backward 0.3968 and 0.3960
+//      against 0.4063 and 0.4081 (1.02–1.03×); mma.sync 1.04× (forward)
+//      and 1.02× (backward); vkern verify 70 of 70 on each path at the
+//      default shapes and 10 of 10 at 16x1024x768x12 (docs/
+//      attention-ftz-h200/).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
