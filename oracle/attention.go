@@ -61,11 +61,17 @@ func dotMagnitude(a, b []float64) (dot, magnitude float64) {
 //     column (for dk). This is what flash-style kernels do, and it is
 //     what keeps their P·V and dS products single: the error it adds is
 //     that of the f16 outputs' own rounding.
+//   - flushWeight, flushExp: an exponential whose result is under 2⁻¹²⁶
+//     may be flushed to zero (flushExp, the absolute error of P where it
+//     is); in the forward that moves the normalised weights by up to
+//     flushWeight = 2⁻¹²⁴ per key (see AttentionForward).
 const (
 	rescaleTile   = 16
 	roundRelative = 0x1p-11
 	roundAbsolute = 0x1p-25
 	roundScaled   = 0x1p-39
+	flushWeight   = 0x1p-124
+	flushExp      = 0x1p-126
 )
 
 // AttentionForward is the reference of attention on qkv f16 (B·T)×3C: for
@@ -97,6 +103,19 @@ const (
 // β = log Σⱼ wⱼ·e^{λⱼ} − log(1 − γ(n+R+2)) of lse (and symmetrically below),
 // λⱼ = Eⱼ + 3u|sⱼ| + log(1+H); log or log2 within 2 ulps, the addition and
 // a change back from base 2 add 6u·(|m| + log S + β).
+//
+// A kernel may also flush to zero an exponential whose result is under
+// 2⁻¹²⁶ (the GPU's ex2.approx.ftz), where exp within 2 ulps would give a
+// subnormal. The key of the row's largest computed score enters with
+// weight 2^t, |t| ≤ ½ulp(m̂) (its score less the running max it set, one
+// fused multiply-add), which is at least 1/√2 for |m̂| < 2²³, and every
+// later rescale is exactly 1 (the max no longer rises); so Ŝ ≥ ½ in the
+// kernel's scale and each flushed key's normalised weight is under
+// 2⁻¹²⁵. Dropping up to n of them (δ ≤ n·2⁻¹²⁵ ≤ ½ of the weight) moves
+// the other weights by a factor within 1/(1 − δ) ≤ 1 + 2δ. So y moves by
+// at most 2δ·max|vⱼ| ≤ n·2⁻¹²⁴·max|vⱼ| (the dropped weights, and the
+// others' growth), of which the bound adds twice, n·2⁻¹²³·max|vⱼ|; and
+// log Ŝ by at most −log(1 − δ) ≤ 2δ ≤ n·2⁻¹²⁴, which β adds.
 //
 // The oracle's own float64 error (the sums of D and n terms, exp and log) is
 // added as 2⁻⁴⁸ of the arguments and 2⁻⁴⁰ of the magnitudes.
@@ -217,15 +236,16 @@ func (r *attentionRow) forward(l AttentionLayout, q, k, v []float64, n int, boun
 			yBound[c] = 0
 			continue
 		}
-		var bound float64
+		var bound, vMax float64
 		for j := 0; j < n; j++ {
 			if math.IsInf(r.d[j], -1) {
 				continue // weight 0 exactly, in every kernel
 			}
 			vj := v[j*l.D+c]
 			bound += r.dw[j]*math.Abs(vj-y[c]) + (k1*r.wmax[j]+2*roundAbsolute)*math.Abs(vj)
+			vMax = math.Max(vMax, math.Abs(vj))
 		}
-		yBound[c] = boundOrInf(bound)
+		yBound[c] = boundOrInf(bound + float64(n)*flushWeight*2*vMax)
 	}
 
 	// lse: λⱼ = Eⱼ + 3u|sⱼ| + log(1+H), weighted by wⱼ in log space.
@@ -238,7 +258,7 @@ func (r *attentionRow) forward(l AttentionLayout, q, k, v []float64, n int, boun
 		up = logAddExp(up, r.d[j]-logS+lambda)
 		down = logAddExp(down, r.d[j]-logS-lambda)
 	}
-	beta := math.Max(up, -down) - math.Log1p(-Gamma(int64(n+rescales+2), U32))
+	beta := math.Max(up, -down) - math.Log1p(-Gamma(int64(n+rescales+2), U32)) + float64(n)*flushWeight
 	scale := math.Abs(m) + logS
 	*lseBound = boundOrInf(beta + 6*U32*(scale+beta) + 0x1p-48*scale)
 }
@@ -320,11 +340,12 @@ func boundOrInf(b float64) float64 {
 // Bound. The score carries the forward's error, now against the absolute
 // lse: the argument of exp errs by E = 2αγ(2D)A + 3u|s| + 3u|lse| +
 // 4u|s − lse|, so P̂ = P(1 + π), |π| ≤ Π = (1+2u)e^E − 1 (exp within 2
-// ulps), plus 2⁻¹⁴⁸ where it underflows. The dot products dyᵢ·vⱼ and Dᵢ,
+// ulps), plus 2⁻¹²⁶ where it underflows (a subnormal, or 0 where a kernel
+// flushes results under 2⁻¹²⁶). The dot products dyᵢ·vⱼ and Dᵢ,
 // of exact products, err by γ(2D) of their magnitudes M_P and M_D, and the
 // subtraction (or P·dP − P·D, distributed) by 2u·(|dP| + |D|): e_G. So
 // |dŜ − dS| ≤ ε_S = P_err·(|G| + e_G) + P·e_G + u·P̂·(|G| + e_G), with
-// P_err = P·Π + 2⁻¹⁴⁸, and |dŜ| ≤ M_S = |dS| + ε_S. Each output sums its
+// P_err = P·Π + 2⁻¹²⁶, and |dŜ| ≤ M_S = |dS| + ε_S. Each output sums its
 // products (one rounding each), scaled by α (rounded, 3u):
 //
 //	|dv̂ⱼ − dvⱼ| ≤ Σᵢ (P_err + 2⁻¹¹P̂ + 2⁻²⁵)|dyᵢ| + γ(2m+8)·Σᵢ P̂|dyᵢ|,
@@ -381,8 +402,8 @@ func AttentionBackward(ctx context.Context, dy, qkv, y []uint16, lse []float32, 
 					arg := 2*l.Alpha*g2d*a + 3*U32*(math.Abs(s)+math.Abs(lseI)) + 4*U32*math.Abs(s-lseI) +
 						0x1p-48*(l.Alpha*a+math.Abs(s)+math.Abs(lseI))
 					pi := (1+2*U32)*math.Expm1(arg) + 2*U32
-					pMag := p*(1+pi) + 0x1p-148
-					pErr := p*pi + 0x1p-148
+					pMag := p*(1+pi) + flushExp
+					pErr := p*pi + flushExp
 					eG := (1+2*U32)*g2d*(mP+mD) + 2*U32*(math.Abs(dp)+math.Abs(dRow)) + 0x1p-48*(mP+mD)
 					gMag := math.Abs(gij) + eG
 					errS[j] = pErr*gMag + p*eG + U32*pMag*gMag

@@ -30,6 +30,19 @@ func exp2Off(x float32, rng *rand.Rand) float32 {
 	return e
 }
 
+// exp2Tile is a tile's exponential: exp2Off, and with flush, as the
+// tensor-core kernels take it (exp2_tile in kernels/cuda/attention.cu, the
+// instruction ex2.approx.ftz), 0 where the result would be under 2⁻¹²⁶,
+// each such result counted in *flushed.
+func exp2Tile(x float32, flush bool, flushed *int, rng *rand.Rand) float32 {
+	e := exp2Off(x, rng)
+	if flush && e != 0 && e < 0x1p-126 {
+		*flushed++
+		return 0
+	}
+	return e
+}
+
 // roundF16 is x rounded to f16, as a tensor-core kernel multiplies it.
 func roundF16(x float32) float32 { return f16.ToFloat32(f16.FromFloat32(x)) }
 
@@ -37,8 +50,8 @@ func roundF16(x float32) float32 { return f16.ToFloat32(f16.FromFloat32(x)) }
 // binary32: scores in base 2 with α·log₂e folded into one constant, an
 // online max over key tiles with rescales, exp2 off by up to 2 ulps, and,
 // when round, P·V with P rounded to f16 and the denominator summed from P
-// in binary32.
-func flashRow32(q, k, v []float32, d, n, tile int, round bool, rng *rand.Rand) (y []float32, lse float32) {
+// in binary32, and P flushed to 0 under 2⁻¹²⁶ (exp2Tile).
+func flashRow32(q, k, v []float32, d, n, tile int, round bool, flushed *int, rng *rand.Rand) (y []float32, lse float32) {
 	scale2 := float32(1 / math.Sqrt(float64(d)) * math.Log2E)
 	m, l := float32(math.Inf(-1)), float32(0)
 	o := make([]float32, d)
@@ -62,7 +75,7 @@ func flashRow32(q, k, v []float32, d, n, tile int, round bool, rng *rand.Rand) (
 		r := exp2Off(m-mUse, rng)
 		var sum float32
 		for j := j0; j < j1; j++ {
-			p[j-j0] = exp2Off(p[j-j0]-mUse, rng)
+			p[j-j0] = exp2Tile(p[j-j0]-mUse, round, flushed, rng)
 			sum += p[j-j0]
 		}
 		l = l*r + sum
@@ -119,7 +132,7 @@ func TestAttentionForwardBoundHoldsForTiledBinary32Kernels(t *testing.T) {
 				t.Fatal(err)
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
-			worstY, worstL := 0.0, 0.0
+			worstY, worstL, flushed := 0.0, 0.0, 0
 			for b := 0; b < l.B; b++ {
 				for h := 0; h < l.H; h++ {
 					q, k, v := headF32(in[0].F16, l, 3*l.C, 0, b, h), headF32(in[0].F16, l, 3*l.C, 1, b, h), headF32(in[0].F16, l, 3*l.C, 2, b, h)
@@ -128,7 +141,7 @@ func TestAttentionForwardBoundHoldsForTiledBinary32Kernels(t *testing.T) {
 							tile  int
 							round bool
 						}{{1 << 20, false}, {16, true}, {64, true}, {64, false}} {
-							y32, lse32 := flashRow32(q[i*l.D:(i+1)*l.D], k, v, l.D, i+1, variant.tile, variant.round, rng)
+							y32, lse32 := flashRow32(q[i*l.D:(i+1)*l.D], k, v, l.D, i+1, variant.tile, variant.round, &flushed, rng)
 							at := (b*l.H+h)*l.T + i
 							if want := lse.Value[at]; !math.IsNaN(want) {
 								e := math.Abs(float64(lse32) - want)
@@ -160,7 +173,7 @@ func TestAttentionForwardBoundHoldsForTiledBinary32Kernels(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("%s %s: worst error/bound y %.3g, lse %.3g", shape, dist, worstY, worstL)
+			t.Logf("%s %s: worst error/bound y %.3g, lse %.3g; %d weights flushed", shape, dist, worstY, worstL, flushed)
 		}
 	}
 }
@@ -168,8 +181,9 @@ func TestAttentionForwardBoundHoldsForTiledBinary32Kernels(t *testing.T) {
 // backward32 computes attention_grad for one head in binary32, as the cpu
 // kernel does, or, when round, with P and dS rounded to f16 as a
 // tensor-core kernel does: P as is (it lies in [0, 1]), dS scaled per row
-// of a 64-key tile (dq) or a 64-query tile (dk) by a power of two.
-func backward32(l AttentionLayout, q, k, v, g, y []float32, lse []float32, round bool, rng *rand.Rand) (dq, dk, dv []float32) {
+// of a 64-key tile (dq) or a 64-query tile (dk) by a power of two, and P
+// flushed to 0 under 2⁻¹²⁶ (exp2Tile).
+func backward32(l AttentionLayout, q, k, v, g, y []float32, lse []float32, round bool, flushed *int, rng *rand.Rand) (dq, dk, dv []float32) {
 	d, t := l.D, l.T
 	scale := float32(1 / math.Sqrt(float64(d)))
 	scale2 := float32(1 / math.Sqrt(float64(d)) * math.Log2E)
@@ -187,7 +201,7 @@ func backward32(l AttentionLayout, q, k, v, g, y []float32, lse []float32, round
 		lse2 := lse[i] * float32(math.Log2E)
 		for j := 0; j <= i; j++ {
 			s2 := dot(q[i*d:(i+1)*d], k[j*d:(j+1)*d]) * scale2
-			p := exp2Off(s2-lse2, rng)
+			p := exp2Tile(s2-lse2, round, flushed, rng)
 			dp := dot(g[i*d:(i+1)*d], v[j*d:(j+1)*d])
 			dS[i*t+j] = p * (dp - dRow)
 			for c := 0; c < d; c++ {
@@ -275,14 +289,14 @@ func TestAttentionBackwardBoundHoldsForBinary32Kernels(t *testing.T) {
 			}
 			rng := rand.New(rand.NewPCG(3, 4))
 			worst := [3]float64{}
-			nonFinite := 0
+			nonFinite, flushed := 0, 0
 			for b := 0; b < l.B; b++ {
 				for h := 0; h < l.H; h++ {
 					q, k, v := headF32(in[1].F16, l, 3*l.C, 0, b, h), headF32(in[1].F16, l, 3*l.C, 1, b, h), headF32(in[1].F16, l, 3*l.C, 2, b, h)
 					g, y := headF32(in[0].F16, l, l.C, 0, b, h), headF32(in[2].F16, l, l.C, 0, b, h)
 					lse := in[3].F32[(b*l.H+h)*l.T : (b*l.H+h+1)*l.T]
 					for _, round := range []bool{false, true} {
-						dq, dk, dv := backward32(l, q, k, v, g, y, lse, round, rng)
+						dq, dk, dv := backward32(l, q, k, v, g, y, lse, round, &flushed, rng)
 						for part, got := range [][]float32{dq, dk, dv} {
 							for i := 0; i < l.T; i++ {
 								for c := 0; c < l.D; c++ {
@@ -308,7 +322,84 @@ func TestAttentionBackwardBoundHoldsForBinary32Kernels(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("%s %s: worst error/bound dq %.3g, dk %.3g, dv %.3g; %d non-finite", shape, dist, worst[0], worst[1], worst[2], nonFinite)
+			t.Logf("%s %s: worst error/bound dq %.3g, dk %.3g, dv %.3g; %d non-finite, %d of P flushed", shape, dist, worst[0], worst[1], worst[2], nonFinite, flushed)
 		}
 	}
+}
+
+// TestAttentionBoundsHoldWhereExponentialsFlush gives rows whose scores lie
+// between 126 and 149 apart in base 2, so that a tensor-core kernel's tile
+// exponentials flush what binary32 holds as subnormals (exp2Tile): against
+// q = 4, keys k_j = 3·(j mod 3 − 1) score −48, 0 and 48 (D = 16, α = ¼),
+// about −69, 0 and 69 in base 2, and from key 3 on every key j ≡ 0 (mod
+// 3) is flushed in every row that reaches it, so its dk comes only from
+// flushed P. The binary32 emulations must stay within the
+// forward's and the backward's bounds, and must have flushed.
+func TestAttentionBoundsHoldWhereExponentialsFlush(t *testing.T) {
+	ctx := context.Background()
+	l := AttentionLayoutOf(op.AttentionGrad.MustShape("1x64x64x4"))
+	rng := rand.New(rand.NewPCG(5, 6))
+	qkv, dy := make([]uint16, l.T*3*l.C), make([]uint16, l.T*l.C)
+	for tok := 0; tok < l.T; tok++ {
+		for c := 0; c < l.C; c++ {
+			qkv[tok*3*l.C+c] = f16.FromFloat32(4)
+			qkv[tok*3*l.C+l.C+c] = f16.FromFloat32(float32(3 * (tok%3 - 1)))
+			qkv[tok*3*l.C+2*l.C+c] = f16.FromFloat32(float32(rng.NormFloat64()))
+			dy[tok*l.C+c] = f16.FromFloat32(float32(rng.NormFloat64()))
+		}
+	}
+	y, lse, err := AttentionForward(ctx, qkv, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, idx int, got float32, ref *Reference) {
+		t.Helper()
+		if e := math.Abs(float64(got) - ref.Value[idx]); !(e <= ref.Bound[idx]) {
+			t.Fatalf("%s[%d] = %g, reference %g, error %g > bound %g", what, idx, got, ref.Value[idx], e, ref.Bound[idx])
+		}
+	}
+	flushed := 0
+	for h := 0; h < l.H; h++ {
+		q, k, v := headF32(qkv, l, 3*l.C, 0, 0, h), headF32(qkv, l, 3*l.C, 1, 0, h), headF32(qkv, l, 3*l.C, 2, 0, h)
+		for i := 0; i < l.T; i++ {
+			y32, lse32 := flashRow32(q[i*l.D:(i+1)*l.D], k, v, l.D, i+1, 64, true, &flushed, rng)
+			check("lse", h*l.T+i, lse32, lse)
+			for c := 0; c < l.D; c++ {
+				check("y", i*l.C+h*l.D+c, y32[c], y)
+			}
+		}
+	}
+	if flushed == 0 {
+		t.Fatal("the forward flushed no weight: the test's scores no longer reach below 2⁻¹²⁶")
+	}
+	t.Logf("forward: %d weights flushed", flushed)
+
+	y16, lse32 := make([]uint16, len(y.Value)), make([]float32, len(lse.Value))
+	for i, v := range y.Value {
+		y16[i] = f16.FromFloat64(v)
+	}
+	for i, v := range lse.Value {
+		lse32[i] = float32(v)
+	}
+	ref, err := AttentionBackward(ctx, dy, qkv, y16, lse32, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flushed = 0
+	for h := 0; h < l.H; h++ {
+		q, k, v := headF32(qkv, l, 3*l.C, 0, 0, h), headF32(qkv, l, 3*l.C, 1, 0, h), headF32(qkv, l, 3*l.C, 2, 0, h)
+		g, yh := headF32(dy, l, l.C, 0, 0, h), headF32(y16, l, l.C, 0, 0, h)
+		dq, dk, dv := backward32(l, q, k, v, g, yh, lse32[h*l.T:(h+1)*l.T], true, &flushed, rng)
+		for part, got := range [][]float32{dq, dk, dv} {
+			for i := 0; i < l.T; i++ {
+				for c := 0; c < l.D; c++ {
+					check("dqkv", i*3*l.C+part*l.C+h*l.D+c, got[i*l.D+c], ref)
+				}
+			}
+		}
+	}
+	if flushed == 0 {
+		t.Fatal("the backward flushed no P: the test's scores no longer reach below 2⁻¹²⁶")
+	}
+	t.Logf("backward: %d of P flushed", flushed)
 }

@@ -20,7 +20,10 @@
 // The oracle does not judge: comparing a kernel's output against a
 // Reference, including NaN and infinity rules, is package verify's job. It
 // also claims nothing about kernels that use fast-math, flush subnormals to
-// zero, or compute exp with more than a few ulps of error (see Softmax).
+// zero, or compute exp with more than a few ulps of error (see Softmax),
+// except where an op's bound says otherwise: Gelu's and Attention's allow
+// an exponential whose result is under 2⁻¹²⁶ to be flushed to zero, as the
+// GPU's ex2.approx.ftz does.
 package oracle
 
 import (

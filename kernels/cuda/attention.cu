@@ -57,7 +57,9 @@
 // Accuracy, against the oracle's bounds (oracle/attention.go): products of
 // f16 values are exact and mma.sync sums them in f32 (any order, fused);
 // α·log₂e is rounded once on the host; exp2f and log2f are within 2 and 1
-// ulps (the CUDA Math API's table; no -use_fast_math); the online pass
+// ulps (the CUDA Math API's table; no -use_fast_math), and the tiles'
+// exponentials (exp2_tile) are exp2f's bits where the result is normal and
+// 0 where it would be under 2⁻¹²⁶ (the bound allows 2⁻¹²⁶ there); the online pass
 // rescales once per 64 keys (the bound allows one per 16); P ∈ [0, 1]
 // rounded to f16 errs by 2⁻¹¹·P + 2⁻²⁵, and dS, scaled, by 2⁻¹¹·|dS| + 2⁻³⁹
 // of the largest |dS| of its tile row (the bound allows exactly these). f16
@@ -203,6 +205,28 @@
 //      0.4115 against 0.4108; K and V held spilled 344 bytes at three
 //      blocks an SM and took 0.482 ms. Shared-memory reads are not what
 //      bounds these kernels (docs/attention-held-h200/).
+//   13. Tried and dropped (branch attention-rescale, 2026-11-28):
+//      online_softmax skipping the rescale of o and l in a warp none of
+//      whose rows' maxima rose (exp2f(0) = 1: the same bits, which the lab
+//      confirmed). Lab, one H200 call, against main in turn: the Hopper
+//      forward 0.1340 and 0.1337 ms against 0.1301 and 0.1305 at
+//      16x1024x768x12, 0.2430 and 0.2433 against 0.2368 and 0.2379 at B =
+//      32; the mma.sync forward 2% slower too. The vote and the branch
+//      cost more than the 34 multiplications a tile they save
+//      (docs/attention-rescale-h200/).
+//   14. exp2_tile as ex2.approx.ftz alone, without variant 10's test of
+//      the warp's smallest argument (see exp2_tile); the oracle allows the
+//      flushed results 2⁻¹²⁶ (oracle/attention.go). Nsight Compute on an
+//      H200 had counted 2.2 FMNMX an element in forward_hopper, one of
+//      them the test's (docs/attention-rescale-h200). Lab, one H200 call
+//      (2026-11-28; no H100 was lent that day), against variant 11 in
+//      turn: the Hopper forward 0.1201 and 0.1194 ms against 0.1297 and
+//      0.1307 at 16x1024x768x12 (1.08–1.09×), 0.2169 and 0.2168 against
+//      0.2359 and 0.2357 at B = 32; the Hopper backward 0.3968 and 0.3960
+//      against 0.4063 and 0.4081 (1.02–1.03×); mma.sync 1.04× (forward)
+//      and 1.02× (backward); vkern verify 70 of 70 on each path at the
+//      default shapes and 10 of 10 at 16x1024x768x12 (docs/
+//      attention-ftz-h200/).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -777,44 +801,36 @@ __device__ __forceinline__ void mask_after(float (&s)[8][4], int r0, int t) {
   }
 }
 
-// exp2_tile sets each of a thread's 32 elements x to exp2f(x), faster
-// where it can, with the same bits: exp2f is one ex2.approx.ftz (MUFU.EX2)
-// for x ≥ −126, whose results are normal, and below that the same
-// instruction on x/2, squared, so ptxas gives every element a test and two
-// predicated multiplications around it (in backward_dq_hopper's SASS the
-// most stalled instructions, Nsight Compute, 2026-11-27). Where every
-// element of the warp is at least −126 (or NaN), the tile takes the
-// instruction alone; else exp2f. On an H100 the two gave the same bits for
-// every float in [−126, 128] (bench/exp2_check.cu, 2026-11-27).
+// exp2_tile sets each of a thread's 32 elements x to 2^x by
+// ex2.approx.ftz alone (MUFU.EX2, variant 14). That instruction is exp2f's
+// own for x ≥ −126, whose results are normal: on an H100 the two gave the
+// same bits for every float in [−126, 128] and every NaN
+// (bench/exp2_check.cu, 2026-11-27). Below −126, exp2f takes it on x/2 and
+// squares the result, to give the subnormals; ex2.approx.ftz flushes them
+// to +0, an absolute error under 2⁻¹²⁶, which oracle/attention.go allows
+// (P·V's and dv's products, with P rounded to f16, lose anything under
+// 2⁻²⁵ anyway; l, which sums P unrounded, and dS, which is scaled per tile
+// row before its rounding, can see the difference, and the bound takes it
+// in). Variant 10 took this path only where every element of the
+// warp was at least −126, and exp2f otherwise: the test cost a minimum an
+// element and a vote a tile, about as many instructions as the row's max
+// (Nsight Compute on an H200, docs/attention-rescale-h200).
 __device__ __forceinline__ void exp2_tile(float (&x)[8][4]) {
-  float least = x[0][0];
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) least = fminf(least, x[n][e]);  // fminf passes over a NaN
-  }
-  if (__all_sync(0xffffffffu, !(least < -126.0f))) {
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) asm("ex2.approx.ftz.f32 %0, %0;" : "+f"(x[n][e]));
-    }
-    return;
-  }
-#pragma unroll
-  for (int n = 0; n < 8; ++n) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) x[n][e] = exp2f(x[n][e]);
+    for (int e = 0; e < 4; ++e) asm("ex2.approx.ftz.f32 %0, %0;" : "+f"(x[n][e]));
   }
 }
 
 // online_softmax takes a tile of scores s into the thread's two rows'
 // running max m (of s·α₂), sum l (this thread's columns) and output o: the
 // max raised to the tile's, l and o rescaled by exp2(m_old − m_new), and s
-// replaced by p = exp2(s·α₂ − m), added into l. Before exp2_tile, nvcc fused
-// l's rescale with the first addition into it (an FFMA in forward_hopper's
-// SASS); with exp2_tile's branch between them it no longer does, so y's
-// bits differ from variant 9's build, within the bound either way.
+// replaced by p = exp2(s·α₂ − m), added into l. Before variant 10, nvcc
+// fused l's rescale with the first addition into it (an FFMA in
+// forward_hopper's SASS); variant 10's branch in exp2_tile, between them,
+// kept it from doing so, and y's bits differed from variant 9's build,
+// within the bound either way.
 template <int N>
 __device__ __forceinline__ void online_softmax(float (&s)[8][4], float (&m)[2], float (&l)[2], float (&o)[N][4],
                                                float scale2) {
