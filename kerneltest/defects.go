@@ -1013,8 +1013,9 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "attention_grad's tiles copied unswizzled (Hopper)", File: "cuda/attention.cu",
-		Old: "cp_async_16(dst + r * 128 + ((u ^ (r & 7)) << 4),", New: "cp_async_16(dst + r * 128 + (u << 4),",
-		Op: "attention_grad", Shapes: []string{hopperAttention},
+		Old: "const uint32_t at = dst + r0 * 128 + ((u ^ (r0 & 7)) << 4);",
+		New: "const uint32_t at = dst + r0 * 128 + (u << 4);",
+		Op:  "attention_grad", Shapes: []string{hopperAttention},
 	},
 	{
 		Name: "attention_grad's scores read the first 16 columns of q four times (Hopper)", File: "cuda/attention.cu",

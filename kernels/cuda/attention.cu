@@ -227,6 +227,14 @@
 //      and 1.02× (backward); vkern verify 70 of 70 on each path at the
 //      default shapes and 10 of 10 at 16x1024x768x12 (docs/
 //      attention-ftz-h200/).
+//   15. (branch attention-copies, not yet built by nvcc) copy_rows_sw
+//      with each thread's shared and global offsets stepped 16 rows at a
+//      time, and a whole tile copied with no tests (see copy_rows_sw):
+//      Nsight Compute had counted about 100 instructions a warp per tile
+//      pair for backward_dq_hopper's copies of K and V (8 cp.async), 183
+//      for backward_dkdv_hopper's of Q, dY, lse₂ and D, and 144 for the
+//      forward's (docs/attention-rescale-h200). The same bits by
+//      construction. Not yet measured (docs/attention-copies-h100).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -463,6 +471,8 @@ __global__ void __launch_bounds__(kThreads)
 #if defined(VKERN_PTX_MMA)
 
 using vkern_mma::cp_async_16;
+using vkern_mma::cp_async_16_at;
+using vkern_mma::cp_async_16_full_at;
 using vkern_mma::cp_async_4;
 using vkern_mma::cp_async_commit;
 using vkern_mma::cp_async_wait;
@@ -1321,20 +1331,36 @@ __device__ __forceinline__ unsigned char* align_swizzle(void* p) {
   return c + ((1024u - vkern_mma::smem_addr(c) % 1024u) % 1024u);
 }
 
-// copy_rows_sw starts the copy of rows [row0, row0 + 64) of a head (element
-// (t, c) at src[t·width + c]) into the swizzled tile dst, 16 bytes a
-// cp.async, zero past T and past D (D a multiple of 8, rows 16-byte
-// aligned): unit u (halves 8u .. 8u + 7) of row r lands at r·128 + 16·(u ^
-// r % 8).
-__device__ __forceinline__ void copy_rows_sw(unsigned char* dst, const __half* src, int width, int64_t row0,
-                                             int64_t T, int D) {
-  const __half* from = src + row0 * width;
-  const int left = T - row0 < kTile ? static_cast<int>(T - row0) : kTile;
+// copy_rows_sw starts the copy of rows [row0, row0 + 64) of a head
+// (element (t, c) at src[t·width + c]) into the swizzled tile at shared
+// address dst, 16 bytes a cp.async, zero past T and past D (D a multiple of
+// 8, rows 16-byte aligned): unit u (halves 8u .. 8u + 7) of row r lands at
+// r·128 + 16·(u ^ r % 8). A thread copies unit u = threadIdx.x % 8 of rows
+// r₀ + 16k, k < 4 (r₀ = threadIdx.x / 8), which share the swizzle (r % 8
+// = r₀ % 8): they land at at + 2048k and come from byte offsets a step
+// of 16 rows apart, so a whole tile (every row below T, every unit within
+// D) takes an address addition a copy and no tests (variant 15; the
+// copies had cost about 100 instructions a warp per pair of tiles in
+// backward_dq_hopper, 183 in backward_dkdv_hopper: Nsight Compute,
+// docs/attention-rescale-h200).
+__device__ __forceinline__ void copy_rows_sw(uint32_t dst, const __half* src, int width, int64_t row0, int64_t T,
+                                             int D) {
+  static_assert(kTile * 8 / kThreads == 4, "a thread copies 4 rows of a tile");
+  const int r0 = static_cast<int>(threadIdx.x) / 8, u = static_cast<int>(threadIdx.x) % 8;
+  const uint32_t at = dst + r0 * 128 + ((u ^ (r0 & 7)) << 4);
+  const char* from = reinterpret_cast<const char*>(src + row0 * width) + 2 * (r0 * width + 8 * u);
+  const int64_t step = int64_t{32} * width;  // bytes from row r to row r + 16
+  const bool cols = 8 * u < D;
+  if (T - row0 >= kTile && cols) {
 #pragma unroll
-  for (int k = 0; k < kTile * 8 / kThreads; ++k) {
-    const int idx = threadIdx.x + k * kThreads, r = idx / 8, u = idx % 8;
-    const bool in = r < left && 8 * u < D;
-    cp_async_16(dst + r * 128 + ((u ^ (r & 7)) << 4), in ? from + r * width + 8 * u : src, in ? 16 : 0);
+    for (int k = 0; k < 4; ++k) cp_async_16_full_at(at + 2048 * k, from + k * step);
+    return;
+  }
+  const int64_t left = T - row0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const bool in = r0 + 16 * k < left && cols;
+    cp_async_16_at(at + 2048 * k, in ? from + k * step : reinterpret_cast<const char*>(src), in ? 16 : 0);
   }
 }
 
@@ -1488,14 +1514,14 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
     const float* dsum_bh = dsum + bh * a.T;
     // stage_copy starts the copy of query tile qt's rows into stage st.
     auto stage_copy = [&](int64_t qt, int st) {
-      copy_rows_sw(stages + 2 * st * kSwTile, base, width, qt * kTile, a.T, D);
-      copy_rows_sw(stages + (2 * st + 1) * kSwTile, dy_base, C, qt * kTile, a.T, D);
+      copy_rows_sw(stage_addr + 2 * st * kSwTile, base, width, qt * kTile, a.T, D);
+      copy_rows_sw(stage_addr + (2 * st + 1) * kSwTile, dy_base, C, qt * kTile, a.T, D);
       copy_floats(stage_rows + 2 * st * kTile, lse2_bh, qt * kTile, a.T);
       copy_floats(stage_rows + (2 * st + 1) * kTile, dsum_bh, qt * kTile, a.T);
     };
     __syncthreads();  // the last item's reads of every tile are done
-    copy_rows_sw(ks, base + C, width, kt * kTile, a.T, D);
-    copy_rows_sw(vs, base + 2 * C, width, kt * kTile, a.T, D);
+    copy_rows_sw(k_addr, base + C, width, kt * kTile, a.T, D);
+    copy_rows_sw(v_addr, base + 2 * C, width, kt * kTile, a.T, D);
     stage_copy(kt, 0);
     cp_async_commit();
     const int64_t key[2] = {kt * kTile + warp * 16 + g, kt * kTile + warp * 16 + g + 8};
@@ -1583,12 +1609,12 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
     const __half* base = qkv + b * a.T * width + h * a.D;
     // kv_copy starts the copy of key tile kt's keys and values into stage st.
     auto kv_copy = [&](int64_t kt, int st) {
-      copy_rows_sw(stages + 2 * st * kSwTile, base + C, width, kt * kTile, a.T, D);
-      copy_rows_sw(stages + (2 * st + 1) * kSwTile, base + 2 * C, width, kt * kTile, a.T, D);
+      copy_rows_sw(stage_addr + 2 * st * kSwTile, base + C, width, kt * kTile, a.T, D);
+      copy_rows_sw(stage_addr + (2 * st + 1) * kSwTile, base + 2 * C, width, kt * kTile, a.T, D);
     };
     __syncthreads();  // the last item's reads of every tile are done
-    copy_rows_sw(qs, base, width, qt * kTile, a.T, D);
-    copy_rows_sw(gs, dy + b * a.T * a.C + h * a.D, C, qt * kTile, a.T, D);
+    copy_rows_sw(q_addr, base, width, qt * kTile, a.T, D);
+    copy_rows_sw(g_addr, dy + b * a.T * a.C + h * a.D, C, qt * kTile, a.T, D);
     kv_copy(0, 0);
     cp_async_commit();
     const int64_t row[2] = {qt * kTile + warp * 16 + g, qt * kTile + warp * 16 + g + 8};
@@ -1664,12 +1690,12 @@ __global__ void __launch_bounds__(kThreads, kHopperForwardMinBlocks)
     const __half* base = qkv + b * a.T * width + h * a.D;  // q of token 0; k at + C, v at + 2C
     // kv_copy starts the copy of key tile kt's keys and values into stage st.
     auto kv_copy = [&](int64_t kt, int st) {
-      copy_rows_sw(stages + 2 * st * kSwTile, base + C, width, kt * kTile, a.T, D);
-      copy_rows_sw(stages + (2 * st + 1) * kSwTile, base + 2 * C, width, kt * kTile, a.T, D);
+      copy_rows_sw(stage_addr + 2 * st * kSwTile, base + C, width, kt * kTile, a.T, D);
+      copy_rows_sw(stage_addr + (2 * st + 1) * kSwTile, base + 2 * C, width, kt * kTile, a.T, D);
     };
     const int64_t row[2] = {qt * kTile + warp * 16 + g, qt * kTile + warp * 16 + g + 8};
     __syncthreads();  // the last item's reads of every stage are done
-    copy_rows_sw(qs, base, width, qt * kTile, a.T, D);
+    copy_rows_sw(q_addr, base, width, qt * kTile, a.T, D);
     kv_copy(0, 0);
     cp_async_commit();
     float o[8][4] = {};

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# attention.cu's variant 15 (branch attention-copies): copy_rows_sw's
+# offsets stepped 16 rows at a time and whole tiles copied with no tests;
+# the same bits as main by construction. Written on 2026-11-28 for the next
+# call (not yet run); it also runs what variant 14 (merged that day on an
+# H200's lab and verify) still owes: the planted attention defects and the
+# attention ops against SDPA. Meant for nvidia-h100-x1; where only an H200
+# is lent, run it as is and name the folder's device in its README.
+#   - the attention lab from main's sources (bin/labsrc-base) and from this
+#     branch's, ptxas's registers and spills (backward_dkdv_hopper sits at
+#     its 168-register cap); each at B = 16 and 32, two rounds in turn; the
+#     outputs' hashes must be equal;
+#   - the kernel server: vkern verify of attention and attention_grad at the
+#     default shapes (Hopper and mma.sync) and at 16x1024x768x12;
+#   - every planted CUDA defect of attention and attention_grad;
+#   - vkern bench of both ops at 16x1024x768x12 against
+#     scaled_dot_product_attention (flash and cuDNN) in this call.
+# Run from the repository root after `bash bench/prep-call.sh main`, with
+# ../shared/bench/anchors.py copied to .anchors/anchors.py.
+set -uo pipefail
+NAME=call1
+LIMIT=570
+source bench/call-lib.sh
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+step "builds: the server and two labs in parallel"
+build_server bin/vkern > "$out/server-status.txt" 2>&1 &
+server_pid=$!
+lab() {  # lab NAME SRC
+  timeout 200 nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I"$2" \
+    -o /tmp/lab-$1 bench/attention_lab.cu > "$out/lab-$1-build.txt" 2>&1 || echo "lab $1: build FAILED"
+}
+lab base bin/labsrc-base & base_pid=$!
+lab new bin/labsrc & new_pid=$!
+wait $base_pid $new_pid
+server_ok=1
+wait $server_pid || server_ok=0
+[ -s "$out/server-status.txt" ] && { server_ok=0; cat "$out/server-status.txt"; }
+for v in base new; do
+  grep -A3 -E "Compiling entry function.*(forward_hopper|backward_dkdv_hopper|backward_dq_hopper)" \
+    "$out/lab-$v-build.txt" | grep -E "registers|spill" | tr -s ' ' | sed "s/^/$v: /" | tee -a "$out/ptxas.txt" |
+    paste -sd ' ' | cut -c1-330
+done
+step "lab: two builds in turn, two rounds"
+for round in 1 2; do
+  for v in base new; do
+    for b in 16 32; do
+      [ -x /tmp/lab-$v ] || continue
+      timeout 60 /tmp/lab-$v $b 1024 768 12 > "$out/lab-$v-$b-$round.txt" 2>&1 || echo "lab $v B=$b round $round: rc $?"
+      printf '%-4s B=%-3s r%s %s\n' $v $b $round \
+        "$(grep -E '^(forward|backward), (wgmma|4 warps|mma.sync)|^bits' "$out/lab-$v-$b-$round.txt" | tr -s ' ' |
+          sed -E 's/ [0-9.]+$//' | paste -sd ';')" | tee -a "$out/lab-table.txt"
+    done
+  done
+done
+(( server_ok )) || exit 1
+step "verify"
+export VERIFY_TIMEOUT=60
+verify verify-attn --op attention,attention_grad
+VKERN_ATTENTION=mma verify verify-attn-mma --op attention,attention_grad
+VERIFY_TIMEOUT=120 verify verify-attn-gpt2 --op attention,attention_grad --shape 16x1024x768x12
+step "planted defects of attention and attention_grad"
+[ "$(left)" -gt 220 ] &&
+  run defects timeout 200 ./bin/vkern.test -test.run 'TestPlantedDefectsInTheCUDAKernelsAreIncorrect/^attention' -test.v
+echo "caught: $(grep -cE '^    --- PASS' "$out/defects.txt")"; grep -E '^    --- FAIL|^(ok|FAIL)' "$out/defects.txt" | head
+step "anchors and bench"
+[ "$(left)" -gt 60 ] || exit 0
+python3 bench/op_anchors.py attention=16x1024x768x12 attention_backward=16x1024x768x12 > "$out/anchors.jsonl" \
+  2> "$out/anchors.stderr" || echo "anchors: FAILED"
+bench_ops new bin/vkern "$out/anchors.jsonl" attention,attention_grad 16x1024x768x12
+tables
+step "table"
+cat "$out/lab-table.txt"
