@@ -942,7 +942,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "attention's tiles never raise the route's flag (tensor cores)", File: "cuda/attention.cu",
-		Old: "if (found) atomicOr(flag, 1u);",
+		Old: "if (marks & kSpecialMarks) atomicOr(flag, 1u);",
 		New: "",
 		Op:  "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
 	},
@@ -990,7 +990,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "attention's tiles never raise the route's flag (Hopper)", File: "cuda/attention.cu",
-		Old: "  if (found) {\n    atomicOr(flag, 1u);\n  }", New: "",
+		Old: "  if (marks & kSpecialMarks) {\n    atomicOr(flag, 1u);\n  }", New: "",
 		Op: "attention", Shapes: []string{hopperAttention},
 	},
 	// attention_grad's variant 6 (the Hopper backward on wgmma): heads of

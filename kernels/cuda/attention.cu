@@ -235,6 +235,12 @@
 //      for backward_dkdv_hopper's of Q, dY, lse₂ and D, and 144 for the
 //      forward's (docs/attention-rescale-h200). The same bits by
 //      construction. Not yet measured (docs/attention-copies-h100).
+//   16. (branch attention-copies, not yet built by nvcc) the route's scans
+//      of a tile (flag_tile, flag_specials) or the tile's special_marks and
+//      test once, without a branch a word: about 97 instructions a warp per
+//      tile before (forward_hopper, Nsight Compute). The same bits; the
+//      marks agree with special_halves' tests on all 2³² words (checked on
+//      the host, 2026-11-28).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -300,6 +306,21 @@ __device__ __forceinline__ float head_dot(const __half* a, const __half* b, int6
 // (exponent bits all ones).
 __device__ __forceinline__ bool special_halves(uint32_t w) {
   return (w & 0x7c00u) == 0x7c00u || (w & 0x7c000000u) == 0x7c000000u;
+}
+
+// special_marks marks the infinities and NaNs among the eight f16 of v
+// without a branch (variant 16): each half's exponent field plus one
+// carries into the half's top bit (bit 15 or 31) exactly when the field is
+// all ones (0x7c00 + 0x0400 = 0x8000; the low half's sum never reaches bit
+// 16), and the four words' sums are or-ed, so (marks & kSpecialMarks) != 0
+// says whether any of them is special. The tile scans below or their marks
+// and test once; with special_halves' tests, each word had taken two tests
+// and a branch (about 97 instructions a warp per tile in forward_hopper,
+// Nsight Compute, docs/attention-rescale-h200).
+constexpr uint32_t kSpecialMarks = 0x80008000u;
+__device__ __forceinline__ uint32_t special_marks(uint4 v) {
+  const auto mark = [](uint32_t w) { return (w & 0x7c007c00u) + 0x04000400u; };
+  return mark(v.x) | mark(v.y) | mark(v.z) | mark(v.w);
 }
 
 // row_dots: dsum[(b·H + h)·T + t] = Σ_c dy·y over head h of token row
@@ -568,12 +589,11 @@ __device__ __forceinline__ void copy_floats(float* dst, const float* src, int64_
 template <int DP, int kRows, int kBlock>
 __device__ __forceinline__ void flag_specials(const __half* tile, unsigned* flag) {
   constexpr int kLd = TileShape<DP>::kLd;
-  bool found = false;
+  uint32_t marks = 0;
   for (int idx = threadIdx.x; idx < kRows * DP / 8; idx += kBlock) {
-    const uint4 v = *reinterpret_cast<const uint4*>(tile + idx / (DP / 8) * kLd + idx % (DP / 8) * 8);
-    found = found || special_halves(v.x) || special_halves(v.y) || special_halves(v.z) || special_halves(v.w);
+    marks |= special_marks(*reinterpret_cast<const uint4*>(tile + idx / (DP / 8) * kLd + idx % (DP / 8) * 8));
   }
-  if (found) atomicOr(flag, 1u);
+  if (marks & kSpecialMarks) atomicOr(flag, 1u);
 }
 
 // scores: x[n] += A·Bᵀ for 16 rows of tile a (from row a_row) against the 64
@@ -1372,13 +1392,12 @@ __device__ __forceinline__ void async_visible() { asm volatile("fence.proxy.asyn
 // flag_tile sets *flag when any half of a swizzled tile is an infinity or a
 // NaN.
 __device__ __forceinline__ void flag_tile(const unsigned char* tile, unsigned* flag) {
-  bool found = false;
+  uint32_t marks = 0;
 #pragma unroll
   for (int k = 0; k < kSwTile / 16 / kThreads; ++k) {
-    const uint4 v = *reinterpret_cast<const uint4*>(tile + 16 * (threadIdx.x + k * kThreads));
-    found = found || special_halves(v.x) || special_halves(v.y) || special_halves(v.z) || special_halves(v.w);
+    marks |= special_marks(*reinterpret_cast<const uint4*>(tile + 16 * (threadIdx.x + k * kThreads)));
   }
-  if (found) {
+  if (marks & kSpecialMarks) {
     atomicOr(flag, 1u);
   }
 }
