@@ -241,6 +241,12 @@
 //      tile before (forward_hopper, Nsight Compute). The same bits; the
 //      marks agree with special_halves' tests on all 2³² words (checked on
 //      the host, 2026-11-28).
+//   17. (branch attention-copies, not yet built by nvcc) the forward's
+//      finish (finish_rows, both tensor-core paths) multiplies o by 1/l,
+//      one division a row, where it divided each element: 32 IEEE
+//      divisions a thread of about 11 instructions each (forward_hopper,
+//      Nsight Compute). y rounds twice where it rounded once; the oracle's
+//      K takes one more u (oracle/attention.go).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -896,7 +902,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[8][4], float (&m)[2], 
 }
 
 // finish_rows ends the forward of the thread's rows row[r] < T: l summed
-// over the quad, o divided by it, lse written (by one lane of the quad),
+// over the quad, o multiplied by its reciprocal (variant 17: an IEEE
+// division is about 11 instructions, 32 a thread, where one division and
+// 32 products round twice, which oracle/attention.go allows), lse written
+// (by one lane of the quad),
 // then o stored to y (row t's column c at y[t·C + c]) as store_rows stores.
 template <int DP>
 __device__ __forceinline__ void finish_rows(float (&o)[DP / 8][4], const float (&m)[2], float (&l)[2],
@@ -907,10 +916,11 @@ __device__ __forceinline__ void finish_rows(float (&o)[DP / 8][4], const float (
     l[r] += VK_SHFL_XOR(l[r], 1);
     l[r] += VK_SHFL_XOR(l[r], 2);
     if (row[r] >= a.T) continue;
+    const float inv = 1.0f / l[r];  // one division a row, two roundings an element (variant 17)
 #pragma unroll
     for (int n = 0; n < DP / 8; ++n) {
-      o[n][2 * r] /= l[r];
-      o[n][2 * r + 1] /= l[r];
+      o[n][2 * r] = __fmul_rn(o[n][2 * r], inv);
+      o[n][2 * r + 1] = __fmul_rn(o[n][2 * r + 1], inv);
     }
     if (t == 0) lse_bh[row[r]] = (m[r] + log2f(l[r])) * kLn2;
   }
