@@ -1,48 +1,58 @@
 #!/usr/bin/env bash
-# attention.cu's variant 15 (branch attention-copies): copy_rows_sw's
-# offsets stepped 16 rows at a time and whole tiles copied with no tests;
-# the same bits as main by construction. Written on 2026-11-28 for the next
-# call (not yet run); it also runs what variant 14 (merged that day on an
+# attention.cu's variants 15-17 (branch attention-copies): copy_rows_sw's
+# offsets stepped 16 rows at a time and whole tiles copied with no tests
+# (15), the route's scans without a branch a word (16), both the same bits
+# as main by construction, and the forward's finish by a reciprocal (17:
+# other bits, within the bound). Written on 2026-11-28 for the next call
+# (not yet run); it also runs what variant 14 (merged that day on an
 # H200's lab and verify) still owes: the planted attention defects and the
 # attention ops against SDPA. Meant for nvidia-h100-x1; where only an H200
 # is lent, run it as is and name the folder's device in its README.
-#   - the attention lab from main's sources (bin/labsrc-base) and from this
-#     branch's, ptxas's registers and spills (backward_dkdv_hopper sits at
-#     its 168-register cap); each at B = 16 and 32, two rounds in turn; the
-#     outputs' hashes must be equal;
+#   - the attention lab from main's sources (bin/labsrc-base), from variant
+#     15's and 16's commits (bin/labsrc-v15, bin/labsrc-v16) and from this
+#     branch's (bin/labsrc), ptxas's registers and spills
+#     (backward_dkdv_hopper sits at its 168-register cap); each at B = 16
+#     and 32, two rounds in turn; base, v15 and v16 must hash the same;
 #   - the kernel server: vkern verify of attention and attention_grad at the
 #     default shapes (Hopper and mma.sync) and at 16x1024x768x12;
 #   - every planted CUDA defect of attention and attention_grad;
 #   - vkern bench of both ops at 16x1024x768x12 against
 #     scaled_dot_product_attention (flash and cuDNN) in this call.
 # Run from the repository root after `bash bench/prep-call.sh main`, with
-# ../shared/bench/anchors.py copied to .anchors/anchors.py.
+# ../shared/bench/anchors.py copied to .anchors/anchors.py, and the two
+# middle labs' sources from worktrees of their commits: for each of v15
+# (c48c8f3) and v16 (867ba04), `git worktree add /tmp/wt COMMIT; (cd
+# /tmp/wt && go run ./bench/labsrc $PWD/bin/labsrc-vNN); git worktree
+# remove /tmp/wt` from the repository root.
 set -uo pipefail
 NAME=call1
 LIMIT=570
 source bench/call-lib.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-step "builds: the server and two labs in parallel"
+step "builds: the server and four labs in parallel"
 build_server bin/vkern > "$out/server-status.txt" 2>&1 &
 server_pid=$!
 lab() {  # lab NAME SRC
   timeout 200 nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I"$2" \
     -o /tmp/lab-$1 bench/attention_lab.cu > "$out/lab-$1-build.txt" 2>&1 || echo "lab $1: build FAILED"
 }
-lab base bin/labsrc-base & base_pid=$!
-lab new bin/labsrc & new_pid=$!
-wait $base_pid $new_pid
+labs=(base v15 v16 new)
+lab base bin/labsrc-base & pids=($!)
+lab v15 bin/labsrc-v15 & pids+=($!)
+lab v16 bin/labsrc-v16 & pids+=($!)
+lab new bin/labsrc & pids+=($!)
+wait "${pids[@]}"
 server_ok=1
 wait $server_pid || server_ok=0
 [ -s "$out/server-status.txt" ] && { server_ok=0; cat "$out/server-status.txt"; }
-for v in base new; do
+for v in "${labs[@]}"; do
   grep -A3 -E "Compiling entry function.*(forward_hopper|backward_dkdv_hopper|backward_dq_hopper)" \
     "$out/lab-$v-build.txt" | grep -E "registers|spill" | tr -s ' ' | sed "s/^/$v: /" | tee -a "$out/ptxas.txt" |
     paste -sd ' ' | cut -c1-330
 done
-step "lab: two builds in turn, two rounds"
+step "lab: four builds in turn, two rounds"
 for round in 1 2; do
-  for v in base new; do
+  for v in "${labs[@]}"; do
     for b in 16 32; do
       [ -x /tmp/lab-$v ] || continue
       timeout 60 /tmp/lab-$v $b 1024 768 12 > "$out/lab-$v-$b-$round.txt" 2>&1 || echo "lab $v B=$b round $round: rc $?"
