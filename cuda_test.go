@@ -35,7 +35,7 @@ func TestPlantedDefectSnippetsMatchTheSources(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, e := range append(append([]kerneltest.Edit(nil), m.Setup...), kerneltest.Edit{Old: m.Old, New: m.New}) {
+			for _, e := range m.Edits() {
 				if e.Old == e.New {
 					t.Errorf("%s: planted defect %q has an edit that changes nothing (%q)", backend, m.Name, e.Old)
 				}

@@ -1408,6 +1408,12 @@ const halfAwayLambda = "auto away = [](float v) { const __half t = __float2half_
 	"const __half u = __ushort_as_half(static_cast<unsigned short>(__half_as_ushort(t) + 1)); " +
 	"return fabsf(v) - fabsf(__half2float(t)) >= fabsf(__half2float(u)) - fabsf(v) ? u : t; };"
 
+// Edits is m's edits in the order Plant applies them: its Setup, then
+// the defect itself (Old by New, in m.File).
+func (m Mutation) Edits() []Edit {
+	return append(append(make([]Edit, 0, len(m.Setup)+1), m.Setup...), Edit{Old: m.Old, New: m.New})
+}
+
 // Plant returns the source edit that applies m (for vkern.Options'
 // EditSources), failing when its snippet does not occur exactly once.
 //
@@ -1416,7 +1422,7 @@ const halfAwayLambda = "auto away = [](float v) { const __half t = __float2half_
 // ("kernels/cpu/rmsnorm.cc"), which Plant finds under kernels.DeclaredDir.
 func (m Mutation) Plant() func(files map[string][]byte) error {
 	return func(files map[string][]byte) error {
-		for _, e := range append(append([]Edit(nil), m.Setup...), Edit{Old: m.Old, New: m.New}) {
+		for _, e := range m.Edits() {
 			name := m.File
 			if e.File != "" {
 				name = e.File
