@@ -70,6 +70,17 @@ trap finish EXIT
 #               its PyTorch anchors; then, given BIN (default bin/vkern),
 #               BIN's step with the variables set against the same anchors
 #               into train-again.txt and .json; prints both medians
+#   attention_labs NAME=SRC [NAME=SRC...]
+#               bench/attention_lab.cu built from each SRC (bench/labsrc's
+#               output, e.g. bin/labsrc-base from `bash bench/prep-call.sh
+#               BASE`) to /tmp/lab-NAME, in parallel, nvcc's output in
+#               lab-NAME-build.txt; the Hopper kernels' registers and
+#               spilled bytes into ptxas.txt, a line per lab printed
+#   attention_rounds ROUNDS NAME...
+#               each /tmp/lab-NAME at 16x1024x768x12 and 32x1024x768x12 in
+#               turn, ROUNDS times, into lab-NAME-B-ROUND.txt; a line each
+#               (the wgmma and mma.sync times in ms and the outputs' hashes)
+#               into lab-table.txt, printed
 #   kernel_resources KERNEL
 #               cuobjdump's resource usage of the built server (in
 #               $VKERN_CACHE) into resources.txt, then a line per instance
@@ -186,6 +197,42 @@ for line in open(path):
         print(args, " ".join(f for f in line.split() if f.split(":")[0] in ("REG", "STACK", "LOCAL", "SHARED")))
         name = None
 PY
+}
+attention_labs() {
+  local spec name pids=()
+  for spec in "$@"; do
+    name=${spec%%=*}
+    rm -f "/tmp/lab-$name"
+    timeout 240 nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I"${spec#*=}" \
+      -o "/tmp/lab-$name" bench/attention_lab.cu > "$out/lab-$name-build.txt" 2>&1 &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  for spec in "$@"; do
+    name=${spec%%=*}
+    [ -x "/tmp/lab-$name" ] || { echo "lab $name: build FAILED"; tail -5 "$out/lab-$name-build.txt"; continue; }
+    awk -v lab="$name" '
+      /Compiling entry function/ { k = ""; if (match($0, /(forward_hopper|backward_dkdv_hopper|backward_dq_hopper)/)) k = substr($0, RSTART, RLENGTH) }
+      k != "" && /spill stores/ { spill = $5 }
+      k != "" && /Used [0-9]+ registers/ { match($0, /Used [0-9]+/); printf "%s: %s %s registers, %s bytes spilled\n", lab, k, substr($0, RSTART + 5, RLENGTH - 5), spill; k = "" }
+    ' "$out/lab-$name-build.txt" | tee -a "$out/ptxas.txt" | paste -sd ';' | cut -c1-330
+  done
+}
+attention_rounds() {
+  local rounds=$1 round name b
+  shift
+  for round in $(seq 1 "$rounds"); do
+    for name in "$@"; do
+      for b in 16 32; do
+        [ -x "/tmp/lab-$name" ] || continue
+        timeout 60 "/tmp/lab-$name" $b 1024 768 12 > "$out/lab-$name-$b-$round.txt" 2>&1 ||
+          echo "lab $name B=$b round $round: rc $?"
+        printf '%-5s B=%-3s r%s %s\n' "$name" $b $round \
+          "$(grep -E '^(forward|backward), (wgmma|4 warps|mma.sync)|^bits' "$out/lab-$name-$b-$round.txt" | tr -s ' ' |
+            sed -E 's/ [0-9.]+$//' | paste -sd ';')" | tee -a "$out/lab-table.txt"
+      done
+    done
+  done
 }
 build_server() {
   local log="$out/build-$(basename "$1").txt"
