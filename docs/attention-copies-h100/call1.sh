@@ -32,36 +32,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 step "builds: the server and four labs in parallel"
 build_server bin/vkern > "$out/server-status.txt" 2>&1 &
 server_pid=$!
-lab() {  # lab NAME SRC
-  timeout 200 nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I"$2" \
-    -o /tmp/lab-$1 bench/attention_lab.cu > "$out/lab-$1-build.txt" 2>&1 || echo "lab $1: build FAILED"
-}
 labs=(base v15 v16 new)
-lab base bin/labsrc-base & pids=($!)
-lab v15 bin/labsrc-v15 & pids+=($!)
-lab v16 bin/labsrc-v16 & pids+=($!)
-lab new bin/labsrc & pids+=($!)
-wait "${pids[@]}"
+attention_labs base=bin/labsrc-base v15=bin/labsrc-v15 v16=bin/labsrc-v16 new=bin/labsrc
 server_ok=1
 wait $server_pid || server_ok=0
 [ -s "$out/server-status.txt" ] && { server_ok=0; cat "$out/server-status.txt"; }
-for v in "${labs[@]}"; do
-  grep -A3 -E "Compiling entry function.*(forward_hopper|backward_dkdv_hopper|backward_dq_hopper)" \
-    "$out/lab-$v-build.txt" | grep -E "registers|spill" | tr -s ' ' | sed "s/^/$v: /" | tee -a "$out/ptxas.txt" |
-    paste -sd ' ' | cut -c1-330
-done
 step "lab: four builds in turn, two rounds"
-for round in 1 2; do
-  for v in "${labs[@]}"; do
-    for b in 16 32; do
-      [ -x /tmp/lab-$v ] || continue
-      timeout 60 /tmp/lab-$v $b 1024 768 12 > "$out/lab-$v-$b-$round.txt" 2>&1 || echo "lab $v B=$b round $round: rc $?"
-      printf '%-4s B=%-3s r%s %s\n' $v $b $round \
-        "$(grep -E '^(forward|backward), (wgmma|4 warps|mma.sync)|^bits' "$out/lab-$v-$b-$round.txt" | tr -s ' ' |
-          sed -E 's/ [0-9.]+$//' | paste -sd ';')" | tee -a "$out/lab-table.txt"
-    done
-  done
-done
+attention_rounds 2 "${labs[@]}"
 (( server_ok )) || exit 1
 step "verify"
 export VERIFY_TIMEOUT=60
