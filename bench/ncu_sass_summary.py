@@ -55,13 +55,13 @@ def main(path, run):
         else:
             stretches.append([n, i, [op]])
     print("instructions by execution count (the largest shares):")
-    for n, k in sorted(by_count.items(), key=lambda item: -item[0] * item[1])[:6]:
+    for n, k in sorted(((n, k) for n, k in by_count.items() if n > 0), key=lambda item: -item[0] * item[1])[:6]:
         print(f"  {k:5d} instructions run {n:9d} times: {n * k / total:6.1%}")
     print(f"stretches of {run}+ consecutive instructions with one count:")
     for n, first, ops in stretches:
         if n > 0 and len(ops) >= run:
             top = ", ".join(f"{o} {c}" for o, c in collections.Counter(ops).most_common(6))
-            print(f"  at {first:5d}: {len(ops):4d} instructions, {n:9d} times: {top}")
+            print(f"  from instruction {first:5d}: {len(ops):4d} instructions, {n:9d} times: {top}")
 
 
 if __name__ == "__main__":

@@ -61,16 +61,14 @@ func dotMagnitude(a, b []float64) (dot, magnitude float64) {
 //     column (for dk). This is what flash-style kernels do, and it is
 //     what keeps their P·V and dS products single: the error it adds is
 //     that of the f16 outputs' own rounding.
-//   - flushWeight, flushExp: an exponential whose result is under 2⁻¹²⁶
-//     may be flushed to zero (flushExp, the absolute error of P where it
-//     is); in the forward that moves the normalised weights by up to
-//     flushWeight = 2⁻¹²⁴ per key (see AttentionForward).
+//   - flushExp: an exponential whose result is under 2⁻¹²⁶ may be flushed
+//     to zero, an absolute error under flushExp; in the forward that moves
+//     the normalised weights too (see AttentionForward).
 const (
 	rescaleTile   = 16
 	roundRelative = 0x1p-11
 	roundAbsolute = 0x1p-25
 	roundScaled   = 0x1p-39
-	flushWeight   = 0x1p-124
 	flushExp      = 0x1p-126
 )
 
@@ -107,16 +105,18 @@ const (
 //
 // A kernel may also flush to zero an exponential whose result is under
 // 2⁻¹²⁶ (the GPU's ex2.approx.ftz), where exp within 2 ulps would give a
-// subnormal. The key of the row's largest computed score enters with
-// weight 2^t, |t| ≤ ½ulp(m̂) (its score less the running max it set, one
-// fused multiply-add), which is at least 1/√2 for |m̂| < 2²³, and every
-// later rescale is exactly 1 (the max no longer rises); so Ŝ ≥ ½ in the
-// kernel's scale and each flushed key's normalised weight is under
-// 2⁻¹²⁵. Dropping up to n of them (δ ≤ n·2⁻¹²⁵ ≤ ½ of the weight) moves
-// the other weights by a factor within 1/(1 − δ) ≤ 1 + 2δ. So y moves by
-// at most 2δ·max|vⱼ| ≤ n·2⁻¹²⁴·max|vⱼ| (the dropped weights, and the
-// others' growth), of which the bound adds twice, n·2⁻¹²³·max|vⱼ|; and
-// log Ŝ by at most −log(1 − δ) ≤ 2δ ≤ n·2⁻¹²⁴, which β adds.
+// subnormal. The key of the row's largest computed score m̂ (base 2)
+// enters with weight 2^t, |t| ≤ ½ulp(m̂) (its score less the running max
+// it set, one fused multiply-add), and every later rescale is exactly 1
+// (the max no longer rises); so Ŝ ≥ p = 2^(−½ulp(m̂)), which is at least
+// 2^−½ while |m̂| < 2²⁴, and |m̂| ≤ α·A_max·log₂e (rounded up) bounds
+// ulp(m̂). Each flushed key's normalised weight is then under 2⁻¹²⁶/p,
+// and dropping up to n of them, δ ≤ n·2⁻¹²⁶/p of the weight, moves y by
+// at most δ·max|vⱼ| (the dropped weights) plus δ/(1 − δ)·max|vⱼ| (the
+// others' growth): 3δ·max|vⱼ| while δ ≤ ½, which the bound adds; and log
+// Ŝ by at most −log(1 − δ) ≤ 2δ, which β adds. Where δ > ½ (scores of
+// 2²⁴ and more in base 2, which leave a binary32 kernel nothing right to
+// check anyway) both bounds are +Inf: no claim.
 //
 // The oracle's own float64 error (the sums of D and n terms, exp and log) is
 // added as 2⁻⁴⁸ of the arguments and 2⁻⁴⁰ of the magnitudes.
@@ -232,6 +232,7 @@ func (r *attentionRow) forward(l AttentionLayout, q, k, v []float64, n int, boun
 	r.weightRanges(n)
 
 	k1 := Gamma(int64(2*n+2*rescales+9), U32) + roundRelative + 0x1p-40
+	flushY, flushLse := flushShift(n, l.Alpha*aMax)
 	for c := range y {
 		if math.IsNaN(y[c]) || math.IsInf(y[c], 0) {
 			yBound[c] = 0
@@ -246,7 +247,7 @@ func (r *attentionRow) forward(l AttentionLayout, q, k, v []float64, n int, boun
 			bound += r.dw[j]*math.Abs(vj-y[c]) + (k1*r.wmax[j]+2*roundAbsolute)*math.Abs(vj)
 			vMax = math.Max(vMax, math.Abs(vj))
 		}
-		yBound[c] = boundOrInf(bound + float64(n)*flushWeight*2*vMax)
+		yBound[c] = boundOrInf(bound + flushY*vMax)
 	}
 
 	// lse: λⱼ = Eⱼ + 3u|sⱼ| + log(1+H), weighted by wⱼ in log space.
@@ -259,9 +260,24 @@ func (r *attentionRow) forward(l AttentionLayout, q, k, v []float64, n int, boun
 		up = logAddExp(up, r.d[j]-logS+lambda)
 		down = logAddExp(down, r.d[j]-logS-lambda)
 	}
-	beta := math.Max(up, -down) - math.Log1p(-Gamma(int64(n+rescales+2), U32)) + float64(n)*flushWeight
+	beta := math.Max(up, -down) - math.Log1p(-Gamma(int64(n+rescales+2), U32)) + flushLse
 	scale := math.Abs(m) + logS
 	*lseBound = boundOrInf(beta + 6*U32*(scale+beta) + 0x1p-48*scale)
+}
+
+// flushShift is what flushed exponentials may add to a forward row's
+// bounds (see AttentionForward), for n keys whose largest score magnitude
+// is at most scoreMax (α·A_max): a multiple of max|vⱼ| for y, and an
+// addition to β for lse; +Inf for both where the flushed share δ could
+// exceed ½.
+func flushShift(n int, scoreMax float64) (y, lse float64) {
+	_, e := math.Frexp(scoreMax * math.Log2E * (1 + 0x1p-20)) // |m̂| < 2^e, so ulp(m̂) ≤ 2^(e−24)
+	p := math.Exp2(-math.Ldexp(0.5, e-24))
+	delta := float64(n) * flushExp / p
+	if !(delta <= 0.5) {
+		return math.Inf(1), math.Inf(1)
+	}
+	return 3 * delta, 2 * delta
 }
 
 // weightRanges sets wmax[j] = wⱼ⁺ and dw[j] = Δwⱼ from lo and hi (see

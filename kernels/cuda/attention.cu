@@ -224,7 +224,7 @@
 //      0.1307 at 16x1024x768x12 (1.08–1.09×), 0.2169 and 0.2168 against
 //      0.2359 and 0.2357 at B = 32; the Hopper backward 0.3968 and 0.3960
 //      against 0.4063 and 0.4081 (1.02–1.03×); mma.sync 1.04× (forward)
-//      and 1.02× (backward); vkern verify 70 of 70 on each path at the
+//      and 1.02–1.03× (backward); vkern verify 70 of 70 on each path at the
 //      default shapes and 10 of 10 at 16x1024x768x12 (docs/
 //      attention-ftz-h200/).
 //   15. (branch attention-copies, not yet built by nvcc) copy_rows_sw
@@ -847,10 +847,7 @@ __device__ __forceinline__ void mask_after(float (&s)[8][4], int r0, int t) {
 // (P·V's and dv's products, with P rounded to f16, lose anything under
 // 2⁻²⁵ anyway; l, which sums P unrounded, and dS, which is scaled per tile
 // row before its rounding, can see the difference, and the bound takes it
-// in). Variant 10 took this path only where every element of the
-// warp was at least −126, and exp2f otherwise: the test cost a minimum an
-// element and a vote a tile, about as many instructions as the row's max
-// (Nsight Compute on an H200, docs/attention-rescale-h200).
+// in). The variant list says what the test before it cost.
 __device__ __forceinline__ void exp2_tile(float (&x)[8][4]) {
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
@@ -862,11 +859,12 @@ __device__ __forceinline__ void exp2_tile(float (&x)[8][4]) {
 // online_softmax takes a tile of scores s into the thread's two rows'
 // running max m (of s·α₂), sum l (this thread's columns) and output o: the
 // max raised to the tile's, l and o rescaled by exp2(m_old − m_new), and s
-// replaced by p = exp2(s·α₂ − m), added into l. Before variant 10, nvcc
-// fused l's rescale with the first addition into it (an FFMA in
-// forward_hopper's SASS); variant 10's branch in exp2_tile, between them,
-// kept it from doing so, and y's bits differed from variant 9's build,
-// within the bound either way.
+// replaced by p = exp2(s·α₂ − m), added into l. Whether nvcc fuses l's
+// rescale with the first addition into it (an FFMA in forward_hopper's
+// SASS) depends on what lies between them: it did before variant 10,
+// variant 10's branch in exp2_tile stopped it, and since variant 14 took
+// that branch out y's bits changed again (the SASS not read); within the
+// bound either way.
 template <int N>
 __device__ __forceinline__ void online_softmax(float (&s)[8][4], float (&m)[2], float (&l)[2], float (&o)[N][4],
                                                float scale2) {

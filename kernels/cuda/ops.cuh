@@ -38,9 +38,9 @@
 // - bias_grad: 4 bytes per output column per group of 512 rows (the
 //   partial column sums) and 4 bytes per tile of up to 256 columns (the
 //   counters that pick the block which finishes a tile, cleared on the
-//   stream once, when allocated), when M > 512; on its spans (bias_grad.cu),
-//   4 bytes per column per 128 rows and 4 bytes per slice of 96 columns. cudaErrorMemoryAllocation
-//   when it cannot be had.
+//   stream once, when allocated), when M > 512; on its spans
+//   (bias_grad.cu), 4 bytes per column per 128 rows and no counters.
+//   cudaErrorMemoryAllocation when it cannot be had.
 // The first gemm call on a device of compute capability 9.0 also copies one
 // int from the device (which synchronises it) to learn whether the sm_90a
 // kernels (gemm_sm90.cu) are loaded; later calls only enqueue.
