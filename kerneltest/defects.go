@@ -743,7 +743,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "gelu with x² where x³ belongs", File: "cuda/gelu.cuh",
-		Old: "return ex2(x * fmaf(kGeluB, x2, kGeluA));", New: "return ex2(fmaf(kGeluB, x2, x * kGeluA));",
+		Old: "return vk_ex2_ftz(x * fmaf(kGeluB, x2, kGeluA));", New: "return vk_ex2_ftz(fmaf(kGeluB, x2, x * kGeluA));",
 		Op: "gelu", Shapes: []string{"4099", "65536"},
 	},
 	{

@@ -852,7 +852,7 @@ __device__ __forceinline__ void exp2_tile(float (&x)[8][4]) {
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) asm("ex2.approx.ftz.f32 %0, %0;" : "+f"(x[n][e]));
+    for (int e = 0; e < 4; ++e) x[n][e] = vk_ex2_ftz(x[n][e]);
   }
 }
 

@@ -330,14 +330,13 @@ cudaError_t launch_spans(const __half* dy, float* db, int64_t rows, int64_t cols
     int64_t blocks = 0;  // span_sums blocks the device holds at once; 0 without cooperative launches
   };
   static const Resident resident = [] {
+    const DeviceLimits& limits = device_limits();  // rows.cuh
     Resident r;
-    int device = 0, cooperative = 0, sms = 0, per_sm = 0;
-    r.err = cudaGetDevice(&device);
-    if (r.err == cudaSuccess) r.err = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device);
-    if (r.err == cudaSuccess) r.err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    r.err = limits.err;
+    int per_sm = 0;
     if (r.err == cudaSuccess)
       r.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, span_sums, kSpanThreads, 0);
-    if (r.err == cudaSuccess && cooperative != 0) r.blocks = int64_t{sms} * per_sm;
+    if (r.err == cudaSuccess && limits.cooperative != 0) r.blocks = int64_t{limits.sms} * per_sm;
     return r;
   }();
   if (resident.err != cudaSuccess) return resident.err;

@@ -129,4 +129,18 @@
 
 #endif
 
+// vk_ex2_ftz is 2^z by the multiprocessor's EX2 alone on CUDA
+// (ex2.approx.ftz.f32: exp2f's bits for z ≥ −126, +0 where exp2f gives a
+// subnormal; bench/exp2_check.cu), exp2f on HIP. Its callers (gelu.cuh,
+// attention.cu's exp2_tile) say why the flush is within their bounds.
+__device__ __forceinline__ float vk_ex2_ftz(float z) {
+#if defined(__HIP_PLATFORM_AMD__)
+  return exp2f(z);
+#else
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(z));
+  return r;
+#endif
+}
+
 #endif  // VKERN_CUDA_COMPAT_H

@@ -9,7 +9,7 @@
 //   dy·gelu′(x)  = dy·σ·(1 + w·(1 − σ)),    1 − σ = E·σ, w = x·(2c + 6ck·x²)
 //
 // c = √(2/π), k = 0.044715, a = −2c·log₂e and b = −2ck·log₂e rounded to
-// binary32. One 2^z (the EX2 unit's, within 2 ulps; ex2 below) and one reciprocal
+// binary32. One 2^z (the EX2 unit's, within 2 ulps; exp_of below) and one reciprocal
 // (__fdividef, within 2 ulps where the divisor is at most 2¹²⁶, else 0)
 // take the place of tanhf's polynomial, branches and its own exponential
 // and reciprocal: GPT-2's MLP applies these to every element of c_fc's
@@ -40,8 +40,9 @@ constexpr float kGeluB = -0.1029432396f;  // −2√(2/π)·0.044715·log₂e
 constexpr float kGeluW1 = 1.595769122f;   // 2√(2/π)
 constexpr float kGeluW3 = 0.2140644488f;  // 6√(2/π)·0.044715
 
-// ex2 is 2^z by the multiprocessor's EX2 alone (ex2.approx.ftz.f32)
-// rather than exp2f. Nsight Compute of c_proj's dx through the GELU
+// exp_of is E = 2^z = e^(−2t) for x, its 2^z vk_ex2_ftz (compat.h), the
+// multiprocessor's EX2 alone (ex2.approx.ftz.f32), rather than exp2f.
+// Nsight Compute of c_proj's dx through the GELU
 // (docs/layernorm-grad-reduce-h100) counted eight FMUL, one FSETP and two
 // MUFU an element, where gelu_grad's expression has six multiplies. On
 // sm_90a exp2f is FSETP z < −126, then z·½, EX2 and a squaring, the last
@@ -61,18 +62,7 @@ constexpr float kGeluW3 = 0.2140644488f;  // 6√(2/π)·0.044715
 // For normal z and 2^z the error is EX2's in both, the 2 ulps the
 // oracle's bound takes. HIP (elementwise.cu's gelu ops on AMD) keeps
 // exp2f.
-__device__ __forceinline__ float ex2(float z) {
-#if defined(__HIP_PLATFORM_AMD__)
-  return exp2f(z);
-#else
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(z));
-  return r;
-#endif
-}
-
-// exp_of is E = 2^z = e^(−2t) for x.
-__device__ __forceinline__ float exp_of(float x, float x2) { return ex2(x * fmaf(kGeluB, x2, kGeluA)); }
+__device__ __forceinline__ float exp_of(float x, float x2) { return vk_ex2_ftz(x * fmaf(kGeluB, x2, kGeluA)); }
 
 __device__ __forceinline__ float gelu(float x) {
   const float e = exp_of(x, x * x);

@@ -464,6 +464,32 @@ inline unsigned grid_for(int64_t jobs) { return static_cast<unsigned>(jobs < kMa
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+#if !defined(__HIP_PLATFORM_AMD__)
+// DeviceLimits: what the launchers need to know of the device, read once
+// per process (the server uses one device): the opt-in shared memory a
+// block may have, the SM count, the compute capability's major number, and
+// whether the device takes cooperative launches (softmax.cu's row
+// clusters, bias_grad.cu's spans).
+struct DeviceLimits {
+  cudaError_t err = cudaSuccess;
+  int shared_bytes = 0, sms = 0, major = 0, cooperative = 0;
+};
+inline const DeviceLimits& device_limits() {
+  static const DeviceLimits limits = [] {
+    DeviceLimits l;
+    int device = 0;
+    l.err = cudaGetDevice(&device);
+    if (l.err == cudaSuccess)
+      l.err = cudaDeviceGetAttribute(&l.shared_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (l.err == cudaSuccess) l.err = cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device);
+    if (l.err == cudaSuccess) l.err = cudaDeviceGetAttribute(&l.major, cudaDevAttrComputeCapabilityMajor, device);
+    if (l.err == cudaSuccess) l.err = cudaDeviceGetAttribute(&l.cooperative, cudaDevAttrCooperativeLaunch, device);
+    return l;
+  }();
+  return limits;
+}
+#endif
+
 // congruent16: whether a and b lie equally far past a 16-byte boundary, so
 // that rows at the same offset of each share their lead (RowSlice).
 inline bool congruent16(const void* a, const void* b) {

@@ -665,26 +665,6 @@ cudaError_t launch_softmax_grad_rows(const __half* dY, const __half* Y, __half* 
 }
 
 #if !defined(__HIP_PLATFORM_AMD__)
-// DeviceLimits: what the launchers below need to know of the device, read
-// once per process (the server uses one device).
-struct DeviceLimits {
-  cudaError_t err = cudaSuccess;
-  int shared_bytes = 0, sms = 0, major = 0;
-};
-const DeviceLimits& device_limits() {
-  static const DeviceLimits limits = [] {
-    DeviceLimits l;
-    int device = 0;
-    l.err = cudaGetDevice(&device);
-    if (l.err == cudaSuccess)
-      l.err = cudaDeviceGetAttribute(&l.shared_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (l.err == cudaSuccess) l.err = cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device);
-    if (l.err == cudaSuccess) l.err = cudaDeviceGetAttribute(&l.major, cudaDevAttrComputeCapabilityMajor, device);
-    return l;
-  }();
-  return limits;
-}
-
 // launch_rows launches kernel over R rows with T threads a block and
 // shared_bytes of dynamic shared memory: in clusters of P blocks, one row a
 // cluster at a time, as many clusters as the device holds at once (at most
