@@ -227,26 +227,45 @@
 //      and 1.02–1.03× (backward); vkern verify 70 of 70 on each path at the
 //      default shapes and 10 of 10 at 16x1024x768x12 (docs/
 //      attention-ftz-h200/).
-//   15. (branch attention-copies, not yet built by nvcc) copy_rows_sw
-//      with each thread's shared and global offsets stepped 16 rows at a
-//      time, and a whole tile copied with no tests (see copy_rows_sw):
-//      Nsight Compute had counted about 100 instructions a warp per tile
-//      pair for backward_dq_hopper's copies of K and V (8 cp.async), 183
-//      for backward_dkdv_hopper's of Q, dY, lse₂ and D, and 144 for the
-//      forward's (docs/attention-rescale-h200). The same bits by
-//      construction. Not yet measured (docs/attention-copies-h100).
-//   16. (branch attention-copies, not yet built by nvcc) the route's scans
-//      of a tile (flag_tile, flag_specials) or the tile's special_marks and
-//      test once, without a branch a word: about 97 instructions a warp per
-//      tile before (forward_hopper, Nsight Compute). The same bits; the
+//   15. copy_rows_sw with each thread's shared and global offsets stepped
+//      16 rows at a time, and a whole tile copied with no tests (see
+//      copy_rows_sw): Nsight Compute had counted about 100 instructions a
+//      warp per tile pair for backward_dq_hopper's copies of K and V (8
+//      cp.async), 183 for backward_dkdv_hopper's of Q, dY, lse₂ and D, and
+//      144 for the forward's (docs/attention-rescale-h200). The same bits
+//      (the lab's hashes equal variant 14's). Lab, one H200 call
+//      (2026-11-28; no H100 was lent that day), builds in turn, two
+//      rounds: the Hopper backward 0.3759 and 0.3776 ms against variant
+//      14's 0.3978 and 0.3992 at 16x1024x768x12 (1.06×), 0.7072 and 0.7069
+//      against 0.7458 and 0.7466 at B = 32 (1.06×); the forward 0.1178 and
+//      0.1180 against 0.1197 and 0.1199 (1.02×); registers: forward 125
+//      (116), dq 150 (144), dk/dv 168 (168), no spills
+//      (docs/attention-copies-h200).
+//   16. the route's scans of a tile (flag_tile, flag_specials) or the
+//      tile's special_marks and test once, without a branch a word: about
+//      97 instructions a warp per tile before (forward_hopper, Nsight
+//      Compute). The same bits (the lab's hashes equal variant 15's); the
 //      marks agree with special_halves' tests on all 2³² words (checked on
-//      the host, 2026-11-28).
-//   17. (branch attention-copies, not yet built by nvcc) the forward's
-//      finish (finish_rows, both tensor-core paths) multiplies o by 1/l,
-//      one division a row, where it divided each element: 32 IEEE
-//      divisions a thread of about 11 instructions each (forward_hopper,
-//      Nsight Compute). y rounds twice where it rounded once; the oracle's
-//      K takes one more u (oracle/attention.go).
+//      the host, 2026-11-28). Same H200 call, against variant 15: the
+//      Hopper forward 0.1139 and 0.1136 ms against 0.1178 and 0.1180
+//      (1.04×), 0.2058 and 0.2049 against 0.2146 and 0.2141 at B = 32; the
+//      backward 0.3717 and 0.3703 against 0.3759 and 0.3776 (1.01×); the
+//      mma.sync forward 1.05× and backward 1.03×.
+//   17. the forward's finish (finish_rows, both tensor-core paths)
+//      multiplies o by 1/l, one division a row, where it divided each
+//      element: 32 IEEE divisions a thread of about 11 instructions each
+//      (forward_hopper, Nsight Compute). y rounds twice where it rounded
+//      once; the oracle's K takes one more u (oracle/attention.go). Same
+//      H200 call, against variant 16: the Hopper forward 0.1068 and 0.1078
+//      ms against 0.1139 and 0.1136 (1.05–1.07×), 0.1929 and 0.1934
+//      against 0.2058 and 0.2049 at B = 32 (1.06–1.07×); the mma.sync
+//      forward 1.05×; the backward, which reads y, unchanged (0.3703 and
+//      0.3732); vkern verify 70 of 70 on
+//      each path at the default shapes and 10 of 10 at 16x1024x768x12
+//      (worst 0.901 and 0.998 of the bound), every planted attention defect
+//      caught. Against SDPA in the same call: attention 0.1082 ms, the
+//      flash backend 0.1352 (1.25×), cuDNN 0.0856; attention_grad 0.3741,
+//      flash 0.4140 (1.11×), cuDNN 0.3212.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
