@@ -942,7 +942,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "attention's tiles never raise the route's flag (tensor cores)", File: "cuda/attention.cu",
-		Old: "if (found) atomicOr(flag, 1u);",
+		Old: "if (marks & kSpecialMarks) atomicOr(flag, 1u);",
 		New: "",
 		Op:  "attention", Shapes: []string{"2x17x24x3", "1x64x64x4"},
 	},
@@ -990,7 +990,7 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "attention's tiles never raise the route's flag (Hopper)", File: "cuda/attention.cu",
-		Old: "  if (found) {\n    atomicOr(flag, 1u);\n  }", New: "",
+		Old: "  if (marks & kSpecialMarks) {\n    atomicOr(flag, 1u);\n  }", New: "",
 		Op: "attention", Shapes: []string{hopperAttention},
 	},
 	// attention_grad's variant 6 (the Hopper backward on wgmma): heads of
@@ -1013,8 +1013,9 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "attention_grad's tiles copied unswizzled (Hopper)", File: "cuda/attention.cu",
-		Old: "cp_async_16(dst + r * 128 + ((u ^ (r & 7)) << 4),", New: "cp_async_16(dst + r * 128 + (u << 4),",
-		Op: "attention_grad", Shapes: []string{hopperAttention},
+		Old: "const uint32_t at = dst + r0 * 128 + ((u ^ (r0 & 7)) << 4);",
+		New: "const uint32_t at = dst + r0 * 128 + (u << 4);",
+		Op:  "attention_grad", Shapes: []string{hopperAttention},
 	},
 	{
 		Name: "attention_grad's scores read the first 16 columns of q four times (Hopper)", File: "cuda/attention.cu",

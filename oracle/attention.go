@@ -90,8 +90,9 @@ const (
 // [wⱼ⁻, wⱼ⁺], wⱼ± = 1/(1 + Σ_{k≠j} e^{b∓ₖ}/e^{b±ⱼ}), b±ⱼ = log eⱼ ± (Eⱼ + log(1±H)),
 // and since Σŵ = Σw = 1, |Σŵⱼvⱼ − y| ≤ Σⱼ Δwⱼ·|vⱼ − y|, Δwⱼ = max(wⱼ⁺ − wⱼ,
 // wⱼ − wⱼ⁻). The weighted sum and the division add K·Σⱼ wⱼ⁺|vⱼ| with K =
-// γ(2n + 2R + 8) + 2⁻¹¹ (products, any-order sums, rescaled accumulators, the
-// denominator, the quotient, and a weight rounded to f16 for tensor cores),
+// γ(2n + 2R + 9) + 2⁻¹¹ (products, any-order sums, rescaled accumulators, the
+// denominator, the quotient, which a kernel may form as a reciprocal and a
+// product, two roundings, and a weight rounded to f16 for tensor cores),
 // and 2⁻²⁴·|vⱼ| per key for that rounding's absolute error and terms that
 // underflow:
 //
@@ -230,7 +231,7 @@ func (r *attentionRow) forward(l AttentionLayout, q, k, v []float64, n int, boun
 	}
 	r.weightRanges(n)
 
-	k1 := Gamma(int64(2*n+2*rescales+8), U32) + roundRelative + 0x1p-40
+	k1 := Gamma(int64(2*n+2*rescales+9), U32) + roundRelative + 0x1p-40
 	flushY, flushLse := flushShift(n, l.Alpha*aMax)
 	for c := range y {
 		if math.IsNaN(y[c]) || math.IsInf(y[c], 0) {

@@ -50,7 +50,8 @@ func roundF16(x float32) float32 { return f16.ToFloat32(f16.FromFloat32(x)) }
 // binary32: scores in base 2 with α·log₂e folded into one constant, an
 // online max over key tiles with rescales, exp2 off by up to 2 ulps, and,
 // when round, P·V with P rounded to f16 and the denominator summed from P
-// in binary32, and P flushed to 0 under 2⁻¹²⁶ (exp2Tile).
+// in binary32, and P flushed to 0 under 2⁻¹²⁶ (exp2Tile), and o divided
+// by l as a reciprocal and a product.
 func flashRow32(q, k, v []float32, d, n, tile int, round bool, flushed *int, rng *rand.Rand) (y []float32, lse float32) {
 	scale2 := float32(1 / math.Sqrt(float64(d)) * math.Log2E)
 	m, l := float32(math.Inf(-1)), float32(0)
@@ -101,8 +102,13 @@ func flashRow32(q, k, v []float32, d, n, tile int, round bool, flushed *int, rng
 		m = mNew
 	}
 	y = make([]float32, d)
+	inv := 1 / l // with round, the tensor-core kernels' reciprocal and product
 	for c := range y {
-		y[c] = o[c] / l
+		if round {
+			y[c] = o[c] * inv
+		} else {
+			y[c] = o[c] / l
+		}
 	}
 	return y, (m + float32(math.Log2(float64(l)))) * float32(math.Ln2)
 }

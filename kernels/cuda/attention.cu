@@ -227,6 +227,45 @@
 //      and 1.02–1.03× (backward); vkern verify 70 of 70 on each path at the
 //      default shapes and 10 of 10 at 16x1024x768x12 (docs/
 //      attention-ftz-h200/).
+//   15. copy_rows_sw with each thread's shared and global offsets stepped
+//      16 rows at a time, and a whole tile copied with no tests (see
+//      copy_rows_sw): Nsight Compute had counted about 100 instructions a
+//      warp per tile pair for backward_dq_hopper's copies of K and V (8
+//      cp.async), 183 for backward_dkdv_hopper's of Q, dY, lse₂ and D, and
+//      144 for the forward's (docs/attention-rescale-h200). The same bits
+//      (the lab's hashes equal variant 14's). Lab, one H200 call
+//      (2026-11-28; no H100 was lent that day), builds in turn, two
+//      rounds: the Hopper backward 0.3759 and 0.3776 ms against variant
+//      14's 0.3978 and 0.3992 at 16x1024x768x12 (1.06×), 0.7072 and 0.7069
+//      against 0.7458 and 0.7466 at B = 32 (1.06×); the forward 0.1178 and
+//      0.1180 against 0.1197 and 0.1199 (1.02×); registers: forward 125
+//      (116), dq 150 (144), dk/dv 168 (168), no spills
+//      (docs/attention-copies-h200).
+//   16. the route's scans of a tile (flag_tile, flag_specials) or the
+//      tile's special_marks and test once, without a branch a word: about
+//      97 instructions a warp per tile before (forward_hopper, Nsight
+//      Compute). The same bits (the lab's hashes equal variant 15's); the
+//      marks agree with special_halves' tests on all 2³² words (checked on
+//      the host, 2026-11-28). Same H200 call, against variant 15: the
+//      Hopper forward 0.1139 and 0.1136 ms against 0.1178 and 0.1180
+//      (1.04×), 0.2058 and 0.2049 against 0.2146 and 0.2141 at B = 32; the
+//      backward 0.3717 and 0.3703 against 0.3759 and 0.3776 (1.01×); the
+//      mma.sync forward 1.05× and backward 1.03×.
+//   17. the forward's finish (finish_rows, both tensor-core paths)
+//      multiplies o by 1/l, one division a row, where it divided each
+//      element: 32 IEEE divisions a thread of about 11 instructions each
+//      (forward_hopper, Nsight Compute). y rounds twice where it rounded
+//      once; the oracle's K takes one more u (oracle/attention.go). Same
+//      H200 call, against variant 16: the Hopper forward 0.1068 and 0.1078
+//      ms against 0.1139 and 0.1136 (1.05–1.07×), 0.1929 and 0.1934
+//      against 0.2058 and 0.2049 at B = 32 (1.06–1.07×); the mma.sync
+//      forward 1.05×; the backward, which reads y, unchanged (0.3703 and
+//      0.3732); vkern verify 70 of 70 on
+//      each path at the default shapes and 10 of 10 at 16x1024x768x12
+//      (worst 0.901 and 0.998 of the bound), every planted attention defect
+//      caught. Against SDPA in the same call: attention 0.1082 ms, the
+//      flash backend 0.1352 (1.25×), cuDNN 0.0856; attention_grad 0.3741,
+//      flash 0.4140 (1.11×), cuDNN 0.3212.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -292,6 +331,21 @@ __device__ __forceinline__ float head_dot(const __half* a, const __half* b, int6
 // (exponent bits all ones).
 __device__ __forceinline__ bool special_halves(uint32_t w) {
   return (w & 0x7c00u) == 0x7c00u || (w & 0x7c000000u) == 0x7c000000u;
+}
+
+// special_marks marks the infinities and NaNs among the eight f16 of v
+// without a branch (variant 16): each half's exponent field plus one
+// carries into the half's top bit (bit 15 or 31) exactly when the field is
+// all ones (0x7c00 + 0x0400 = 0x8000; the low half's sum never reaches bit
+// 16), and the four words' sums are or-ed, so (marks & kSpecialMarks) != 0
+// says whether any of them is special. The tile scans below or their marks
+// and test once; with special_halves' tests, each word had taken two tests
+// and a branch (about 97 instructions a warp per tile in forward_hopper,
+// Nsight Compute, docs/attention-rescale-h200).
+constexpr uint32_t kSpecialMarks = 0x80008000u;
+__device__ __forceinline__ uint32_t special_marks(uint4 v) {
+  const auto mark = [](uint32_t w) { return (w & 0x7c007c00u) + 0x04000400u; };
+  return mark(v.x) | mark(v.y) | mark(v.z) | mark(v.w);
 }
 
 // row_dots: dsum[(b·H + h)·T + t] = Σ_c dy·y over head h of token row
@@ -463,6 +517,8 @@ __global__ void __launch_bounds__(kThreads)
 #if defined(VKERN_PTX_MMA)
 
 using vkern_mma::cp_async_16;
+using vkern_mma::cp_async_16_at;
+using vkern_mma::cp_async_16_full_at;
 using vkern_mma::cp_async_4;
 using vkern_mma::cp_async_commit;
 using vkern_mma::cp_async_wait;
@@ -558,12 +614,11 @@ __device__ __forceinline__ void copy_floats(float* dst, const float* src, int64_
 template <int DP, int kRows, int kBlock>
 __device__ __forceinline__ void flag_specials(const __half* tile, unsigned* flag) {
   constexpr int kLd = TileShape<DP>::kLd;
-  bool found = false;
+  uint32_t marks = 0;
   for (int idx = threadIdx.x; idx < kRows * DP / 8; idx += kBlock) {
-    const uint4 v = *reinterpret_cast<const uint4*>(tile + idx / (DP / 8) * kLd + idx % (DP / 8) * 8);
-    found = found || special_halves(v.x) || special_halves(v.y) || special_halves(v.z) || special_halves(v.w);
+    marks |= special_marks(*reinterpret_cast<const uint4*>(tile + idx / (DP / 8) * kLd + idx % (DP / 8) * 8));
   }
-  if (found) atomicOr(flag, 1u);
+  if (marks & kSpecialMarks) atomicOr(flag, 1u);
 }
 
 // scores: x[n] += A·Bᵀ for 16 rows of tile a (from row a_row) against the 64
@@ -864,7 +919,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[8][4], float (&m)[2], 
 }
 
 // finish_rows ends the forward of the thread's rows row[r] < T: l summed
-// over the quad, o divided by it, lse written (by one lane of the quad),
+// over the quad, o multiplied by its reciprocal (variant 17: an IEEE
+// division is about 11 instructions, 32 a thread, where one division and
+// 32 products round twice, which oracle/attention.go allows), lse written
+// (by one lane of the quad),
 // then o stored to y (row t's column c at y[t·C + c]) as store_rows stores.
 template <int DP>
 __device__ __forceinline__ void finish_rows(float (&o)[DP / 8][4], const float (&m)[2], float (&l)[2],
@@ -875,10 +933,11 @@ __device__ __forceinline__ void finish_rows(float (&o)[DP / 8][4], const float (
     l[r] += VK_SHFL_XOR(l[r], 1);
     l[r] += VK_SHFL_XOR(l[r], 2);
     if (row[r] >= a.T) continue;
+    const float inv = 1.0f / l[r];  // one division a row, two roundings an element (variant 17)
 #pragma unroll
     for (int n = 0; n < DP / 8; ++n) {
-      o[n][2 * r] /= l[r];
-      o[n][2 * r + 1] /= l[r];
+      o[n][2 * r] = __fmul_rn(o[n][2 * r], inv);
+      o[n][2 * r + 1] = __fmul_rn(o[n][2 * r + 1], inv);
     }
     if (t == 0) lse_bh[row[r]] = (m[r] + log2f(l[r])) * kLn2;
   }
@@ -1319,20 +1378,36 @@ __device__ __forceinline__ unsigned char* align_swizzle(void* p) {
   return c + ((1024u - vkern_mma::smem_addr(c) % 1024u) % 1024u);
 }
 
-// copy_rows_sw starts the copy of rows [row0, row0 + 64) of a head (element
-// (t, c) at src[t·width + c]) into the swizzled tile dst, 16 bytes a
-// cp.async, zero past T and past D (D a multiple of 8, rows 16-byte
-// aligned): unit u (halves 8u .. 8u + 7) of row r lands at r·128 + 16·(u ^
-// r % 8).
-__device__ __forceinline__ void copy_rows_sw(unsigned char* dst, const __half* src, int width, int64_t row0,
-                                             int64_t T, int D) {
-  const __half* from = src + row0 * width;
-  const int left = T - row0 < kTile ? static_cast<int>(T - row0) : kTile;
+// copy_rows_sw starts the copy of rows [row0, row0 + 64) of a head
+// (element (t, c) at src[t·width + c]) into the swizzled tile at shared
+// address dst, 16 bytes a cp.async, zero past T and past D (D a multiple of
+// 8, rows 16-byte aligned): unit u (halves 8u .. 8u + 7) of row r lands at
+// r·128 + 16·(u ^ r % 8). A thread copies unit u = threadIdx.x % 8 of rows
+// r₀ + 16k, k < 4 (r₀ = threadIdx.x / 8), which share the swizzle (r % 8
+// = r₀ % 8): they land at at + 2048k and come from byte offsets a step
+// of 16 rows apart, so a whole tile (every row below T, every unit within
+// D) takes an address addition a copy and no tests (variant 15; the
+// copies had cost about 100 instructions a warp per pair of tiles in
+// backward_dq_hopper, 183 in backward_dkdv_hopper: Nsight Compute,
+// docs/attention-rescale-h200).
+__device__ __forceinline__ void copy_rows_sw(uint32_t dst, const __half* src, int width, int64_t row0, int64_t T,
+                                             int D) {
+  static_assert(kTile * 8 / kThreads == 4, "a thread copies 4 rows of a tile");
+  const int r0 = static_cast<int>(threadIdx.x) / 8, u = static_cast<int>(threadIdx.x) % 8;
+  const uint32_t at = dst + r0 * 128 + ((u ^ (r0 & 7)) << 4);
+  const char* from = reinterpret_cast<const char*>(src + row0 * width) + 2 * (r0 * width + 8 * u);
+  const int64_t step = int64_t{32} * width;  // bytes from row r to row r + 16
+  const bool cols = 8 * u < D;
+  if (T - row0 >= kTile && cols) {
 #pragma unroll
-  for (int k = 0; k < kTile * 8 / kThreads; ++k) {
-    const int idx = threadIdx.x + k * kThreads, r = idx / 8, u = idx % 8;
-    const bool in = r < left && 8 * u < D;
-    cp_async_16(dst + r * 128 + ((u ^ (r & 7)) << 4), in ? from + r * width + 8 * u : src, in ? 16 : 0);
+    for (int k = 0; k < 4; ++k) cp_async_16_full_at(at + 2048 * k, from + k * step);
+    return;
+  }
+  const int64_t left = T - row0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const bool in = r0 + 16 * k < left && cols;
+    cp_async_16_at(at + 2048 * k, in ? from + k * step : reinterpret_cast<const char*>(src), in ? 16 : 0);
   }
 }
 
@@ -1344,13 +1419,12 @@ __device__ __forceinline__ void async_visible() { asm volatile("fence.proxy.asyn
 // flag_tile sets *flag when any half of a swizzled tile is an infinity or a
 // NaN.
 __device__ __forceinline__ void flag_tile(const unsigned char* tile, unsigned* flag) {
-  bool found = false;
+  uint32_t marks = 0;
 #pragma unroll
   for (int k = 0; k < kSwTile / 16 / kThreads; ++k) {
-    const uint4 v = *reinterpret_cast<const uint4*>(tile + 16 * (threadIdx.x + k * kThreads));
-    found = found || special_halves(v.x) || special_halves(v.y) || special_halves(v.z) || special_halves(v.w);
+    marks |= special_marks(*reinterpret_cast<const uint4*>(tile + 16 * (threadIdx.x + k * kThreads)));
   }
-  if (found) {
+  if (marks & kSpecialMarks) {
     atomicOr(flag, 1u);
   }
 }
@@ -1486,14 +1560,14 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
     const float* dsum_bh = dsum + bh * a.T;
     // stage_copy starts the copy of query tile qt's rows into stage st.
     auto stage_copy = [&](int64_t qt, int st) {
-      copy_rows_sw(stages + 2 * st * kSwTile, base, width, qt * kTile, a.T, D);
-      copy_rows_sw(stages + (2 * st + 1) * kSwTile, dy_base, C, qt * kTile, a.T, D);
+      copy_rows_sw(stage_addr + 2 * st * kSwTile, base, width, qt * kTile, a.T, D);
+      copy_rows_sw(stage_addr + (2 * st + 1) * kSwTile, dy_base, C, qt * kTile, a.T, D);
       copy_floats(stage_rows + 2 * st * kTile, lse2_bh, qt * kTile, a.T);
       copy_floats(stage_rows + (2 * st + 1) * kTile, dsum_bh, qt * kTile, a.T);
     };
     __syncthreads();  // the last item's reads of every tile are done
-    copy_rows_sw(ks, base + C, width, kt * kTile, a.T, D);
-    copy_rows_sw(vs, base + 2 * C, width, kt * kTile, a.T, D);
+    copy_rows_sw(k_addr, base + C, width, kt * kTile, a.T, D);
+    copy_rows_sw(v_addr, base + 2 * C, width, kt * kTile, a.T, D);
     stage_copy(kt, 0);
     cp_async_commit();
     const int64_t key[2] = {kt * kTile + warp * 16 + g, kt * kTile + warp * 16 + g + 8};
@@ -1581,12 +1655,12 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
     const __half* base = qkv + b * a.T * width + h * a.D;
     // kv_copy starts the copy of key tile kt's keys and values into stage st.
     auto kv_copy = [&](int64_t kt, int st) {
-      copy_rows_sw(stages + 2 * st * kSwTile, base + C, width, kt * kTile, a.T, D);
-      copy_rows_sw(stages + (2 * st + 1) * kSwTile, base + 2 * C, width, kt * kTile, a.T, D);
+      copy_rows_sw(stage_addr + 2 * st * kSwTile, base + C, width, kt * kTile, a.T, D);
+      copy_rows_sw(stage_addr + (2 * st + 1) * kSwTile, base + 2 * C, width, kt * kTile, a.T, D);
     };
     __syncthreads();  // the last item's reads of every tile are done
-    copy_rows_sw(qs, base, width, qt * kTile, a.T, D);
-    copy_rows_sw(gs, dy + b * a.T * a.C + h * a.D, C, qt * kTile, a.T, D);
+    copy_rows_sw(q_addr, base, width, qt * kTile, a.T, D);
+    copy_rows_sw(g_addr, dy + b * a.T * a.C + h * a.D, C, qt * kTile, a.T, D);
     kv_copy(0, 0);
     cp_async_commit();
     const int64_t row[2] = {qt * kTile + warp * 16 + g, qt * kTile + warp * 16 + g + 8};
@@ -1662,12 +1736,12 @@ __global__ void __launch_bounds__(kThreads, kHopperForwardMinBlocks)
     const __half* base = qkv + b * a.T * width + h * a.D;  // q of token 0; k at + C, v at + 2C
     // kv_copy starts the copy of key tile kt's keys and values into stage st.
     auto kv_copy = [&](int64_t kt, int st) {
-      copy_rows_sw(stages + 2 * st * kSwTile, base + C, width, kt * kTile, a.T, D);
-      copy_rows_sw(stages + (2 * st + 1) * kSwTile, base + 2 * C, width, kt * kTile, a.T, D);
+      copy_rows_sw(stage_addr + 2 * st * kSwTile, base + C, width, kt * kTile, a.T, D);
+      copy_rows_sw(stage_addr + (2 * st + 1) * kSwTile, base + 2 * C, width, kt * kTile, a.T, D);
     };
     const int64_t row[2] = {qt * kTile + warp * 16 + g, qt * kTile + warp * 16 + g + 8};
     __syncthreads();  // the last item's reads of every stage are done
-    copy_rows_sw(qs, base, width, qt * kTile, a.T, D);
+    copy_rows_sw(q_addr, base, width, qt * kTile, a.T, D);
     kv_copy(0, 0);
     cp_async_commit();
     float o[8][4] = {};

@@ -26,6 +26,15 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, int byte
 __device__ __forceinline__ void cp_async_16_full(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
+// cp_async_16 and cp_async_16_full with the destination as a shared
+// address (smem_addr's), for callers that step through a tile by adding
+// offsets to one.
+__device__ __forceinline__ void cp_async_16_at(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_16_full_at(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
 // 4 bytes from global to shared (bytes 0 or 4; 0 writes a zero word).
 __device__ __forceinline__ void cp_async_4(void* dst, const void* src, int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes));
