@@ -54,7 +54,9 @@
 // The first is the same calls step after step while the loss scale holds:
 // it is built and checked against the ops' contracts once
 // (vkern.Device.Prepare) and resent as it is, so the host's work between
-// the device's programs is the transfers and the decision.
+// the device's programs is the transfers and the decision; a GPU server
+// replays it as a CUDA graph from its second step (PROTOCOL.md,
+// RUN_BATCH).
 //
 // The arithmetic is PyTorch's fp16 autocast with GradScaler, so that the
 // parity script (bench/parity.py) compares like with like: f16 weights and
