@@ -5,19 +5,21 @@
 // again. A capture records the work a launcher enqueues and nothing else,
 // and a graph keeps the device addresses it was captured with, scratch
 // among them. So the launchers obey two rules:
-// - Every reallocation of scratch (rows.cuh's ScratchBuffer, gemm.cuh's
-//   pad_scratch, cross_entropy.cu's state word) asks may_grow first, which
-//   bumps generation. device.cu drops a graph captured at another
-//   generation without replaying it, since the scratch it uses may have
-//   been freed.
-// - During a capture nothing may be allocated, freed or read back from the
-//   device: cudaFree, cudaMalloc and a copy to the host are not work a
-//   graph can hold, and a capture has not run the launches before it. A
-//   launcher that would do one (an allocator asking may_grow, a first read
-//   of a device fact such as wgmma.cuh's sm90a_loaded) calls spoil
-//   instead, which marks the capture unusable. It then answers as if the
-//   thing had failed. device.cu throws the capture away and runs the batch
-//   as usual, where the allocation or the read happens.
+// - Every allocation of scratch (rows.cuh's ScratchBuffer, gemm.cuh's
+//   pad_scratch, cross_entropy.cu's state word, device.cu's problem words)
+//   asks may_grow first, which bumps generation. device.cu drops a graph
+//   captured at another generation without replaying it, since the
+//   scratch it uses may have been freed.
+// - During a capture nothing may be allocated, freed or copied back from
+//   the device: cudaFree, cudaMalloc and a copy to the host are not work a
+//   graph can hold, and a capture has not run the launches before it.
+//   Where a launcher would do one (an allocator; wgmma.cuh's sm90a_loaded,
+//   whose first call copies a word from the device), may_grow or spoil
+//   marks the capture unusable, and the launcher takes its failure path
+//   (ScratchBuffer answers cudaErrorStreamCaptureUnsupported, pad_scratch
+//   nullptr, sm90a_loaded false). device.cu throws the capture away and
+//   runs the batch as usual, where the allocation or the copy happens.
+//   Reading a device attribute is no such thing: it enqueues nothing.
 //
 // The server runs one request at a time, so plain variables serve. C++17
 // inline variables give every translation unit the same ones.

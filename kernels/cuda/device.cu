@@ -191,9 +191,10 @@ namespace {
 
 Result ensure_problem_slots(size_t n) {
   if (n <= g_problem_slots) return Result::OK();
-  // A captured batch holds the words' address; it is never captured while
-  // they grow (run_batch sizes them first), so this always counts.
-  (void)vkern_capture::may_grow();
+  // A captured batch holds the words' address, so growing them counts as
+  // a reallocation (capture.h). BatchGraphs::run sizes them before it
+  // captures, never during a capture.
+  if (!vkern_capture::may_grow()) return fail(kStatusDeviceError, "the problem words cannot grow during a capture");
   if (g_problems != nullptr) VK_CHECK(cudaFree(g_problems), "cudaFree of the problem words");
   if (g_problems_host != nullptr) VK_CHECK(cudaFreeHost(g_problems_host), "cudaFreeHost of the problem words");
   g_problems = nullptr;
@@ -395,8 +396,9 @@ namespace {
 //   program declared (its kernels may keep scratch outside capture.h's
 //   rules);
 // - a batch whose capture failed (a launch that wanted scratch it had not
-//   got, or work the driver cannot capture): the capture is not tried
-//   again for it.
+//   got or a device fact it had not read, or work the driver cannot
+//   capture): the capture is not tried again while the batch is among the
+//   kSeen remembered.
 // A graph captured before scratch was reallocated (capture.h) is dropped,
 // and the batch captured again, before it would run on freed memory. A
 // replay is one launch, so a launch error cannot name an entry: it is the
@@ -578,7 +580,7 @@ class BatchGraphs {
       if (graph != nullptr) (void)cudaGraphDestroy(graph);
       (void)cudaGetLastError();  // a failed capture's error is not the context's
       if (vkern_capture::spoiled) {
-        *why = "a launch wanted scratch memory it had not got yet";
+        *why = "a launch wanted scratch memory or a device read that a capture cannot hold";
       } else if (err != cudaSuccess) {
         *why = (at < count ? std::string("entry ") + std::to_string(at) + " (" + calls[at].op->name + "): "
                            : std::string("clearing the problem words: ")) +
