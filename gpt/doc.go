@@ -54,7 +54,10 @@
 // The first is the same calls step after step while the loss scale holds:
 // it is built and checked against the ops' contracts once
 // (vkern.Device.Prepare) and resent as it is, so the host's work between
-// the device's programs is the transfers and the decision.
+// the device's programs is the transfers and the decision. On one GPU the
+// server replays it as a CUDA graph from its second step (PROTOCOL.md,
+// RUN_BATCH); a data-parallel step's program holds collectives, which it
+// never captures.
 //
 // The arithmetic is PyTorch's fp16 autocast with GradScaler, so that the
 // parity script (bench/parity.py) compares like with like: f16 weights and

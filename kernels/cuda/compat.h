@@ -66,6 +66,17 @@
 #define cudaGetErrorString hipGetErrorString
 #define cudaGetDeviceCount hipGetDeviceCount
 #define cudaSetDevice hipSetDevice
+// The batches replayed as graphs (device.cu, capture.h).
+#define cudaErrorStreamCaptureUnsupported hipErrorStreamCaptureUnsupported
+#define cudaGraph_t hipGraph_t
+#define cudaGraphExec_t hipGraphExec_t
+#define cudaStreamBeginCapture hipStreamBeginCapture
+#define cudaStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
+#define cudaStreamEndCapture hipStreamEndCapture
+#define cudaGraphInstantiateWithFlags hipGraphInstantiateWithFlags
+#define cudaGraphLaunch hipGraphLaunch
+#define cudaGraphExecDestroy hipGraphExecDestroy
+#define cudaGraphDestroy hipGraphDestroy
 // The collectives (nccl.cu): a second stream, ordered by events.
 #define cudaStreamWaitEvent hipStreamWaitEvent
 #define cudaStreamQuery hipStreamQuery

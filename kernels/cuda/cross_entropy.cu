@@ -274,6 +274,7 @@ unsigned long long* g_state = nullptr;
 
 cudaError_t state(unsigned long long** out) {
   if (g_state == nullptr) {
+    if (!vkern_capture::may_grow()) return cudaErrorStreamCaptureUnsupported;
     void* p = nullptr;
     if (cudaMalloc(&p, sizeof(unsigned long long)) != cudaSuccess) {
       (void)cudaGetLastError();  // clear the allocation failure; report it here instead

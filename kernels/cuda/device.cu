@@ -3,11 +3,15 @@
 // otherwise), one stream for the ops (and one for a batch's collectives,
 // nccl.cu), kernel times from CUDA events around the op's launches.
 //
+// A RUN_BATCH that repeats is replayed as a CUDA graph (BatchGraphs below;
+// VKERN_GRAPHS=0 turns that off).
+//
 // Every runtime call is checked. An error that leaves the context unusable
 // (a sticky error: an illegal address, a launch failure, an ECC error) is
 // reported as DEVICE_ERROR with the error's name, and the core then exits:
 // the host starts a fresh server, since no later call on this context could
 // be trusted. Running out of memory is not sticky and answers OUT_OF_MEMORY.
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +21,7 @@
 #include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/ops.cuh"
+#include "cuda/capture.h"
 
 namespace vkern {
 namespace {
@@ -55,6 +60,10 @@ Result cuda_fail(cudaError_t err, const char* what) {
 
 std::string version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
 
+// The batches replayed as graphs (BatchGraphs, defined after run_entries).
+Result graphs_open();
+void graphs_close();
+
 }  // namespace
 
 Result backend_open() {
@@ -77,10 +86,11 @@ Result backend_open() {
   VK_CHECK(cudaEventCreate(&g_start), "cudaEventCreate");
   VK_CHECK(cudaEventCreate(&g_stop), "cudaEventCreate");
   VK_CHECK(cudaMallocHost(reinterpret_cast<void**>(&g_staging), kStagingBytes), "cudaMallocHost of the staging buffer");
-  return Result::OK();
+  return graphs_open();
 }
 
 void backend_close() {
+  graphs_close();
   if (g_problems != nullptr) (void)cudaFree(g_problems);
   if (g_problems_host != nullptr) (void)cudaFreeHost(g_problems_host);
   g_problems = g_problems_host = nullptr;
@@ -181,6 +191,10 @@ namespace {
 
 Result ensure_problem_slots(size_t n) {
   if (n <= g_problem_slots) return Result::OK();
+  // A captured batch holds the words' address, so growing them counts as
+  // a reallocation (capture.h). BatchGraphs::run sizes them before it
+  // captures, never during a capture.
+  if (!vkern_capture::may_grow()) return fail(kStatusDeviceError, "the problem words cannot grow during a capture");
   if (g_problems != nullptr) VK_CHECK(cudaFree(g_problems), "cudaFree of the problem words");
   if (g_problems_host != nullptr) VK_CHECK(cudaFreeHost(g_problems_host), "cudaFreeHost of the problem words");
   g_problems = nullptr;
@@ -361,6 +375,256 @@ Result run_entries(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint6
 
 }  // namespace
 
+namespace {
+
+// BatchGraphs replays a RUN_BATCH that repeats as a CUDA graph. A training
+// step sends the same batch every step: the same ops with the same
+// parameters on the same buffers, new data in them (the gpt package's
+// gradient program). Launched entry by entry, it costs the host a launch
+// of each kernel (a few microseconds) every time; replayed, one launch of
+// the graph for all of them.
+//
+// It remembers the last kSeen batches it met by their entries (each one's
+// op, parameters and buffer addresses). The first time a batch comes it
+// runs as usual. The second time, its launches (and the clearing of its
+// problem words) are captured into a graph, which then runs, as it does
+// whenever the same batch comes again. A replay enqueues the kernels that
+// the launches it stands for enqueued, with the same arguments, so it
+// computes the same bits. These run as usual, never captured:
+// - a batch of one entry, or with a timed entry (its times come from
+//   events between the entries), a collective (NCCL's streams) or an op a
+//   program declared (its kernels may keep scratch outside capture.h's
+//   rules);
+// - a batch whose capture failed (a launch that wanted scratch it had not
+//   got or a device fact it had not read, or work the driver cannot
+//   capture): the capture is not tried again while the batch is among the
+//   kSeen remembered.
+// A graph captured before scratch was reallocated (capture.h) is dropped,
+// and the batch captured again, before it would run on freed memory. A
+// replay is one launch, so a launch error cannot name an entry: it is the
+// batch's, as an error at the final wait always was.
+//
+// VKERN_GRAPHS=0 runs every batch as usual. VKERN_GRAPHS_LOG names a file
+// to which the server appends a line for each capture, refusal and drop,
+// and its counts when it exits.
+class BatchGraphs {
+ public:
+  Result open() {
+    const char* on = std::getenv("VKERN_GRAPHS");
+    if (on != nullptr && std::strcmp(on, "0") != 0 && std::strcmp(on, "1") != 0) {
+      return fail(kStatusDeviceError, "VKERN_GRAPHS is \"", on,
+                  "\"; want 1 (a repeated RUN_BATCH replayed as a CUDA graph, the default) or 0 (every batch launched "
+                  "entry by entry)");
+    }
+    on_ = on == nullptr || std::strcmp(on, "1") == 0;
+    if (const char* path = std::getenv("VKERN_GRAPHS_LOG")) {
+      log_ = std::fopen(path, "a");
+      if (log_ == nullptr) {
+        return fail(kStatusDeviceError, "VKERN_GRAPHS_LOG is \"", path, "\", which cannot be opened for appending: ",
+                    std::strerror(errno), "; name a file in a folder that exists and can be written, or unset it");
+      }
+    }
+    return Result::OK();
+  }
+
+  void close() {
+    for (Seen& s : seen_) drop(&s);
+    seen_.clear();
+    if (log_ != nullptr) {
+      std::fprintf(log_, "graphs: %llu captured, %llu replays, %llu refused, %llu dropped\n", captured_, replayed_,
+                   refused_, dropped_);
+      std::fclose(log_);
+      log_ = nullptr;
+    }
+  }
+
+  // run runs the batch from its graph where it has one or can capture one,
+  // and sets *ran; where *ran is false nothing ran, and the caller runs
+  // the batch entry by entry.
+  Result run(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint64_t* problem, uint32_t* failed, bool* ran) {
+    *ran = false;
+    if (!on_ || count < 2) return Result::OK();
+    size_t checking = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+      const Call& c = calls[i];
+      if (c.op == nullptr || c.timed || c.op->id >= kFirstUserOpId) return Result::OK();
+      checking += checks(c) ? 1 : 0;
+    }
+    make_key(calls, count);
+    Seen* s = find();
+    if (s == nullptr) {
+      remember();
+      return Result::OK();
+    }
+    s->used = ++clock_;
+    if (s->refused) return Result::OK();
+    // The problem words first: growing them counts as a reallocation.
+    if (checking > 0) {
+      const Result r = ensure_problem_slots(checking);
+      if (!r.ok()) return r;
+    }
+    if (s->exec != nullptr && s->generation != vkern_capture::generation) {
+      drop(s);
+      ++dropped_;
+      note(*s, "dropped (scratch was reallocated since its capture)");
+    }
+    if (s->exec == nullptr) {
+      std::string why;
+      if (!capture(calls, count, checking, s, &why)) {
+        s->refused = true;
+        ++refused_;
+        note(*s, ("refused: " + why + "; it runs entry by entry").c_str());
+        return Result::OK();
+      }
+      ++captured_;
+      note(*s, "captured");
+    }
+    *ran = true;
+    *failed = kNoBatchEntry;
+    const cudaError_t launched = cudaGraphLaunch(s->exec, g_stream);
+    if (launched != cudaSuccess) return cuda_fail(launched, "cudaGraphLaunch of a repeated batch's graph");
+    const cudaError_t waited = cudaStreamSynchronize(g_stream);
+    if (waited != cudaSuccess) return batch_wait_error(waited);
+    ++replayed_;
+    for (uint32_t i = 0; i < count; ++i) kernel_ns[i] = 0;
+    return checking > 0 ? problems_back(calls, count, checking, problem) : Result::OK();
+  }
+
+ private:
+  static constexpr size_t kSeen = 8;
+
+  struct Seen {
+    std::vector<uint64_t> key;  // make_key's words
+    uint64_t hash = 0;
+    cudaGraphExec_t exec = nullptr;        // nullptr: not captured (yet)
+    unsigned long long generation = 0;     // scratch's when captured
+    uint64_t used = 0;                     // clock_ when last met
+    bool refused = false;                  // its capture failed
+  };
+
+  // make_key lays the batch's entries into key_ (its count, then each
+  // entry's op id, parameters and buffer addresses) and hashes them into
+  // hash_, a word at a time (FNV-1a's step on words, then a shift to mix
+  // the high bits down): find compares whole keys, so the hash only has to
+  // tell most batches apart cheaply.
+  void make_key(const Call* calls, uint32_t count) {
+    key_.clear();
+    key_.push_back(count);
+    for (uint32_t i = 0; i < count; ++i) {
+      const Call& c = calls[i];
+      key_.push_back(c.op->id);
+      for (int p = 0; p < c.op->param_count; ++p) key_.push_back(static_cast<uint64_t>(c.params[p]));
+      for (int b = 0; b < c.op->buffer_count; ++b) key_.push_back(reinterpret_cast<uintptr_t>(c.ptrs[b]));
+    }
+    hash_ = 14695981039346656037ull;
+    for (uint64_t w : key_) {
+      hash_ = (hash_ ^ w) * 1099511628211ull;
+      hash_ ^= hash_ >> 29;
+    }
+  }
+
+  Seen* find() {
+    for (Seen& s : seen_) {
+      if (s.hash == hash_ && s.key == key_) return &s;
+    }
+    return nullptr;
+  }
+
+  // remember records the batch as met once, in place of the least recently
+  // met when kSeen are kept.
+  void remember() {
+    Seen* slot = nullptr;
+    if (seen_.size() < kSeen) {
+      seen_.emplace_back();
+      slot = &seen_.back();
+    } else {
+      slot = &seen_[0];
+      for (Seen& s : seen_) {
+        if (s.used < slot->used) slot = &s;
+      }
+      drop(slot);
+      *slot = Seen{};
+    }
+    slot->key = key_;
+    slot->hash = hash_;
+    slot->used = ++clock_;
+  }
+
+  static void drop(Seen* s) {
+    if (s->exec != nullptr) (void)cudaGraphExecDestroy(s->exec);
+    s->exec = nullptr;
+  }
+
+  // capture records the batch's work into a graph and instantiates it in
+  // s, or answers false and why. Nothing it enqueues runs: the stream is
+  // capturing.
+  bool capture(const Call* calls, uint32_t count, size_t checking, Seen* s, std::string* why) {
+    cudaError_t err = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      *why = std::string("cudaStreamBeginCapture: ") + cudaGetErrorName(err);
+      return false;
+    }
+    vkern_capture::capturing = true;
+    vkern_capture::spoiled = false;
+    if (checking > 0) err = cudaMemsetAsync(g_problems, 0xff, checking * sizeof(unsigned long long), g_stream);
+    uint32_t at = count;  // the entry whose launch failed, if one did
+    for (uint32_t i = 0, slot = 0; err == cudaSuccess && i < count; ++i) {
+      err = launch(calls[i], checks(calls[i]) ? g_problems + slot++ : nullptr);
+      if (err != cudaSuccess) at = i;
+    }
+    vkern_capture::capturing = false;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(g_stream, &graph);
+    if (err != cudaSuccess || ended != cudaSuccess || vkern_capture::spoiled || graph == nullptr) {
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      (void)cudaGetLastError();  // a failed capture's error is not the context's
+      if (vkern_capture::spoiled) {
+        *why = "a launch wanted scratch memory or a device read that a capture cannot hold";
+      } else if (err != cudaSuccess) {
+        *why = (at < count ? std::string("entry ") + std::to_string(at) + " (" + calls[at].op->name + "): "
+                           : std::string("clearing the problem words: ")) +
+               cudaGetErrorName(err);
+      } else {
+        *why = std::string("cudaStreamEndCapture: ") + cudaGetErrorName(ended);
+      }
+      return false;
+    }
+    err = cudaGraphInstantiateWithFlags(&s->exec, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    if (err != cudaSuccess) {
+      s->exec = nullptr;
+      (void)cudaGetLastError();
+      *why = std::string("cudaGraphInstantiateWithFlags: ") + cudaGetErrorName(err);
+      return false;
+    }
+    s->generation = vkern_capture::generation;
+    return true;
+  }
+
+  void note(const Seen& s, const char* what) {
+    if (log_ == nullptr) return;
+    std::fprintf(log_, "batch %016llx of %llu entries: %s\n", static_cast<unsigned long long>(s.hash),
+                 static_cast<unsigned long long>(s.key[0]), what);
+    std::fflush(log_);
+  }
+
+  bool on_ = true;
+  std::FILE* log_ = nullptr;
+  std::vector<Seen> seen_;
+  std::vector<uint64_t> key_;
+  uint64_t hash_ = 0;
+  uint64_t clock_ = 0;
+  unsigned long long captured_ = 0, replayed_ = 0, refused_ = 0, dropped_ = 0;
+};
+
+BatchGraphs g_graphs;
+
+Result graphs_open() { return g_graphs.open(); }
+void graphs_close() { g_graphs.close(); }
+
+}  // namespace
+
 // Enqueues every entry (with an event after each, unless no entry wants
 // its time) and waits once, at the end: a batch of tiny runs costs a launch
 // per entry and one device round trip. Entries with a checked input record
@@ -372,7 +636,9 @@ Result run_entries(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint6
 // stream (nccl.cu, BatchCollectives); a batch that fails aborts every
 // communicator its entries name.
 Result backend_run_batch(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint64_t* problem, uint32_t* failed) {
-  const Result r = run_entries(calls, count, kernel_ns, problem, failed);
+  bool replayed = false;
+  Result r = g_graphs.run(calls, count, kernel_ns, problem, failed, &replayed);
+  if (!replayed && r.ok()) r = run_entries(calls, count, kernel_ns, problem, failed);
   if (!r.ok()) {
     g_collectives.abort_all();
     for (uint32_t i = 0; i < count; ++i) {

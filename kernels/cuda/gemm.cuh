@@ -86,6 +86,7 @@
 #include <cstdint>
 
 #include "core/backend.h"
+#include "cuda/capture.h"
 #include "cuda/compat.h"
 #include "cuda/epilogue.cuh"
 #include "cuda/mma.cuh"
@@ -623,11 +624,13 @@ __global__ void __launch_bounds__(256)
 }
 
 // pad_scratch returns at least bytes of device memory kept for later calls
-// (see ops.cuh), or nullptr when it cannot be had.
+// (see ops.cuh), or nullptr when it cannot be had (or not now, during a
+// batch's capture: capture.h).
 void* pad_scratch(size_t bytes) {
   static void* buffer = nullptr;
   static size_t capacity = 0;
   if (bytes <= capacity) return buffer;
+  if (!vkern_capture::may_grow()) return nullptr;
   if (buffer != nullptr && cudaFree(buffer) != cudaSuccess) {
     (void)cudaGetLastError();
   }

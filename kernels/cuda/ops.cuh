@@ -45,7 +45,9 @@
 // int from the device (which synchronises it) to learn whether the sm_90a
 // kernels (gemm_sm90.cu) are loaded; later calls only enqueue.
 // Calls that may use scratch must not run concurrently on different streams
-// or host threads (the kernel server runs one request at a time).
+// or host threads (the kernel server runs one request at a time). Every
+// allocator of scratch follows capture.h's rules, so that a batch the
+// server replays as a CUDA graph never runs on freed scratch.
 #ifndef VKERN_CUDA_OPS_CUH
 #define VKERN_CUDA_OPS_CUH
 

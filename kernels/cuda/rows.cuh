@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "cuda/capture.h"
 #include "cuda/compat.h"
 
 namespace {
@@ -505,13 +506,16 @@ inline int64_t row_extent(int64_t C, const void* p) { return C % 8 == 0 && align
 // ScratchBuffer is device memory kept between calls and grown when a call
 // needs more (with cudaFree + cudaMalloc, which synchronise the device; see
 // ops.cuh). A failed allocation answers cudaErrorMemoryAllocation, cleared
-// from the runtime's last error so that it is reported here instead.
+// from the runtime's last error so that it is reported here instead; a
+// growth during a batch's capture answers cudaErrorStreamCaptureUnsupported
+// (capture.h).
 struct ScratchBuffer {
   void* buffer = nullptr;
   size_t capacity = 0;
 
   cudaError_t get(size_t bytes, void** out) {
     if (bytes > capacity) {
+      if (!vkern_capture::may_grow()) return cudaErrorStreamCaptureUnsupported;
       if (buffer != nullptr) {
         const cudaError_t err = cudaFree(buffer);
         buffer = nullptr;

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "cuda/capture.h"
 #include "cuda/compat.h"
 
 #if defined(VKERN_PTX_MMA)
@@ -251,13 +252,15 @@ __device__ const int kSm90aBody = 0;
 // unit's module there holds the sm_90a bodies, which the host must know
 // before it launches a kernel that uses these instructions (other passes
 // compile such a kernel's body to a trap). Read once per device (< 64): the
-// first call copies one int from the device, which synchronises it. A
+// first call copies one int from the device, which synchronises it (and
+// so is not made during a batch's capture, which it spoils: capture.h). A
 // failed runtime call's error is cleared, not left for the next launch's
 // check.
 inline bool sm90a_loaded(int device) {
   constexpr int kMaxDevices = 64;
   static signed char known[kMaxDevices];  // 0 unknown, 1 yes, -1 no
   if (device < 0 || device >= kMaxDevices) return false;
+  if (known[device] == 0 && vkern_capture::spoil()) return false;
   if (known[device] == 0) {
     int major = 0, minor = 0, body = 0;
     cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
