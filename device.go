@@ -25,6 +25,10 @@ var (
 	ErrStaleBuffer = kserver.ErrStaleHandle
 )
 
+// DefaultCallTimeout is the deadline of a call whose context has none,
+// where Options.CallTimeout is zero.
+const DefaultCallTimeout = kserver.DefaultCallTimeout
+
 // Options configure Open. The zero value is usable: backend auto, the
 // default cache folder, a 60 s deadline for calls whose context has none.
 type Options struct {
@@ -32,7 +36,8 @@ type Options struct {
 	Backend string
 	// CacheDir overrides $VKERN_CACHE and the user cache folder.
 	CacheDir string
-	// CallTimeout is the deadline of a call whose context has none.
+	// CallTimeout is the deadline of a call whose context has none
+	// (DefaultCallTimeout where zero).
 	CallTimeout time.Duration
 	// StartTimeout bounds the wait for the server's HELLO after it starts;
 	// zero takes $VKERN_START_TIMEOUT (a Go duration, such as 2m), else

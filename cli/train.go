@@ -62,6 +62,11 @@ scaling as PyTorch's GradScaler, clipping at norm 1, warm-up then cosine decay.
   --batches FILE    write every step's windows of T+1 tokens (uint16) to FILE,
                     for replaying the run elsewhere (bench/parity.py)
   --backend B       cpu | cuda | hip | auto (default cpu)
+  --call-timeout D  the longest one device call may take (a step's gradient
+                    program is one) before its kernel server is taken for
+                    hung and stopped, and the run with it (default 60s, at
+                    least 1s; a 2-core cpu needs minutes at gpt2's size). A
+                    data-parallel run's calls are bounded by --step-timeout
   --gpus N          data-parallel over N GPUs of this machine, one kernel server
                     each, through NCCL (on --backend cpu: N cpu servers, joined
                     on the host, for testing). --batch and --accum are per GPU:
@@ -130,7 +135,7 @@ type trainFlags struct {
 	saveEvery, evalEvery, verifyEvery     int64
 	gpus                                  int
 	bucketMB                              int
-	rankTimeout, stepTimeout              time.Duration
+	rankTimeout, stepTimeout, callTimeout time.Duration
 	lr, temperature                       float64
 	seed                                  uint64
 	set                                   map[string]bool
@@ -163,6 +168,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&f.gpus, "gpus", 0, "")
 	fs.DurationVar(&f.rankTimeout, "rank-timeout", 0, "")
 	fs.DurationVar(&f.stepTimeout, "step-timeout", 0, "")
+	fs.DurationVar(&f.callTimeout, "call-timeout", 0, "")
 	fs.IntVar(&f.bucketMB, "bucket-mb", 0, "")
 	if code, done := parseFlags(fs, args, trainHelpText(), stdout, stderr); done {
 		return code
@@ -189,6 +195,14 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	par, err := planParallel(&f, setup)
 	if err != nil {
 		return fail(exitUsage, err)
+	}
+	if f.set["call-timeout"] {
+		switch {
+		case par.ranks > 0:
+			return fail(exitUsage, errors.New("--call-timeout bounds a one-device run's calls; a data-parallel run's are bounded by --step-timeout: use that, or drop --gpus"))
+		case f.callTimeout < time.Second:
+			return fail(exitUsage, fmt.Errorf("--call-timeout %v: want at least 1s (a step's calls on a GPU take milliseconds, on a cpu seconds to minutes)", f.callTimeout))
+		}
 	}
 	for _, p := range []string{f.jsonPath, f.batchesPath} {
 		if err := checkOutputPath(p); err != nil {
@@ -249,7 +263,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	} else {
 		progress.status("building and starting the %s kernel server", f.backend)
 		var err error
-		dev, err = vkern.Open(ctx, vkern.Options{Backend: f.backend})
+		dev, err = vkern.Open(ctx, vkern.Options{Backend: f.backend, CallTimeout: f.callTimeout})
 		progress.clear()
 		if err != nil {
 			return fail(exitFailure, err)
@@ -694,6 +708,12 @@ func trainLoop(ctx context.Context, f *trainFlags, s *runSetup, tr *gpt.Trainer,
 		if err != nil {
 			progress.clear()
 			fmt.Fprintf(stderr, "vkern train: %v\n", err)
+			if tr.Parallel == nil && work.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				// The call outlived --call-timeout on a device that was
+				// working: a slow one, or a hung one.
+				fmt.Fprintf(stderr, "vkern train: a call of step %d ran past --call-timeout (%v); where the device is slow rather than hung (a cpu at a large model's size), give it more, e.g. --call-timeout 30m\n",
+					step, callTimeoutOrDefault(f.callTimeout))
+			}
 			return exitFailure
 		}
 		sr := stepRecord{Step: step, Loss: res.Loss, LossScale: res.LossScale, Skipped: res.Skipped, GradNorm: res.GradNorm,
@@ -932,4 +952,13 @@ func (r *trainRecord) write(w io.Writer) error {
 	e := json.NewEncoder(w)
 	e.SetIndent("", "  ")
 	return e.Encode(r)
+}
+
+// callTimeoutOrDefault is the call timeout a run's device has: --call-timeout,
+// or vkern's default where it is not given.
+func callTimeoutOrDefault(d time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return vkern.DefaultCallTimeout
 }

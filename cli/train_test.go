@@ -44,6 +44,8 @@ func TestTrainUsageErrorsNameTheValue(t *testing.T) {
 		{[]string{"train", "--gpus", "2", "--rank-timeout", "1ms"}, "--rank-timeout 1ms: want at least 1s"},
 		{[]string{"train", "--gpus", "2", "--step-timeout", "-1s"}, "--step-timeout -1s: want at least 1s"},
 		{[]string{"train", "--warmup", "-5"}, "--warmup -5: want 0 or more warm-up steps"},
+		{[]string{"train", "--call-timeout", "500ms"}, "--call-timeout 500ms: want at least 1s"},
+		{[]string{"train", "--gpus", "2", "--call-timeout", "10m"}, "--call-timeout bounds a one-device run's calls; a data-parallel run's are bounded by --step-timeout"},
 		{[]string{"train", "--bucket-mb", "50"}, "--bucket-mb is a setting of data-parallel runs, and this is not one: add --gpus N"},
 		{[]string{"train", "--rank-timeout", "10s"}, "--rank-timeout is a setting of data-parallel runs"},
 		{[]string{"train", "--lr", "-1"}, "--lr -1: want a learning rate in [0, 10], AdamW's range"},

@@ -55,9 +55,11 @@ type Config struct {
 	Isolated bool
 }
 
-// The defaults of Config.
+// DefaultCallTimeout is Config.CallTimeout where it is zero.
+const DefaultCallTimeout = 60 * time.Second
+
+// The other defaults of Config.
 const (
-	defaultCallTimeout  = 60 * time.Second
 	defaultStartTimeout = 10 * time.Second
 	defaultCloseTimeout = 2 * time.Second
 	defaultStderrTail   = 64 << 10
@@ -141,7 +143,7 @@ type Client struct {
 // New returns a Client for cfg. It starts nothing.
 func New(cfg Config) *Client {
 	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = defaultCallTimeout
+		cfg.CallTimeout = DefaultCallTimeout
 	}
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = defaultStartTimeout
