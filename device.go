@@ -559,6 +559,8 @@ type Call struct {
 // RunBatch executes calls in order in one round trip to the server, the
 // shape of a training step, and returns each kernel's time. Every call is
 // checked before any runs; an error names the failing call's index and op.
+// A GPU server replays an untimed batch it has met before (the same calls
+// on the same buffers) as a CUDA graph: PROTOCOL.md, RUN_BATCH.
 func (d *Device) RunBatch(ctx context.Context, calls []Call) ([]time.Duration, error) {
 	b, err := d.Prepare(calls)
 	if err != nil {
