@@ -211,6 +211,12 @@ Result ensure_problem_slots(size_t n) {
 
 bool checks(const Call& call) { return call.op != nullptr && call.op->checked_buffer >= 0; }
 
+// clear_problems enqueues the clearing of the first n problem words
+// (ensure_problem_slots has made them) to ~0: no problem yet.
+cudaError_t clear_problems(size_t n) {
+  return cudaMemsetAsync(g_problems, 0xff, n * sizeof(unsigned long long), g_stream);
+}
+
 // launch enqueues a call's kernels on the stream without waiting; problem
 // is its device word (nullptr for an op without a checked input).
 cudaError_t launch(const Call& call, unsigned long long* problem) {
@@ -274,7 +280,7 @@ Result backend_run(const Call& call, uint64_t* kernel_ns, uint64_t* problem) {
     Result r = ensure_problem_slots(1);
     if (!r.ok()) return r;
     word = g_problems;
-    VK_CHECK(cudaMemsetAsync(word, 0xff, sizeof *word, g_stream), "clearing the problem word");
+    VK_CHECK(clear_problems(1), "clearing the problem word");
   }
   if (call.timed) VK_CHECK(cudaEventRecord(g_start, g_stream), "cudaEventRecord");
   const cudaError_t err = launch(call, word);
@@ -316,8 +322,7 @@ Result run_entries(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint6
   if (checking > 0) {
     Result r = ensure_problem_slots(checking);
     if (!r.ok()) return r;
-    VK_CHECK(cudaMemsetAsync(g_problems, 0xff, checking * sizeof(unsigned long long), g_stream),
-             "clearing the problem words");
+    VK_CHECK(clear_problems(checking), "clearing the problem words");
   }
   if (timed) {
     Result r = ensure_marks(size_t{count} + 1);
@@ -567,7 +572,7 @@ class BatchGraphs {
     }
     vkern_capture::capturing = true;
     vkern_capture::spoiled = false;
-    if (checking > 0) err = cudaMemsetAsync(g_problems, 0xff, checking * sizeof(unsigned long long), g_stream);
+    if (checking > 0) err = clear_problems(checking);
     uint32_t at = count;  // the entry whose launch failed, if one did
     for (uint32_t i = 0, slot = 0; err == cudaSuccess && i < count; ++i) {
       err = launch(calls[i], checks(calls[i]) ? g_problems + slot++ : nullptr);
