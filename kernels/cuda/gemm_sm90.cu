@@ -558,7 +558,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // at 16384x768x3072 (0.466 ms against 0.127): the summing row tile held
   // the grid back (plain loads, eight rows in flight, 0.516 ms: call 2,
   // branch dw-bias-fast). Now every row tile sums its share of the
-  // columns, eight rows' loads in flight (docs/dw-bias-shares-h200).
+  // columns, eight rows' loads in flight: correct, and still slower than
+  // bias_grad's kernel after the product on an H200 (docs/
+  // dw-bias-shares-h200: 0.228 ms against 0.163 at 16384x3072x768:bias=1,
+  // the product alone 0.126), the summers setting the stages' pace.
   constexpr bool kSums = sums_columns<Cfg, kRDepth, Epi, kTiles>();
   constexpr int kSummers = kSums ? 3 : 0;
   static_assert(!kSums || BK == 64, "a stage's depth rows are one of bias_grad's blocks (oracle.BiasGradRowBlock)");
