@@ -1300,13 +1300,21 @@ var CUDADefects = []Mutation{
 	},
 	// linear_grad_w's db formed in the Hopper kernel of plain tiles
 	// (gemm_sm90.cu, kSums; VKERN_GEMM_FUSED_DB=1) as its producer
-	// warpgroup passes dy's stages:
-	// 1000 rows end in a partial stage; 512x3072x768 runs WideS192 (three
-	// panels, one a warp), 256x2048x4096 WideS (four: warp 1 takes two).
+	// warpgroup passes dy's stages, each column tile's pairs shared among
+	// its row tiles: 1000 rows end in a partial stage; 512x3072x768 runs
+	// WideS192 in 6 row tiles (16 pairs each), 256x2048x4096 WideS in 32
+	// (4 each), 64x65536x128 WideS in one row tile (128 pairs: summers
+	// 0-31 take two).
 	{
-		Name: "Hopper column sums: the swizzle left out of the panel's reads", File: "cuda/gemm_sm90.cu",
-		Old: "lds32(panel + p * 128 + (((lane / 4) ^ (p % 8)) << 4));",
-		New: "lds32(panel + p * 128 + ((lane / 4) << 4));",
+		Name: "Hopper column sums: the swizzle left out of a partial stage's reads", File: "cuda/gemm_sm90.cu",
+		Old: "lds32(unit0 + p * 128 + ((x ^ (p % 8)) << 4));",
+		New: "lds32(unit0 + p * 128 + (x << 4));",
+		Op:  "linear_grad_w", Shapes: []string{"1000x64x64:bias=1"}, Setup: fusedDBChosen,
+	},
+	{
+		Name: "Hopper column sums: a full stage's rows read from the pair's first unit", File: "cuda/gemm_sm90.cu",
+		Old: "lds32_rows(unit0 + p0 * 128 + (x << 4), w);",
+		New: "lds32_rows(unit0 + p0 * 128, w);",
 		Op:  "linear_grad_w", Shapes: []string{"1000x64x64:bias=1", "512x3072x768:bias=1"}, Setup: fusedDBChosen,
 	},
 	{
@@ -1315,10 +1323,15 @@ var CUDADefects = []Mutation{
 		Op: "linear_grad_w", Shapes: []string{"1000x64x64:bias=1", "256x2048x4096:bias=1"}, Setup: fusedDBChosen,
 	},
 	{
-		Name: "Hopper column sums: a warp's second panel skipped", File: "cuda/gemm_sm90.cu",
-		Old: "const uint32_t panel = sr + b * 8192 + (lane % 4) * 4;",
-		New: "const uint32_t panel = sr + (b % 3) * 8192 + (lane % 4) * 4;",
-		Op:  "linear_grad_w", Shapes: []string{"256x2048x4096:bias=1"}, Setup: fusedDBChosen,
+		Name: "Hopper column sums: every row tile sums the first share of pairs", File: "cuda/gemm_sm90.cu",
+		Old: "c = um * share + offset;", New: "c = offset;",
+		Op: "linear_grad_w", Shapes: []string{"512x3072x768:bias=1", "256x2048x4096:bias=1"}, Setup: fusedDBChosen,
+	},
+	{
+		Name: "Hopper column sums: a summer's second pair left out", File: "cuda/gemm_sm90.cu",
+		Old: "pair[i] = offset < share && c < kPairs ? static_cast<int>(c) : -1;",
+		New: "pair[i] = offset < share && c < kPairs && i == 0 ? static_cast<int>(c) : -1;",
+		Op:  "linear_grad_w", Shapes: []string{"64x65536x128:bias=1"}, Setup: fusedDBChosen,
 	},
 	{
 		Name: "linear_nt with W where Wᵀ belongs", File: "cuda/linear_nt.cu",

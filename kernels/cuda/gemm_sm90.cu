@@ -334,6 +334,34 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w) : "r"(addr));
   return w;
 }
+// lds32_rows loads a word of eight consecutive depth rows of a 128-byte
+// swizzled panel: w[j] from row0 + j·128 with its 16-byte unit x ^ j,
+// where row0 (a multiple of 8 rows from the panel's start) holds unit x in
+// its bits 4-6. One asm statement, so that the eight loads are in flight
+// together (each lds32 is waited on before the next).
+__device__ __forceinline__ void lds32_rows(uint32_t row0, uint32_t (&w)[8]) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 a<8>;\n"
+      "xor.b32 a1, %8, 16;\n"
+      "xor.b32 a2, %8, 32;\n"
+      "xor.b32 a3, %8, 48;\n"
+      "xor.b32 a4, %8, 64;\n"
+      "xor.b32 a5, %8, 80;\n"
+      "xor.b32 a6, %8, 96;\n"
+      "xor.b32 a7, %8, 112;\n"
+      "ld.shared.b32 %0, [%8];\n"
+      "ld.shared.b32 %1, [a1+128];\n"
+      "ld.shared.b32 %2, [a2+256];\n"
+      "ld.shared.b32 %3, [a3+384];\n"
+      "ld.shared.b32 %4, [a4+512];\n"
+      "ld.shared.b32 %5, [a5+640];\n"
+      "ld.shared.b32 %6, [a6+768];\n"
+      "ld.shared.b32 %7, [a7+896];\n"
+      "}\n"
+      : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]), "=r"(w[4]), "=r"(w[5]), "=r"(w[6]), "=r"(w[7])
+      : "r"(row0));
+}
 __device__ __forceinline__ void sts128(uint32_t addr, const uint32_t (&w)[4]) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
                : "memory");
@@ -524,12 +552,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // R's column sums (Epilogue::kColumnSums; linear_grad_w's db with
   // VKERN_GEMM_FUSED_DB=1), formed by the producer warpgroup's warps 1-3
   // from the stages: plain tiles of an MN-major R without clusters; 3 more
-  // arrivals a stage's release. Correct on the H100 (docs/dw-bias-h100,
-  // call 1) but 3.7 times the product's time at c_fc's dW (0.466 ms
-  // against 0.127): each of a stage's 64 loads is waited on before the
-  // next (asm volatile), and the summing row tile holds the grid back.
-  // Plain loads, eight rows in flight, were slower still: 0.516 ms (call 2,
-  // branch dw-bias-fast).
+  // arrivals a stage's release. With the first row tile summing all of a
+  // column tile's columns, one load in flight at a time, it was correct on
+  // the H100 (docs/dw-bias-h100, call 1) but 3.7 times the product's time
+  // at 16384x768x3072 (0.466 ms against 0.127): the summing row tile held
+  // the grid back (plain loads, eight rows in flight, 0.516 ms: call 2,
+  // branch dw-bias-fast). Now every row tile sums its share of the
+  // columns, eight rows' loads in flight: correct, and still slower than
+  // bias_grad's kernel after the product on an H200 (docs/
+  // dw-bias-shares-h200: 0.228 ms against 0.163 at 16384x3072x768:bias=1,
+  // the product alone 0.126), the summers setting the stages' pace.
   constexpr bool kSums = sums_columns<Cfg, kRDepth, Epi, kTiles>();
   constexpr int kSummers = kSums ? 3 : 0;
   static_assert(!kSums || BK == 64, "a stage's depth rows are one of bias_grad's blocks (oracle.BiasGradRowBlock)");
@@ -736,48 +768,71 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     } else if constexpr (kSums) {
       if (threadIdx.x >= 32) {
-        // R's column sums: each unit of the first row tile (um = 0, one per
-        // column tile) sums its R slice's columns as the stages pass, warp
-        // w taking panels w − 1, w + 2 (64 columns each, depth row p of a
-        // panel 128 bytes at p·128 with 16-byte unit c at c ^ (p % 8): TMA's
-        // 128-byte swizzle), lane l columns 2l and 2l + 1 of each. A stage
-        // (64 depth rows from a multiple of 64) is summed from −0 in
-        // ascending depth order, its sum added to the unit's total in stage
-        // order, and db[j] = db[j] + total after the last: bias_grad's
-        // structure, whose bound the oracle derives (BiasGradRowBlock).
-        // Every unit's every stage is waited for and released, so the
-        // stages' phases stay in step with the producer's.
-        constexpr int kPanels = BN / 64, kOwn = (kPanels + 2) / 3;
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        // R's column sums, each column tile's shared among its row tiles:
+        // unit (um, tn) sums column pairs [um·share, (um + 1)·share) of
+        // column tile tn, share = ⌈(BN/2) / units_m⌉, so that no unit
+        // holds the grid back (where um = 0 summed them all, the product
+        // took 3.7 times as long). Summer i (warps 1-3, i = threadIdx.x −
+        // 32) takes the unit's pairs i and i + 96; pair c is the tile's
+        // columns 2c and 2c + 1: panel c / 32, word c % 4 of 16-byte unit
+        // (c % 32) / 4 of each depth row (depth row p of a panel is 128
+        // bytes at p·128, unit x at x ^ (p % 8): TMA's 128-byte swizzle).
+        // A stage (64 depth rows from a multiple of 64) is summed from −0
+        // in ascending depth order, eight rows' words loaded at once
+        // (lds32_rows), its sum added to the pair's total in stage order,
+        // and db[j] = db[j] + total after the last: bias_grad's structure,
+        // whose bound the oracle derives (BiasGradRowBlock). Every warp
+        // waits for and releases every stage, so that the stages' phases
+        // stay in step with the producer's.
+        constexpr int kPairs = BN / 2, kSummerThreads = 96, kOwn = (kPairs + kSummerThreads - 1) / kSummerThreads;
+        const int summer = threadIdx.x - 32, lane = threadIdx.x % 32;
+        const int64_t share = (kPairs + units_m - 1) / units_m;
         int stage = 0;
         uint32_t phase = 0;
         for (int64_t u = first_unit; u < units; u += unit_step) {
           int64_t um, tn;
           unit_origin(u, units_m, tiles_n, group, &um, &tn);
-          const bool summing = um == 0;
+          int pair[kOwn];  // the tile's pair c, or −1 where this thread sums none
+#pragma unroll
+          for (int i = 0; i < kOwn; ++i) {
+            const int64_t offset = summer + int64_t{kSummerThreads} * i, c = um * share + offset;
+            pair[i] = offset < share && c < kPairs ? static_cast<int>(c) : -1;
+          }
           float total[kOwn][2];
 #pragma unroll
           for (int i = 0; i < kOwn; ++i) total[i][0] = total[i][1] = -0.0f;
           for (int64_t k = 0; k < steps; ++k) {
             mbar_wait(full0 + 8 * stage, phase);
-            if (summing) {
-              const uint32_t sr = smem + stage * Cfg::kStageBytes + Cfg::kLBytes;
-              const int live = depth - k * BK < BK ? static_cast<int>(depth - k * BK) : BK;
+            const uint32_t sr = smem + stage * Cfg::kStageBytes + Cfg::kLBytes;
+            const int live = depth - k * BK < BK ? static_cast<int>(depth - k * BK) : BK;
 #pragma unroll
-              for (int i = 0; i < kOwn; ++i) {
-                const int b = warp - 1 + 3 * i;
-                if (b >= kPanels) continue;
-                const uint32_t panel = sr + b * 8192 + (lane % 4) * 4;
-                float lo = -0.0f, hi = -0.0f;
-#pragma unroll 8
+            for (int i = 0; i < kOwn; ++i) {
+              const int c = pair[i];
+              if (c < 0) continue;
+              // Depth row p's word: unit0 + p·128 with unit x ^ (p % 8).
+              const uint32_t unit0 = sr + (c / 32) * 8192 + (c % 4) * 4;
+              const int x = c % 32 / 4;
+              float lo = -0.0f, hi = -0.0f;
+              if (live == BK) {
+#pragma unroll 1
+                for (int p0 = 0; p0 < BK; p0 += 8) {
+                  uint32_t w[8];
+                  lds32_rows(unit0 + p0 * 128 + (x << 4), w);
+#pragma unroll
+                  for (int j = 0; j < 8; ++j) {
+                    lo = lo + __half2float(__ushort_as_half(static_cast<unsigned short>(w[j] & 0xffffu)));
+                    hi = hi + __half2float(__ushort_as_half(static_cast<unsigned short>(w[j] >> 16)));
+                  }
+                }
+              } else {
                 for (int p = 0; p < live; ++p) {
-                  const uint32_t word = lds32(panel + p * 128 + (((lane / 4) ^ (p % 8)) << 4));
+                  const uint32_t word = lds32(unit0 + p * 128 + ((x ^ (p % 8)) << 4));
                   lo = lo + __half2float(__ushort_as_half(static_cast<unsigned short>(word & 0xffffu)));
                   hi = hi + __half2float(__ushort_as_half(static_cast<unsigned short>(word >> 16)));
                 }
-                total[i][0] = total[i][0] + lo;
-                total[i][1] = total[i][1] + hi;
               }
+              total[i][0] = total[i][0] + lo;
+              total[i][1] = total[i][1] + hi;
             }
             __syncwarp();
             if (lane == 0) mbar_arrive(empty0 + 8 * stage);
@@ -786,13 +841,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               phase ^= 1;
             }
           }
-          if (summing && steps > 0) {
-            const int64_t n0 = tn * BN;
+          if (steps > 0) {
 #pragma unroll
             for (int i = 0; i < kOwn; ++i) {
-              const int b = warp - 1 + 3 * i;
-              if (b >= kPanels) continue;
-              const int64_t j = n0 + 64 * b + 2 * lane;
+              if (pair[i] < 0) continue;
+              const int64_t j = tn * BN + 2 * pair[i];
               if (j < cols) epi.column_sums[j] = epi.column_sums[j] + total[i][0];
               if (j + 1 < cols) epi.column_sums[j + 1] = epi.column_sums[j + 1] + total[i][1];
             }
