@@ -74,8 +74,10 @@ trap finish EXIT
 #               bench/attention_lab.cu built from each SRC (bench/labsrc's
 #               output, e.g. bin/labsrc-base from `bash bench/prep-call.sh
 #               BASE`) to /tmp/lab-NAME, in parallel, nvcc's output in
-#               lab-NAME-build.txt; the Hopper kernels' registers and
-#               spilled bytes into ptxas.txt, a line per lab printed
+#               lab-NAME-build.txt, with $ATTENTION_LAB_FLAGS_NAME's
+#               nvcc flags where set; the Hopper kernels' registers,
+#               spilled bytes and stack into ptxas.txt, a line per lab
+#               printed
 #   attention_rounds ROUNDS NAME...
 #               each /tmp/lab-NAME at 16x1024x768x12 and 32x1024x768x12 in
 #               turn, ROUNDS times, into lab-NAME-B-ROUND.txt; a line each
@@ -199,11 +201,13 @@ for line in open(path):
 PY
 }
 attention_labs() {
-  local spec name pids=()
+  local spec name flags pids=()
   for spec in "$@"; do
     name=${spec%%=*}
+    flags=ATTENTION_LAB_FLAGS_$name  # more nvcc flags for this lab, e.g. -DVKERN_ATTENTION_HOPPER_FORWARD_MIN_BLOCKS=3
     rm -f "/tmp/lab-$name"
-    timeout 240 nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I"${spec#*=}" \
+    # shellcheck disable=SC2086 # the flags are words
+    timeout 240 nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v ${!flags:-} -I"${spec#*=}" \
       -o "/tmp/lab-$name" bench/attention_lab.cu > "$out/lab-$name-build.txt" 2>&1 &
     pids+=($!)
   done
@@ -213,9 +217,12 @@ attention_labs() {
     [ -x "/tmp/lab-$name" ] || { echo "lab $name: build FAILED"; tail -5 "$out/lab-$name-build.txt"; continue; }
     awk -v lab="$name" '
       /Compiling entry function/ { k = ""; if (match($0, /(forward_hopper|backward_dkdv_hopper|backward_dq_hopper)/)) k = substr($0, RSTART, RLENGTH) }
-      k != "" && /spill stores/ { spill = $5 }
-      k != "" && /Used [0-9]+ registers/ { match($0, /Used [0-9]+/); printf "%s: %s %s registers, %s bytes spilled\n", lab, k, substr($0, RSTART + 5, RLENGTH - 5), spill; k = "" }
+      k != "" && /spill stores/ { stack = $1; spill = $5 }
+      k != "" && /Used [0-9]+ registers/ { match($0, /Used [0-9]+/); printf "%s: %s %s registers, %s bytes spilled, %s bytes of stack\n", lab, k, substr($0, RSTART + 5, RLENGTH - 5), spill, stack; k = "" }
     ' "$out/lab-$name-build.txt" | tee -a "$out/ptxas.txt" | paste -sd ';' | cut -c1-330
+    # ptxas serializes a kernel's wgmma where its registers do not allow
+    # them in flight together: right, and without the overlap.
+    grep -i 'serialized' "$out/lab-$name-build.txt" | sed "s/^/$name: /" | tee -a "$out/ptxas.txt" | head -3
   done
 }
 attention_rounds() {

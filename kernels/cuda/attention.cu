@@ -266,6 +266,29 @@
 //      caught. Against SDPA in the same call: attention 0.1082 ms, the
 //      flash backend 0.1352 (1.25×), cuDNN 0.0856; attention_grad 0.3741,
 //      flash 0.4140 (1.11×), cuDNN 0.3212.
+//   18. Tried and dropped (branch attention-overlap, 2026-11-28):
+//      forward_hopper issuing the next key tile's S before this tile's
+//      softmax, into a second S accumulator. Same bits, but ptxas
+//      serialized its wgmma (C7515: non-wgmma instructions defining the
+//      accumulator of a wgmma in the pipeline stage, online_softmax
+//      rescaling o with the P·V into o in the same stage) and it spilled
+//      16 bytes at four blocks an SM. Lab, one H200 call (no H100 was
+//      lent that day), against main in turn: 0.1157 and 0.1155 ms against
+//      0.1074 and 0.1069 at 16x1024x768x12, 0.2085 and 0.2088 against
+//      0.1923 and 0.1931 at B = 32; at three blocks an SM (159 registers,
+//      no spills) 0.1231 and 0.1235 (docs/attention-overlap-h200).
+//   19. Tried and dropped (branch attention-fa3, 2026-11-28):
+//      forward_hopper in FlashAttention-3's order within a warpgroup, S of
+//      key tile kt and the P·V of tile kt − 1 issued together, the softmax
+//      (statistics and P) beside the P·V and o rescaled after it, the
+//      first tile peeled so that ptxas does not serialize the products
+//      (it did, C7514, where one loop body branched on the P·V). Same bits
+//      (o sees the same operations in the same order), 124 registers,
+//      verified. Lab, two H200 calls, against main in turn: 0.1091 and
+//      0.1092 ms against 0.1078 and 0.1078 at 16x1024x768x12, 0.1945 and
+//      0.1945 against 0.1949 and 0.1942 at B = 32: with head size 64 a
+//      tile's products hide little of its softmax
+//      (docs/attention-fa3-h200).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
