@@ -204,6 +204,7 @@ attention_labs() {
   local spec name flags pids=()
   for spec in "$@"; do
     name=${spec%%=*}
+    [[ $name =~ ^[A-Za-z0-9_]+$ ]] || { echo "attention_labs: lab name \"$name\" must be letters, digits and _"; return 1; }
     flags=ATTENTION_LAB_FLAGS_$name  # more nvcc flags for this lab, e.g. -DVKERN_ATTENTION_HOPPER_FORWARD_MIN_BLOCKS=3
     rm -f "/tmp/lab-$name"
     # shellcheck disable=SC2086 # the flags are words
@@ -222,7 +223,7 @@ attention_labs() {
     ' "$out/lab-$name-build.txt" | tee -a "$out/ptxas.txt" | paste -sd ';' | cut -c1-330
     # ptxas serializes a kernel's wgmma where its registers do not allow
     # them in flight together: right, and without the overlap.
-    grep -i 'serialized' "$out/lab-$name-build.txt" | sed "s/^/$name: /" | tee -a "$out/ptxas.txt" | head -3
+    grep -i 'serialized' "$out/lab-$name-build.txt" | sed "s/^/$name: /" | tee -a "$out/ptxas.txt" | head -3 || true
   done
 }
 attention_rounds() {
