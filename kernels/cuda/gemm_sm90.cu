@@ -93,6 +93,7 @@
 #include "cuda/occupancy.h"
 #include "cuda/epilogue.cuh"
 #include "cuda/row_shift.cuh"
+#include "cuda/rows.cuh"
 #include "cuda/staged_store.cuh"
 #include "cuda/wgmma.cuh"
 
@@ -820,15 +821,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                   lds32_rows(unit0 + p0 * 128 + (x << 4), w);
 #pragma unroll
                   for (int j = 0; j < 8; ++j) {
-                    lo = lo + __half2float(__ushort_as_half(static_cast<unsigned short>(w[j] & 0xffffu)));
-                    hi = hi + __half2float(__ushort_as_half(static_cast<unsigned short>(w[j] >> 16)));
+                    lo = lo + vkern_rows::half_lo(w[j]);
+                    hi = hi + vkern_rows::half_hi(w[j]);
                   }
                 }
               } else {
                 for (int p = 0; p < live; ++p) {
                   const uint32_t word = lds32(unit0 + p * 128 + ((x ^ (p % 8)) << 4));
-                  lo = lo + __half2float(__ushort_as_half(static_cast<unsigned short>(word & 0xffffu)));
-                  hi = hi + __half2float(__ushort_as_half(static_cast<unsigned short>(word >> 16)));
+                  lo = lo + vkern_rows::half_lo(word);
+                  hi = hi + vkern_rows::half_hi(word);
                 }
               }
               total[i][0] = total[i][0] + lo;
