@@ -221,8 +221,9 @@ attention_labs() {
       k != "" && /spill stores/ { stack = $1; spill = $5 }
       k != "" && /Used [0-9]+ registers/ { match($0, /Used [0-9]+/); printf "%s: %s %s registers, %s bytes spilled, %s bytes of stack\n", lab, k, substr($0, RSTART + 5, RLENGTH - 5), spill, stack; k = "" }
     ' "$out/lab-$name-build.txt" | tee -a "$out/ptxas.txt" | paste -sd ';' | cut -c1-330
-    # ptxas serializes a kernel's wgmma where its registers do not allow
-    # them in flight together: right, and without the overlap.
+    # ptxas serializes a kernel's wgmma (C7514, C7515) where non-wgmma
+    # instructions read or write an accumulator of a wgmma still in its
+    # pipeline stage: correct, but without the overlap.
     grep -i 'serialized' "$out/lab-$name-build.txt" | sed "s/^/$name: /" | tee -a "$out/ptxas.txt" | head -3 || true
   done
 }
