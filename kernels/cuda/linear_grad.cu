@@ -56,13 +56,14 @@ template cudaError_t linear_grad_w_summing<false>(const __half*, const __half*, 
 // product, which then finds much of dy in L2; where the server's
 // environment sets VKERN_GEMM_FUSED_DB=1, by the Hopper kernel of plain
 // tiles as its producer warpgroup passes dy's stages (gemm_sm90.cu, kSums),
-// else (other kernels) as by default. Measured on the H100 at c_fc's
-// 16384×768×3072 (docs/dw-bias-h100, call 1): the product alone 0.1265 ms,
-// with bias_grad's kernel after it 0.1451, with kSums 0.4656: the row
-// tile that sums waited on each of its 64 loads a stage, and the grid
-// waited on it. With every row tile summing a share, on an H200
-// (docs/dw-bias-shares-h200) at 16384×3072×768: 0.1258 ms alone, 0.1633
-// with bias_grad's kernel after it, 0.2278 with kSums. Hence opt-in.
+// else (other kernels) as by default. Measured on the H100 at
+// 16384×768×3072, c_proj's shape (docs/dw-bias-h100, call 1, which calls
+// it c_fc's): the product alone 0.1265 ms, with bias_grad's kernel after
+// it 0.1451, with kSums 0.4656: the row tile that sums waited on each of
+// its 64 loads a stage, and the grid waited on it. With every row tile
+// summing a share, on an H200 (docs/dw-bias-shares-h200) at c_fc's
+// 16384×3072×768: 0.1258 ms alone, 0.1633 with bias_grad's kernel after
+// it, 0.2278 with kSums. Hence opt-in.
 bool fused_db_chosen() {
   static const bool chosen = vkern_env::on_off("VKERN_GEMM_FUSED_DB", false);
   return chosen;
