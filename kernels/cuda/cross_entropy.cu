@@ -269,20 +269,22 @@ __global__ void __launch_bounds__(kSegmentThreads)
 
 constexpr int64_t kMaxCountBlocks = 1024;
 
-// The state word: the count of rows kept. Allocated on first use.
-unsigned long long* g_state = nullptr;
+// The state word: the count of rows kept. Allocated on first use, one for
+// each of the server's lanes (beside.h).
+unsigned long long* g_states[vkern_beside::kLanes] = {};
 
 cudaError_t state(unsigned long long** out) {
-  if (g_state == nullptr) {
+  unsigned long long*& word = g_states[vkern_beside::lane];
+  if (word == nullptr) {
     if (!vkern_capture::may_grow()) return cudaErrorStreamCaptureUnsupported;
     void* p = nullptr;
     if (cudaMalloc(&p, sizeof(unsigned long long)) != cudaSuccess) {
       (void)cudaGetLastError();  // clear the allocation failure; report it here instead
       return cudaErrorMemoryAllocation;
     }
-    g_state = static_cast<unsigned long long*>(p);
+    word = static_cast<unsigned long long*>(p);
   }
-  *out = g_state;
+  *out = word;
   return cudaSuccess;
 }
 

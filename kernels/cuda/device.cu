@@ -21,6 +21,7 @@
 #include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/ops.cuh"
+#include "cuda/beside.h"
 #include "cuda/capture.h"
 
 namespace vkern {
@@ -63,6 +64,9 @@ std::string version_string(int v) { return std::to_string(v / 1000) + "." + std:
 // The batches replayed as graphs (BatchGraphs, defined after run_entries).
 Result graphs_open();
 void graphs_close();
+// The batches' two lanes (Lanes, defined before run_entries).
+Result lanes_open();
+void lanes_close();
 
 }  // namespace
 
@@ -86,11 +90,14 @@ Result backend_open() {
   VK_CHECK(cudaEventCreate(&g_start), "cudaEventCreate");
   VK_CHECK(cudaEventCreate(&g_stop), "cudaEventCreate");
   VK_CHECK(cudaMallocHost(reinterpret_cast<void**>(&g_staging), kStagingBytes), "cudaMallocHost of the staging buffer");
+  const Result r = lanes_open();
+  if (!r.ok()) return r;
   return graphs_open();
 }
 
 void backend_close() {
   graphs_close();
+  lanes_close();
   if (g_problems != nullptr) (void)cudaFree(g_problems);
   if (g_problems_host != nullptr) (void)cudaFreeHost(g_problems_host);
   g_problems = g_problems_host = nullptr;
@@ -217,8 +224,8 @@ cudaError_t clear_problems(size_t n) {
   return cudaMemsetAsync(g_problems, 0xff, n * sizeof(unsigned long long), g_stream);
 }
 
-// launch enqueues a call's kernels on the stream without waiting; problem
-// is its device word (nullptr for an op without a checked input).
+// launch enqueues a call's kernels on the server's stream without waiting;
+// problem is its device word (nullptr for an op without a checked input).
 cudaError_t launch(const Call& call, unsigned long long* problem) {
   const CudaKernel kernel = find_kernel(call.op->id);
   if (kernel == nullptr) return cudaErrorNotSupported;
@@ -308,6 +315,209 @@ Result batch_wait_error(cudaError_t err) {
 
 namespace {
 
+// Lanes runs a batch's entries on the server's stream (the main lane) and,
+// for the ops that may run beside the others (beside.h), on a second
+// stream (the side lane), ordered by beside.h's Plan with events: a fork
+// before each side entry, a wait before a main entry that conflicts with
+// one still pending, a join at the end. A batch runs on one lane when it
+// has a timed entry (its times are events between entries on one stream)
+// or a collective (BatchCollectives orders them against one compute
+// stream).
+//
+// VKERN_BESIDE says which ops run beside: unset or 0 none, 1 the default
+// (kBesideOps), or op names separated by commas. While a side entry may be
+// running, the main lane's Hopper GEMMs take VKERN_BESIDE_GEMM_UNITS tiles
+// a cluster (occupancy.h's g_units_per_cluster; 0 keeps their persistent
+// grid, which a side entry's blocks would hold back by a whole share of
+// tiles). VKERN_BESIDE_PRIORITY=normal gives the side stream the default
+// priority instead of the device's highest, which starts its blocks
+// before the main lane's next kernel's.
+class Lanes {
+ public:
+  Result open() {
+    if (const char* on = std::getenv("VKERN_BESIDE")) {
+      const Result r = parse_ops(on);
+      if (!r.ok()) return r;
+    }
+    if (const char* units = std::getenv("VKERN_BESIDE_GEMM_UNITS")) {
+      char* end = nullptr;
+      const long n = std::strtol(units, &end, 10);
+      if (end == units || *end != '\0' || n < 0 || n > 64) {
+        return fail(kStatusDeviceError, "VKERN_BESIDE_GEMM_UNITS is \"", units,
+                    "\"; want a whole number of tiles from 0 (the persistent grid) to 64, or unset it (",
+                    kDefaultGemmUnits, ")");
+      }
+      gemm_units_ = static_cast<int>(n);
+    }
+    high_ = true;
+    if (const char* p = std::getenv("VKERN_BESIDE_PRIORITY")) {
+      if (std::strcmp(p, "normal") != 0 && std::strcmp(p, "high") != 0) {
+        return fail(kStatusDeviceError, "VKERN_BESIDE_PRIORITY is \"", p,
+                    "\"; want high (the default) or normal, or unset it");
+      }
+      high_ = std::strcmp(p, "high") == 0;
+    }
+    return Result::OK();
+  }
+
+  void close() {
+    for (cudaEvent_t e : done_) (void)cudaEventDestroy(e);
+    done_.clear();
+    if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
+    if (tail_ != nullptr) (void)cudaEventDestroy(tail_);
+    if (side_ != nullptr) (void)cudaStreamDestroy(side_);
+    fork_ = tail_ = nullptr;
+    side_ = nullptr;
+  }
+
+  // begin starts a batch of count entries, before any is launched and
+  // outside a capture: it makes the stream and events the batch may need.
+  // A batch with a timed entry or a collective runs on the main lane.
+  Result begin(const Call* calls, uint32_t count) {
+    plan_.reset();
+    ran_beside_ = false;
+    batch_on_ = false;
+    if (ops_.empty()) return Result::OK();
+    for (uint32_t i = 0; i < count; ++i) {
+      if (calls[i].op == nullptr || calls[i].timed) return Result::OK();
+    }
+    if (side_ == nullptr) {
+      int least = 0, greatest = 0;
+      if (high_) VK_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+      VK_CHECK(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, high_ ? greatest : least),
+               "creating the side lane's stream");
+      VK_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+      VK_CHECK(cudaEventCreateWithFlags(&tail_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    }
+    while (done_.size() < count) {
+      cudaEvent_t e = nullptr;
+      VK_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+      done_.push_back(e);
+    }
+    batch_on_ = true;
+    return Result::OK();
+  }
+
+  // launch enqueues entry index of the batch on its lane, after the waits
+  // its Step asks for.
+  cudaError_t launch(const Call& call, uint32_t index, unsigned long long* problem) {
+    const CudaKernel kernel = find_kernel(call.op->id);
+    if (kernel == nullptr) return cudaErrorNotSupported;
+    if (!batch_on_) return kernel(call, problem, g_stream);
+    vkern_beside::Span spans[kMaxOpBuffers];
+    for (int b = 0; b < call.op->buffer_count; ++b) {
+      spans[b] = {reinterpret_cast<uintptr_t>(call.ptrs[b]), call.bytes[b], writes(call.op->buffers[b])};
+    }
+    const vkern_beside::Step step =
+        plan_.add(static_cast<int32_t>(index), spans, call.op->buffer_count, runs_beside(*call.op));
+    if (step.side) {
+      cudaError_t err = cudaEventRecord(fork_, g_stream);
+      if (err == cudaSuccess) err = cudaStreamWaitEvent(side_, fork_, 0);
+      if (err != cudaSuccess) return err;
+      ran_beside_ = true;
+      ++beside_;
+      vkern_beside::lane = 1;
+      err = kernel(call, problem, side_);
+      vkern_beside::lane = 0;
+      if (err != cudaSuccess) return err;
+      return cudaEventRecord(done_[index], side_);
+    }
+    if (step.wait >= 0) {
+      const cudaError_t err = cudaStreamWaitEvent(g_stream, done_[static_cast<size_t>(step.wait)], 0);
+      if (err != cudaSuccess) return err;
+      ++waits_;
+    }
+    const int units = vkern_occupancy::g_units_per_cluster;
+    if (plan_.pending()) vkern_occupancy::g_units_per_cluster = gemm_units_;
+    const cudaError_t err = kernel(call, problem, g_stream);
+    vkern_occupancy::g_units_per_cluster = units;
+    return err;
+  }
+
+  // join makes the main lane wait for all the side lane has been given.
+  cudaError_t join() {
+    if (!ran_beside_) return cudaSuccess;
+    ran_beside_ = false;
+    cudaError_t err = cudaEventRecord(tail_, side_);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(g_stream, tail_, 0);
+    return err;
+  }
+
+  // beside_count and wait_count are the entries launched beside and the
+  // main lane's waits for them since the server started (a replayed
+  // graph's are not counted).
+  unsigned long long beside_count() const { return beside_; }
+  unsigned long long wait_count() const { return waits_; }
+
+  // settle waits for the side lane, after a failure, so that no kernel of
+  // the batch still runs when the failure is answered.
+  void settle() {
+    if (side_ != nullptr) (void)cudaStreamSynchronize(side_);
+    ran_beside_ = false;
+  }
+
+ private:
+  // kBesideOps are the ops VKERN_BESIDE=1 runs beside: the weight
+  // gradients, whose grids leave multiprocessors idle at GPT-2's shapes
+  // and whose results nothing reads until the batch's end.
+  static constexpr const char* kBesideOps[] = {"linear_grad_w"};
+  static constexpr int kDefaultGemmUnits = 1;
+
+  Result parse_ops(const char* text) {
+    ops_.clear();
+    if (std::strcmp(text, "0") == 0) return Result::OK();
+    if (std::strcmp(text, "1") == 0) {
+      for (const char* name : kBesideOps) ops_.push_back(find_named(name));
+      return Result::OK();
+    }
+    std::string names(text);
+    for (size_t at = 0; at <= names.size();) {
+      size_t end = names.find(',', at);
+      if (end == std::string::npos) end = names.size();
+      const std::string name = names.substr(at, end - at);
+      const OpSpec* op = find_named(name.c_str());
+      if (op == nullptr) {
+        ops_.clear();
+        return fail(kStatusDeviceError, "VKERN_BESIDE is \"", text, "\", and \"", name,
+                    "\" is not a built-in op; want 0 (nothing beside, the default), 1 (", kBesideOps[0],
+                    ") or built-in op names separated by commas");
+      }
+      ops_.push_back(op);
+      at = end + 1;
+    }
+    return Result::OK();
+  }
+
+  static const OpSpec* find_named(const char* name) {
+    for (const OpSpec& op : kOps) {
+      if (std::strcmp(op.name, name) == 0) return &op;
+    }
+    return nullptr;
+  }
+
+  bool runs_beside(const OpSpec& op) const {
+    for (const OpSpec* o : ops_) {
+      if (o == &op) return true;
+    }
+    return false;
+  }
+
+  std::vector<const OpSpec*> ops_;  // the ops that run beside
+  int gemm_units_ = kDefaultGemmUnits;
+  bool high_ = true;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ = nullptr, tail_ = nullptr;
+  std::vector<cudaEvent_t> done_;  // entry i's end, when it ran beside
+  vkern_beside::Plan plan_;
+  bool batch_on_ = false, ran_beside_ = false;
+  unsigned long long beside_ = 0, waits_ = 0;
+};
+
+Lanes g_lanes;
+
+Result lanes_open() { return g_lanes.open(); }
+void lanes_close() { g_lanes.close(); }
+
 // g_collectives runs the collective entries of the batch in flight.
 BatchCollectives g_collectives;
 
@@ -323,6 +533,10 @@ Result run_entries(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint6
     Result r = ensure_problem_slots(checking);
     if (!r.ok()) return r;
     VK_CHECK(clear_problems(checking), "clearing the problem words");
+  }
+  {
+    Result r = g_lanes.begin(calls, count);
+    if (!r.ok()) return r;
   }
   if (timed) {
     Result r = ensure_marks(size_t{count} + 1);
@@ -348,7 +562,7 @@ Result run_entries(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint6
       return joined;
     }
     unsigned long long* word = checks(calls[i]) ? g_problems + slot++ : nullptr;
-    cudaError_t err = launch(calls[i], word);
+    cudaError_t err = g_lanes.launch(calls[i], i, word);
     if (err == cudaSuccess && timed) err = cudaEventRecord(g_marks[i + 1], g_stream);
     if (err != cudaSuccess) {
       *failed = i;
@@ -356,10 +570,14 @@ Result run_entries(const Call* calls, uint32_t count, uint64_t* kernel_ns, uint6
       // Collectives may be pending: abort them before waiting for the
       // stream, which may be ordered after them.
       if (g_collectives.any()) g_collectives.abort_all();
-      if (r.status != kStatusDeviceError) VK_CHECK(cudaStreamSynchronize(g_stream), "cudaStreamSynchronize");
+      if (r.status != kStatusDeviceError) {
+        g_lanes.settle();
+        VK_CHECK(cudaStreamSynchronize(g_stream), "cudaStreamSynchronize");
+      }
       return r;
     }
   }
+  VK_CHECK(g_lanes.join(), "joining the side lane");
   if (g_collectives.any()) {
     // The final wait polls, under the collectives' deadline.
     const Result r = g_collectives.finish(g_stream);
@@ -411,7 +629,7 @@ namespace {
 //
 // VKERN_GRAPHS=0 runs every batch as usual. VKERN_GRAPHS_LOG names a file
 // to which the server appends a line for each capture, refusal and drop,
-// and its counts when it exits.
+// and its counts (and Lanes') when it exits.
 class BatchGraphs {
  public:
   Result open() {
@@ -438,6 +656,7 @@ class BatchGraphs {
     if (log_ != nullptr) {
       std::fprintf(log_, "graphs: %llu captured, %llu replays, %llu refused, %llu dropped\n", captured_, replayed_,
                    refused_, dropped_);
+      std::fprintf(log_, "lanes: %llu entries beside, %llu waits\n", g_lanes.beside_count(), g_lanes.wait_count());
       std::fclose(log_);
       log_ = nullptr;
     }
@@ -564,6 +783,11 @@ class BatchGraphs {
   // s, or answers false and why. Nothing it enqueues runs: the stream is
   // capturing.
   bool capture(const Call* calls, uint32_t count, size_t checking, Seen* s, std::string* why) {
+    const Result lanes = g_lanes.begin(calls, count);
+    if (!lanes.ok()) {
+      *why = lanes.message;
+      return false;
+    }
     cudaError_t err = cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
@@ -575,8 +799,15 @@ class BatchGraphs {
     if (checking > 0) err = clear_problems(checking);
     uint32_t at = count;  // the entry whose launch failed, if one did
     for (uint32_t i = 0, slot = 0; err == cudaSuccess && i < count; ++i) {
-      err = launch(calls[i], checks(calls[i]) ? g_problems + slot++ : nullptr);
+      err = g_lanes.launch(calls[i], i, checks(calls[i]) ? g_problems + slot++ : nullptr);
       if (err != cudaSuccess) at = i;
+    }
+    // The side lane joins the main one even after a failed launch: a
+    // capture cannot end with work of another stream left out of it.
+    const cudaError_t joined = g_lanes.join();
+    if (err == cudaSuccess && joined != cudaSuccess) {
+      err = joined;
+      at = count;
     }
     vkern_capture::capturing = false;
     cudaGraph_t graph = nullptr;

@@ -86,6 +86,7 @@
 #include <cstdint>
 
 #include "core/backend.h"
+#include "cuda/beside.h"
 #include "cuda/capture.h"
 #include "cuda/compat.h"
 #include "cuda/epilogue.cuh"
@@ -624,11 +625,13 @@ __global__ void __launch_bounds__(256)
 }
 
 // pad_scratch returns at least bytes of device memory kept for later calls
-// (see ops.cuh), or nullptr when it cannot be had (or not now, during a
-// batch's capture: capture.h).
+// (see ops.cuh), the lane's under way (beside.h), or nullptr when it cannot
+// be had (or not now, during a batch's capture: capture.h).
 void* pad_scratch(size_t bytes) {
-  static void* buffer = nullptr;
-  static size_t capacity = 0;
+  static void* buffers[vkern_beside::kLanes] = {};
+  static size_t capacities[vkern_beside::kLanes] = {};
+  void*& buffer = buffers[vkern_beside::lane];
+  size_t& capacity = capacities[vkern_beside::lane];
   if (bytes <= capacity) return buffer;
   if (!vkern_capture::may_grow()) return nullptr;
   if (buffer != nullptr && cudaFree(buffer) != cudaSuccess) {

@@ -44,8 +44,10 @@
 // The first gemm call on a device of compute capability 9.0 also copies one
 // int from the device (which synchronises it) to learn whether the sm_90a
 // kernels (gemm_sm90.cu) are loaded; later calls only enqueue.
-// Calls that may use scratch must not run concurrently on different streams
-// or host threads (the kernel server runs one request at a time). Every
+// Each of the server's two lanes (beside.h) has its own scratch, chosen by
+// vkern_beside::lane when a call is launched; calls launched on one lane
+// must not run concurrently on different streams or host threads (the
+// kernel server runs one request at a time, and a lane is a stream). Every
 // allocator of scratch follows capture.h's rules, so that a batch the
 // server replays as a CUDA graph never runs on freed scratch.
 #ifndef VKERN_CUDA_OPS_CUH

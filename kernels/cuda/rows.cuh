@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "cuda/beside.h"
 #include "cuda/capture.h"
 #include "cuda/compat.h"
 
@@ -508,12 +509,15 @@ inline int64_t row_extent(int64_t C, const void* p) { return C % 8 == 0 && align
 // ops.cuh). A failed allocation answers cudaErrorMemoryAllocation, cleared
 // from the runtime's last error so that it is reported here instead; a
 // growth during a batch's capture answers cudaErrorStreamCaptureUnsupported
-// (capture.h).
+// (capture.h). Each of the server's lanes (beside.h) has its own memory:
+// get answers the lane's under way.
 struct ScratchBuffer {
-  void* buffer = nullptr;
-  size_t capacity = 0;
+  void* buffers[vkern_beside::kLanes] = {};
+  size_t capacities[vkern_beside::kLanes] = {};
 
   cudaError_t get(size_t bytes, void** out) {
+    void*& buffer = buffers[vkern_beside::lane];
+    size_t& capacity = capacities[vkern_beside::lane];
     if (bytes > capacity) {
       if (!vkern_capture::may_grow()) return cudaErrorStreamCaptureUnsupported;
       if (buffer != nullptr) {
@@ -532,6 +536,11 @@ struct ScratchBuffer {
     *out = buffer;
     return cudaSuccess;
   }
+
+  // capacity is the lane's bytes; forget makes its next get allocate
+  // afresh.
+  size_t capacity() const { return capacities[vkern_beside::lane]; }
+  void forget() { capacities[vkern_beside::lane] = 0; }
 };
 
 // Counters is device memory for last_to_arrive's counters, kept between
@@ -542,14 +551,14 @@ struct Counters {
   ScratchBuffer memory;
 
   cudaError_t get(size_t count, cudaStream_t s, unsigned** out) {
-    const size_t before = memory.capacity;
+    const size_t before = memory.capacity();
     void* p = nullptr;
     cudaError_t err = memory.get(count * sizeof(unsigned), &p);
     if (err != cudaSuccess) return err;
-    if (memory.capacity != before) {
-      err = cudaMemsetAsync(p, 0, memory.capacity, s);
+    if (memory.capacity() != before) {
+      err = cudaMemsetAsync(p, 0, memory.capacity(), s);
       if (err != cudaSuccess) {
-        memory.capacity = 0;  // not cleared: the next call allocates afresh
+        memory.forget();  // not cleared: the next call allocates afresh
         return err;
       }
     }
