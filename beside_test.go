@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/vkern/vkern/f16"
 	"github.com/vkern/vkern/op"
-	"github.com/vkern/vkern/toolchain"
 )
 
 // besideBatch is a batch whose linear_grad_w entries a GPU server may run
@@ -223,13 +220,7 @@ func TestCUDARunsLinearGradWBeside(t *testing.T) {
 			got := openBackend(t, "cuda", Options{})
 			checkBesideBatch(t, got, want, 32768, 768, 768, runs)
 			got.Close()
-			text, err := os.ReadFile(log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(string(text), tt.want) {
-				t.Errorf("the server's graph log:\n%s\nwant a line %q", text, tt.want)
-			}
+			wantLogLine(t, log, tt.want)
 		})
 	}
 }
@@ -237,12 +228,5 @@ func TestCUDARunsLinearGradWBeside(t *testing.T) {
 // A VKERN_BESIDE that names no op stops the server before it serves, with
 // the value and what it may be.
 func TestCUDARefusesAnUnknownBesideOp(t *testing.T) {
-	if _, err := toolchain.Detect(context.Background(), "cuda"); err != nil {
-		t.Skipf("the cuda backend cannot be built or run here: %v", err)
-	}
-	t.Setenv("VKERN_BESIDE", "linear_grad_w,no_such_op")
-	_, err := Open(context.Background(), Options{Backend: "cuda", CacheDir: cacheDir(t)})
-	if err == nil || !strings.Contains(err.Error(), `"no_such_op" is not a built-in op`) {
-		t.Fatalf("Open with VKERN_BESIDE=linear_grad_w,no_such_op: %v, want the server's refusal naming the op", err)
-	}
+	wantRefused(t, "VKERN_BESIDE", "linear_grad_w,no_such_op", `"no_such_op" is not a built-in op`)
 }

@@ -240,26 +240,40 @@ func TestCUDAReplaysARepeatedBatch(t *testing.T) {
 			d := openBackend(t, "cuda", Options{})
 			checkRepeatedBatch(t, d)
 			d.Close()
-			got, err := os.ReadFile(log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(string(got), tt.want) {
-				t.Errorf("the server's graph log:\n%s\nwant a line %q", got, tt.want)
-			}
+			wantLogLine(t, log, tt.want)
 		})
+	}
+}
+
+// wantLogLine wants the server's graph log at path (VKERN_GRAPHS_LOG) to
+// hold line, once the server has exited.
+func wantLogLine(t *testing.T, path, line string) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(got), line) {
+		t.Errorf("the server's graph log:\n%s\nwant a line %q", got, line)
 	}
 }
 
 // A VKERN_GRAPHS that is neither 0 nor 1 stops the server before it
 // serves, with the value and what it may be.
 func TestCUDARefusesAnUnknownGraphsSetting(t *testing.T) {
+	wantRefused(t, "VKERN_GRAPHS", "yes", `VKERN_GRAPHS is "yes"`)
+}
+
+// wantRefused wants a cuda server started with $name=value to stop before
+// it serves, with an error that holds want.
+func wantRefused(t *testing.T, name, value, want string) {
+	t.Helper()
 	if _, err := toolchain.Detect(context.Background(), "cuda"); err != nil {
 		t.Skipf("the cuda backend cannot be built or run here: %v", err)
 	}
-	t.Setenv("VKERN_GRAPHS", "yes")
+	t.Setenv(name, value)
 	_, err := Open(context.Background(), Options{Backend: "cuda", CacheDir: cacheDir(t)})
-	if err == nil || !strings.Contains(err.Error(), `VKERN_GRAPHS is "yes"`) {
-		t.Fatalf("Open with VKERN_GRAPHS=yes: %v, want the server's refusal naming the value", err)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open with %s=%s: %v, want the server's refusal, %q", name, value, err, want)
 	}
 }
