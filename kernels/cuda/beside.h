@@ -36,6 +36,8 @@
 // which two kernels running at once must not share. Each lane has its own:
 // the server sets lane to the lane of the entry it launches.
 //
+// Lanes, in device.cu, runs the plan, and says what it measured.
+//
 // This file is plain C++ (no CUDA), so the host test compiles it.
 #ifndef VKERN_CUDA_BESIDE_H
 #define VKERN_CUDA_BESIDE_H
@@ -114,10 +116,6 @@ class Plan {
     }
     return step;
   }
-
-  // pending answers whether a side entry may still be running beside the
-  // main lane's next entry.
-  bool pending() const { return !pending_.empty(); }
 
   int32_t join() const { return last_side_; }
 

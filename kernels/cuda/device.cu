@@ -324,40 +324,24 @@ namespace {
 // or a collective (BatchCollectives orders them against one compute
 // stream).
 //
-// VKERN_BESIDE says which ops run beside: unset or 0 none, 1 the default
-// (kBesideOps), or op names separated by commas. While a side entry may be
-// running, the main lane's Hopper GEMMs take VKERN_BESIDE_GEMM_UNITS tiles
-// a cluster (occupancy.h's g_units_per_cluster; 0 keeps their persistent
-// grid, which a side entry's blocks would hold back by a whole share of
-// tiles). VKERN_BESIDE_PRIORITY=normal gives the side stream the default
-// priority instead of the device's highest, which starts its blocks
-// before the main lane's next kernel's.
+// VKERN_BESIDE says which ops run beside: unset or 1 the default
+// (kBesideOps), 0 none, or op names separated by commas.
+//
+// Measured on an H200 (gpt2, B = 16, T = 1024, 30 steps, two rounds
+// alternating, docs/beside-h200): 31.92 and 32.06 ms a step beside against
+// 32.47 and 32.47 on one stream, 49 entries beside and 25 waits a step,
+// and the same losses, norms and checkpoint bytes. Neither a high
+// priority for the side stream (31.89, 32.03 at normal priority) nor the
+// main lane's GEMMs taking one tile a block while a side entry ran, so
+// that the hardware would hand their tiles to the multiprocessors a side
+// entry leaves (31.98, 32.15 with their persistent grid), changed the
+// step's time, so the side stream has the default priority and the GEMMs
+// keep their grid.
 class Lanes {
  public:
   Result open() {
-    if (const char* on = std::getenv("VKERN_BESIDE")) {
-      const Result r = parse_ops(on);
-      if (!r.ok()) return r;
-    }
-    if (const char* units = std::getenv("VKERN_BESIDE_GEMM_UNITS")) {
-      char* end = nullptr;
-      const long n = std::strtol(units, &end, 10);
-      if (end == units || *end != '\0' || n < 0 || n > 64) {
-        return fail(kStatusDeviceError, "VKERN_BESIDE_GEMM_UNITS is \"", units,
-                    "\"; want a whole number of tiles from 0 (the persistent grid) to 64, or unset it (",
-                    kDefaultGemmUnits, ")");
-      }
-      gemm_units_ = static_cast<int>(n);
-    }
-    high_ = true;
-    if (const char* p = std::getenv("VKERN_BESIDE_PRIORITY")) {
-      if (std::strcmp(p, "normal") != 0 && std::strcmp(p, "high") != 0) {
-        return fail(kStatusDeviceError, "VKERN_BESIDE_PRIORITY is \"", p,
-                    "\"; want high (the default) or normal, or unset it");
-      }
-      high_ = std::strcmp(p, "high") == 0;
-    }
-    return Result::OK();
+    const char* on = std::getenv("VKERN_BESIDE");
+    return parse_ops(on != nullptr ? on : "1");
   }
 
   void close() {
@@ -382,10 +366,7 @@ class Lanes {
       if (calls[i].op == nullptr || calls[i].timed) return Result::OK();
     }
     if (side_ == nullptr) {
-      int least = 0, greatest = 0;
-      if (high_) VK_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
-      VK_CHECK(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, high_ ? greatest : least),
-               "creating the side lane's stream");
+      VK_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "creating the side lane's stream");
       VK_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
       VK_CHECK(cudaEventCreateWithFlags(&tail_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     }
@@ -427,11 +408,7 @@ class Lanes {
       if (err != cudaSuccess) return err;
       ++waits_;
     }
-    const int units = vkern_occupancy::g_units_per_cluster;
-    if (plan_.pending()) vkern_occupancy::g_units_per_cluster = gemm_units_;
-    const cudaError_t err = kernel(call, problem, g_stream);
-    vkern_occupancy::g_units_per_cluster = units;
-    return err;
+    return kernel(call, problem, g_stream);
   }
 
   // join makes the main lane wait for all the side lane has been given.
@@ -457,11 +434,10 @@ class Lanes {
   }
 
  private:
-  // kBesideOps are the ops VKERN_BESIDE=1 runs beside: the weight
+  // kBesideOps are the ops that run beside by default: the weight
   // gradients, whose grids leave multiprocessors idle at GPT-2's shapes
   // and whose results nothing reads until the batch's end.
   static constexpr const char* kBesideOps[] = {"linear_grad_w"};
-  static constexpr int kDefaultGemmUnits = 1;
 
   Result parse_ops(const char* text) {
     ops_.clear();
@@ -479,8 +455,8 @@ class Lanes {
       if (op == nullptr) {
         ops_.clear();
         return fail(kStatusDeviceError, "VKERN_BESIDE is \"", text, "\", and \"", name,
-                    "\" is not a built-in op; want 0 (nothing beside, the default), 1 (", kBesideOps[0],
-                    ") or built-in op names separated by commas");
+                    "\" is not a built-in op; want 1 (", kBesideOps[0],
+                    ", the default), 0 (nothing beside) or built-in op names separated by commas");
       }
       ops_.push_back(op);
       at = end + 1;
@@ -503,8 +479,6 @@ class Lanes {
   }
 
   std::vector<const OpSpec*> ops_;  // the ops that run beside
-  int gemm_units_ = kDefaultGemmUnits;
-  bool high_ = true;
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr, tail_ = nullptr;
   std::vector<cudaEvent_t> done_;  // entry i's end, when it ran beside
