@@ -9,7 +9,8 @@
 //	cpu/    the C++ backend: host buffers, a thread pool, gemm, softmax and
 //	        cross_entropy
 //	cuda/   the CUDA backend (and HIP, through cuda/compat.h): device
-//	        buffers, one stream, the same ops
+//	        buffers, a stream and a second one for the entries of a
+//	        batch that run beside the others (cuda/beside.h), the same ops
 //
 // A backend's server is several translation units (Sources' units): the
 // main file (the core, the device and the op dispatch); the op kernel files
