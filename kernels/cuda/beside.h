@@ -19,10 +19,12 @@
 // entries conflict when a range of one overlaps a range of the other and
 // one of the two writes it. Then the later must run after the earlier:
 // - entries of one lane run in order, as a stream runs them;
-// - a side entry forks: the side lane first waits for everything the main
-//   lane has been given so far (an event of the main stream), so it sees
-//   every earlier entry's writes, and no earlier entry still reads what it
-//   writes;
+// - a side entry forks: the side lane first waits for the end of the
+//   latest main entry it conflicts with (an event of the main stream), and
+//   with it for every main entry before that one, unless the side lane is
+//   already past it. So it sees every earlier entry's writes, no earlier
+//   entry still reads what it writes, and it starts beside the main
+//   entries before it that it does not conflict with;
 // - a main entry that conflicts with a side entry still pending (one the
 //   main lane has not waited for) waits for the latest such side entry,
 //   and with it for every side entry before it, which are no longer
@@ -71,22 +73,28 @@ inline bool conflict(const Span* a, int na, const Span* b, int nb) {
 }
 
 // Step is what the server does for one entry, in order: for a side entry,
-// fork the side lane from the main lane's work so far, then launch it on
-// the side lane; for a main entry, wait first for side entry wait (its
-// index in the batch) when wait >= 0, then launch it on the main lane.
+// wait first for the end of main entry fork (its index in the batch) when
+// fork >= 0, then launch it on the side lane; for a main entry, wait first
+// for the end of side entry wait when wait >= 0, then launch it on the main
+// lane.
 struct Step {
   bool side = false;
+  int32_t fork = -1;
   int32_t wait = -1;
 };
 
-// Plan gives each entry of a batch, in order, its Step. The server adds
-// the entries as it launches them; join answers the side entry the batch's
-// end waits for (-1 when none ran beside).
+// Plan gives each entry of a batch, in order, its Step. The server plans a
+// whole batch before it launches any of it, so that it records the end of
+// a main entry only where a side entry forks from it; join answers the
+// side entry the batch's end waits for (-1 when none runs beside).
 class Plan {
  public:
   void reset() {
     pending_.clear();
     spans_.clear();
+    mains_.clear();
+    main_spans_.clear();
+    forked_ = -1;
     last_side_ = -1;
   }
 
@@ -97,16 +105,27 @@ class Plan {
     Step step;
     if (beside) {
       step.side = true;
+      // The latest main entry it conflicts with, past those the side lane
+      // already waits for.
+      for (size_t k = mains_.size(); k-- > 0 && mains_[k].index > forked_;) {
+        const Entry& m = mains_[k];
+        if (conflict(spans, n, main_spans_.data() + m.first, m.count)) {
+          step.fork = forked_ = m.index;
+          break;
+        }
+      }
       pending_.push_back({index, spans_.size(), n});
       spans_.insert(spans_.end(), spans, spans + n);
       last_side_ = index;
       return step;
     }
+    mains_.push_back({index, main_spans_.size(), n});
+    main_spans_.insert(main_spans_.end(), spans, spans + n);
     // The latest pending side entry this one conflicts with: waiting for
     // it waits for every side entry before it too.
     size_t through = 0;
     for (size_t k = 0; k < pending_.size(); ++k) {
-      const Pending& p = pending_[k];
+      const Entry& p = pending_[k];
       if (conflict(spans, n, spans_.data() + p.first, p.count)) through = k + 1;
     }
     if (through > 0) {
@@ -120,13 +139,16 @@ class Plan {
   int32_t join() const { return last_side_; }
 
  private:
-  struct Pending {
+  struct Entry {
     int32_t index;
-    size_t first;  // its spans in spans_
+    size_t first;  // its spans in spans_ (a side entry's) or main_spans_
     int count;
   };
-  std::vector<Pending> pending_;
+  std::vector<Entry> pending_;  // side entries the main lane has not waited for
   std::vector<Span> spans_;
+  std::vector<Entry> mains_;  // every main entry so far
+  std::vector<Span> main_spans_;
+  int32_t forked_ = -1;  // the latest main entry the side lane waits for
   int32_t last_side_ = -1;
 };
 

@@ -317,9 +317,10 @@ namespace {
 
 // Lanes runs a batch's entries on the server's stream (the main lane) and,
 // for the ops that may run beside the others (beside.h), on a second
-// stream (the side lane), ordered by beside.h's Plan with events: a fork
-// before each side entry, a wait before a main entry that conflicts with
-// one still pending, a join at the end. A batch runs on one lane when it
+// stream (the side lane), ordered by beside.h's Plan with events: a side
+// entry forks from the latest main entry it conflicts with, a main entry
+// waits for the latest side entry still pending it conflicts with, and the
+// batch's end joins the lanes. A batch runs on one lane when it
 // has a timed entry (its times are events between entries on one stream)
 // or a collective (BatchCollectives orders them against one compute
 // stream).
@@ -347,27 +348,31 @@ class Lanes {
   void close() {
     for (cudaEvent_t e : done_) (void)cudaEventDestroy(e);
     done_.clear();
-    if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
+    if (start_ != nullptr) (void)cudaEventDestroy(start_);
     if (tail_ != nullptr) (void)cudaEventDestroy(tail_);
     if (side_ != nullptr) (void)cudaStreamDestroy(side_);
-    fork_ = tail_ = nullptr;
+    start_ = tail_ = nullptr;
     side_ = nullptr;
   }
 
-  // begin starts a batch of count entries, before any is launched and
-  // outside a capture: it makes the stream and events the batch may need.
-  // A batch with a timed entry or a collective runs on the main lane.
+  // begin plans a batch of count entries, before any is launched and
+  // outside a capture, and makes the stream and events it may need. A
+  // batch with a timed entry or a collective runs on the main lane, as
+  // does one with nothing to run beside.
   Result begin(const Call* calls, uint32_t count) {
     plan_.reset();
     ran_beside_ = false;
     batch_on_ = false;
     if (ops_.empty()) return Result::OK();
+    bool any = false;
     for (uint32_t i = 0; i < count; ++i) {
       if (calls[i].op == nullptr || calls[i].timed) return Result::OK();
+      any = any || runs_beside(*calls[i].op);
     }
+    if (!any) return Result::OK();
     if (side_ == nullptr) {
       VK_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "creating the side lane's stream");
-      VK_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+      VK_CHECK(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
       VK_CHECK(cudaEventCreateWithFlags(&tail_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     }
     while (done_.size() < count) {
@@ -375,25 +380,36 @@ class Lanes {
       VK_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
       done_.push_back(e);
     }
+    steps_.resize(count);
+    forked_from_.assign(count, false);
+    for (uint32_t i = 0; i < count; ++i) {
+      const Call& c = calls[i];
+      vkern_beside::Span spans[kMaxOpBuffers];
+      for (int b = 0; b < c.op->buffer_count; ++b) {
+        spans[b] = {reinterpret_cast<uintptr_t>(c.ptrs[b]), c.bytes[b], writes(c.op->buffers[b])};
+      }
+      steps_[i] = plan_.add(static_cast<int32_t>(i), spans, c.op->buffer_count, runs_beside(*c.op));
+      if (steps_[i].fork >= 0) forked_from_[static_cast<size_t>(steps_[i].fork)] = true;
+    }
     batch_on_ = true;
     return Result::OK();
   }
 
-  // launch enqueues entry index of the batch on its lane, after the waits
-  // its Step asks for.
+  // launch enqueues entry index of the batch (begin's calls[index]) on its
+  // lane, after the waits its Step asks for. The side lane's first entry
+  // waits at least for the batch's start on the main lane (its problem
+  // words cleared), which also brings the side stream into a capture.
   cudaError_t launch(const Call& call, uint32_t index, unsigned long long* problem) {
     const CudaKernel kernel = find_kernel(call.op->id);
     if (kernel == nullptr) return cudaErrorNotSupported;
     if (!batch_on_) return kernel(call, problem, g_stream);
-    vkern_beside::Span spans[kMaxOpBuffers];
-    for (int b = 0; b < call.op->buffer_count; ++b) {
-      spans[b] = {reinterpret_cast<uintptr_t>(call.ptrs[b]), call.bytes[b], writes(call.op->buffers[b])};
-    }
-    const vkern_beside::Step step =
-        plan_.add(static_cast<int32_t>(index), spans, call.op->buffer_count, runs_beside(*call.op));
+    cudaError_t err = cudaSuccess;
+    if (index == 0) err = cudaEventRecord(start_, g_stream);
+    if (err != cudaSuccess) return err;
+    const vkern_beside::Step& step = steps_[index];
     if (step.side) {
-      cudaError_t err = cudaEventRecord(fork_, g_stream);
-      if (err == cudaSuccess) err = cudaStreamWaitEvent(side_, fork_, 0);
+      cudaEvent_t after = step.fork >= 0 ? done_[static_cast<size_t>(step.fork)] : ran_beside_ ? nullptr : start_;
+      if (after != nullptr) err = cudaStreamWaitEvent(side_, after, 0);
       if (err != cudaSuccess) return err;
       ran_beside_ = true;
       ++beside_;
@@ -404,11 +420,13 @@ class Lanes {
       return cudaEventRecord(done_[index], side_);
     }
     if (step.wait >= 0) {
-      const cudaError_t err = cudaStreamWaitEvent(g_stream, done_[static_cast<size_t>(step.wait)], 0);
+      err = cudaStreamWaitEvent(g_stream, done_[static_cast<size_t>(step.wait)], 0);
       if (err != cudaSuccess) return err;
       ++waits_;
     }
-    return kernel(call, problem, g_stream);
+    err = kernel(call, problem, g_stream);
+    if (err == cudaSuccess && forked_from_[index]) err = cudaEventRecord(done_[index], g_stream);
+    return err;
   }
 
   // join makes the main lane wait for all the side lane has been given.
@@ -480,9 +498,11 @@ class Lanes {
 
   std::vector<const OpSpec*> ops_;  // the ops that run beside
   cudaStream_t side_ = nullptr;
-  cudaEvent_t fork_ = nullptr, tail_ = nullptr;
-  std::vector<cudaEvent_t> done_;  // entry i's end, when it ran beside
+  cudaEvent_t start_ = nullptr, tail_ = nullptr;
+  std::vector<cudaEvent_t> done_;  // entry i's end: a side entry's, or a main entry a side entry forks from
   vkern_beside::Plan plan_;
+  std::vector<vkern_beside::Step> steps_;  // the batch's, from begin
+  std::vector<bool> forked_from_;          // [i]: a side entry forks from main entry i
   bool batch_on_ = false, ran_beside_ = false;
   unsigned long long beside_ = 0, waits_ = 0;
 };

@@ -3,7 +3,8 @@
 // one to four spans over a few buffers, overlapping, adjacent or apart,
 // some empty, each read, written or both, each allowed beside or not),
 // every pair of conflicting entries is ordered by the lanes' order, the
-// forks, the waits and the final join; a main entry waits only for a side
+// forks, the waits and the final join; a side entry forks only from a main
+// entry it conflicts with, and a main entry waits only for a side
 // entry it conflicts with; and conflict itself agrees with a byte-by-byte
 // reading of the spans. It prints {"checked": N, "bad": M} and exits 1
 // when M > 0 (the first few failures on stderr).
@@ -44,7 +45,7 @@ int main() {
   std::mt19937_64 rng(20261128);
   auto pick = [&](uint64_t n) { return static_cast<uint64_t>(rng() % n); };
   vkern_beside::Plan plan;
-  long sides = 0, waits = 0;  // so that the draws are seen to exercise both
+  long sides = 0, waits = 0, forks = 0;  // so that the draws are seen to exercise each
   for (int batch = 0; batch < 4000; ++batch) {
     const int count = 1 + static_cast<int>(pick(40));
     // Three buffers of 64 bytes, 256 bytes apart: spans within one may
@@ -72,15 +73,26 @@ int main() {
       if (step.side) {
         if (!beside[e]) fail("a side entry that may not run beside", batch, e, e);
         if (step.wait >= 0) fail("a side entry that waits", batch, e, step.wait);
-        // After the previous side entry, and forked after every main
-        // entry so far.
+        // After the previous side entry, and forked after main entry
+        // step.fork and so after every main entry before it.
         clock[e] = {-1, e};
         if (last_side >= 0) clock[e] = clock[last_side];
         clock[e][1] = e;
-        if (last_main >= 0) clock[e][0] = std::max(clock[e][0], last_main);
+        if (step.fork >= 0) {
+          const int f = step.fork;
+          if (f >= e || lane[f] != 0) {
+            fail("a fork from an entry that is not an earlier main entry", batch, e, f);
+          } else {
+            if (!conflicts_bytewise(spans[e], spans[f])) fail("a fork without a conflict", batch, e, f);
+            clock[e][0] = std::max(clock[e][0], clock[f][0]);
+            clock[e][1] = std::max(clock[e][1], clock[f][1]);
+            ++forks;
+          }
+        }
         last_side = e;
         ++sides;
       } else {
+        if (step.fork >= 0) fail("a main entry that forks", batch, e, step.fork);
         clock[e] = {e, -1};
         if (last_main >= 0) clock[e][1] = clock[last_main][1];
         if (step.wait >= 0) {
@@ -109,7 +121,7 @@ int main() {
       }
     }
   }
-  if (sides == 0 || waits == 0) fail("the draws ran nothing beside, or nothing waited", 0, 0, 0);
+  if (sides == 0 || waits == 0 || forks == 0) fail("the draws ran nothing beside, or no wait or fork", 0, 0, 0);
   std::printf("{\"checked\": %ld, \"bad\": %ld}\n", checked, bad);
   return bad == 0 ? 0 : 1;
 }
