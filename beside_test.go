@@ -17,11 +17,14 @@ import (
 //
 //	0 linear_grad_w x, dy → dW, db  (beside)
 //	1 add p + q → r                 no conflict: runs while 0 does
-//	2 global_norm dW                reads what 0 writes: waits for 0
-//	3 linear_grad_w x, dy → dW2     (beside)
-//	4 add dy2 + zero → dy           writes what 3 reads: waits for 3
-//	5 linear_grad_w x, dy → dW2     (beside) reads 4's dy, adds to 3's dW2
-//	6 add x2 + zero → x             writes what 5 reads: waits for 5
+//	2 bias_grad dy' → db2           no conflict: runs while 0 does, and
+//	                                uses the scratch 0's db uses, its lane's
+//	3 global_norm dW                reads what 0 writes: waits for 0
+//	4 linear_grad_w x, dy → dW2     (beside)
+//	5 add dy' + zero → dy           writes what 4 reads: waits for 4
+//	6 linear_grad_w x, dy → dW2     (beside) forks from 5, whose dy it
+//	                                reads, and adds to 4's dW2
+//	7 add x2 + zero → x             writes what 6 reads: waits for 6
 //
 // and the batch's end waits for the side lane before dW2 is read. Each
 // product is large enough on a GPU that a missing wait would let the entry
@@ -30,9 +33,9 @@ type besideBatch struct {
 	batch   *Batch
 	m, n, k int64
 	// The inputs run writes, and the outputs it reads back.
-	x, dy, dyNext, p, q *Buffer
-	dW, db, dW2, sumsq  *Buffer
-	r                   *Buffer
+	x, dy, dyNext, p, q     *Buffer
+	dW, db, db2, dW2, sumsq *Buffer
+	r                       *Buffer
 }
 
 func newBesideBatch(t *testing.T, d *Device, m, n, k int64) *besideBatch {
@@ -55,7 +58,8 @@ func newBesideBatch(t *testing.T, d *Device, m, n, k int64) *besideBatch {
 	}
 	b := &besideBatch{m: m, n: n, k: k}
 	b.x, b.dy, b.dyNext, b.p, b.q = alloc(2*m*k), alloc(2*m*n), alloc(2*m*n), alloc(2*m*k), alloc(2*m*k)
-	b.dW, b.db, b.dW2, b.sumsq, b.r = alloc(4*k*n), alloc(4*n), alloc(4*k*n), alloc(4), alloc(2*m*k)
+	b.dW, b.db, b.db2, b.dW2 = alloc(4*k*n), alloc(4*n), alloc(4*n), alloc(4*k*n)
+	b.sumsq, b.r = alloc(4), alloc(2*m*k)
 	wide := m * max(k, n)
 	zero, x2, nonfinite := alloc(2*wide), alloc(2*m*k), alloc(4)
 	overwrite := shape(op.LinearGradW, []int64{m, n, k}, op.Setting{Name: "accumulate", Value: 0}, op.Setting{Name: "bias", Value: 1})
@@ -64,6 +68,7 @@ func newBesideBatch(t *testing.T, d *Device, m, n, k int64) *besideBatch {
 	calls := []Call{
 		{Op: op.LinearGradW, Shape: overwrite, Buffers: []*Buffer{b.x, b.dy, b.dW, b.db}},
 		{Op: op.Add, Shape: addX, Buffers: []*Buffer{b.p, b.q, b.r}},
+		{Op: op.BiasGrad, Shape: shape(op.BiasGrad, []int64{m, n}), Buffers: []*Buffer{b.dyNext, b.db2}},
 		{Op: op.GlobalNorm, Shape: shape(op.GlobalNorm, []int64{k * n}), Buffers: []*Buffer{b.dW, b.sumsq, nonfinite}},
 		{Op: op.LinearGradW, Shape: accumulate, Buffers: []*Buffer{b.x, b.dy, b.dW2, nil}},
 		{Op: op.Add, Shape: addDy, Buffers: []*Buffer{b.dyNext, zero, b.dy}},
@@ -81,7 +86,7 @@ func newBesideBatch(t *testing.T, d *Device, m, n, k int64) *besideBatch {
 	if err := zero.WriteF16(ctx, make([]uint16, wide)); err != nil {
 		t.Fatal(err)
 	}
-	if err := x2.WriteF16(ctx, halves(m*k, 3)); err != nil {
+	if err := x2.WriteF16(ctx, halves(m*k, 100)); err != nil { // a seed no run's x has
 		t.Fatal(err)
 	}
 	return b
@@ -114,8 +119,10 @@ func (b *besideBatch) run(t *testing.T, i int) map[string][]float32 {
 	if err := b.dW2.WriteF32(ctx, make([]float32, b.k*b.n)); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.db.WriteF32(ctx, make([]float32, b.n)); err != nil {
-		t.Fatal(err)
+	for _, db := range []*Buffer{b.db, b.db2} {
+		if err := db.WriteF32(ctx, make([]float32, b.n)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := b.batch.Run(ctx); err != nil {
 		t.Fatalf("run %d: %v", i, err)
@@ -125,7 +132,7 @@ func (b *besideBatch) run(t *testing.T, i int) map[string][]float32 {
 		name  string
 		buf   *Buffer
 		count int64
-	}{{"dW", b.dW, b.k * b.n}, {"db", b.db, b.n}, {"dW2", b.dW2, b.k * b.n}, {"sumsq", b.sumsq, 1}} {
+	}{{"dW", b.dW, b.k * b.n}, {"db", b.db, b.n}, {"db2", b.db2, b.n}, {"dW2", b.dW2, b.k * b.n}, {"sumsq", b.sumsq, 1}} {
 		v := make([]float32, o.count)
 		if err := o.buf.ReadF32(ctx, v); err != nil {
 			t.Fatal(err)
@@ -182,6 +189,17 @@ func checkBesideBatch(t *testing.T, got, want *Device, m, n, k int64, runs int) 
 			}
 			if gv := g["dW2"][at[0]*n+at[1]]; float64(gv) != sum {
 				t.Fatalf("run %d: dW2[%d, %d] = %v, want %v", i, at[0], at[1], gv, sum)
+			}
+		}
+		// db2 = the column sums of dy', bias_grad's beside the first
+		// linear_grad_w's db on the other lane.
+		for _, j := range []int64{0, n / 2, n - 1} {
+			var sum float64
+			for r := int64(0); r < m; r++ {
+				sum += f16.ToFloat64(dy2[r*n+j])
+			}
+			if gv := g["db2"][j]; float64(gv) != sum {
+				t.Fatalf("run %d: db2[%d] = %v, want %v", i, j, gv, sum)
 			}
 		}
 		var sumsq float64

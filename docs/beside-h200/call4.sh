@@ -10,7 +10,9 @@
 #   - gpt2 (B 16), 6 steps with VKERN_BESIDE=0 and by default: the same
 #     losses, norms and checkpoint bytes;
 #   - gpt2 (B 16) and char (B 64) steps, two rounds alternating, 7917823
-#     against this tree.
+#     against this tree, and gpt2 with bias_grad's tiles instead of its
+#     cooperative spans (VKERN_BIAS_GRAD_SPANS=0), which a side lane may
+#     start sooner.
 # Run from the repository root with bin/ from `bash bench/prep-call.sh 7917823`.
 set -uo pipefail
 NAME=call4
@@ -42,8 +44,9 @@ tail -1 "$out/train-graphs.log"
 step "steps, two rounds alternating: 7917823 (base) against this tree (fork)"
 one() {
   local tag=$1 bin=$2 model=$3 batch=$4
+  shift 4
   [ "$(left)" -gt 25 ] || { echo "$tag: no time left"; return; }
-  "$bin" bench --suite train --backend cuda --model "$model" --batch "$batch" --steps 30 --warmup 10 \
+  env "$@" "$bin" bench --suite train --backend cuda --model "$model" --batch "$batch" --steps 30 --warmup 10 \
     --json "$out/step-$tag.json" > "$out/step-$tag.txt" 2>&1
   printf '%-16s %s\n' "$tag" "$(grep -E '^train_' "$out/step-$tag.txt" | head -1)"
 }
@@ -57,6 +60,9 @@ for round in 1 2; do
       one "$model-fork-$round" bin/vkern "$model" "$batch"
       one "$model-base-$round" bin/vkern-base "$model" "$batch"
     fi
+    # bias_grad's cooperative spans wait for a whole GPU's blocks: beside
+    # the main lane, the tiles may start sooner (other bits, both lanes).
+    [ "$model" = gpt2 ] && one "$model-tiles-$round" bin/vkern "$model" "$batch" VKERN_BIAS_GRAD_SPANS=0
   done
 done
 step "table"

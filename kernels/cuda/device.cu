@@ -385,10 +385,18 @@ class Lanes {
     for (uint32_t i = 0; i < count; ++i) {
       const Call& c = calls[i];
       vkern_beside::Span spans[kMaxOpBuffers];
-      for (int b = 0; b < c.op->buffer_count; ++b) {
+      int n = c.op->buffer_count;
+      for (int b = 0; b < n; ++b) {
         spans[b] = {reinterpret_cast<uintptr_t>(c.ptrs[b]), c.bytes[b], writes(c.op->buffers[b])};
       }
-      steps_[i] = plan_.add(static_cast<int32_t>(i), spans, c.op->buffer_count, runs_beside(*c.op));
+      if (c.op->id >= kFirstUserOpId) {
+        // A declared op's kernels may touch what its operands do not say
+        // (userop): it writes all memory, as far as the plan knows, so it
+        // runs after every side entry before it and before every one after.
+        spans[0] = {0, UINTPTR_MAX, true};
+        n = 1;
+      }
+      steps_[i] = plan_.add(static_cast<int32_t>(i), spans, n, runs_beside(*c.op));
       if (steps_[i].fork >= 0) forked_from_[static_cast<size_t>(steps_[i].fork)] = true;
     }
     batch_on_ = true;
@@ -472,8 +480,9 @@ class Lanes {
       const OpSpec* op = find_named(name.c_str());
       if (op == nullptr) {
         ops_.clear();
-        return fail(kStatusDeviceError, "VKERN_BESIDE is \"", text, "\", and \"", name,
-                    "\" is not a built-in op; want 1 (", kBesideOps[0],
+        return fail(kStatusDeviceError, "VKERN_BESIDE is \"", text, "\", and ",
+                    name.empty() ? std::string("an empty name") : "\"" + name + "\"",
+                    " is not a built-in op; want 1 (", kBesideOps[0],
                     ", the default), 0 (nothing beside) or built-in op names separated by commas");
       }
       ops_.push_back(op);
