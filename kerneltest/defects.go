@@ -1276,14 +1276,14 @@ var CUDADefects = []Mutation{
 	},
 	{
 		Name: "linear_grad_w's db without dy's last row", File: "cuda/linear_grad.cu",
-		Old: "return vk_bias_grad(dy, db, M, N, s);",
-		New: "return vk_bias_grad(dy, db, M - 1, N, s);",
+		Old: "return vk_bias_grad(dy, db, M, N, s, /*spans=*/false);",
+		New: "return vk_bias_grad(dy, db, M - 1, N, s, /*spans=*/false);",
 		Op:  "linear_grad_w", Shapes: []string{"70x33x40:bias=1", "1000x64x64:bias=1"}, Setup: fusedDBOff,
 	},
 	{
 		Name: "linear_grad_w's db from x's columns", File: "cuda/linear_grad.cu",
-		Old: "return vk_bias_grad(dy, db, M, N, s);",
-		New: "return vk_bias_grad(x, db, M, N, s);",
+		Old: "return vk_bias_grad(dy, db, M, N, s, /*spans=*/false);",
+		New: "return vk_bias_grad(x, db, M, N, s, /*spans=*/false);",
 		Op:  "linear_grad_w", Shapes: []string{"70x33x33:bias=1", "1000x64x64:bias=1"}, Setup: fusedDBOff,
 	},
 	// The handshake: the launch says the kernel summed (Epilogue::summed),

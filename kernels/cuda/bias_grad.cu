@@ -41,7 +41,9 @@
 // of 16, one load each in flight, so that eight blocks (at N = 768) finish
 // at once where one block finishes each tile above. A cooperative launch
 // waits until all its blocks can be resident: beside NCCL's kernels on the
-// communication stream (--gpus) it waits for their SMs.
+// communication stream (--gpus) it waits for their SMs, and beside the
+// server's main lane (device.cu, Lanes) for its kernels', so linear_grad_w's
+// db, which runs beside, keeps to the tiles.
 // Memory-bound: the floor is dy's bytes (plus db twice) over the copy
 // bandwidth. One launch: at 16384×768 the floor is 8.4 µs on an H100 (5.9
 // on an H200), and a second kernel's launch and drain cost a few µs of
@@ -370,10 +372,10 @@ cudaError_t launch_with(const __half* dy, float* db, int64_t rows, int64_t cols,
   return cudaGetLastError();
 }
 
-cudaError_t launch(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s) {
+cudaError_t launch(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s, bool spans) {
   if (cols % 8 == 0 && aligned16(dy)) {
     bool launched = false;
-    const cudaError_t err = launch_spans(dy, db, rows, cols, s, &launched);
+    const cudaError_t err = spans ? launch_spans(dy, db, rows, cols, s, &launched) : cudaSuccess;
     if (err != cudaSuccess || launched) return err;
     return launch_with<8>(dy, db, rows, cols, s);
   }
@@ -384,8 +386,8 @@ cudaError_t launch(const __half* dy, float* db, int64_t rows, int64_t cols, cuda
 }  // namespace vkern_bias_grad
 }  // namespace
 
-cudaError_t vk_bias_grad(const __half* dy, float* db, int64_t M, int64_t N, cudaStream_t s) {
-  return vkern_bias_grad::launch(dy, db, M, N, s);
+cudaError_t vk_bias_grad(const __half* dy, float* db, int64_t M, int64_t N, cudaStream_t s, bool spans) {
+  return vkern_bias_grad::launch(dy, db, M, N, s, spans);
 }
 
 namespace vkern {

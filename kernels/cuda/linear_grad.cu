@@ -81,7 +81,12 @@ cudaError_t vk_linear_grad_w_bias(const __half* x, const __half* dy, float* dW, 
     err = linear_grad_w_summing<false>(x, dy, dW, db, M, N, K, s, &summed);
   }
   if (err != cudaSuccess || summed) return err;
-  return vk_bias_grad(dy, db, M, N, s);
+  // bias_grad's tiles, not its cooperative spans: linear_grad_w runs beside
+  // the server's main lane (device.cu, Lanes), where a cooperative launch
+  // waits until a whole GPU's blocks are free. gpt2 steps on an H200
+  // (docs/beside-h200, call 4, two rounds): 31.65 and 31.34 ms with the
+  // tiles, 31.87 and 31.96 with the spans.
+  return vk_bias_grad(dy, db, M, N, s, /*spans=*/false);
 }
 
 namespace vkern {

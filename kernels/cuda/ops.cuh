@@ -97,8 +97,9 @@ cudaError_t vk_linear_grad_w_bias(const __half* x, const __half* dy, float* dW, 
                                   int64_t K, bool accumulate, cudaStream_t s);
 
 // db (f32, N) += the column sums of dy (f16, M×N), as bias_grad forms them
-// (bias_grad.cu): linear_grad_w's db with bias 1.
-cudaError_t vk_bias_grad(const __half* dy, float* db, int64_t M, int64_t N, cudaStream_t s);
+// (bias_grad.cu): linear_grad_w's db with bias 1. spans false keeps to
+// bias_grad's tiles, never its cooperative spans.
+cudaError_t vk_bias_grad(const __half* dy, float* db, int64_t M, int64_t N, cudaStream_t s, bool spans = true);
 
 // How the gemms (and linear, linear_nt, linear_grad_w) sum each dot product on a
 // device of this compute capability major, for HELLO's dot_accumulation
