@@ -41,20 +41,9 @@ type besideBatch struct {
 func newBesideBatch(t *testing.T, d *Device, m, n, k int64) *besideBatch {
 	t.Helper()
 	ctx := context.Background()
-	alloc := func(bytes int64) *Buffer {
-		buf, err := d.Alloc(ctx, bytes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { buf.Free(ctx) })
-		return buf
-	}
-	shape := func(o *op.Op, dims []int64, params ...op.Setting) op.Shape {
-		s, err := o.Shape(dims, params...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+	alloc := func(bytes int64) *Buffer { return allocFreed(t, d, bytes) }
+	shape := func(o *op.Op, dims []int64, settings ...op.Setting) op.Shape {
+		return mustShape(t, o, dims, settings...)
 	}
 	b := &besideBatch{m: m, n: n, k: k}
 	b.x, b.dy, b.dyNext, b.p, b.q = alloc(2*m*k), alloc(2*m*n), alloc(2*m*n), alloc(2*m*k), alloc(2*m*k)

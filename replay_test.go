@@ -44,21 +44,8 @@ func checkRepeatedBatch(t *testing.T, d *Device) {
 		normRun       = 6 // the global_norm comes just before this run
 		badAt, badTok = 7, V
 	)
-	alloc := func(bytes int64) *Buffer {
-		buf, err := d.Alloc(ctx, bytes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { buf.Free(ctx) })
-		return buf
-	}
-	shape := func(o *op.Op, dims ...int64) op.Shape {
-		s, err := o.Shape(dims)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	alloc := func(bytes int64) *Buffer { return allocFreed(t, d, bytes) }
+	shape := func(o *op.Op, dims ...int64) op.Shape { return mustShape(t, o, dims) }
 	prepare := func(calls ...Call) *Batch {
 		for i := range calls {
 			calls[i].Untimed = true
@@ -243,6 +230,27 @@ func TestCUDAReplaysARepeatedBatch(t *testing.T) {
 			wantLogLine(t, log, tt.want)
 		})
 	}
+}
+
+// allocFreed allocates bytes on d, freed when the test ends.
+func allocFreed(t *testing.T, d *Device, bytes int64) *Buffer {
+	t.Helper()
+	buf, err := d.Alloc(context.Background(), bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { buf.Free(context.Background()) })
+	return buf
+}
+
+// mustShape is o's shape at dims and settings.
+func mustShape(t *testing.T, o *op.Op, dims []int64, settings ...op.Setting) op.Shape {
+	t.Helper()
+	s, err := o.Shape(dims, settings...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // wantLogLine wants the server's graph log at path (VKERN_GRAPHS_LOG) to
