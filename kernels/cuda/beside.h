@@ -33,10 +33,11 @@
 // This is the check the host test (testdata/beside_check.cc) holds Plan
 // to: every conflicting pair in every batch it draws is ordered.
 //
-// A lane's scratch: the launchers keep scratch between calls (rows.cuh's
-// ScratchBuffer, gemm.cuh's pad_scratch, cross_entropy.cu's state word),
-// which two kernels running at once must not share. Each lane has its own:
-// the server sets lane to the lane of the entry it launches.
+// A lane's scratch: the launchers keep scratch between calls, all of it in
+// rows.cuh's ScratchBuffers (gemm.cuh's pad_scratch and cross_entropy.cu's
+// state word among them), which two kernels running at once must not
+// share. A ScratchBuffer holds one buffer a lane: the server sets lane to
+// the lane of the entry it launches.
 //
 // Lanes, in device.cu, runs the plan, and says what it measured.
 //

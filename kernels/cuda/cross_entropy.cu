@@ -269,23 +269,14 @@ __global__ void __launch_bounds__(kSegmentThreads)
 
 constexpr int64_t kMaxCountBlocks = 1024;
 
-// The state word: the count of rows kept. Allocated on first use, one for
-// each of the server's lanes (beside.h).
-unsigned long long* g_states[vkern_beside::kLanes] = {};
-
+// state returns the state word, the count of rows kept: allocated on first
+// use, as a ScratchBuffer (so one for each of the server's lanes).
 cudaError_t state(unsigned long long** out) {
-  unsigned long long*& word = g_states[vkern_beside::lane];
-  if (word == nullptr) {
-    if (!vkern_capture::may_grow()) return cudaErrorStreamCaptureUnsupported;
-    void* p = nullptr;
-    if (cudaMalloc(&p, sizeof(unsigned long long)) != cudaSuccess) {
-      (void)cudaGetLastError();  // clear the allocation failure; report it here instead
-      return cudaErrorMemoryAllocation;
-    }
-    word = static_cast<unsigned long long*>(p);
-  }
-  *out = word;
-  return cudaSuccess;
+  static ScratchBuffer word;
+  void* p = nullptr;
+  const cudaError_t err = word.get(sizeof(unsigned long long), &p);
+  *out = static_cast<unsigned long long*>(p);
+  return err;
 }
 
 // partials_scratch returns at least bytes of device memory for the long-row

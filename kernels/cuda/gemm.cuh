@@ -86,13 +86,13 @@
 #include <cstdint>
 
 #include "core/backend.h"
-#include "cuda/beside.h"
 #include "cuda/capture.h"
 #include "cuda/compat.h"
 #include "cuda/epilogue.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/gemm_sm90.cu"  // its wgmma kernels, which only product launches
 #include "cuda/ops.cuh"
+#include "cuda/rows.cuh"
 
 #if defined(VKERN_GEMM_TUNING)
 extern int vk_gemm_tuning_config;  // defined in gemm.cu
@@ -625,27 +625,17 @@ __global__ void __launch_bounds__(256)
 }
 
 // pad_scratch returns at least bytes of device memory kept for later calls
-// (see ops.cuh), the lane's under way (beside.h), or nullptr when it cannot
-// be had (or not now, during a batch's capture: capture.h).
+// (see ops.cuh; rows.cuh's ScratchBuffer, the lane's under way), or nullptr
+// when it cannot be had (or not now, during a batch's capture: capture.h),
+// where the staged loader runs instead.
 void* pad_scratch(size_t bytes) {
-  static void* buffers[vkern_beside::kLanes] = {};
-  static size_t capacities[vkern_beside::kLanes] = {};
-  void*& buffer = buffers[vkern_beside::lane];
-  size_t& capacity = capacities[vkern_beside::lane];
-  if (bytes <= capacity) return buffer;
-  if (!vkern_capture::may_grow()) return nullptr;
-  if (buffer != nullptr && cudaFree(buffer) != cudaSuccess) {
+  static vkern_rows::ScratchBuffer buffer;
+  void* p = nullptr;
+  if (buffer.get(bytes, &p) != cudaSuccess) {
     (void)cudaGetLastError();
-  }
-  buffer = nullptr;
-  capacity = 0;
-  if (cudaMalloc(&buffer, bytes) != cudaSuccess) {
-    (void)cudaGetLastError();  // the staged loader runs instead
-    buffer = nullptr;
     return nullptr;
   }
-  capacity = bytes;
-  return buffer;
+  return p;
 }
 
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
