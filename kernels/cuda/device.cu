@@ -224,12 +224,12 @@ cudaError_t clear_problems(size_t n) {
   return cudaMemsetAsync(g_problems, 0xff, n * sizeof(unsigned long long), g_stream);
 }
 
-// launch enqueues a call's kernels on the server's stream without waiting;
-// problem is its device word (nullptr for an op without a checked input).
-cudaError_t launch(const Call& call, unsigned long long* problem) {
+// launch_on enqueues a call's kernels on stream s without waiting; problem
+// is its device word (nullptr for an op without a checked input).
+cudaError_t launch_on(const Call& call, unsigned long long* problem, cudaStream_t s) {
   const CudaKernel kernel = find_kernel(call.op->id);
   if (kernel == nullptr) return cudaErrorNotSupported;
-  return kernel(call, problem, g_stream);
+  return kernel(call, problem, s);
 }
 
 // launch_error turns a launch's error into the RUN's: an op without a
@@ -290,7 +290,7 @@ Result backend_run(const Call& call, uint64_t* kernel_ns, uint64_t* problem) {
     VK_CHECK(clear_problems(1), "clearing the problem word");
   }
   if (call.timed) VK_CHECK(cudaEventRecord(g_start, g_stream), "cudaEventRecord");
-  const cudaError_t err = launch(call, word);
+  const cudaError_t err = launch_on(call, word, g_stream);
   if (err != cudaSuccess) return launch_error(op, err);
   if (call.timed) {
     VK_CHECK(cudaEventRecord(g_stop, g_stream), "cudaEventRecord");
@@ -412,9 +412,7 @@ class Lanes {
   // waits at least for the batch's start on the main lane (its problem
   // words cleared), which also brings the side stream into a capture.
   cudaError_t launch(const Call& call, uint32_t index, unsigned long long* problem) {
-    const CudaKernel kernel = find_kernel(call.op->id);
-    if (kernel == nullptr) return cudaErrorNotSupported;
-    if (!batch_on_) return kernel(call, problem, g_stream);
+    if (!batch_on_) return launch_on(call, problem, g_stream);
     cudaError_t err = cudaSuccess;
     if (index == 0) err = cudaEventRecord(start_, g_stream);
     if (err != cudaSuccess) return err;
@@ -426,7 +424,7 @@ class Lanes {
       ran_beside_ = true;
       ++beside_;
       vkern_beside::lane = 1;
-      err = kernel(call, problem, side_);
+      err = launch_on(call, problem, side_);
       vkern_beside::lane = 0;
       if (err != cudaSuccess) return err;
       return cudaEventRecord(done_[index], side_);
@@ -436,7 +434,7 @@ class Lanes {
       if (err != cudaSuccess) return err;
       ++waits_;
     }
-    err = kernel(call, problem, g_stream);
+    err = launch_on(call, problem, g_stream);
     if (err == cudaSuccess && forked_from_[index]) err = cudaEventRecord(done_[index], g_stream);
     return err;
   }
