@@ -560,7 +560,9 @@ type Call struct {
 // shape of a training step, and returns each kernel's time. Every call is
 // checked before any runs; an error names the failing call's index and op.
 // A GPU server replays an untimed batch it has met before (the same calls
-// on the same buffers) as a CUDA graph: PROTOCOL.md, RUN_BATCH.
+// on the same buffers) as a CUDA graph, and runs an untimed batch's
+// linear_grad_w calls on a second stream, each still reading what the
+// calls before it left: PROTOCOL.md, RUN_BATCH.
 func (d *Device) RunBatch(ctx context.Context, calls []Call) ([]time.Duration, error) {
 	b, err := d.Prepare(calls)
 	if err != nil {
