@@ -79,8 +79,10 @@ var extraShapes = map[string][]string{
 	// blocks, and segments (524,289: past the largest cluster).
 	"softmax":      {"3x33000", "16x9", "16x13", "16x1001", "16x50257", "9x100001", "8x524289"},
 	"softmax_grad": {"3x33000", "16x9", "16x13", "16x1001", "16x50257", "9x100001", "8x524289"},
+	// 300x40001: more rows than a GPU's staged blocks, so that each block
+	// loads a row while it writes the last, across ignored rows.
 	"cross_entropy": {"3x65536", "3x65537:ignore_index=-100", "16x9", "16x13", "16x1001:ignore_index=-100",
-		"16x50257", "9x100001"},
+		"16x50257", "300x40001:ignore_index=-100", "9x100001"},
 	"add": {"1000003"}, "gelu": {"1000003"}, "gelu_grad": {"1000003"},
 	"layernorm":      {"3x4099", "2x20000", "3000x64"},
 	"layernorm_grad": {"3x4099", "2x9000", "3000x64"},
@@ -129,23 +131,35 @@ func All(t *testing.T, dev verify.Device) {
 func crossEntropyChecks(t *testing.T, dev verify.Device) {
 	o := op.CrossEntropy
 	ctx := context.Background()
-	t.Run("every row ignored", func(t *testing.T) {
-		s, _ := o.ParseShape("5x40:ignore_index=-100")
-		buffers := crossEntropyBuffers(s, []int32{-100, -100, -100, -100, -100})
-		if _, err := dev.RunOp(ctx, o, s, buffers); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < 5; i++ {
-			if v := math.Float32frombits(binary.LittleEndian.Uint32(buffers[2][4*i:])); v != 0 {
-				t.Errorf("loss[%d] = %v, want 0", i, v)
+	// 300 rows of 40,001: more rows than a GPU's staged blocks (two an
+	// SM), so each block also stages rows it then skips.
+	for _, shape := range []string{"5x40:ignore_index=-100", "300x40001:ignore_index=-100"} {
+		t.Run("every row ignored "+shape, func(t *testing.T) {
+			s, err := o.ParseShape(shape)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		for i := 0; i < 5*40; i++ {
-			if v := f16.ToFloat64(binary.LittleEndian.Uint16(buffers[3][2*i:])); v != 0 {
-				t.Fatalf("dLogits[%d,%d] = %v, want 0", i/40, i%40, v)
+			r, v := int(s.Dims[0]), int(s.Dims[1])
+			labels := make([]int32, r)
+			for i := range labels {
+				labels[i] = -100
 			}
-		}
-	})
+			buffers := crossEntropyBuffers(s, labels)
+			if _, err := dev.RunOp(ctx, o, s, buffers); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < r; i++ {
+				if v := math.Float32frombits(binary.LittleEndian.Uint32(buffers[2][4*i:])); v != 0 {
+					t.Fatalf("loss[%d] = %v, want 0", i, v)
+				}
+			}
+			for i := 0; i < r*v; i++ {
+				if x := f16.ToFloat64(binary.LittleEndian.Uint16(buffers[3][2*i:])); x != 0 {
+					t.Fatalf("dLogits[%d,%d] = %v, want 0", i/v, i%v, x)
+				}
+			}
+		})
+	}
 	t.Run("a label outside the classes", func(t *testing.T) {
 		for _, tt := range []struct {
 			shape  string
@@ -155,6 +169,7 @@ func crossEntropyChecks(t *testing.T, dev verify.Device) {
 			{"4x5", []int32{0, 4, 5, 1}, "labels[2] = 5 is outside its domain: a class index in [0, V), or the ignore_index (set ignore_index to the label that marks rows to skip) (R=4, V=5, ignore_index=unset, grad_scale=1)"},
 			{"4x5", []int32{0, -100, 1, 1}, "labels[1] = -100 is outside its domain: a class index in [0, V), or the ignore_index (set ignore_index to the label that marks rows to skip) (R=4, V=5, ignore_index=unset, grad_scale=1)"},
 			{"4x5:ignore_index=-100", []int32{-100, 3, -1, 7}, "labels[2] = -1 is outside its domain: a class index in [0, V), or the ignore_index (set ignore_index to the label that marks rows to skip) (R=4, V=5, ignore_index=-100, grad_scale=1)"},
+			{"3x40001", []int32{0, 40000, 40001}, "labels[2] = 40001 is outside its domain: a class index in [0, V)"},
 			{"3x70000", []int32{0, 69999, 70000}, "labels[2] = 70000 is outside its domain: a class index in [0, V)"},
 		} {
 			s, err := o.ParseShape(tt.shape)
