@@ -1215,30 +1215,6 @@ var CUDADefects = []Mutation{
 		// 50,257 columns: the staged kernel on a Hopper GPU.
 		Op: "softmax_grad", Shapes: []string{"16x50257"},
 	},
-	// cross_entropy's rows staged in shared memory (rows of 32,768 < extent,
-	// two blocks an SM): 300 rows are more than the blocks, so each block
-	// loads a row while it writes the last, across the ignored rows.
-	{
-		Name: "cross_entropy's staged rows read their cut vectors as padding", File: "cuda/cross_entropy.cu",
-		Old: "return load_cut(v, lo - 8 * j, hi - 8 * j, kNegInfPair);",
-		New: "return make_uint4(kNegInfPair, kNegInfPair, kNegInfPair, kNegInfPair);",
-		Op:  "cross_entropy", Shapes: []string{"16x50257"},
-	},
-	{
-		Name: "cross_entropy's staged row after an ignored one left unloaded", File: "cuda/cross_entropy.cu",
-		Old: "const bool load = after.kind == kKept;", New: "const bool load = after.kind == kKept && row.kind == kKept;",
-		Op: "cross_entropy", Shapes: []string{"300x40001:ignore_index=-100"},
-	},
-	{
-		Name: "cross_entropy's staged loss from the first row's label logit", File: "cuda/cross_entropy.cu",
-		Old: "    x_label = x_label_after;\n", New: "",
-		Op: "cross_entropy", Shapes: []string{"300x40001:ignore_index=-100"},
-	},
-	{
-		Name: "cross_entropy's staged one-hot one column late", File: "cuda/cross_entropy.cu",
-		Old: "static_cast<int>(row.label) + row.lo : -1;", New: "static_cast<int>(row.label) + row.lo + 1 : -1;",
-		Op: "cross_entropy", Shapes: []string{"16x50257"},
-	},
 	{
 		Name: "embedding's wpe row from p / B where p mod T belongs", File: "cuda/embedding.cu",
 		Old: "const int64_t t = p % T;", New: "const int64_t t = p / (N / T);",

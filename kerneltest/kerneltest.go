@@ -79,8 +79,8 @@ var extraShapes = map[string][]string{
 	// blocks, and segments (524,289: past the largest cluster).
 	"softmax":      {"3x33000", "16x9", "16x13", "16x1001", "16x50257", "9x100001", "8x524289"},
 	"softmax_grad": {"3x33000", "16x9", "16x13", "16x1001", "16x50257", "9x100001", "8x524289"},
-	// 300x40001: more rows than a GPU's staged blocks, so that each block
-	// loads a row while it writes the last, across ignored rows.
+	// 300x40001: more rows than a GPU holds blocks of its row kernel at
+	// once, across ignored rows.
 	"cross_entropy": {"3x65536", "3x65537:ignore_index=-100", "16x9", "16x13", "16x1001:ignore_index=-100",
 		"16x50257", "300x40001:ignore_index=-100", "9x100001"},
 	"add": {"1000003"}, "gelu": {"1000003"}, "gelu_grad": {"1000003"},
@@ -131,8 +131,8 @@ func All(t *testing.T, dev verify.Device) {
 func crossEntropyChecks(t *testing.T, dev verify.Device) {
 	o := op.CrossEntropy
 	ctx := context.Background()
-	// 300 rows of 40,001: more rows than a GPU's staged blocks (two an
-	// SM), so each block also stages rows it then skips.
+	// 300 rows of 40,001: more rows than a GPU holds blocks of its row
+	// kernel at once, so blocks skip some rows and compute others.
 	for _, shape := range []string{"5x40:ignore_index=-100", "300x40001:ignore_index=-100"} {
 		t.Run("every row ignored "+shape, func(t *testing.T) {
 			s, err := o.ParseShape(shape)

@@ -30,13 +30,6 @@
 //   loads): the row is laid from the boundary at or before its start, and
 //   the at most two vectors its ends cut are read and written element by
 //   element. Blocks walk the rows in a grid-stride loop.
-// - Rows of 32,768 < extent whose stage (2·extent bytes) lets two blocks
-//   share an SM, with 16-byte accesses, on CUDA (V = 50,304 and 50,257
-//   among them): the same blocks of 512 threads with each thread's vectors
-//   parked in shared memory, not registers (cross_entropy_staged), as many
-//   blocks as fit at once walking the rows; a thread loads row r + G into
-//   its slots while it writes row r's gradient from them. The same bits as
-//   the registers' kernel.
 // - Longer rows: segments of 32,768 elements laid from that boundary, one
 //   block each. A first kernel
 //   writes each segment's (max, Σ exp(x − max)) to scratch; a second combines
@@ -72,6 +65,17 @@
 //   2. as 1, with 16-byte accesses from each row's 16-byte boundary and the
 //      cut vectors element by element (used) .. 4096×50257: 0.85 of the copy
 //      floor, 8192×50257 0.87, 8192×50304 0.90 (vkern bench, 471e06a)
+//   3. rows of 32,768 < extent staged in shared memory, softmax_grad_staged's
+//      way: 512 threads a block, each thread's vectors parked in its own
+//      slots, the next row loaded into them while this row's gradient is
+//      written, two blocks an SM, the same bits as 2 (commit 858a0d0, not
+//      kept; docs/cross-entropy-staged-h200). On an H200, vkern bench, two
+//      rounds alternating, shares of a 4.23 TB/s copy floor: 16384×50304
+//      1,052 µs (0.741) against 2's 1,067 µs (0.732); 8192×50304 0.725
+//      against 0.723; 8192×50257 0.695 against 0.696; 4096×50257 0.664
+//      against 0.678; the gpt2 step 32.20 and 32.32 ms against 32.33 and
+//      32.19. Two rows in flight an SM buy nothing: the row kernel's loads
+//      are not what holds it below the copy rate here.
 //
 // Scratch (see ops.cuh): one word (the count of rows kept), and for long
 // rows 8 bytes per row per segment.
@@ -79,7 +83,6 @@
 
 #include "core/backend.h"
 #include "cuda/compat.h"
-#include "cuda/env.h"
 #include "cuda/ops.cuh"
 #include "cuda/rows.cuh"
 
@@ -204,167 +207,6 @@ __global__ void __launch_bounds__(T* RPB)
   }
 }
 
-#if !defined(__HIP_PLATFORM_AMD__)
-// ---------------------------------------------------------------------------
-// Rows staged in shared memory (variant 3; CUDA only): for rows of 32,768 <
-// extent whose stage lets two blocks share an SM. One block of T threads a
-// row, as cross_entropy_rows<T, 1, E, 8>, with thread t's vectors t, t + T,
-// … parked in its own slots of the stage instead of its registers: no
-// thread reads a slot another wrote, so the stage needs no barrier. While a
-// thread writes row r's gradient from its slots it loads row r + G into
-// them (G blocks), keeping the next row's max as it goes; the exps are then
-// summed from the stage. So each logit is read once, the loads of one row
-// overlap the stores of the last, and the registers left free let two
-// blocks share an SM: one sums while the other moves bytes.
-//
-// Each thread adds its exps in the order of cross_entropy_rows<T, 1, E, 8>
-// (its vectors in ascending order, a vector's elements in order; the
-// padding slots past the row add +0 there, nothing here, which leaves
-// every sum that is not NaN the same) and the block reduces them by the
-// same row_sum<T>: the two kernels give the same bits.
-
-// StagedRow: row r of V logits laid from the 16-byte boundary at or before
-// its start, as the span [lo, hi) of n vectors; and its label's kind.
-struct StagedRow {
-  int64_t r, boundary;  // the row, and the element offset of its boundary
-  int lo, hi, n;
-  int64_t label;
-  RowKind kind;
-  __device__ static StagedRow of(const __half* X, const int32_t* labels, int64_t r, int64_t V, int64_t ignore) {
-    StagedRow row;
-    row.r = r;
-    row.lo = lead_of<8>(X + r * V);
-    row.boundary = r * V - row.lo;
-    row.hi = row.lo + static_cast<int>(V);
-    row.n = static_cast<int>(ceil_div(row.hi, 8));
-    row.label = VK_LDG(labels + r);
-    row.kind = row_kind(row.label, V, ignore);
-    return row;
-  }
-  __device__ bool inside(int j) const { return 8 * j >= lo && 8 * j + 8 <= hi; }
-  // load reads vector j, its elements outside the row as −Inf.
-  __device__ uint4 load(const __half* X, int j) const {
-    const __half* v = X + boundary + 8 * j;
-    if (inside(j)) return VK_LDG(reinterpret_cast<const uint4*>(v));
-    return load_cut(v, lo - 8 * j, hi - 8 * j, kNegInfPair);
-  }
-  __device__ void store(__half* G, int j, uint4 v) const {
-    __half* g = G + boundary + 8 * j;
-    if (inside(j)) {
-      *reinterpret_cast<uint4*>(g) = v;
-    } else {
-      store_cut(g, lo - 8 * j, hi - 8 * j, v);
-    }
-  }
-};
-
-// kStagedUnroll vectors are loaded before the first is parked; a block is
-// kStagedThreads threads (cross_entropy_rows' T for such rows).
-constexpr int kStagedUnroll = 4;
-constexpr int kStagedThreads = 512;
-
-__device__ __forceinline__ __half2 max_vector(__half2 m, uint4 v) {
-  m = max2(m, *reinterpret_cast<const __half2*>(&v.x));
-  m = max2(m, *reinterpret_cast<const __half2*>(&v.y));
-  m = max2(m, *reinterpret_cast<const __half2*>(&v.z));
-  return max2(m, *reinterpret_cast<const __half2*>(&v.w));
-}
-
-// StagedSums: a staged row's max, Σ exp(x − max) and the gradient's scale.
-struct StagedSums {
-  float m, q;
-};
-
-// slots: the stage's vectors, ⌈extent / 8⌉, at least any row's n.
-template <int T>
-__global__ void __launch_bounds__(T, 2)
-    cross_entropy_staged(const __half* __restrict__ X, const int32_t* __restrict__ labels, float* __restrict__ loss,
-                         __half* __restrict__ G, int64_t R, int64_t V, int64_t ignore, double grad_scale,
-                         const unsigned long long* __restrict__ kept, unsigned long long* __restrict__ bad_row) {
-  extern __shared__ uint4 stage[];
-  __shared__ float red[T / 32];
-  const int t = threadIdx.x;
-  const float c = mean_scale(kept, R, grad_scale);
-  const __half2 none = __halves2half2(__ushort_as_half(0xfc00u), __ushort_as_half(0xfc00u));
-
-  // The first row: into the stage, and this thread's max of it.
-  StagedRow row = StagedRow::of(X, labels, blockIdx.x, V, ignore);  // the grid has at most R blocks
-  __half2 mine = none;
-  float x_label = t == 0 && row.kind == kKept ? __half2float(X[row.r * V + row.label]) : 0.0f;
-  if (row.kind == kKept) {
-    for (int base = t; base < row.n; base += kStagedUnroll * T) {
-      uint4 v[kStagedUnroll];
-#pragma unroll
-      for (int u = 0; u < kStagedUnroll; ++u)
-        if (base + u * T < row.n) v[u] = row.load(X, base + u * T);
-#pragma unroll
-      for (int u = 0; u < kStagedUnroll; ++u)
-        if (base + u * T < row.n) stage[base + u * T] = v[u], mine = max_vector(mine, v[u]);
-    }
-  }
-
-  for (;;) {
-    // Row r is staged (when kept): its max, sum and loss.
-    StagedSums sums{0.0f, 0.0f};
-    if (row.kind == kKept) {
-      sums.m = row_max<T>(fmaxf(neg_inf(), fmaxf(__low2float(mine), __high2float(mine))), red);
-      float s = 0.0f;
-      for (int j = t; j < row.n; j += T) {
-        const uint4 v = stage[j];
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 8; ++i) s += exp_of(element(w, i) - sums.m);
-      }
-      s = row_sum<T>(s, red);
-      if (t == 0) loss[row.r] = (sums.m - x_label) + logf(s);
-      sums.q = c / s;
-    } else {
-      skip_row(row.kind, row.r, t == 0, loss, bad_row);
-    }
-    // The label's vector and element (−1: not a column of this row).
-    const int label_at = row.kind == kKept ? static_cast<int>(row.label) + row.lo : -1;
-    const auto gradient_of = [&](int j) {
-      if (row.kind != kKept) return make_uint4(0u, 0u, 0u, 0u);
-      const uint4 v = stage[j];
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-      uint32_t o[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        o[i] = pack(gradient(exp_of(half_lo(w[i]) - sums.m), sums.q, c, 8 * j + 2 * i, label_at),
-                    gradient(exp_of(half_hi(w[i]) - sums.m), sums.q, c, 8 * j + 2 * i + 1, label_at));
-      return make_uint4(o[0], o[1], o[2], o[3]);
-    };
-
-    const int64_t next = row.r + gridDim.x;
-    if (next >= R) {  // the last row: only the stores
-      for (int j = t; j < row.n; j += T) row.store(G, j, gradient_of(j));
-      return;
-    }
-    const StagedRow after = StagedRow::of(X, labels, next, V, ignore);
-    const bool load = after.kind == kKept;
-    const float x_label_after = t == 0 && load ? __half2float(X[after.r * V + after.label]) : 0.0f;
-    const int n = row.n > after.n ? row.n : after.n;
-    mine = none;
-    for (int base = t; base < n; base += kStagedUnroll * T) {
-      uint4 v[kStagedUnroll];
-#pragma unroll
-      for (int u = 0; u < kStagedUnroll; ++u)
-        if (load && base + u * T < after.n) v[u] = after.load(X, base + u * T);
-      // This row's stores go out before the first of the next row's loads
-      // is waited on.
-#pragma unroll
-      for (int u = 0; u < kStagedUnroll; ++u)
-        if (base + u * T < row.n) row.store(G, base + u * T, gradient_of(base + u * T));
-#pragma unroll
-      for (int u = 0; u < kStagedUnroll; ++u)
-        if (load && base + u * T < after.n) stage[base + u * T] = v[u], mine = max_vector(mine, v[u]);
-    }
-    row = after;
-    x_label = x_label_after;
-  }
-}
-#endif  // !__HIP_PLATFORM_AMD__
-
 // ---------------------------------------------------------------------------
 // Long rows: segments of kSegment elements (rows.cuh's RowPiece), job = row ·
 // P + segment.
@@ -475,25 +317,6 @@ cudaError_t launch_rows(const Call& a) {
   return cudaGetLastError();
 }
 
-#if !defined(__HIP_PLATFORM_AMD__)
-// launch_staged launches cross_entropy_staged when two of its blocks fit on
-// an SM (a stage of ⌈extent / 8⌉ vectors each), unless
-// $VKERN_CROSS_ENTROPY_STAGED=0 keeps the rows in registers.
-cudaError_t launch_staged(const Call& a, int64_t extent, bool* launched) {
-  *launched = false;
-  static const bool on = vkern_env::on_off("VKERN_CROSS_ENTROPY_STAGED", true);
-  if (!on) return cudaSuccess;
-  const DeviceLimits& limits = device_limits();
-  if (limits.err != cudaSuccess) return limits.err;
-  const int64_t slots = ceil_div(extent, 8);
-  const int64_t bytes = slots * static_cast<int64_t>(sizeof(uint4));
-  if (bytes > limits.shared_bytes) return cudaSuccess;
-  return launch_resident_rows(cross_entropy_staged<kStagedThreads>, 1, kStagedThreads, static_cast<size_t>(bytes), 2,
-                              a.R, a.s, launched, a.X, a.labels, a.loss, a.G, a.R, a.V, a.ignore, a.grad_scale, a.kept,
-                              a.bad_row);
-}
-#endif
-
 // cross_entropy_with picks the kernels by a row's extent (rows.cuh's
 // row_extent; V with 2-byte accesses).
 template <int VW>
@@ -507,13 +330,6 @@ cudaError_t cross_entropy_with(const Call& a, int64_t extent) {
   if (extent <= 8192) return launch_rows<256, 1, 32, VW>(a);
   if (extent <= 16384) return launch_rows<512, 1, 32, VW>(a);
   if (extent <= 32768) return launch_rows<1024, 1, 32, VW>(a);
-#if !defined(__HIP_PLATFORM_AMD__)
-  if (VW == 8 && extent > 32768) {
-    bool launched = false;
-    const cudaError_t err = launch_staged(a, extent, &launched);
-    if (err != cudaSuccess || launched) return err;
-  }
-#endif
   if (extent <= 65536) return launch_rows<512, 1, 128, VW>(a);
 
   const int64_t P = ceil_div(extent, kSegment);

@@ -490,58 +490,6 @@ inline const DeviceLimits& device_limits() {
   }();
   return limits;
 }
-
-// launch_resident_rows launches kernel over R rows with T threads a block and
-// shared_bytes of dynamic shared memory: in clusters of P blocks, one row a
-// cluster at a time, as many clusters as the device holds at once (at most
-// R); P = 1 is a plain launch of as many blocks as fit, when at least
-// min_per_sm of them fit on an SM. A cluster shape the device refuses or
-// cannot hold launches nothing, as does a block of which fewer than
-// min_per_sm fit. *launched says whether it launched.
-template <class... Params, class... Args>
-inline cudaError_t launch_resident_rows(void (*kernel)(Params...), int P, int T, size_t shared_bytes, int min_per_sm,
-                                        int64_t R, cudaStream_t s, bool* launched, Args... args) {
-  *launched = false;
-  const DeviceLimits& limits = device_limits();
-  if (limits.err != cudaSuccess) return limits.err;
-  if (P > 1 && (limits.major < 9 || P > 16)) return cudaSuccess;
-  cudaError_t err = cudaSuccess;
-  if (shared_bytes > 0)
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes));
-  if (err == cudaSuccess && P > 8) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  if (err != cudaSuccess) return err;
-  if (P == 1) {
-    int per_sm = 0;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, T, shared_bytes);
-    if (err != cudaSuccess || per_sm < min_per_sm || per_sm < 1) return err;
-    const int64_t blocks = static_cast<int64_t>(limits.sms) * per_sm;
-    kernel<<<grid_for(R < blocks ? R : blocks), T, shared_bytes, s>>>(args...);
-    *launched = true;
-    return cudaGetLastError();
-  }
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(P);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(P));
-  config.blockDim = dim3(static_cast<unsigned>(T));
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = s;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-    (void)cudaGetLastError();  // a cluster shape this device refuses: the caller's fallback instead
-    return cudaSuccess;
-  }
-  if (clusters < 1) return cudaSuccess;
-  config.gridDim = dim3(static_cast<unsigned>(P * (R < clusters ? R : clusters)));
-  err = cudaLaunchKernelEx(&config, kernel, args...);
-  *launched = true;
-  return err != cudaSuccess ? err : cudaGetLastError();
-}
 #endif
 
 // congruent16: whether a and b lie equally far past a 16-byte boundary, so

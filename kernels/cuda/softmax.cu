@@ -665,6 +665,57 @@ cudaError_t launch_softmax_grad_rows(const __half* dY, const __half* Y, __half* 
 }
 
 #if !defined(__HIP_PLATFORM_AMD__)
+// launch_rows launches kernel over R rows with T threads a block and
+// shared_bytes of dynamic shared memory: in clusters of P blocks, one row a
+// cluster at a time, as many clusters as the device holds at once (at most
+// R); P = 1 is a plain launch of as many blocks as fit. A cluster shape the
+// device refuses or cannot hold launches nothing. *launched says whether it
+// launched.
+template <class... Params, class... Args>
+cudaError_t launch_rows(void (*kernel)(Params...), int P, int T, size_t shared_bytes, int64_t R, cudaStream_t s,
+                        bool* launched, Args... args) {
+  *launched = false;
+  const DeviceLimits& limits = device_limits();
+  if (limits.err != cudaSuccess) return limits.err;
+  if (P > 1 && (limits.major < 9 || P > 16)) return cudaSuccess;
+  cudaError_t err = cudaSuccess;
+  if (shared_bytes > 0)
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes));
+  if (err == cudaSuccess && P > 8) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (err != cudaSuccess) return err;
+  if (P == 1) {
+    int per_sm = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, T, shared_bytes);
+    if (err != cudaSuccess || per_sm < 1) return err;
+    const int64_t blocks = static_cast<int64_t>(limits.sms) * per_sm;
+    kernel<<<grid_for(R < blocks ? R : blocks), T, shared_bytes, s>>>(args...);
+    *launched = true;
+    return cudaGetLastError();
+  }
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(P);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(P));
+  config.blockDim = dim3(static_cast<unsigned>(T));
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = s;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();  // a cluster shape this device refuses: the caller's fallback instead
+    return cudaSuccess;
+  }
+  if (clusters < 1) return cudaSuccess;
+  config.gridDim = dim3(static_cast<unsigned>(P * (R < clusters ? R : clusters)));
+  err = cudaLaunchKernelEx(&config, kernel, args...);
+  *launched = true;
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
+
 // launch_softmax_grad_staged launches softmax_grad_staged when both inputs'
 // rows fit in one block's shared memory (⌈extent / VW⌉ vectors of each).
 template <int T, int VW>
@@ -677,7 +728,7 @@ cudaError_t launch_softmax_grad_staged(const __half* dY, const __half* Y, __half
   const int64_t bytes = 2 * slots * static_cast<int64_t>(sizeof(typename Access<VW>::type)) +
                         T / 32 * static_cast<int64_t>(sizeof(float));
   if (bytes > limits.shared_bytes) return cudaSuccess;
-  return launch_resident_rows(softmax_grad_staged<T, VW>, 1, T, static_cast<size_t>(bytes), 1, R, s, launched, dY, Y, dX, R, C,
+  return launch_rows(softmax_grad_staged<T, VW>, 1, T, static_cast<size_t>(bytes), R, s, launched, dY, Y, dX, R, C,
                      static_cast<int>(slots));
 }
 
@@ -689,7 +740,7 @@ cudaError_t launch_softmax_cluster(const __half* X, __half* Y, int64_t R, int64_
   *launched = false;
   const int64_t P = ceil_div(extent, int64_t{kSegmentThreads} * SoftmaxClusterElems<VW>::value);
   if (P > 16) return cudaSuccess;
-  return launch_resident_rows(softmax_cluster<VW>, static_cast<int>(P), kSegmentThreads, 0, 1, R, s, launched, X, Y, R, C);
+  return launch_rows(softmax_cluster<VW>, static_cast<int>(P), kSegmentThreads, 0, R, s, launched, X, Y, R, C);
 }
 
 template <int VW>
@@ -698,7 +749,7 @@ cudaError_t launch_softmax_grad_cluster(const __half* dY, const __half* Y, __hal
   *launched = false;
   const int64_t P = ceil_div(extent, int64_t{kSegmentThreads} * SoftmaxClusterElems<VW>::value);
   if (P > 16) return cudaSuccess;
-  return launch_resident_rows(softmax_grad_cluster<VW>, static_cast<int>(P), kSegmentThreads, 0, 1, R, s, launched, dY, Y, dX,
+  return launch_rows(softmax_grad_cluster<VW>, static_cast<int>(P), kSegmentThreads, 0, R, s, launched, dY, Y, dX,
                      R, C);
 }
 #endif
