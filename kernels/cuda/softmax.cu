@@ -162,6 +162,7 @@ using namespace vkern_rows;  // rows.cuh
 template <int T, int RPB, int E, int VW>
 __global__ void __launch_bounds__(T* RPB)
     softmax_rows(const __half* __restrict__ X, __half* __restrict__ Y, int64_t R, int64_t C) {
+  vk_grid_dependency();
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   __shared__ float red[T / 32];
   const int t = threadIdx.x % T;
@@ -203,6 +204,7 @@ template <int T, int RPB, int E, int VW>
 __global__ void __launch_bounds__(T* RPB)
     softmax_grad_rows(const __half* __restrict__ dY, const __half* __restrict__ Y, __half* __restrict__ dX, int64_t R,
                       int64_t C) {
+  vk_grid_dependency();
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   __shared__ float red[T / 32];
   const int t = threadIdx.x % T;
@@ -232,6 +234,7 @@ __global__ void __launch_bounds__(T* RPB)
 template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     softmax_segment_stats(const __half* __restrict__ X, float2* __restrict__ partials, int64_t R, int64_t C, int64_t P) {
+  vk_grid_dependency();
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
@@ -248,6 +251,7 @@ template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     softmax_segment_write(const __half* __restrict__ X, __half* __restrict__ Y, const float2* __restrict__ partials,
                           int64_t R, int64_t C, int64_t P) {
+  vk_grid_dependency();
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
@@ -276,6 +280,7 @@ template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     softmax_grad_segment_dots(const __half* __restrict__ dY, const __half* __restrict__ Y, float* __restrict__ partials,
                               int64_t R, int64_t C, int64_t P) {
+  vk_grid_dependency();
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
@@ -304,6 +309,7 @@ template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     softmax_grad_segment_write(const __half* __restrict__ dY, const __half* __restrict__ Y, __half* __restrict__ dX,
                                const float* __restrict__ partials, int64_t R, int64_t C, int64_t P) {
+  vk_grid_dependency();
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
@@ -426,6 +432,7 @@ template <int T, int VW>
 __global__ void __launch_bounds__(T, 1)
     softmax_grad_staged(const __half* __restrict__ dY, const __half* __restrict__ Y, __half* __restrict__ dX,
                         int64_t R, int64_t C, int slots) {
+  vk_grid_dependency();
   using A = Access<VW>;
   using V = typename A::type;
   extern __shared__ uint4 stage_words[];  // uint4 for its 16-byte alignment
@@ -578,6 +585,7 @@ struct SoftmaxClusterElems {
 template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     softmax_cluster(const __half* __restrict__ X, __half* __restrict__ Y, int64_t R, int64_t C) {
+  vk_grid_dependency();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int E = SoftmaxClusterElems<VW>::value;
   using Slice = RowSlice<kSegmentThreads, E, VW>;
@@ -609,6 +617,7 @@ template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     softmax_grad_cluster(const __half* __restrict__ dY, const __half* __restrict__ Y, __half* __restrict__ dX,
                          int64_t R, int64_t C) {
+  vk_grid_dependency();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int E = SoftmaxClusterElems<VW>::value;
   using Slice = RowSlice<kSegmentThreads, E, VW>;
