@@ -637,9 +637,9 @@ namespace {
 // and its counts (and Lanes') when it exits.
 // programmatic_edges turns each edge of graph from one kernel node to
 // another into a programmatic one (programmatic dependent launch: the
-// later kernel may launch once every block of the earlier one has begun,
-// and waits in vk_grid_dependency, compat.h, until that kernel has
-// finished), and counts them into *made. Every kernel of a batch's graph is
+// later kernel may launch once every block of the earlier one has exited,
+// and waits in vk_grid_dependency, compat.h, until that grid has finished
+// and its writes are visible), and counts them into *made. Every kernel of a batch's graph is
 // a built-in op's, and every one of those opens with vk_grid_dependency
 // (kernels.TestEveryKernelOpensWithItsGridDependency); user ops' and
 // collectives' batches are never captured. A cooperative kernel keeps
