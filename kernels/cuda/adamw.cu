@@ -70,7 +70,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // scalar updates elements [first, n), one per thread per step.
 __global__ void scalar(Scalars s, float* p, const float* grad, float* m, float* v, __half* p16, int64_t first,
                        int64_t n) {
-  vk_grid_dependency();
   for (int64_t i = first + blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads) {
     float pi = p[i], mi = m[i], vi = v[i];
     p16[i] = __float2half_rn(step(s, pi, grad[i], mi, vi));
@@ -82,7 +81,6 @@ __global__ void scalar(Scalars s, float* p, const float* grad, float* m, float* 
 
 // vec updates elements [0, 4·n4), four per thread per step.
 __global__ void vec(Scalars s, float4* p, const float4* grad, float4* m, float4* v, uint2* p16, int64_t n4) {
-  vk_grid_dependency();
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n4; i += int64_t{gridDim.x} * kThreads) {
     float4 pi = p[i], mi = m[i], vi = v[i];
     const float4 gi = VK_LDG(grad + i);

@@ -381,7 +381,6 @@ __device__ __forceinline__ uint32_t special_marks(uint4 v) {
 __global__ void row_dots(const __half* __restrict__ dy, const __half* __restrict__ y, const float* __restrict__ lse,
                          float* __restrict__ dsum, float* __restrict__ lse2, Heads a, bool vec8,
                          unsigned* __restrict__ flag) {
-  vk_grid_dependency();
   const int64_t n = a.B * a.T * a.H;
   bool found = false;
   for (int64_t idx = blockIdx.x * int64_t{kThreads} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * kThreads) {
@@ -425,7 +424,6 @@ __global__ void row_dots(const __half* __restrict__ dy, const __half* __restrict
 __global__ void __launch_bounds__(kThreads)
     forward_rows(const __half* __restrict__ qkv, __half* __restrict__ y, float* __restrict__ lse, Heads a,
                  float scale2, const unsigned* __restrict__ special) {
-  vk_grid_dependency();
   if (special != nullptr && *special == 0) return;
   const int lane = threadIdx.x & 31;
   const int64_t rows = a.head_count() * a.T, width = 3 * a.C;
@@ -463,7 +461,6 @@ __global__ void __launch_bounds__(kThreads)
     backward_dq_rows(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse,
                      const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale, float scale2,
                      const unsigned* __restrict__ special) {
-  vk_grid_dependency();
   if (special != nullptr && *special == 0) return;
   const int lane = threadIdx.x & 31;
   const int64_t rows = a.head_count() * a.T, width = 3 * a.C;
@@ -499,7 +496,6 @@ __global__ void __launch_bounds__(kThreads)
     backward_dkdv_rows(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse,
                        const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale, float scale2,
                        const unsigned* __restrict__ special) {
-  vk_grid_dependency();
   if (special != nullptr && *special == 0) return;
   const int lane = threadIdx.x & 31;
   const int64_t rows = a.head_count() * a.T, width = 3 * a.C;
@@ -981,7 +977,6 @@ template <int DP, int W>
 __global__ void __launch_bounds__(32 * W, kForwardMinBlocks)
     forward_mma(const __half* __restrict__ qkv, __half* __restrict__ y, float* __restrict__ lse, Heads a,
                 float scale2, bool vec8, unsigned* __restrict__ flag) {
-  vk_grid_dependency();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // the host never launches this below compute capability 8.0
 #else
@@ -1123,7 +1118,6 @@ __global__ void __launch_bounds__(kThreads)
                       const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale, float scale2,
                       bool vec8, unsigned* __restrict__ flag, __half* __restrict__ ds_out,
                       int* __restrict__ shifts_out) {
-  vk_grid_dependency();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();
 #else
@@ -1219,7 +1213,6 @@ __global__ void __launch_bounds__(kThreads)
     backward_dq_mma(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse2,
                     const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale, float scale2,
                     bool vec8) {
-  vk_grid_dependency();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();
 #else
@@ -1292,7 +1285,6 @@ template <int DP>
 __global__ void __launch_bounds__(kThreads)
     backward_dq_stored(const __half* __restrict__ qkv, const __half* __restrict__ ds, const int* __restrict__ shifts,
                        __half* __restrict__ dqkv, Heads a, float scale, bool vec8) {
-  vk_grid_dependency();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();
 #else
@@ -1569,7 +1561,6 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
     backward_dkdv_hopper(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse2,
                          const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale,
                          float scale2, unsigned* __restrict__ flag) {
-  vk_grid_dependency();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint4 attention_shared[];
   unsigned char* const ks = align_swizzle(attention_shared);
@@ -1670,7 +1661,6 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
     backward_dq_hopper(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse2,
                        const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale,
                        float scale2) {
-  vk_grid_dependency();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint4 attention_shared[];
   unsigned char* const qs = align_swizzle(attention_shared);
@@ -1753,7 +1743,6 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
 __global__ void __launch_bounds__(kThreads, kHopperForwardMinBlocks)
     forward_hopper(const __half* __restrict__ qkv, __half* __restrict__ y, float* __restrict__ lse, Heads a,
                    float scale2, unsigned* __restrict__ flag) {
-  vk_grid_dependency();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint4 attention_shared[];
   unsigned char* const qs = align_swizzle(attention_shared);

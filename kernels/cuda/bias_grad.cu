@@ -217,7 +217,6 @@ template <int VW>
 __global__ void __launch_bounds__(kThreads)
     column_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, unsigned* counters,
                 float* db) {
-  vk_grid_dependency();
   constexpr int kWidth = 32 * VW;  // columns of a tile
   __shared__ float warp_sums[kWarps][kWidth];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -270,7 +269,6 @@ constexpr int kSlice = 96;  // columns of a slice, finished by one block
 // blockIdx.x, + gridDim.x, …, in sum_partial_rows's strands, into db.
 __global__ void __launch_bounds__(kSpanThreads)
     span_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, float* db) {
-  vk_grid_dependency();
 #if !defined(__HIP_PLATFORM_AMD__)
   __shared__ float warp_sums[kSpanWarps][256];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

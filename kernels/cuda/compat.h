@@ -154,26 +154,4 @@ __device__ __forceinline__ float vk_ex2_ftz(float z) {
 #endif
 }
 
-// vk_grid_dependency opens every kernel of kernels/cuda
-// (kernels.TestEveryKernelOpensWithItsGridDependency holds them to it): on
-// CUDA for compute capability 9 and later it waits until the grids this
-// one depends on have finished and their writes are visible
-// (griddepcontrol.wait). Launched plainly, a grid starts after its
-// predecessors have finished and the wait returns at once. In a batch's
-// graph whose edges between kernels are programmatic (device.cu,
-// programmatic_edges), a grid may launch once every block of the one
-// before has exited, before that grid's end is signalled and its writes
-// flushed, and its blocks wait here for that. No kernel signals its
-// dependents earlier (griddepcontrol.launch_dependents): at the top of
-// every kernel, that made the gpt2 step 3% slower and char's 6%
-// (docs/pdl-h200, call 1). Nothing before the wait may touch device
-// memory: a block that returned first would let its grid finish, and the
-// grids after it start, before the grid it depends on has. On HIP and
-// older GPUs it does nothing.
-__device__ __forceinline__ void vk_grid_dependency() {
-#if !defined(__HIP_PLATFORM_AMD__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 #endif  // VKERN_CUDA_COMPAT_H

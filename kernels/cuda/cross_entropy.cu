@@ -130,7 +130,6 @@ __device__ __forceinline__ void skip_row(RowKind kind, int64_t r, bool writes_lo
 
 __global__ void __launch_bounds__(kCountThreads)
     count_kept_rows(const int32_t* __restrict__ labels, int64_t R, int64_t ignore, unsigned long long* kept) {
-  vk_grid_dependency();
   __shared__ unsigned long long partial[kCountThreads];
   unsigned long long counted = 0;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kCountThreads + threadIdx.x; r < R;
@@ -154,7 +153,6 @@ __global__ void __launch_bounds__(T* RPB)
     cross_entropy_rows(const __half* __restrict__ X, const int32_t* __restrict__ labels, float* __restrict__ loss,
                        __half* __restrict__ G, int64_t R, int64_t V, int64_t ignore, double grad_scale,
                        const unsigned long long* __restrict__ kept, unsigned long long* __restrict__ bad_row) {
-  vk_grid_dependency();
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   __shared__ float red[T / 32];
   const int t = threadIdx.x % T;
@@ -217,7 +215,6 @@ template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     cross_entropy_segment_stats(const __half* __restrict__ X, const int32_t* __restrict__ labels,
                                 float2* __restrict__ partials, int64_t R, int64_t V, int64_t P, int64_t ignore) {
-  vk_grid_dependency();
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
@@ -237,7 +234,6 @@ __global__ void __launch_bounds__(kSegmentThreads)
                                 float* __restrict__ loss, __half* __restrict__ G, const float2* __restrict__ partials,
                                 int64_t R, int64_t V, int64_t P, int64_t ignore, double grad_scale,
                                 const unsigned long long* __restrict__ kept, unsigned long long* __restrict__ bad_row) {
-  vk_grid_dependency();
   using Slice = RowSlice<kSegmentThreads, kSegmentElems, VW>;
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;

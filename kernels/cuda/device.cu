@@ -635,65 +635,6 @@ namespace {
 // VKERN_GRAPHS=0 runs every batch as usual. VKERN_GRAPHS_LOG names a file
 // to which the server appends a line for each capture, refusal and drop,
 // and its counts (and Lanes') when it exits.
-// programmatic_edges turns each edge of graph from one kernel node to
-// another into a programmatic one (programmatic dependent launch: the
-// later kernel may launch once every block of the earlier one has exited,
-// and waits in vk_grid_dependency, compat.h, until that grid has finished
-// and its writes are visible), and counts them into *made. Every kernel of a batch's graph is
-// a built-in op's, and every one of those opens with vk_grid_dependency
-// (kernels.TestEveryKernelOpensWithItsGridDependency); user ops' and
-// collectives' batches are never captured. A cooperative kernel keeps
-// its full edges: its grid must be resident all at once. Edges from or to
-// other nodes (the problem words' memset, cross_entropy's) are left as
-// they are. Where the runtime predates edge data (CUDA 12.3) or on HIP,
-// it changes nothing.
-cudaError_t programmatic_edges(cudaGraph_t graph, unsigned long long* made) {
-#if !defined(__HIP_PLATFORM_AMD__) && defined(CUDART_VERSION) && CUDART_VERSION >= 12030
-#if CUDART_VERSION >= 13000
-#define VK_GRAPH_EDGES(...) cudaGraphGetEdges(__VA_ARGS__)
-#define VK_GRAPH_ADD(...) cudaGraphAddDependencies(__VA_ARGS__)
-#define VK_GRAPH_REMOVE(...) cudaGraphRemoveDependencies(__VA_ARGS__)
-#else
-#define VK_GRAPH_EDGES(...) cudaGraphGetEdges_v2(__VA_ARGS__)
-#define VK_GRAPH_ADD(...) cudaGraphAddDependencies_v2(__VA_ARGS__)
-#define VK_GRAPH_REMOVE(...) cudaGraphRemoveDependencies_v2(__VA_ARGS__)
-#endif
-  size_t n = 0;
-  cudaError_t err = VK_GRAPH_EDGES(graph, nullptr, nullptr, nullptr, &n);
-  if (err != cudaSuccess || n == 0) return err;
-  std::vector<cudaGraphNode_t> from(n), to(n);
-  std::vector<cudaGraphEdgeData> data(n);
-  err = VK_GRAPH_EDGES(graph, from.data(), to.data(), data.data(), &n);
-  if (err != cudaSuccess) return err;
-  const auto kernel = [](cudaGraphNode_t node) {
-    cudaGraphNodeType type;
-    return cudaGraphNodeGetType(node, &type) == cudaSuccess && type == cudaGraphNodeTypeKernel;
-  };
-  for (size_t i = 0; i < n; ++i) {
-    const cudaGraphEdgeData& d = data[i];
-    if (d.type != cudaGraphDependencyTypeDefault || d.from_port != 0 || !kernel(from[i]) || !kernel(to[i])) continue;
-    cudaLaunchAttributeValue cooperative = {};
-    err = cudaGraphKernelNodeGetAttribute(to[i], cudaLaunchAttributeCooperative, &cooperative);
-    if (err != cudaSuccess) return err;
-    if (cooperative.cooperative != 0) continue;
-    cudaGraphEdgeData p = {};
-    p.from_port = cudaGraphKernelNodePortProgrammatic;
-    p.type = cudaGraphDependencyTypeProgrammatic;
-    err = VK_GRAPH_REMOVE(graph, &from[i], &to[i], &data[i], 1);
-    if (err == cudaSuccess) err = VK_GRAPH_ADD(graph, &from[i], &to[i], &p, 1);
-    if (err != cudaSuccess) return err;
-    ++*made;
-  }
-#undef VK_GRAPH_EDGES
-#undef VK_GRAPH_ADD
-#undef VK_GRAPH_REMOVE
-#else
-  (void)graph;
-  (void)made;
-#endif
-  return cudaSuccess;
-}
-
 class BatchGraphs {
  public:
   Result open() {
@@ -704,13 +645,6 @@ class BatchGraphs {
                   "entry by entry)");
     }
     on_ = on == nullptr || std::strcmp(on, "1") == 0;
-    const char* pdl = std::getenv("VKERN_PDL");
-    if (pdl != nullptr && std::strcmp(pdl, "0") != 0 && std::strcmp(pdl, "1") != 0) {
-      return fail(kStatusDeviceError, "VKERN_PDL is \"", pdl,
-                  "\"; want 1 (a batch's graph launches each kernel while the last one finishes, the default) or 0 "
-                  "(each kernel launches after the last one has finished)");
-    }
-    programmatic_ = pdl == nullptr || std::strcmp(pdl, "1") == 0;
     if (const char* path = std::getenv("VKERN_GRAPHS_LOG")) {
       log_ = std::fopen(path, "a");
       if (log_ == nullptr) {
@@ -728,7 +662,6 @@ class BatchGraphs {
       std::fprintf(log_, "graphs: %llu captured, %llu replays, %llu refused, %llu dropped\n", captured_, replayed_,
                    refused_, dropped_);
       std::fprintf(log_, "lanes: %llu entries beside, %llu waits\n", g_lanes.beside_count(), g_lanes.wait_count());
-      std::fprintf(log_, "programmatic: %llu edges\n", programmatic_made_);
       std::fclose(log_);
       log_ = nullptr;
     }
@@ -898,15 +831,6 @@ class BatchGraphs {
       }
       return false;
     }
-    if (programmatic_) {
-      err = programmatic_edges(graph, &programmatic_made_);
-      if (err != cudaSuccess) {
-        (void)cudaGraphDestroy(graph);
-        (void)cudaGetLastError();
-        *why = std::string("making the graph's edges programmatic: ") + cudaGetErrorName(err);
-        return false;
-      }
-    }
     err = cudaGraphInstantiateWithFlags(&s->exec, graph, 0);
     (void)cudaGraphDestroy(graph);
     if (err != cudaSuccess) {
@@ -927,14 +851,12 @@ class BatchGraphs {
   }
 
   bool on_ = true;
-  bool programmatic_ = true;  // VKERN_PDL
   std::FILE* log_ = nullptr;
   std::vector<Seen> seen_;
   std::vector<uint64_t> key_;
   uint64_t hash_ = 0;
   uint64_t clock_ = 0;
   unsigned long long captured_ = 0, replayed_ = 0, refused_ = 0, dropped_ = 0;
-  unsigned long long programmatic_made_ = 0;
 };
 
 BatchGraphs g_graphs;

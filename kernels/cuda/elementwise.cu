@@ -45,7 +45,6 @@ struct GeluGrad {
 // scalar: out[i] = f(a[i], b[i]) (b may be null: f ignores it).
 template <class F>
 __global__ void scalar(const __half* a, const __half* b, __half* out, int64_t n, F f) {
-  vk_grid_dependency();
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads) {
     const float vb = b != nullptr ? __half2float(b[i]) : 0.0f;
     out[i] = __float2half_rn(f(__half2float(a[i]), vb));
@@ -55,7 +54,6 @@ __global__ void scalar(const __half* a, const __half* b, __half* out, int64_t n,
 // vec: the same, 8 elements (16 bytes) per operand at a time; n8 = N / 8.
 template <class F>
 __global__ void vec(const uint4* a, const uint4* b, uint4* out, int64_t n8, F f) {
-  vk_grid_dependency();
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n8; i += int64_t{gridDim.x} * kThreads) {
     const uint4 va = a[i];
     const uint4 vb = b != nullptr ? b[i] : make_uint4(0, 0, 0, 0);

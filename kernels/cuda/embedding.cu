@@ -140,7 +140,6 @@ __global__ void __launch_bounds__(kThreads)
     embedding_rows(const int32_t* __restrict__ tokens, const __half* __restrict__ wte, const __half* __restrict__ wpe,
                    __half* __restrict__ x, int64_t N, int64_t T, int64_t C, int64_t V,
                    unsigned long long* __restrict__ bad) {
-  vk_grid_dependency();
   const int lane = threadIdx.x % 32;
   const int64_t vectors = C / VW;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; p < N;
@@ -186,7 +185,6 @@ template <int VW>
 __global__ void __launch_bounds__(kThreads)
     position_sums(const __half* __restrict__ dx, float* __restrict__ dwpe, int64_t B, int64_t T, int64_t C,
                   int64_t groups) {
-  vk_grid_dependency();
   const int lane = threadIdx.x % 32;
   for (int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; unit < T * groups;
        unit += static_cast<int64_t>(gridDim.x) * kWarps) {
@@ -216,7 +214,6 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kSortThreads)
     tile_sort(const int32_t* __restrict__ tokens, unsigned long long* __restrict__ keys, int64_t N, int64_t V,
               unsigned long long* __restrict__ bad) {
-  vk_grid_dependency();
   __shared__ unsigned long long tile[kTile];
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kTile;
   for (int i = threadIdx.x; i < kTile; i += kSortThreads) {
@@ -261,7 +258,6 @@ __global__ void __launch_bounds__(kSortThreads)
 __global__ void __launch_bounds__(kThreads)
     merge_pass(const unsigned long long* __restrict__ in, unsigned long long* __restrict__ out, int64_t N,
                int log_width) {
-  vk_grid_dependency();
   const int64_t width = int64_t{1} << log_width;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < N;
        i += static_cast<int64_t>(gridDim.x) * kThreads) {
@@ -308,7 +304,6 @@ template <int VW>
 __global__ void __launch_bounds__(kThreads)
     segment_sums(const unsigned long long* __restrict__ keys, const __half* __restrict__ dx, float* __restrict__ dwte,
                  float* __restrict__ partials, int64_t N, int64_t C, int64_t segments, int64_t groups) {
-  vk_grid_dependency();
   __shared__ unsigned long long staged[kWarps][kSegment];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   // Every warp of a block takes the same number of turns, so that the
@@ -394,7 +389,6 @@ template <int VW>
 __global__ void __launch_bounds__(kThreads)
     combine(const unsigned long long* __restrict__ keys, float* __restrict__ dwte, const float* __restrict__ partials,
             int64_t N, int64_t C, int64_t segments, int64_t groups) {
-  vk_grid_dependency();
   const int lane = threadIdx.x % 32;
   for (int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; unit < segments * groups;
        unit += static_cast<int64_t>(gridDim.x) * kWarps) {

@@ -15,7 +15,6 @@ namespace vkern_fill {
 constexpr int kThreads = 256;
 
 __global__ void fill(float* y, int64_t n, float v) {
-  vk_grid_dependency();
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads) y[i] = v;
 }
 

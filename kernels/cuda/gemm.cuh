@@ -359,7 +359,6 @@ template <class Cfg, bool kLDepth, bool kRDepth, bool kAligned, typename Out, cl
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     product_mma(const __half* __restrict__ L, int64_t ldl, const __half* __restrict__ R, int64_t ldr,
                 Out* __restrict__ out, Epi epi, int64_t rows, int64_t cols, int64_t depth) {
-  vk_grid_dependency();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // the host never launches this below compute capability 8.0
 #else
@@ -608,7 +607,6 @@ constexpr size_t kPadMaxBytes = size_t{2} << 30;
 // length ld_dst (a multiple of 8), zero past column cols.
 __global__ void __launch_bounds__(256)
     pad_rows(const __half* __restrict__ src, int64_t rows, int64_t cols, __half* __restrict__ dst, int64_t ld_dst) {
-  vk_grid_dependency();
   const int64_t chunks_per_row = ld_dst / 8;
   const int64_t chunks = rows * chunks_per_row;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < chunks;
@@ -843,7 +841,6 @@ template <bool kLDepth, bool kRDepth, typename Out, class Epi>
 __global__ void __launch_bounds__(kSimtThreads)
     product_simt(const __half* __restrict__ L, int64_t ldl, const __half* __restrict__ R, int64_t ldr,
                  Out* __restrict__ out, Epi epi, int64_t rows, int64_t cols, int64_t depth) {
-  vk_grid_dependency();
   __shared__ float sL[kSimtDepth][kSimtTile + 1];
   __shared__ float sR[kSimtDepth][kSimtTile + 1];
   const int64_t tiles_n = (cols + kSimtTile - 1) / kSimtTile;

@@ -537,7 +537,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     product_wgmma(const __grid_constant__ CUtensorMap map_l, const __grid_constant__ CUtensorMap map_r,
                   const __grid_constant__ ShiftMaps<kTiles != Tiles::kPlain> maps_shift, Out* __restrict__ out,
                   Epi epi, int64_t rows, int64_t cols, int64_t depth, int group_rows) {
-  vk_grid_dependency();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kLShift = kTiles == Tiles::kShiftL, kOutClass = kTiles == Tiles::kClassOut,
                  kClassL = kTiles == Tiles::kClassL, kDepthClassL = kTiles == Tiles::kDepthClassL,

@@ -92,7 +92,6 @@ __device__ __forceinline__ Part block_sum(double sum, unsigned long long count) 
 
 // tile_sums writes each tile's Part (see the file comment).
 __global__ void __launch_bounds__(kThreads) tile_sums(const float* g, int64_t n, bool vector_loads, Part* parts) {
-  vk_grid_dependency();
   const int64_t first = blockIdx.x * kTile;
   const float* tile = g + first;
   double lane[4] = {0.0, 0.0, 0.0, 0.0};
@@ -126,7 +125,6 @@ __global__ void __launch_bounds__(kThreads) tile_sums(const float* g, int64_t n,
 // finish adds the tiles' parts and writes the outputs.
 __global__ void __launch_bounds__(kFinishThreads) finish(const Part* parts, int64_t tiles, float* sumsq,
                                                          int32_t* nonfinite) {
-  vk_grid_dependency();
   double sum = 0.0;
   unsigned long long count = 0;
   // kBatch loads in flight at a time; the additions keep the order of i.

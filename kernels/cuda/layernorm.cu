@@ -137,7 +137,6 @@ __global__ void __launch_bounds__(T* RPB)
     layernorm_rows(const __half* __restrict__ X, const __half* __restrict__ W, const __half* __restrict__ B,
                    __half* __restrict__ Y, float* __restrict__ mean, float* __restrict__ rstd, int64_t R, int C,
                    float eps) {
-  vk_grid_dependency();
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   using Slice = RowSlice<T, E, VW>;
   __shared__ float red[T / 32];
@@ -177,7 +176,6 @@ __global__ void __launch_bounds__(kLongThreads)
     layernorm_long(const __half* __restrict__ X, const __half* __restrict__ W, const __half* __restrict__ B,
                    __half* __restrict__ Y, float* __restrict__ mean, float* __restrict__ rstd, int64_t R, int64_t C,
                    float eps) {
-  vk_grid_dependency();
   __shared__ float red[kLongThreads / 32];
   const float n = static_cast<float>(C);
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
@@ -213,7 +211,6 @@ __global__ void __launch_bounds__(T* RPB)
     layernorm_grad_rows(const __half* __restrict__ dY, const __half* __restrict__ X, const __half* __restrict__ W,
                         const float* __restrict__ mean, const float* __restrict__ rstd, const __half* Res, __half* dX,
                         float* __restrict__ partials, int64_t R, int C) {
-  vk_grid_dependency();
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   using Slice = RowSlice<T, E, VW>;
   __shared__ float red[T / 32];
@@ -305,7 +302,6 @@ __global__ void __launch_bounds__(kLongThreads)
     layernorm_grad_long(const __half* __restrict__ dY, const __half* __restrict__ X, const __half* __restrict__ W,
                         const float* __restrict__ mean, const float* __restrict__ rstd, const __half* Res, __half* dX,
                         float* __restrict__ sums, int64_t R, int64_t C) {
-  vk_grid_dependency();
   __shared__ float red[kLongThreads / 32];
   const float n = static_cast<float>(C);
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
@@ -338,7 +334,6 @@ __global__ void __launch_bounds__(kStripColumns)
     layernorm_grad_columns(const __half* __restrict__ dY, const __half* __restrict__ X, const float* __restrict__ mean,
                            const float* __restrict__ rstd, float* __restrict__ partials, int64_t R, int64_t C,
                            int64_t strip_rows) {
-  vk_grid_dependency();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kStripColumns + threadIdx.x;
   if (j >= C) return;
   const int64_t first = blockIdx.y * strip_rows, end = first + strip_rows < R ? first + strip_rows : R;
@@ -368,7 +363,6 @@ struct ParamOutputs {
 __global__ void __launch_bounds__(kReduceColumns* kReduceSlices)
     layernorm_grad_params(const float* __restrict__ partials, int64_t P, int64_t stride, int64_t C,
                           ParamOutputs outs) {
-  vk_grid_dependency();
   __shared__ float slices[kReduceSlices][kReduceColumns + 1];
   const int o = blockIdx.y;
   float* const out = outs.out[o];

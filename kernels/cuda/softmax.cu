@@ -162,7 +162,6 @@ using namespace vkern_rows;  // rows.cuh
 template <int T, int RPB, int E, int VW>
 __global__ void __launch_bounds__(T* RPB)
     softmax_rows(const __half* __restrict__ X, __half* __restrict__ Y, int64_t R, int64_t C) {
-  vk_grid_dependency();
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   __shared__ float red[T / 32];
   const int t = threadIdx.x % T;
@@ -204,7 +203,6 @@ template <int T, int RPB, int E, int VW>
 __global__ void __launch_bounds__(T* RPB)
     softmax_grad_rows(const __half* __restrict__ dY, const __half* __restrict__ Y, __half* __restrict__ dX, int64_t R,
                       int64_t C) {
-  vk_grid_dependency();
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   __shared__ float red[T / 32];
   const int t = threadIdx.x % T;
@@ -234,7 +232,6 @@ __global__ void __launch_bounds__(T* RPB)
 template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     softmax_segment_stats(const __half* __restrict__ X, float2* __restrict__ partials, int64_t R, int64_t C, int64_t P) {
-  vk_grid_dependency();
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
@@ -251,7 +248,6 @@ template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     softmax_segment_write(const __half* __restrict__ X, __half* __restrict__ Y, const float2* __restrict__ partials,
                           int64_t R, int64_t C, int64_t P) {
-  vk_grid_dependency();
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
@@ -280,7 +276,6 @@ template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     softmax_grad_segment_dots(const __half* __restrict__ dY, const __half* __restrict__ Y, float* __restrict__ partials,
                               int64_t R, int64_t C, int64_t P) {
-  vk_grid_dependency();
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
@@ -309,7 +304,6 @@ template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     softmax_grad_segment_write(const __half* __restrict__ dY, const __half* __restrict__ Y, __half* __restrict__ dX,
                                const float* __restrict__ partials, int64_t R, int64_t C, int64_t P) {
-  vk_grid_dependency();
   __shared__ float red[kSegmentThreads / 32];
   const int t = threadIdx.x;
   for (int64_t job = blockIdx.x; job < R * P; job += gridDim.x) {
@@ -432,7 +426,6 @@ template <int T, int VW>
 __global__ void __launch_bounds__(T, 1)
     softmax_grad_staged(const __half* __restrict__ dY, const __half* __restrict__ Y, __half* __restrict__ dX,
                         int64_t R, int64_t C, int slots) {
-  vk_grid_dependency();
   using A = Access<VW>;
   using V = typename A::type;
   extern __shared__ uint4 stage_words[];  // uint4 for its 16-byte alignment
@@ -585,7 +578,6 @@ struct SoftmaxClusterElems {
 template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     softmax_cluster(const __half* __restrict__ X, __half* __restrict__ Y, int64_t R, int64_t C) {
-  vk_grid_dependency();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int E = SoftmaxClusterElems<VW>::value;
   using Slice = RowSlice<kSegmentThreads, E, VW>;
@@ -617,7 +609,6 @@ template <int VW>
 __global__ void __launch_bounds__(kSegmentThreads)
     softmax_grad_cluster(const __half* __restrict__ dY, const __half* __restrict__ Y, __half* __restrict__ dX,
                          int64_t R, int64_t C) {
-  vk_grid_dependency();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int E = SoftmaxClusterElems<VW>::value;
   using Slice = RowSlice<kSegmentThreads, E, VW>;
