@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "core/protocol.h"
@@ -99,6 +100,14 @@ namespace vkern {
 inline const OpSpec* find_op(uint32_t id) {
   for (const OpSpec& op : kOps) {
     if (op.id == id) return &op;
+  }
+  return nullptr;
+}
+
+// find_op_named is the built-in op called name, or nullptr.
+inline const OpSpec* find_op_named(const char* name) {
+  for (const OpSpec& op : kOps) {
+    if (std::strcmp(op.name, name) == 0) return &op;
   }
   return nullptr;
 }

@@ -471,7 +471,7 @@ class Lanes {
     ops_.clear();
     if (std::strcmp(text, "0") == 0) return Result::OK();
     if (std::strcmp(text, "1") == 0) {
-      for (const char* name : kBesideOps) ops_.push_back(find_named(name));
+      for (const char* name : kBesideOps) ops_.push_back(find_op_named(name));
       return Result::OK();
     }
     std::string names(text);
@@ -479,7 +479,7 @@ class Lanes {
       size_t end = names.find(',', at);
       if (end == std::string::npos) end = names.size();
       const std::string name = names.substr(at, end - at);
-      const OpSpec* op = find_named(name.c_str());
+      const OpSpec* op = find_op_named(name.c_str());
       if (op == nullptr) {
         ops_.clear();
         return fail(kStatusDeviceError, "VKERN_BESIDE is \"", text, "\", and ",
@@ -491,13 +491,6 @@ class Lanes {
       at = end + 1;
     }
     return Result::OK();
-  }
-
-  static const OpSpec* find_named(const char* name) {
-    for (const OpSpec& op : kOps) {
-      if (std::strcmp(op.name, name) == 0) return &op;
-    }
-    return nullptr;
   }
 
   bool runs_beside(const OpSpec& op) const {
