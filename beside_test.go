@@ -121,27 +121,27 @@ func (b *besideBatch) run(t *testing.T, i int) map[string][]float32 {
 		name  string
 		buf   *Buffer
 		count int64
-	}{{"dW", b.dW, b.k * b.n}, {"db", b.db, b.n}, {"db2", b.db2, b.n}, {"dW2", b.dW2, b.k * b.n}, {"sumsq", b.sumsq, 1}} {
+		half  bool
+	}{
+		{"dW", b.dW, b.k * b.n, false}, {"db", b.db, b.n, false}, {"db2", b.db2, b.n, false},
+		{"dW2", b.dW2, b.k * b.n, false}, {"sumsq", b.sumsq, 1, false},
+		{"x", b.x, b.m * b.k, true}, {"dy", b.dy, b.m * b.n, true}, {"r", b.r, b.m * b.k, true},
+	} {
 		v := make([]float32, o.count)
-		if err := o.buf.ReadF32(ctx, v); err != nil {
-			t.Fatal(err)
+		if !o.half {
+			if err := o.buf.ReadF32(ctx, v); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			h := make([]uint16, o.count)
+			if err := o.buf.ReadF16(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			for j := range h {
+				v[j] = float32(f16.ToFloat64(h[j]))
+			}
 		}
 		out[o.name] = v
-	}
-	for _, o := range []struct {
-		name  string
-		buf   *Buffer
-		count int64
-	}{{"x", b.x, b.m * b.k}, {"dy", b.dy, b.m * b.n}, {"r", b.r, b.m * b.k}} {
-		v := make([]uint16, o.count)
-		if err := o.buf.ReadF16(ctx, v); err != nil {
-			t.Fatal(err)
-		}
-		w := make([]float32, len(v))
-		for j, h := range v {
-			w[j] = float32(f16.ToFloat64(h))
-		}
-		out[o.name] = w
 	}
 	return out
 }
