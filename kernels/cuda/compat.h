@@ -154,4 +154,16 @@ __device__ __forceinline__ float vk_ex2_ftz(float z) {
 #endif
 }
 
+// vk_prefetch_l2 asks for the 128-byte line at p to be brought into L2
+// (prefetch.global.L2) without waiting for it: a hint, which a kernel
+// issues for what it reads next so that the read finds it nearer. Nothing
+// on HIP.
+__device__ __forceinline__ void vk_prefetch_l2(const void* p) {
+#if defined(__HIP_PLATFORM_AMD__)
+  (void)p;
+#else
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
 #endif  // VKERN_CUDA_COMPAT_H

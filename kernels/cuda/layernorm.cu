@@ -106,6 +106,7 @@
 
 #include "core/backend.h"
 #include "cuda/compat.h"
+#include "cuda/env.h"
 #include "cuda/occupancy.h"
 #include "cuda/rows.cuh"
 
@@ -210,7 +211,7 @@ template <int T, int RPB, int E, int VW, bool kSum>
 __global__ void __launch_bounds__(T* RPB)
     layernorm_grad_rows(const __half* __restrict__ dY, const __half* __restrict__ X, const __half* __restrict__ W,
                         const float* __restrict__ mean, const float* __restrict__ rstd, const __half* Res, __half* dX,
-                        float* __restrict__ partials, int64_t R, int C) {
+                        float* __restrict__ partials, int64_t R, int C, bool prefetch) {
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   using Slice = RowSlice<T, E, VW>;
   __shared__ float red[T / 32];
@@ -229,6 +230,13 @@ __global__ void __launch_bounds__(T* RPB)
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
        r += static_cast<int64_t>(gridDim.x) * RPB) {
     const float m = VK_LDG(mean + r), s = VK_LDG(rstd + r);
+    // The thread's next row into L2 while it works on this one (variant 6).
+    const int64_t next = r + static_cast<int64_t>(gridDim.x) * RPB;
+    if (prefetch && next < R) {
+      Slice::prefetch(dY + next * C, C, t);
+      Slice::prefetch(X + next * C, C, t);
+      if (Res != nullptr) Slice::prefetch(Res + next * C, C, t);
+    }
     Slice dy, x, res;
     dy.load(dY + r * C, C, t, 0u);
     x.load(X + r * C, C, t, 0u);
@@ -469,10 +477,17 @@ cudaError_t reduce_params(const Backward& a, const float* partials, int64_t P, i
   return cudaGetLastError();
 }
 
+// prefetch_chosen says whether layernorm_grad_rows asks L2 for each
+// thread's next row (variant 6): unless $VKERN_LAYERNORM_PREFETCH=0.
+bool prefetch_chosen() {
+  static const bool chosen = vkern_env::on_off("VKERN_LAYERNORM_PREFETCH", true);
+  return chosen;
+}
+
 template <int T, int RPB, int E, int VW, bool kSum>
 cudaError_t launch_rows(const Backward& a, int64_t P, float* partials) {
   layernorm_grad_rows<T, RPB, E, VW, kSum><<<static_cast<unsigned>(P), T * RPB, 0, a.s>>>(
-      a.dY, a.X, a.W, a.mean, a.rstd, a.Res, a.dX, partials, a.R, static_cast<int>(a.C));
+      a.dY, a.X, a.W, a.mean, a.rstd, a.Res, a.dX, partials, a.R, static_cast<int>(a.C), prefetch_chosen());
   return cudaGetLastError();
 }
 

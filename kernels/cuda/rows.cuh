@@ -241,6 +241,15 @@ struct RowSlice {
   // cols a multiple of 8 (layernorm.cu's rows and weights, whose columns
   // must meet in the same slots).
   __device__ void load(const __half* row, int cols, int t, uint32_t fill) { load_span<false>(row, 0, cols, t, fill); }
+  // prefetch asks L2 for what load(row, cols, t) reads, with 16-byte
+  // accesses (VW = 8); with 2-byte ones it does nothing.
+  __device__ static void prefetch(const __half* row, int cols, int t) {
+    if (VW != 8) return;
+#pragma unroll
+    for (int j = 0; j < kVectors; ++j) {
+      if (column(j, t) < cols) vk_prefetch_l2(row + column(j, t));
+    }
+  }
   template <class PairFn>
   __device__ static void store(__half* row, int cols, int t, PairFn pair) {
     store_span<false>(row, 0, cols, t, pair);
