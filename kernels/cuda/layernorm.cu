@@ -94,6 +94,16 @@
 //      plain 44.3 µs (0.57), in one call (docs/layernorm-grad-reduce-h100;
 //      variant 3 before it, in the call before: 50.9, 60.3 and 45.9 µs).
 //      In use.
+//   6. variant 5 with each thread asking L2 for its next row's dy, x and
+//      residual (prefetch.global.L2) before it loads this one's; the same
+//      bits. On an H200 (docs/layernorm-grad-prefetch-h200, two rounds
+//      alternating with $VKERN_LAYERNORM_PREFETCH=0, shares of a 4.25 TB/s
+//      copy floor): plain 38.5–39.0 µs against 39.0–39.2 (0.46 against
+//      0.45), residual=1 43.9–44.1 against 45.4 (0.54 against 0.52),
+//      dx_sum=1 41.6–42.3 against 42.5–42.9 (0.42–0.43 against 0.42),
+//      residual=1,dx_sum=1 46.6–47.4 against 49.0–49.4 (0.50–0.51 against
+//      0.48); the gpt2 step unchanged (32.31 and 32.44 ms against 32.22 and
+//      32.25). In use.
 //
 // Scratch: layernorm_grad's partials, 8·C bytes per block, 12·C with
 // dx_sum (P <= 2 per SM, or as many as the occupancy allows for variant 3,
