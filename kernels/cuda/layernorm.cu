@@ -116,7 +116,6 @@
 
 #include "core/backend.h"
 #include "cuda/compat.h"
-#include "cuda/env.h"
 #include "cuda/occupancy.h"
 #include "cuda/rows.cuh"
 
@@ -221,7 +220,7 @@ template <int T, int RPB, int E, int VW, bool kSum>
 __global__ void __launch_bounds__(T* RPB)
     layernorm_grad_rows(const __half* __restrict__ dY, const __half* __restrict__ X, const __half* __restrict__ W,
                         const float* __restrict__ mean, const float* __restrict__ rstd, const __half* Res, __half* dX,
-                        float* __restrict__ partials, int64_t R, int C, bool prefetch) {
+                        float* __restrict__ partials, int64_t R, int C, int ahead) {
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   using Slice = RowSlice<T, E, VW>;
   __shared__ float red[T / 32];
@@ -240,9 +239,10 @@ __global__ void __launch_bounds__(T* RPB)
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
        r += static_cast<int64_t>(gridDim.x) * RPB) {
     const float m = VK_LDG(mean + r), s = VK_LDG(rstd + r);
-    // The thread's next row into L2 while it works on this one (variant 6).
-    const int64_t next = r + static_cast<int64_t>(gridDim.x) * RPB;
-    if (prefetch && next < R) {
+    // The thread's row ahead rows on into L2 while it works on this one
+    // (variant 6).
+    const int64_t next = r + static_cast<int64_t>(gridDim.x) * RPB * ahead;
+    if (ahead > 0 && next < R) {
       Slice::prefetch(dY + next * C, C, t);
       Slice::prefetch(X + next * C, C, t);
       if (Res != nullptr) Slice::prefetch(Res + next * C, C, t);
@@ -487,17 +487,22 @@ cudaError_t reduce_params(const Backward& a, const float* partials, int64_t P, i
   return cudaGetLastError();
 }
 
-// prefetch_chosen says whether layernorm_grad_rows asks L2 for each
-// thread's next row (variant 6): unless $VKERN_LAYERNORM_PREFETCH=0.
-bool prefetch_chosen() {
-  static const bool chosen = vkern_env::on_off("VKERN_LAYERNORM_PREFETCH", true);
-  return chosen;
+// prefetch_ahead is how many of its rows on each thread of
+// layernorm_grad_rows asks L2 for the row it will take then (variant 6):
+// $VKERN_LAYERNORM_PREFETCH, 0 (none) to 4, 1 unless set to one of those.
+int prefetch_ahead() {
+  static const int ahead = [] {
+    const char* v = std::getenv("VKERN_LAYERNORM_PREFETCH");
+    const int n = v != nullptr && v[0] >= '0' && v[0] <= '4' && v[1] == '\0' ? v[0] - '0' : 1;
+    return n;
+  }();
+  return ahead;
 }
 
 template <int T, int RPB, int E, int VW, bool kSum>
 cudaError_t launch_rows(const Backward& a, int64_t P, float* partials) {
   layernorm_grad_rows<T, RPB, E, VW, kSum><<<static_cast<unsigned>(P), T * RPB, 0, a.s>>>(
-      a.dY, a.X, a.W, a.mean, a.rstd, a.Res, a.dX, partials, a.R, static_cast<int>(a.C), prefetch_chosen());
+      a.dY, a.X, a.W, a.mean, a.rstd, a.Res, a.dX, partials, a.R, static_cast<int>(a.C), prefetch_ahead());
   return cudaGetLastError();
 }
 
