@@ -103,7 +103,9 @@
 //      dx_sum=1 41.6–42.3 against 42.5–42.9 (0.42–0.43 against 0.42),
 //      residual=1,dx_sum=1 46.6–47.4 against 49.0–49.4 (0.50–0.51 against
 //      0.48); the gpt2 step unchanged (32.31 and 32.44 ms against 32.22 and
-//      32.25). In use.
+//      32.25). In use. Two or three of a thread's rows ahead (call 2, at
+//      05423ba) were slower than one and than none: residual=1,dx_sum=1
+//      51.3–51.5 and 55.4–55.5 µs against 46.6–47.0 and 49.3–49.4.
 //
 // Scratch: layernorm_grad's partials, 8·C bytes per block, 12·C with
 // dx_sum (P <= 2 per SM, or as many as the occupancy allows for variant 3,
@@ -116,6 +118,7 @@
 
 #include "core/backend.h"
 #include "cuda/compat.h"
+#include "cuda/env.h"
 #include "cuda/occupancy.h"
 #include "cuda/rows.cuh"
 
@@ -220,7 +223,7 @@ template <int T, int RPB, int E, int VW, bool kSum>
 __global__ void __launch_bounds__(T* RPB)
     layernorm_grad_rows(const __half* __restrict__ dY, const __half* __restrict__ X, const __half* __restrict__ W,
                         const float* __restrict__ mean, const float* __restrict__ rstd, const __half* Res, __half* dX,
-                        float* __restrict__ partials, int64_t R, int C, int ahead) {
+                        float* __restrict__ partials, int64_t R, int C, bool prefetch) {
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
   using Slice = RowSlice<T, E, VW>;
   __shared__ float red[T / 32];
@@ -239,10 +242,9 @@ __global__ void __launch_bounds__(T* RPB)
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
        r += static_cast<int64_t>(gridDim.x) * RPB) {
     const float m = VK_LDG(mean + r), s = VK_LDG(rstd + r);
-    // The thread's row ahead rows on into L2 while it works on this one
-    // (variant 6).
-    const int64_t next = r + static_cast<int64_t>(gridDim.x) * RPB * ahead;
-    if (ahead > 0 && next < R) {
+    // The thread's next row into L2 while it works on this one (variant 6).
+    const int64_t next = r + static_cast<int64_t>(gridDim.x) * RPB;
+    if (prefetch && next < R) {
       Slice::prefetch(dY + next * C, C, t);
       Slice::prefetch(X + next * C, C, t);
       if (Res != nullptr) Slice::prefetch(Res + next * C, C, t);
@@ -487,22 +489,17 @@ cudaError_t reduce_params(const Backward& a, const float* partials, int64_t P, i
   return cudaGetLastError();
 }
 
-// prefetch_ahead is how many of its rows on each thread of
-// layernorm_grad_rows asks L2 for the row it will take then (variant 6):
-// $VKERN_LAYERNORM_PREFETCH, 0 (none) to 4, 1 unless set to one of those.
-int prefetch_ahead() {
-  static const int ahead = [] {
-    const char* v = std::getenv("VKERN_LAYERNORM_PREFETCH");
-    const int n = v != nullptr && v[0] >= '0' && v[0] <= '4' && v[1] == '\0' ? v[0] - '0' : 1;
-    return n;
-  }();
-  return ahead;
+// prefetch_chosen says whether layernorm_grad_rows asks L2 for each
+// thread's next row (variant 6): unless $VKERN_LAYERNORM_PREFETCH=0.
+bool prefetch_chosen() {
+  static const bool chosen = vkern_env::on_off("VKERN_LAYERNORM_PREFETCH", true);
+  return chosen;
 }
 
 template <int T, int RPB, int E, int VW, bool kSum>
 cudaError_t launch_rows(const Backward& a, int64_t P, float* partials) {
   layernorm_grad_rows<T, RPB, E, VW, kSum><<<static_cast<unsigned>(P), T * RPB, 0, a.s>>>(
-      a.dY, a.X, a.W, a.mean, a.rstd, a.Res, a.dX, partials, a.R, static_cast<int>(a.C), prefetch_ahead());
+      a.dY, a.X, a.W, a.mean, a.rstd, a.Res, a.dX, partials, a.R, static_cast<int>(a.C), prefetch_chosen());
   return cudaGetLastError();
 }
 
