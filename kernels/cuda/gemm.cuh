@@ -737,6 +737,30 @@ bool sm90_tiles_ran(int device, int multiprocessors, const __half* L, int64_t ld
   return false;
 }
 
+// handoff_ran runs the hand-off epilogue's variant (gemm_sm90.cu, WideH or
+// MediumH) where the server's environment chooses it for the product's
+// epilogue (handoff_chosen), with handoff_serves' answer as sm90_tiles_ran's.
+template <bool kLDepth, bool kRDepth, typename Out, class Epi>
+bool handoff_ran(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
+                 Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
+                 cudaError_t* err) {
+  namespace h = vkern_gemm_sm90;
+  if constexpr (h::handoff_serves<Out, Epi>()) {
+    const h::HandoffChoice c = h::handoff_chosen();
+    if (c.bn == 0 || (Epi::kGelu == vkern_epilogue::kNoGelu && !c.residual)) return false;
+    bool launched = false;
+    if (c.bn == 192) {
+      *err = h::launch<h::WideH, kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr, out, epi, rows,
+                                                            cols, depth, s, &launched);
+    } else {
+      *err = h::launch<h::MediumH, kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr, out, epi, rows,
+                                                              cols, depth, s, &launched);
+    }
+    return *err != cudaSuccess || launched;
+  }
+  return false;
+}
+
 template <bool kLDepth, bool kRDepth, typename Out, class Epi>
 cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __half* L, int64_t ldl, const __half* R,
                                  int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
@@ -763,6 +787,10 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
     if (sm90 == 6 && large && !out_aligned && rows >= 8 &&
         sm90_tiles_ran<h::WideS, h::Tiles::kClassOut, kLDepth, kRDepth>(device, multiprocessors, l, ld_l, r, ld_r, out,
                                                                          epi, rows, cols, depth, s, &tiles_err)) {
+      return tiles_err;
+    }
+    if (sm90 == 6 && handoff_ran<kLDepth, kRDepth>(device, multiprocessors, l, ld_l, r, ld_r, out, epi, rows, cols,
+                                                   depth, s, &tiles_err)) {
       return tiles_err;
     }
     if (sm90 != 0) {

@@ -86,6 +86,8 @@
 // built with the device's nvcc 13.0, 1.00-1.06, 1.45-1.49 and 2.05-2.26 in
 // the same call. Per-variant ratios are listed with the variants below.
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "cuda/compat.h"
@@ -106,10 +108,14 @@ namespace vkern_gemm_sm90 {
 
 // ---------------------------------------------------------------------------
 // Variants. BM = 128 (two consumer warpgroups of 64 rows), BK = 64.
-template <int BN_, int STAGES_, int CLUSTER_, bool STAGED_EPILOGUE_ = false>
+template <int BN_, int STAGES_, int CLUSTER_, bool STAGED_EPILOGUE_ = false, bool HANDOFF_ = false>
 struct Config {
   static constexpr int BM = 128, BN = BN_, BK = 64, kStages = STAGES_, kCluster = CLUSTER_;
   static constexpr bool kStagedEpilogue = STAGED_EPILOGUE_;
+  // The hand-off epilogue (the H variants): the consumers leave a tile's
+  // f32 results in shared memory and go on to the next tile's products;
+  // the producer warpgroup's warps 1-3 finish and store them.
+  static constexpr bool kHandoff = HANDOFF_;
   static constexpr int kThreads = 384;
   static constexpr int kLBytes = BM * BK * 2;
   static constexpr int kRBytes = BN * BK * 2;
@@ -119,9 +125,19 @@ struct Config {
   // Each consumer's copy of the tile's bias slice (BN halves), when the
   // epilogue adds one.
   static constexpr int kBiasBytes = 2 * BN * 2;
-  // Stages, epilogue buffers, then full and empty barriers; 1 KB of slack to
-  // align the stages to the 1024-byte period of the 128-byte swizzle.
-  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasBytes + 2 * kStages * 8 + 1024;
+  // The hand-off buffer: the whole tile in f32, and its full and empty
+  // barriers.
+  static constexpr int kHandoffBytes = kHandoff ? BM * BN * 4 + 16 : 0;
+  // Registers a thread of the producer warpgroup and of a consumer keeps
+  // (setmaxnreg), 168 a thread in all as launched: the hand-off's warps
+  // need more than the producer's one copying thread.
+  static constexpr int kProducerRegisters = kHandoff ? 72 : 40, kConsumerRegisters = kHandoff ? 216 : 232;
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * 256 == 168 * 384, "the registers given back are taken");
+  // Stages, epilogue buffers, the bias slices, the hand-off buffer, then
+  // full and empty barriers; 1 KB of slack to align the stages to the
+  // 1024-byte period of the 128-byte swizzle.
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes + kEpilogueBytes + kBiasBytes + kHandoffBytes + 2 * kStages * 8 + 1024;
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "wgmma wrappers exist for N = 64, 128, 192, 256");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 blocks");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
@@ -172,6 +188,19 @@ using WideS192 = Config<192, 4, 1, true>;
 // fourth stage's shared memory (gemm.cuh, sm90_tiles_ran; measured in
 // docs/row-shift-h100)
 using WideS3 = Config<256, 3, 1, true>;
+// The hand-off epilogue (kHandoff; gemm.cuh, handoff_ran) for the products
+// whose epilogue reads or writes a second f16 matrix, the GELU's and the
+// residual's, where the consumers' epilogue left the tensor cores idle
+// (docs/gelu-epilogue-h100: the GELU products ran at 0.6-0.7 of the plain
+// product's speed). A tile's f32 results wait in shared memory for warps
+// 1-3 of the producer warpgroup, which apply the epilogue's quad steps to
+// them, as the staged epilogue does, and store them while the consumers
+// run the next tile's products. The whole f32 tile takes the shared memory
+// of a stage or more: 128 × 192 tiles in three stages (WideH), or 128 ×
+// 128 in five (MediumH). Edge tiles, and tiles whose rows or side operand
+// are not aligned for the quads, stay with the consumers.
+using WideH = Config<192, 3, 1, false, true>;
+using MediumH = Config<128, 5, 1, false, true>;
 // WideS in class tiles (product_wgmma's kOutClass; gemm.cuh,
 // sm90_tiles_ran) for f16 outputs whose rows are not 16-byte aligned:
 // linear_nt 16384×50257×768 2.09 ms, against 2.67 for WideS's staged store
@@ -423,6 +452,20 @@ __device__ __forceinline__ int staged_unit(int r, int lane) {
 }
 __device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }
 
+// The hand-off buffer's layout (Config::kHandoff): the tile's row r, BN f32,
+// at r·BN·4, its 16-byte unit x (columns 4x … 4x + 3) at x ^ (r % 8), which
+// keeps both the consumers' pair writes (a warp's 8 rows × 4 lanes) and
+// the finishing warps' unit reads (8 consecutive units of a row at once)
+// free of bank conflicts.
+template <int BN>
+__device__ __forceinline__ uint32_t handoff_offset(int r, int x) {
+  static_assert(BN % 32 == 0, "a row is a whole number of 8-unit swizzle periods");
+  return static_cast<uint32_t>(r * BN * 4 + (x ^ (r % 8)) * 16);
+}
+__device__ __forceinline__ void sts64(uint32_t addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+
 // Unit u of the tile order → its first tile row (in units of kCluster tile
 // rows) and tile column.
 __device__ __forceinline__ void unit_origin(int64_t u, int64_t units_m, int64_t tiles_n, int group, int64_t* um,
@@ -458,6 +501,22 @@ __host__ __device__ __forceinline__ void tile_grid(int64_t rows, int64_t cols, i
 template <class Cfg, bool kRDepth, class Epi, Tiles kTiles>
 __host__ __device__ constexpr bool sums_columns() {
   return Epi::kColumnSums && kTiles == Tiles::kPlain && Cfg::kCluster == 1 && !kRDepth;
+}
+
+// Whether the hand-off epilogue serves a product's output and epilogue:
+// f16 outputs whose epilogue has quad steps (the residual, the GELU).
+template <typename Out, class Epi>
+__host__ __device__ constexpr bool handoff_serves() {
+  return sizeof(Out) == 2 && (Epi::kResidual || Epi::kGelu != vkern_epilogue::kNoGelu);
+}
+
+// Whether the tile at (m0, n0) is handed off: whole (no edge), its rows
+// 16-byte aligned and its side operand aligned for the quads. The
+// consumers and the finishing warps ask it of every tile alike.
+template <int BM, int BN, class Epi>
+__device__ __forceinline__ bool handoff_takes(int64_t m0, int64_t n0, int64_t rows, int64_t cols,
+                                              bool rows_aligned16, const Epi& epi) {
+  return m0 + BM <= rows && n0 + BN <= cols && rows_aligned16 && epi.quads_aligned();
 }
 
 template <Tiles kTiles, bool kLDepth, bool kRDepth, typename Out, class Epi>
@@ -565,12 +624,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // the product alone 0.126), the summers setting the stages' pace.
   constexpr bool kSums = sums_columns<Cfg, kRDepth, Epi, kTiles>();
   constexpr int kSummers = kSums ? 3 : 0;
+  // The hand-off epilogue (Cfg::kHandoff): warps 1-3 of the producer
+  // warpgroup finish the tiles the consumers leave in shared memory,
+  // those handoff_takes says they take (every other tile the consumers
+  // finish themselves, unstaged); for f16 outputs whose epilogue has quad
+  // steps, in plain tiles.
+  constexpr bool kHandoff = Cfg::kHandoff;
+  constexpr int kHandoffThreads = 96;
+  static_assert(!kHandoff || (kTiles == Tiles::kPlain && kCluster == 1 && !kSums && !Cfg::kStagedEpilogue &&
+                              handoff_serves<Out, Epi>()),
+                "the hand-off: plain tiles, no clusters, an f16 output whose epilogue has quad steps");
   static_assert(!kSums || BK == 64, "a stage's depth rows are one of bias_grad's blocks (oracle.BiasGradRowBlock)");
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t epilogue0 = smem + kStages * Cfg::kStageBytes;  // staged epilogue buffers
   const uint32_t bias0 = epilogue0 + Cfg::kEpilogueBytes;         // consumer c's bias slice at bias0 + 2·BN·c
-  const uint32_t full0 = bias0 + Cfg::kBiasBytes;                 // full[s] at full0 + 8s
+  const uint32_t handoff0 = bias0 + Cfg::kBiasBytes;              // kHandoff: the tile, then its two barriers
+  const uint32_t handoff_full = handoff0 + BM * BN * 4, handoff_empty = handoff_full + 8;
+  const uint32_t full0 = handoff0 + Cfg::kHandoffBytes;           // full[s] at full0 + 8s
   const uint32_t empty0 = full0 + kStages * 8;                // empty[s] at empty0 + 8s
   using Raw = vkern_shift::Raw<kLDepth>;
   const uint32_t raw0 = (empty0 + kStages * 8 + 127u) & ~127u;  // kLShift: raw slot r at raw0 + r·kSlotBytes
@@ -588,6 +659,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         mbar_init(raw_full0 + 8 * r, 1);
         mbar_init(raw_empty0 + 8 * r, 4);
       }
+    }
+    if constexpr (kHandoff) {
+      mbar_init(handoff_full, 128 * kConsumers);  // every consumer thread, after its writes
+      mbar_init(handoff_empty, kHandoffThreads);  // every finishing thread, after its reads
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -633,7 +708,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
 
   if (warpgroup == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegisters));
     if constexpr (kLShift) {
       const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
       // Thread 0 copies item q's raw boxes (the block's q-th depth step,
@@ -853,9 +928,55 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
         }
       }
+    } else if constexpr (kHandoff) {
+      if (threadIdx.x >= 32) {
+        // The tiles the consumers hand off, in their order. Each 16-byte
+        // unit of a row, four consecutive f32, is one quad of the staged
+        // epilogue: Epilogue::quad with its side operand, then four f16 in
+        // one 8-byte store, the same steps on the same values. Thread t
+        // takes units t, t + 96, … of the tile in row order, kBatch at a
+        // time, so that their side operand's loads are in flight together.
+        // The empty barrier's arrival follows the thread's last read.
+        constexpr int kUnitsPerRow = BN / 4, kUnits = BM * kUnitsPerRow, kBatch = 8;
+        const int t = threadIdx.x - 32;
+        const bool rows_aligned16 = vkern_shift::rows_aligned(out, cols, sizeof(Out), 16);
+        uint32_t phase = 0;
+        for (int64_t u = first_unit; u < units; u += unit_step) {
+          int64_t um, tn;
+          unit_origin(u, units_m, tiles_n, group, &um, &tn);
+          const int64_t m0 = um * BM, n0 = tn * BN;
+          if (!handoff_takes<BM, BN>(m0, n0, rows, cols, rows_aligned16, epi)) continue;
+          Out* const tile = out + m0 * cols + n0;
+          const int64_t first = m0 * cols + n0;  // the tile's first element index
+          mbar_wait(handoff_full, phase);
+          for (int i0 = t; i0 < kUnits; i0 += kHandoffThreads * kBatch) {
+            uint2 side[kBatch];
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+              const int i = i0 + b * kHandoffThreads, r = i / kUnitsPerRow, x = i % kUnitsPerRow;
+              side[b] = Epi::kSideIn && i < kUnits ? epi.side(first + r * cols + 4 * x) : make_uint2(0u, 0u);
+            }
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+              const int i = i0 + b * kHandoffThreads, r = i / kUnitsPerRow, x = i % kUnitsPerRow;
+              if (i >= kUnits) break;
+              uint32_t w[4];
+              lds128(handoff0 + handoff_offset<BN>(r, x), w);
+              float v[4] = {__uint_as_float(w[0]), __uint_as_float(w[1]), __uint_as_float(w[2]),
+                            __uint_as_float(w[3])};
+              epi.quad(v, side[b], first + r * cols + 4 * x);
+              const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
+              *reinterpret_cast<uint2*>(tile + r * cols + 4 * x) =
+                  make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+            }
+          }
+          mbar_arrive(handoff_empty);
+          phase ^= 1;
+        }
+      }
     }
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegisters));
     const int consumer = warpgroup - 1;
     const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const bool releaser = threadIdx.x % 128 == 0;
@@ -869,7 +990,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     int stage = 0;
-    uint32_t phase = 0;
+    uint32_t phase = 0, handoff_phase = 0;
     const bool pairs_aligned = vkern_shift::rows_aligned(out, cols, sizeof(Out), 2 * sizeof(Out));
     const bool rows_aligned16 = vkern_shift::rows_aligned(out, cols, sizeof(Out), 16);
     // kClassL: this warp's class q and, in a stage, the offset of its first
@@ -1047,6 +1168,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             acc[4 * j + 2 * h] = acc[4 * j + 2 * h] + b.x;
             acc[4 * j + 2 * h + 1] = acc[4 * j + 2 * h + 1] + b.y;
           }
+        }
+      }
+      if constexpr (kHandoff) {
+        if (handoff_takes<BM, BN>(m0, n0, rows, cols, rows_aligned16, epi)) {
+          // Once the finishing warps have read the tile before, the
+          // fragments' pairs into the hand-off buffer (handoff_offset);
+          // then on to the next tile's products.
+          mbar_wait(handoff_empty, handoff_phase ^ 1);
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = 64 * consumer + 16 * warp + lane / 4 + 8 * h, x = 2 * j + (lane % 4) / 2;
+              sts64(handoff0 + handoff_offset<BN>(r, x) + (lane % 2) * 8, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            }
+          }
+          mbar_arrive(handoff_full);
+          handoff_phase ^= 1;
+          continue;
         }
       }
       if constexpr (Epi::kAccumulate) {
@@ -1341,6 +1481,28 @@ bool shift_chosen() {
 // WideS192, to time one against the other.
 bool bn192_chosen() {
   static const bool chosen = vkern_env::on_off("VKERN_GEMM_BN192", true);
+  return chosen;
+}
+
+// handoff_chosen is the server's VKERN_GEMM_HANDOFF: which products the
+// hand-off epilogue takes, in which tiles (gemm.cuh, handoff_ran). Unset or
+// "0": none; "gelu": the GELU products in WideH; "gelu128": in MediumH;
+// "all" and "all128": the residual products too. Anything else is none.
+struct HandoffChoice {
+  int bn = 0;            // 192 (WideH), 128 (MediumH) or 0 (none)
+  bool residual = false;  // the residual products as well as the GELU's
+};
+HandoffChoice handoff_chosen() {
+  static const HandoffChoice chosen = [] {
+    HandoffChoice c;
+    const char* v = std::getenv("VKERN_GEMM_HANDOFF");
+    if (v == nullptr) return c;
+    auto is = [v](const char* name) { return std::strcmp(v, name) == 0; };
+    if (is("gelu") || is("all")) c.bn = 192;
+    if (is("gelu128") || is("all128")) c.bn = 128;
+    c.residual = is("all") || is("all128");
+    return c;
+  }();
   return chosen;
 }
 
