@@ -129,9 +129,13 @@ struct Config {
   // barriers.
   static constexpr int kHandoffBytes = kHandoff ? BM * BN * 4 + 16 : 0;
   // Registers a thread of the producer warpgroup and of a consumer keeps
-  // (setmaxnreg), 168 a thread in all as launched: the hand-off's warps
-  // need more than the producer's one copying thread.
-  static constexpr int kProducerRegisters = kHandoff ? 72 : 40, kConsumerRegisters = kHandoff ? 216 : 232;
+  // (setmaxnreg), 168 a thread in all as launched. The hand-off keeps 168
+  // everywhere: its finishing warps, one a scheduler, need registers for
+  // many units in flight, and its consumers' accumulators are at most 96
+  // a thread. (With 72 for the producer warpgroup and 216 for the
+  // consumers, docs/gemm-handoff-h200 call 1, the GELU products took
+  // 1.34-1.58 times the consumers' own epilogue.)
+  static constexpr int kProducerRegisters = kHandoff ? 168 : 40, kConsumerRegisters = kHandoff ? 168 : 232;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * 256 == 168 * 384, "the registers given back are taken");
   // Stages, epilogue buffers, the bias slices, the hand-off buffer, then
   // full and empty barriers; 1 KB of slack to align the stages to the
@@ -188,9 +192,10 @@ using WideS192 = Config<192, 4, 1, true>;
 // fourth stage's shared memory (gemm.cuh, sm90_tiles_ran; measured in
 // docs/row-shift-h100)
 using WideS3 = Config<256, 3, 1, true>;
-// The hand-off epilogue (kHandoff; gemm.cuh, handoff_ran) for the products
-// whose epilogue reads or writes a second f16 matrix, the GELU's and the
-// residual's, where the consumers' epilogue left the tensor cores idle
+// The hand-off epilogue (kHandoff; gemm.cuh, handoff_ran) for f16 outputs,
+// first for the products whose epilogue reads or writes a second f16
+// matrix, the GELU's and the residual's, where the consumers' epilogue
+// left the tensor cores idle
 // (docs/gelu-epilogue-h100: the GELU products ran at 0.6-0.7 of the plain
 // product's speed). A tile's f32 results wait in shared memory for warps
 // 1-3 of the producer warpgroup, which apply the epilogue's quad steps to
@@ -503,11 +508,12 @@ __host__ __device__ constexpr bool sums_columns() {
   return Epi::kColumnSums && kTiles == Tiles::kPlain && Cfg::kCluster == 1 && !kRDepth;
 }
 
-// Whether the hand-off epilogue serves a product's output and epilogue:
-// f16 outputs whose epilogue has quad steps (the residual, the GELU).
+// Whether the hand-off epilogue serves a product's output: f16 (so no
+// accumulation); the finishing warps apply the quad steps of its epilogue,
+// if any.
 template <typename Out, class Epi>
 __host__ __device__ constexpr bool handoff_serves() {
-  return sizeof(Out) == 2 && (Epi::kResidual || Epi::kGelu != vkern_epilogue::kNoGelu);
+  return sizeof(Out) == 2 && !Epi::kAccumulate;
 }
 
 // Whether the tile at (m0, n0) is handed off: whole (no edge), its rows
@@ -627,13 +633,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // The hand-off epilogue (Cfg::kHandoff): warps 1-3 of the producer
   // warpgroup finish the tiles the consumers leave in shared memory,
   // those handoff_takes says they take (every other tile the consumers
-  // finish themselves, unstaged); for f16 outputs whose epilogue has quad
-  // steps, in plain tiles.
+  // finish themselves, unstaged); for f16 outputs, in plain tiles.
   constexpr bool kHandoff = Cfg::kHandoff;
   constexpr int kHandoffThreads = 96;
   static_assert(!kHandoff || (kTiles == Tiles::kPlain && kCluster == 1 && !kSums && !Cfg::kStagedEpilogue &&
                               handoff_serves<Out, Epi>()),
-                "the hand-off: plain tiles, no clusters, an f16 output whose epilogue has quad steps");
+                "the hand-off: plain tiles, no clusters, an f16 output");
   static_assert(!kSums || BK == 64, "a stage's depth rows are one of bias_grad's blocks (oracle.BiasGradRowBlock)");
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -708,7 +713,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
 
   if (warpgroup == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegisters));
+    if constexpr (Cfg::kProducerRegisters != 168) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegisters));
+    }
     if constexpr (kLShift) {
       const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
       // Thread 0 copies item q's raw boxes (the block's q-th depth step,
@@ -935,9 +942,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // epilogue: Epilogue::quad with its side operand, then four f16 in
         // one 8-byte store, the same steps on the same values. Thread t
         // takes units t, t + 96, … of the tile in row order, kBatch at a
-        // time, so that their side operand's loads are in flight together.
+        // time, so that their side operand's loads are in flight together
+        // (asked of L2 before the tile came).
         // The empty barrier's arrival follows the thread's last read.
-        constexpr int kUnitsPerRow = BN / 4, kUnits = BM * kUnitsPerRow, kBatch = 8;
+        constexpr int kUnitsPerRow = BN / 4, kUnits = BM * kUnitsPerRow, kBatch = Epi::kSideIn ? 16 : 8;
         const int t = threadIdx.x - 32;
         const bool rows_aligned16 = vkern_shift::rows_aligned(out, cols, sizeof(Out), 16);
         uint32_t phase = 0;
@@ -948,6 +956,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (!handoff_takes<BM, BN>(m0, n0, rows, cols, rows_aligned16, epi)) continue;
           Out* const tile = out + m0 * cols + n0;
           const int64_t first = m0 * cols + n0;  // the tile's first element index
+          // The side operand's lines into L2 while the tile's products run.
+          epi.template prefetch_side<BM, BN>(m0, n0, rows, cols, t, kHandoffThreads);
           mbar_wait(handoff_full, phase);
           for (int i0 = t; i0 < kUnits; i0 += kHandoffThreads * kBatch) {
             uint2 side[kBatch];
@@ -976,7 +986,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     }
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegisters));
+    if constexpr (Cfg::kConsumerRegisters != 168) {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegisters));
+    }
     const int consumer = warpgroup - 1;
     const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const bool releaser = threadIdx.x % 128 == 0;
@@ -1486,21 +1498,33 @@ bool bn192_chosen() {
 
 // handoff_chosen is the server's VKERN_GEMM_HANDOFF: which products the
 // hand-off epilogue takes, in which tiles (gemm.cuh, handoff_ran). Unset or
-// "0": none; "gelu": the GELU products in WideH; "gelu128": in MediumH;
-// "all" and "all128": the residual products too. Anything else is none.
+// "0": none; "gelu": the GELU products in WideH; "all": the residual
+// products too; "f16": every f16 output; with "128" after the name
+// ("gelu128", "all128", "f16128"), in MediumH. Anything else is none.
 struct HandoffChoice {
-  int bn = 0;            // 192 (WideH), 128 (MediumH) or 0 (none)
-  bool residual = false;  // the residual products as well as the GELU's
+  enum Reach { kNone, kGelu, kQuads, kF16 };
+  int bn = 0;           // 192 (WideH), 128 (MediumH) or 0 (none)
+  Reach reach = kNone;  // the GELU products, those with quad steps, or every f16 output
+  template <class Epi>
+  bool takes() const {
+    if (Epi::kGelu != vkern_epilogue::kNoGelu) return reach >= kGelu;
+    return reach >= (Epi::kResidual ? kQuads : kF16);
+  }
 };
 HandoffChoice handoff_chosen() {
   static const HandoffChoice chosen = [] {
     HandoffChoice c;
     const char* v = std::getenv("VKERN_GEMM_HANDOFF");
     if (v == nullptr) return c;
-    auto is = [v](const char* name) { return std::strcmp(v, name) == 0; };
-    if (is("gelu") || is("all")) c.bn = 192;
-    if (is("gelu128") || is("all128")) c.bn = 128;
-    c.residual = is("all") || is("all128");
+    const char* names[] = {"gelu", "all", "f16"};
+    const HandoffChoice::Reach reaches[] = {HandoffChoice::kGelu, HandoffChoice::kQuads, HandoffChoice::kF16};
+    for (int i = 0; i < 3; ++i) {
+      const size_t n = std::strlen(names[i]);
+      if (std::strncmp(v, names[i], n) != 0) continue;
+      if (v[n] == '\0') c.bn = 192;
+      if (std::strcmp(v + n, "128") == 0) c.bn = 128;
+      if (c.bn != 0) c.reach = reaches[i];
+    }
     return c;
   }();
   return chosen;
