@@ -140,31 +140,17 @@ struct Epilogue {
   template <int kRows, int kCols>
   __device__ __forceinline__ void prefetch_pre(int64_t m0, int64_t n0, int64_t rows, int64_t cols, int t,
                                                int n) const {
-    if constexpr (kGelu == kGeluBackward) prefetch_lines<kRows, kCols>(pre, m0, n0, rows, cols, t, n);
-  }
-
-  // prefetch_side asks L2 for quad's side operand (kSideIn: the residual,
-  // or pre in the backward) under the same rows and columns, as
-  // prefetch_pre: gemm_sm90.cu's hand-off warps, for the tile they wait
-  // for.
-  template <int kRows, int kCols>
-  __device__ __forceinline__ void prefetch_side(int64_t m0, int64_t n0, int64_t rows, int64_t cols, int t,
-                                                int n) const {
-    if constexpr (kSideIn) prefetch_lines<kRows, kCols>(kResidual ? residual : pre, m0, n0, rows, cols, t, n);
-  }
-
-  template <int kRows, int kCols>
-  __device__ __forceinline__ static void prefetch_lines(const __half* p, int64_t m0, int64_t n0, int64_t rows,
-                                                        int64_t cols, int t, int n) {
 #if !defined(__HIP_PLATFORM_AMD__)
-    constexpr int kPerRow = kCols / 64 + 1;
-    for (int i = t; i < kRows * kPerRow; i += n) {
-      const int64_t r = m0 + i / kPerRow;
-      const int64_t c = min(n0 + 64 * (i % kPerRow), n0 + kCols - 1);
-      if (r < rows && c < cols) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + r * cols + c));
+    if constexpr (kGelu == kGeluBackward) {
+      constexpr int kPerRow = kCols / 64 + 1;
+      for (int i = t; i < kRows * kPerRow; i += n) {
+        const int64_t r = m0 + i / kPerRow;
+        const int64_t c = min(n0 + 64 * (i % kPerRow), n0 + kCols - 1);
+        if (r < rows && c < cols) asm volatile("prefetch.global.L2 [%0];" ::"l"(pre + r * cols + c));
+      }
     }
 #else
-    (void)p, (void)m0, (void)n0, (void)rows, (void)cols, (void)t, (void)n;
+    (void)m0, (void)n0, (void)rows, (void)cols, (void)t, (void)n;
 #endif
   }
 
@@ -200,7 +186,7 @@ struct Epilogue {
 
   // Whether quad's side operands (the residual, pre) allow its 8-byte
   // accesses: pointers 8-byte aligned (the caller checks the columns).
-  __host__ __device__ __forceinline__ bool quads_aligned() const {
+  __device__ __forceinline__ bool quads_aligned() const {
     const uintptr_t side = reinterpret_cast<uintptr_t>(kResidual ? residual : pre);
     return (side & 7u) == 0;
   }

@@ -737,28 +737,21 @@ bool sm90_tiles_ran(int device, int multiprocessors, const __half* L, int64_t ld
   return false;
 }
 
-// handoff_ran runs the hand-off epilogue's variant (gemm_sm90.cu, WideH or
-// MediumH) where the server's environment chooses it for the product's
-// epilogue (handoff_chosen) and the output's rows and the epilogue's side
-// operand are aligned for it (else it would hand off no tile), with
-// sm90_tiles_ran's answer.
+// handoff_ran runs the hand-off epilogue's variant (gemm_sm90.cu, WideH)
+// where the server's environment chooses it (handoff_chosen), it serves
+// the output and epilogue (handoff_serves) and the output's rows are
+// aligned for it (else it would hand off no tile), with sm90_tiles_ran's
+// answer.
 template <bool kLDepth, bool kRDepth, typename Out, class Epi>
 bool handoff_ran(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
                  Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
                  cudaError_t* err) {
   namespace h = vkern_gemm_sm90;
   if constexpr (h::handoff_serves<Out, Epi>()) {
-    const h::HandoffChoice c = h::handoff_chosen();
-    if (c.bn == 0 || !c.takes<Epi>()) return false;
-    if (!vkern_shift::rows_aligned(out, cols, sizeof(Out), 16) || !epi.quads_aligned()) return false;
+    if (!h::handoff_chosen() || !vkern_shift::rows_aligned(out, cols, sizeof(Out), 16)) return false;
     bool launched = false;
-    if (c.bn == 192) {
-      *err = h::launch<h::WideH, kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr, out, epi, rows,
-                                                            cols, depth, s, &launched);
-    } else {
-      *err = h::launch<h::MediumH, kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr, out, epi, rows,
-                                                              cols, depth, s, &launched);
-    }
+    *err = h::launch<h::WideH, kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr, out, epi, rows,
+                                                          cols, depth, s, &launched);
     return *err != cudaSuccess || launched;
   }
   return false;

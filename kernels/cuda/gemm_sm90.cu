@@ -86,8 +86,6 @@
 // built with the device's nvcc 13.0, 1.00-1.06, 1.45-1.49 and 2.05-2.26 in
 // the same call. Per-variant ratios are listed with the variants below.
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "cuda/compat.h"
@@ -112,9 +110,9 @@ template <int BN_, int STAGES_, int CLUSTER_, bool STAGED_EPILOGUE_ = false, boo
 struct Config {
   static constexpr int BM = 128, BN = BN_, BK = 64, kStages = STAGES_, kCluster = CLUSTER_;
   static constexpr bool kStagedEpilogue = STAGED_EPILOGUE_;
-  // The hand-off epilogue (the H variants): the consumers leave a tile's
-  // f32 results in shared memory and go on to the next tile's products;
-  // the producer warpgroup's warps 1-3 finish and store them.
+  // The hand-off epilogue (WideH): the consumers leave a tile's f16
+  // results in shared memory and go on to the next tile's products; the
+  // producer warpgroup's warps 1-3 store them.
   static constexpr bool kHandoff = HANDOFF_;
   static constexpr int kThreads = 384;
   static constexpr int kLBytes = BM * BK * 2;
@@ -125,16 +123,13 @@ struct Config {
   // Each consumer's copy of the tile's bias slice (BN halves), when the
   // epilogue adds one.
   static constexpr int kBiasBytes = 2 * BN * 2;
-  // The hand-off buffer: the whole tile in f32, and its full and empty
+  // The hand-off buffer: the whole tile in f16, and its full and empty
   // barriers.
-  static constexpr int kHandoffBytes = kHandoff ? BM * BN * 4 + 16 : 0;
+  static constexpr int kHandoffBytes = kHandoff ? BM * BN * 2 + 16 : 0;
   // Registers a thread of the producer warpgroup and of a consumer keeps
   // (setmaxnreg), 168 a thread in all as launched. The hand-off keeps 168
-  // everywhere: its finishing warps, one a scheduler, need registers for
-  // many units in flight, and its consumers' accumulators are at most 96
-  // a thread. (With 72 for the producer warpgroup and 216 for the
-  // consumers, docs/gemm-handoff-h200 call 1, the GELU products took
-  // 1.34-1.58 times the consumers' own epilogue.)
+  // everywhere: its storing warps keep eight 16-byte units in flight, and
+  // its consumers' accumulators are 96 a thread.
   static constexpr int kProducerRegisters = kHandoff ? 168 : 40, kConsumerRegisters = kHandoff ? 168 : 232;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * 256 == 168 * 384, "the registers given back are taken");
   // Stages, epilogue buffers, the bias slices, the hand-off buffer, then
@@ -192,20 +187,21 @@ using WideS192 = Config<192, 4, 1, true>;
 // fourth stage's shared memory (gemm.cuh, sm90_tiles_ran; measured in
 // docs/row-shift-h100)
 using WideS3 = Config<256, 3, 1, true>;
-// The hand-off epilogue (kHandoff; gemm.cuh, handoff_ran) for f16 outputs,
-// first for the products whose epilogue reads or writes a second f16
-// matrix, the GELU's and the residual's, where the consumers' epilogue
-// left the tensor cores idle
-// (docs/gelu-epilogue-h100: the GELU products ran at 0.6-0.7 of the plain
-// product's speed). A tile's f32 results wait in shared memory for warps
-// 1-3 of the producer warpgroup, which apply the epilogue's quad steps to
-// them, as the staged epilogue does, and store them while the consumers
-// run the next tile's products. The whole f32 tile takes the shared memory
-// of a stage or more: 128 × 192 tiles in three stages (WideH), or 128 ×
-// 128 in five (MediumH). Edge tiles, and tiles whose rows or side operand
-// are not aligned for the quads, stay with the consumers.
-using WideH = Config<192, 3, 1, false, true>;
-using MediumH = Config<128, 5, 1, false, true>;
+// WideS192 with the hand-off epilogue (kHandoff; gemm.cuh, handoff_ran),
+// for f16 outputs with no epilogue step after the bias: the consumers
+// leave a tile's f16 results in shared memory and go on to the next
+// tile's products while warps 1-3 of the producer warpgroup store them.
+// Tried and not kept before it (docs/gemm-handoff-h200, calls 1 and 2; the
+// same bits): the tile handed off in f32, so that those warps also applied
+// the GELU's and the residual's steps, in 128 × 192 tiles of three stages
+// or 128 × 128 tiles of five (the f32 tile takes a stage or more): every
+// product slower, the GELU products 1.29-1.55 times WideS's time (c_fc's
+// forward 196-207 µs against 152-153, c_proj's dx through the GELU
+// 234-249 against 157-159), the plain ones 1.1-1.3 times, the gpt2 step
+// 33.6-35.0 ms against 31.4-31.7. Three warps, one a scheduler, did not
+// keep up with the GELU's division and exponential, and three stages of
+// 128 × 192 did not keep the tensor cores fed.
+using WideH = Config<192, 4, 1, false, true>;
 // WideS in class tiles (product_wgmma's kOutClass; gemm.cuh,
 // sm90_tiles_ran) for f16 outputs whose rows are not 16-byte aligned:
 // linear_nt 16384×50257×768 2.09 ms, against 2.67 for WideS's staged store
@@ -457,18 +453,18 @@ __device__ __forceinline__ int staged_unit(int r, int lane) {
 }
 __device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }
 
-// The hand-off buffer's layout (Config::kHandoff): the tile's row r, BN f32,
-// at r·BN·4, its 16-byte unit x (columns 4x … 4x + 3) at x ^ (r % 8), which
-// keeps both the consumers' pair writes (a warp's 8 rows × 4 lanes) and
-// the finishing warps' unit reads (8 consecutive units of a row at once)
-// free of bank conflicts.
+// The hand-off buffer's layout (Config::kHandoff): the tile's row r, BN
+// halves, at r·BN·2, its 16-byte unit x (columns 8x … 8x + 7) at x ^ (r %
+// 8), which keeps both the consumers' pair writes (a warp's 8 rows × 4
+// lanes, one unit a row) and the storing warps' unit reads (8 consecutive
+// units of a row at once) free of bank conflicts.
 template <int BN>
 __device__ __forceinline__ uint32_t handoff_offset(int r, int x) {
-  static_assert(BN % 32 == 0, "a row is a whole number of 8-unit swizzle periods");
-  return static_cast<uint32_t>(r * BN * 4 + (x ^ (r % 8)) * 16);
+  static_assert(BN % 64 == 0, "a row is a whole number of 8-unit swizzle periods");
+  return static_cast<uint32_t>(r * BN * 2 + (x ^ (r % 8)) * 16);
 }
-__device__ __forceinline__ void sts64(uint32_t addr, float a, float b) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+__device__ __forceinline__ void sts32(uint32_t addr, uint32_t w) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(w) : "memory");
 }
 
 // Unit u of the tile order → its first tile row (in units of kCluster tile
@@ -508,21 +504,21 @@ __host__ __device__ constexpr bool sums_columns() {
   return Epi::kColumnSums && kTiles == Tiles::kPlain && Cfg::kCluster == 1 && !kRDepth;
 }
 
-// Whether the hand-off epilogue serves a product's output: f16 (so no
-// accumulation); the finishing warps apply the quad steps of its epilogue,
-// if any.
+// Whether the hand-off epilogue serves a product's output and epilogue:
+// f16, with no step after the bias (which the consumers add before they
+// round).
 template <typename Out, class Epi>
 __host__ __device__ constexpr bool handoff_serves() {
-  return sizeof(Out) == 2 && !Epi::kAccumulate;
+  return sizeof(Out) == 2 && !Epi::kAccumulate && !Epi::kResidual && Epi::kGelu == vkern_epilogue::kNoGelu;
 }
 
-// Whether the tile at (m0, n0) is handed off: whole (no edge), its rows
-// 16-byte aligned and its side operand aligned for the quads. The
-// consumers and the finishing warps ask it of every tile alike.
-template <int BM, int BN, class Epi>
+// Whether the tile at (m0, n0) is handed off: whole (no edge) and its rows
+// 16-byte aligned. The consumers and the storing warps ask it of every
+// tile alike.
+template <int BM, int BN>
 __device__ __forceinline__ bool handoff_takes(int64_t m0, int64_t n0, int64_t rows, int64_t cols,
-                                              bool rows_aligned16, const Epi& epi) {
-  return m0 + BM <= rows && n0 + BN <= cols && rows_aligned16 && epi.quads_aligned();
+                                              bool rows_aligned16) {
+  return m0 + BM <= rows && n0 + BN <= cols && rows_aligned16;
 }
 
 template <Tiles kTiles, bool kLDepth, bool kRDepth, typename Out, class Epi>
@@ -631,21 +627,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr bool kSums = sums_columns<Cfg, kRDepth, Epi, kTiles>();
   constexpr int kSummers = kSums ? 3 : 0;
   // The hand-off epilogue (Cfg::kHandoff): warps 1-3 of the producer
-  // warpgroup finish the tiles the consumers leave in shared memory,
-  // those handoff_takes says they take (every other tile the consumers
-  // finish themselves, unstaged); for f16 outputs, in plain tiles.
+  // warpgroup store the tiles the consumers leave in shared memory, those
+  // handoff_takes says they take (every other tile the consumers store
+  // themselves, unstaged); for f16 outputs, in plain tiles.
   constexpr bool kHandoff = Cfg::kHandoff;
   constexpr int kHandoffThreads = 96;
   static_assert(!kHandoff || (kTiles == Tiles::kPlain && kCluster == 1 && !kSums && !Cfg::kStagedEpilogue &&
                               handoff_serves<Out, Epi>()),
-                "the hand-off: plain tiles, no clusters, an f16 output");
+                "the hand-off: plain tiles, no clusters, an f16 output with no step after the bias");
   static_assert(!kSums || BK == 64, "a stage's depth rows are one of bias_grad's blocks (oracle.BiasGradRowBlock)");
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t epilogue0 = smem + kStages * Cfg::kStageBytes;  // staged epilogue buffers
   const uint32_t bias0 = epilogue0 + Cfg::kEpilogueBytes;         // consumer c's bias slice at bias0 + 2·BN·c
   const uint32_t handoff0 = bias0 + Cfg::kBiasBytes;              // kHandoff: the tile, then its two barriers
-  const uint32_t handoff_full = handoff0 + BM * BN * 4, handoff_empty = handoff_full + 8;
+  const uint32_t handoff_full = handoff0 + BM * BN * 2, handoff_empty = handoff_full + 8;
   const uint32_t full0 = handoff0 + Cfg::kHandoffBytes;           // full[s] at full0 + 8s
   const uint32_t empty0 = full0 + kStages * 8;                // empty[s] at empty0 + 8s
   using Raw = vkern_shift::Raw<kLDepth>;
@@ -667,7 +663,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     if constexpr (kHandoff) {
       mbar_init(handoff_full, 128 * kConsumers);  // every consumer thread, after its writes
-      mbar_init(handoff_empty, kHandoffThreads);  // every finishing thread, after its reads
+      mbar_init(handoff_empty, kHandoffThreads);  // every storing thread, after its reads
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -937,15 +933,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     } else if constexpr (kHandoff) {
       if (threadIdx.x >= 32) {
-        // The tiles the consumers hand off, in their order. Each 16-byte
-        // unit of a row, four consecutive f32, is one quad of the staged
-        // epilogue: Epilogue::quad with its side operand, then four f16 in
-        // one 8-byte store, the same steps on the same values. Thread t
-        // takes units t, t + 96, … of the tile in row order, kBatch at a
-        // time, so that their side operand's loads are in flight together
-        // (asked of L2 before the tile came).
+        // The tiles the consumers hand off, in their order: thread t
+        // copies 16-byte units t, t + 96, … of the tile, in row order, to
+        // the output, kBatch loads from shared memory before their stores.
         // The empty barrier's arrival follows the thread's last read.
-        constexpr int kUnitsPerRow = BN / 4, kUnits = BM * kUnitsPerRow, kBatch = Epi::kSideIn ? 16 : 8;
+        constexpr int kUnitsPerRow = BN / 8, kUnits = BM * kUnitsPerRow, kBatch = 8;
+        static_assert(kUnits % (kHandoffThreads * kBatch) == 0, "whole batches a tile");
         const int t = threadIdx.x - 32;
         const bool rows_aligned16 = vkern_shift::rows_aligned(out, cols, sizeof(Out), 16);
         uint32_t phase = 0;
@@ -953,31 +946,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           int64_t um, tn;
           unit_origin(u, units_m, tiles_n, group, &um, &tn);
           const int64_t m0 = um * BM, n0 = tn * BN;
-          if (!handoff_takes<BM, BN>(m0, n0, rows, cols, rows_aligned16, epi)) continue;
+          if (!handoff_takes<BM, BN>(m0, n0, rows, cols, rows_aligned16)) continue;
           Out* const tile = out + m0 * cols + n0;
-          const int64_t first = m0 * cols + n0;  // the tile's first element index
-          // The side operand's lines into L2 while the tile's products run.
-          epi.template prefetch_side<BM, BN>(m0, n0, rows, cols, t, kHandoffThreads);
           mbar_wait(handoff_full, phase);
           for (int i0 = t; i0 < kUnits; i0 += kHandoffThreads * kBatch) {
-            uint2 side[kBatch];
+            uint32_t w[kBatch][4];
 #pragma unroll
             for (int b = 0; b < kBatch; ++b) {
-              const int i = i0 + b * kHandoffThreads, r = i / kUnitsPerRow, x = i % kUnitsPerRow;
-              side[b] = Epi::kSideIn && i < kUnits ? epi.side(first + r * cols + 4 * x) : make_uint2(0u, 0u);
+              const int i = i0 + b * kHandoffThreads;
+              lds128(handoff0 + handoff_offset<BN>(i / kUnitsPerRow, i % kUnitsPerRow), w[b]);
             }
 #pragma unroll
             for (int b = 0; b < kBatch; ++b) {
-              const int i = i0 + b * kHandoffThreads, r = i / kUnitsPerRow, x = i % kUnitsPerRow;
-              if (i >= kUnits) break;
-              uint32_t w[4];
-              lds128(handoff0 + handoff_offset<BN>(r, x), w);
-              float v[4] = {__uint_as_float(w[0]), __uint_as_float(w[1]), __uint_as_float(w[2]),
-                            __uint_as_float(w[3])};
-              epi.quad(v, side[b], first + r * cols + 4 * x);
-              const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
-              *reinterpret_cast<uint2*>(tile + r * cols + 4 * x) =
-                  make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+              const int i = i0 + b * kHandoffThreads;
+              *reinterpret_cast<uint4*>(tile + (i / kUnitsPerRow) * cols + 8 * (i % kUnitsPerRow)) =
+                  make_uint4(w[b][0], w[b][1], w[b][2], w[b][3]);
             }
           }
           mbar_arrive(handoff_empty);
@@ -1183,17 +1166,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       }
       if constexpr (kHandoff) {
-        if (handoff_takes<BM, BN>(m0, n0, rows, cols, rows_aligned16, epi)) {
-          // Once the finishing warps have read the tile before, the
-          // fragments' pairs into the hand-off buffer (handoff_offset);
-          // then on to the next tile's products.
+        if (handoff_takes<BM, BN>(m0, n0, rows, cols, rows_aligned16)) {
+          // Once the storing warps have read the tile before, the
+          // fragments' pairs, rounded to f16 as store_pair rounds them,
+          // into the hand-off buffer (handoff_offset: pair j of a row is in
+          // unit j); then on to the next tile's products.
           mbar_wait(handoff_empty, handoff_phase ^ 1);
 #pragma unroll
           for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const int r = 64 * consumer + 16 * warp + lane / 4 + 8 * h, x = 2 * j + (lane % 4) / 2;
-              sts64(handoff0 + handoff_offset<BN>(r, x) + (lane % 2) * 8, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+              const int r = 64 * consumer + 16 * warp + lane / 4 + 8 * h;
+              const __half2 pair = __floats2half2_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+              sts32(handoff0 + handoff_offset<BN>(r, j) + (lane % 4) * 4, *reinterpret_cast<const uint32_t*>(&pair));
             }
           }
           mbar_arrive(handoff_full);
@@ -1496,37 +1481,12 @@ bool bn192_chosen() {
   return chosen;
 }
 
-// handoff_chosen is the server's VKERN_GEMM_HANDOFF: which products the
-// hand-off epilogue takes, in which tiles (gemm.cuh, handoff_ran). Unset or
-// "0": none; "gelu": the GELU products in WideH; "all": the residual
-// products too; "f16": every f16 output; with "128" after the name
-// ("gelu128", "all128", "f16128"), in MediumH. Anything else is none.
-struct HandoffChoice {
-  enum Reach { kNone, kGelu, kQuads, kF16 };
-  int bn = 0;           // 192 (WideH), 128 (MediumH) or 0 (none)
-  Reach reach = kNone;  // the GELU products, those with quad steps, or every f16 output
-  template <class Epi>
-  bool takes() const {
-    if (Epi::kGelu != vkern_epilogue::kNoGelu) return reach >= kGelu;
-    return reach >= (Epi::kResidual ? kQuads : kF16);
-  }
-};
-HandoffChoice handoff_chosen() {
-  static const HandoffChoice chosen = [] {
-    HandoffChoice c;
-    const char* v = std::getenv("VKERN_GEMM_HANDOFF");
-    if (v == nullptr) return c;
-    const char* names[] = {"gelu", "all", "f16"};
-    const HandoffChoice::Reach reaches[] = {HandoffChoice::kGelu, HandoffChoice::kQuads, HandoffChoice::kF16};
-    for (int i = 0; i < 3; ++i) {
-      const size_t n = std::strlen(names[i]);
-      if (std::strncmp(v, names[i], n) != 0) continue;
-      if (v[n] == '\0') c.bn = 192;
-      if (std::strcmp(v + n, "128") == 0) c.bn = 128;
-      if (c.bn != 0) c.reach = reaches[i];
-    }
-    return c;
-  }();
+// handoff_chosen says whether the server's environment sets
+// VKERN_GEMM_HANDOFF=1, which sends the f16 products with no step after the
+// bias that choose_sm90 gives 128 × 256 tiles to WideH (gemm.cuh,
+// handoff_ran), to time one against the other.
+bool handoff_chosen() {
+  static const bool chosen = vkern_env::on_off("VKERN_GEMM_HANDOFF", false);
   return chosen;
 }
 

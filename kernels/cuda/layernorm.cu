@@ -143,14 +143,18 @@ __device__ __forceinline__ int column_of(int i, int t) {
 
 // ---------------------------------------------------------------------------
 // layernorm, rows on chip: RPB rows a block of T·RPB threads (RPB > 1 only
-// for T = 32).
+// for T = 32). With kPair (T = 32 only), each warp loads two rows, r and
+// r + 1, before it reduces either, so that twice the bytes are in flight
+// and half the warps read w and b; each row's arithmetic is unchanged.
 
-template <int T, int RPB, int E, int VW>
+template <int T, int RPB, int E, int VW, bool kPair = false>
 __global__ void __launch_bounds__(T* RPB)
     layernorm_rows(const __half* __restrict__ X, const __half* __restrict__ W, const __half* __restrict__ B,
                    __half* __restrict__ Y, float* __restrict__ mean, float* __restrict__ rstd, int64_t R, int C,
                    float eps) {
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
+  static_assert(T == 32 || !kPair, "two rows a warp only with a warp per row");
+  constexpr int kRows = kPair ? 2 : 1;  // rows a warp holds at once
   using Slice = RowSlice<T, E, VW>;
   __shared__ float red[T / 32];
   const int t = threadIdx.x % T;
@@ -158,29 +162,37 @@ __global__ void __launch_bounds__(T* RPB)
   Slice w, b;
   w.load(W, C, t, 0u);
   b.load(B, C, t, 0u);
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T; r < R;
-       r += static_cast<int64_t>(gridDim.x) * RPB) {
-    Slice x;
-    x.load(X + r * C, C, t, 0u);
-    float sum = 0.0f;
+  for (int64_t r0 = (static_cast<int64_t>(blockIdx.x) * RPB + threadIdx.x / T) * kRows; r0 < R;
+       r0 += static_cast<int64_t>(gridDim.x) * RPB * kRows) {
+    Slice x[kRows];
 #pragma unroll
-    for (int i = 0; i < E; ++i) sum += element(x.w, i);
-    const float m = row_sum<T>(sum, red) / n;
-    float squares = 0.0f;
+    for (int k = 0; k < kRows; ++k) {
+      if (r0 + k < R) x[k].load(X + (r0 + k) * C, C, t, 0u);
+    }
 #pragma unroll
-    for (int i = 0; i < E; ++i) {
-      const float d = element(x.w, i) - m;
-      squares += column_of<T, VW>(i, t) < C ? d * d : 0.0f;
+    for (int k = 0; k < kRows; ++k) {
+      const int64_t r = r0 + k;
+      if (r >= R) break;
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < E; ++i) sum += element(x[k].w, i);
+      const float m = row_sum<T>(sum, red) / n;
+      float squares = 0.0f;
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        const float d = element(x[k].w, i) - m;
+        squares += column_of<T, VW>(i, t) < C ? d * d : 0.0f;
+      }
+      const float s = rsqrtf(row_sum<T>(squares, red) / n + eps);
+      if (t == 0) {
+        mean[r] = m;
+        rstd[r] = s;
+      }
+      Slice::store(Y + r * C, C, t, [&](int i) {
+        return pack((element(x[k].w, 2 * i) - m) * s * element(w.w, 2 * i) + element(b.w, 2 * i),
+                    (element(x[k].w, 2 * i + 1) - m) * s * element(w.w, 2 * i + 1) + element(b.w, 2 * i + 1));
+      });
     }
-    const float s = rsqrtf(row_sum<T>(squares, red) / n + eps);
-    if (t == 0) {
-      mean[r] = m;
-      rstd[r] = s;
-    }
-    Slice::store(Y + r * C, C, t, [&](int i) {
-      return pack((element(x.w, 2 * i) - m) * s * element(w.w, 2 * i) + element(b.w, 2 * i),
-                  (element(x.w, 2 * i + 1) - m) * s * element(w.w, 2 * i + 1) + element(b.w, 2 * i + 1));
-    });
   }
 }
 
@@ -450,10 +462,22 @@ struct Forward {
   cudaStream_t s;
 };
 
+// pairs_chosen says whether layernorm_rows holds two rows a warp (kPair,
+// variant 2 of the forward): unless $VKERN_LAYERNORM_PAIRS=0.
+bool pairs_chosen() {
+  static const bool chosen = vkern_env::on_off("VKERN_LAYERNORM_PAIRS", true);
+  return chosen;
+}
+
 template <int T, int RPB, int E, int VW>
 cudaError_t launch_forward(const Forward& a) {
-  layernorm_rows<T, RPB, E, VW><<<grid_for(ceil_div(a.R, RPB)), T * RPB, 0, a.s>>>(
-      a.X, a.W, a.B, a.Y, a.mean, a.rstd, a.R, static_cast<int>(a.C), a.eps);
+  if (T == 32 && pairs_chosen()) {
+    layernorm_rows<T, RPB, E, VW, T == 32><<<grid_for(ceil_div(a.R, 2 * RPB)), T * RPB, 0, a.s>>>(
+        a.X, a.W, a.B, a.Y, a.mean, a.rstd, a.R, static_cast<int>(a.C), a.eps);
+  } else {
+    layernorm_rows<T, RPB, E, VW><<<grid_for(ceil_div(a.R, RPB)), T * RPB, 0, a.s>>>(
+        a.X, a.W, a.B, a.Y, a.mean, a.rstd, a.R, static_cast<int>(a.C), a.eps);
+  }
   return cudaGetLastError();
 }
 
