@@ -9,7 +9,7 @@
 #     VKERN_LAYERNORM_PAIRS=0 (on by default) turns it off.
 # Steps:
 #   - ptxas's registers, stack and spills of WideH's instances;
-#   - planted layernorm defects with the pairs (background);
+#   - planted layernorm defects with the pairs, and the hand-off's (background);
 #   - the conformance suite of the matrix-product family with the hand-off,
 #     and of layernorm;
 #   - verify at shapes mixing handed-off and edge tiles, at GPT-2's shapes
@@ -32,8 +32,8 @@ build_server bin/vkern || exit 1
 kernel_resources product_wgmma
 grep -E '^192,4,1,0,1,' "$out/resources-product_wgmma.txt"
 echo "instances: $(wc -l < "$out/resources-product_wgmma.txt"), with a stack: $(grep -vc 'STACK:0 ' "$out/resources-product_wgmma.txt")"
-step "planted layernorm defects (background), conformance"
-timeout 300 ./bin/vkern.test -test.run "TestPlantedDefectsInTheCUDAKernelsAreIncorrect/layernorm" \
+step "planted layernorm and hand-off defects (background), conformance"
+timeout 300 ./bin/vkern.test -test.run "TestPlantedDefectsInTheCUDAKernelsAreIncorrect/(layernorm|Hopper_hand-off)" \
   -test.v > "$out/defects.txt" 2>&1 &
 defects=$!
 VKERN_GEMM_HANDOFF=1 run conformance-handoff timeout 200 ./bin/vkern.test -test.v \
@@ -42,8 +42,10 @@ grep -E '^(    )?--- (PASS|FAIL|SKIP)|^(ok|FAIL|PASS)' "$out/conformance-handoff
 run conformance-layernorm timeout 120 ./bin/vkern.test -test.v -test.run '^TestCUDABackendConformance$/^layernorm$'
 grep -E '^(    )?--- (PASS|FAIL|SKIP)|^(ok|FAIL|PASS)' "$out/conformance-layernorm.txt" | tail -2
 step "verify"
-VKERN_GEMM_HANDOFF=1 VERIFY_TIMEOUT=120 verify verify-handoff --op linear,linear_nt,gemm,gemm_grad_a \
+VKERN_GEMM_HANDOFF=1 VERIFY_TIMEOUT=120 verify verify-handoff --op linear,linear_nt,gemm \
   --shape 4000x2000x256 --shape 4096x2048x264 --shape 4096x1920x200
+VKERN_GEMM_HANDOFF=1 VERIFY_TIMEOUT=120 verify verify-handoff-dx --op gemm_grad_a \
+  --shape 4000x256x2000 --shape 4096x264x2048 --shape 4096x200x1920
 VKERN_GEMM_HANDOFF=1 VERIFY_TIMEOUT=150 verify verify-handoff-gpt2 --op linear --shape 16384x2304x768 \
   --shape 16384x768x50304:bias=0 --dist normal
 VKERN_GEMM_HANDOFF=1 VERIFY_TIMEOUT=150 verify verify-handoff-head --op linear_nt --shape 16384x50304x768:bias=0 \

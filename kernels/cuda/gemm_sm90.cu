@@ -1177,7 +1177,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const int r = 64 * consumer + 16 * warp + lane / 4 + 8 * h;
-              const __half2 pair = __floats2half2_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+              const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+              const __half2 pair = __floats2half2_rn(v0, v1);
               sts32(handoff0 + handoff_offset<BN>(r, j) + (lane % 4) * 4, *reinterpret_cast<const uint32_t*>(&pair));
             }
           }
