@@ -774,7 +774,7 @@ var CUDADefects = []Mutation{
 	{
 		Name: "layernorm's variance as E[x²], the mean not subtracted", File: "cuda/layernorm.cu",
 		Old: "squares += column_of<T, VW>(i, t) < C ? d * d : 0.0f;",
-		New: "squares += column_of<T, VW>(i, t) < C ? element(x.w, i) * element(x.w, i) : 0.0f;",
+		New: "squares += column_of<T, VW>(i, t) < C ? element(x[k].w, i) * element(x[k].w, i) : 0.0f;",
 		Op:  "layernorm", Shapes: []string{"7x769", "64x768"},
 	},
 	{
@@ -1110,31 +1110,6 @@ var CUDADefects = []Mutation{
 		New: "[](float a, float b) { " + halfAwayLambda + " return __halves2half2(away(a), away(b)); }(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);",
 		Op:  "gemm_grad_a", Shapes: []string{"256x256x256", "256x4096x256"},
 	},
-	// The hand-off epilogue (WideH), switched on by handoffOn: gemm_grad_a's
-	// 4096 × 2048 and 4096 × 2000 outputs (M×K, depth N = 256) are wide
-	// grids (choose_sm90's 128 × 256 tiles), whose whole tiles WideH hands
-	// off; 2000 columns end in an edge tile the consumers store themselves.
-	{
-		Name: "Hopper hand-off: f16 rounds toward zero", File: "cuda/gemm_sm90.cu",
-		Setup: []Edit{handoffOn},
-		Old:   "const __half2 pair = __floats2half2_rn(v0, v1);",
-		New:   "const __half2 pair = __halves2half2(__float2half_rz(v0), __float2half_rz(v1));",
-		Op:    "gemm_grad_a", Shapes: []string{"4096x256x2048", "4096x256x2000"},
-	},
-	{
-		Name: "Hopper hand-off: a tile's last batch of units left unstored", File: "cuda/gemm_sm90.cu",
-		Setup: []Edit{handoffOn},
-		Old:   "for (int i0 = t; i0 < kUnits; i0 += kHandoffThreads * kBatch) {",
-		New:   "for (int i0 = t; i0 + kHandoffThreads * kBatch < kUnits; i0 += kHandoffThreads * kBatch) {",
-		Op:    "gemm_grad_a", Shapes: []string{"4096x256x2048", "4096x256x2000"},
-	},
-	{
-		Name: "Hopper hand-off: units stored one row down", File: "cuda/gemm_sm90.cu",
-		Setup: []Edit{handoffOn},
-		Old:   "*reinterpret_cast<uint4*>(tile + (i / kUnitsPerRow) * cols + 8 * (i % kUnitsPerRow)) =",
-		New:   "*reinterpret_cast<uint4*>(tile + (i / kUnitsPerRow + (i / kUnitsPerRow + 1 < BM)) * cols + 8 * (i % kUnitsPerRow)) =",
-		Op:    "gemm_grad_a", Shapes: []string{"4096x256x2048", "4096x256x2000"},
-	},
 	{
 		Name: "Hopper: edge-tile f16 stores round toward zero", File: "cuda/gemm_sm90.cu",
 		Old: "__device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }",
@@ -1441,13 +1416,6 @@ var CUDADefects = []Mutation{
 // kernels (variants 6 and 7) on an H100: heads of 64 columns, three tiles
 // of keys and queries, the last partial.
 const hopperAttention = "1x130x128x2"
-
-// handoffOn switches gemm_sm90.cu's hand-off epilogue (WideH) on in a
-// mutant's source.
-var handoffOn = Edit{
-	Old: `vkern_env::on_off("VKERN_GEMM_HANDOFF", false)`,
-	New: `vkern_env::on_off("VKERN_GEMM_HANDOFF", true)`,
-}
 
 // storedDS switches attention.cu's variant 5 on in a mutant's source.
 var storedDS = Edit{

@@ -1,7 +1,7 @@
 // The on/off switches of the kernel server's environment that let a call
 // time one kernel variant against another (VKERN_GEMM_SHIFT,
 // VKERN_GEMM_BN192, VKERN_GEMM_DEPTH_CLASSES, VKERN_GEMM_FUSED_DB,
-// VKERN_BIAS_GRAD_SPANS, VKERN_LAYERNORM_PREFETCH).
+// VKERN_BIAS_GRAD_SPANS, VKERN_LAYERNORM_PREFETCH, VKERN_LAYERNORM_PAIRS).
 #ifndef VKERN_CUDA_ENV_H
 #define VKERN_CUDA_ENV_H
 

@@ -737,26 +737,6 @@ bool sm90_tiles_ran(int device, int multiprocessors, const __half* L, int64_t ld
   return false;
 }
 
-// handoff_ran runs the hand-off epilogue's variant (gemm_sm90.cu, WideH)
-// where the server's environment chooses it (handoff_chosen), it serves
-// the output and epilogue (handoff_serves) and the output's rows are
-// aligned for it (else it would hand off no tile), with sm90_tiles_ran's
-// answer.
-template <bool kLDepth, bool kRDepth, typename Out, class Epi>
-bool handoff_ran(int device, int multiprocessors, const __half* L, int64_t ldl, const __half* R, int64_t ldr,
-                 Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth, cudaStream_t s,
-                 cudaError_t* err) {
-  namespace h = vkern_gemm_sm90;
-  if constexpr (h::handoff_serves<Out, Epi>()) {
-    if (!h::handoff_chosen() || !vkern_shift::rows_aligned(out, cols, sizeof(Out), 16)) return false;
-    bool launched = false;
-    *err = h::launch<h::WideH, kLDepth, kRDepth, Out, Epi>(device, multiprocessors, L, ldl, R, ldr, out, epi, rows,
-                                                          cols, depth, s, &launched);
-    return *err != cudaSuccess || launched;
-  }
-  return false;
-}
-
 template <bool kLDepth, bool kRDepth, typename Out, class Epi>
 cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __half* L, int64_t ldl, const __half* R,
                                  int64_t ldr, Out* out, const Epi& epi, int64_t rows, int64_t cols, int64_t depth,
@@ -783,10 +763,6 @@ cudaError_t product_tensor_cores(const DeviceInfo& info, int device, const __hal
     if (sm90 == 6 && large && !out_aligned && rows >= 8 &&
         sm90_tiles_ran<h::WideS, h::Tiles::kClassOut, kLDepth, kRDepth>(device, multiprocessors, l, ld_l, r, ld_r, out,
                                                                          epi, rows, cols, depth, s, &tiles_err)) {
-      return tiles_err;
-    }
-    if (sm90 == 6 && handoff_ran<kLDepth, kRDepth>(device, multiprocessors, l, ld_l, r, ld_r, out, epi, rows, cols,
-                                                   depth, s, &tiles_err)) {
       return tiles_err;
     }
     if (sm90 != 0) {

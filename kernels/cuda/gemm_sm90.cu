@@ -106,14 +106,10 @@ namespace vkern_gemm_sm90 {
 
 // ---------------------------------------------------------------------------
 // Variants. BM = 128 (two consumer warpgroups of 64 rows), BK = 64.
-template <int BN_, int STAGES_, int CLUSTER_, bool STAGED_EPILOGUE_ = false, bool HANDOFF_ = false>
+template <int BN_, int STAGES_, int CLUSTER_, bool STAGED_EPILOGUE_ = false>
 struct Config {
   static constexpr int BM = 128, BN = BN_, BK = 64, kStages = STAGES_, kCluster = CLUSTER_;
   static constexpr bool kStagedEpilogue = STAGED_EPILOGUE_;
-  // The hand-off epilogue (WideH): the consumers leave a tile's f16
-  // results in shared memory and go on to the next tile's products; the
-  // producer warpgroup's warps 1-3 store them.
-  static constexpr bool kHandoff = HANDOFF_;
   static constexpr int kThreads = 384;
   static constexpr int kLBytes = BM * BK * 2;
   static constexpr int kRBytes = BN * BK * 2;
@@ -123,20 +119,9 @@ struct Config {
   // Each consumer's copy of the tile's bias slice (BN halves), when the
   // epilogue adds one.
   static constexpr int kBiasBytes = 2 * BN * 2;
-  // The hand-off buffer: the whole tile in f16, and its full and empty
-  // barriers.
-  static constexpr int kHandoffBytes = kHandoff ? BM * BN * 2 + 16 : 0;
-  // Registers a thread of the producer warpgroup and of a consumer keeps
-  // (setmaxnreg), 168 a thread in all as launched. The hand-off keeps 168
-  // everywhere: its storing warps keep eight 16-byte units in flight, and
-  // its consumers' accumulators are 96 a thread.
-  static constexpr int kProducerRegisters = kHandoff ? 168 : 40, kConsumerRegisters = kHandoff ? 168 : 232;
-  static_assert(kProducerRegisters * 128 + kConsumerRegisters * 256 == 168 * 384, "the registers given back are taken");
-  // Stages, epilogue buffers, the bias slices, the hand-off buffer, then
-  // full and empty barriers; 1 KB of slack to align the stages to the
-  // 1024-byte period of the 128-byte swizzle.
-  static constexpr int kSmemBytes =
-      kStages * kStageBytes + kEpilogueBytes + kBiasBytes + kHandoffBytes + 2 * kStages * 8 + 1024;
+  // Stages, epilogue buffers, then full and empty barriers; 1 KB of slack to
+  // align the stages to the 1024-byte period of the 128-byte swizzle.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasBytes + 2 * kStages * 8 + 1024;
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "wgmma wrappers exist for N = 64, 128, 192, 256");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 blocks");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
@@ -187,21 +172,25 @@ using WideS192 = Config<192, 4, 1, true>;
 // fourth stage's shared memory (gemm.cuh, sm90_tiles_ran; measured in
 // docs/row-shift-h100)
 using WideS3 = Config<256, 3, 1, true>;
-// WideS192 with the hand-off epilogue (kHandoff; gemm.cuh, handoff_ran),
-// for f16 outputs with no epilogue step after the bias: the consumers
-// leave a tile's f16 results in shared memory and go on to the next
-// tile's products while warps 1-3 of the producer warpgroup store them.
-// Tried and not kept before it (docs/gemm-handoff-h200, calls 1 and 2; the
-// same bits): the tile handed off in f32, so that those warps also applied
-// the GELU's and the residual's steps, in 128 × 192 tiles of three stages
-// or 128 × 128 tiles of five (the f32 tile takes a stage or more): every
-// product slower, the GELU products 1.29-1.55 times WideS's time (c_fc's
-// forward 196-207 µs against 152-153, c_proj's dx through the GELU
-// 234-249 against 157-159), the plain ones 1.1-1.3 times, the gpt2 step
-// 33.6-35.0 ms against 31.4-31.7. Three warps, one a scheduler, did not
-// keep up with the GELU's division and exponential, and three stages of
-// 128 × 192 did not keep the tensor cores fed.
-using WideH = Config<192, 4, 1, false, true>;
+// Tried and not kept (docs/gemm-handoff-h200; the same bits throughout):
+// WideH, the hand-off epilogue. The consumers leave a finished tile in a
+// shared-memory buffer and go on to the next tile's products, while warps
+// 1-3 of the producer warpgroup (otherwise waiting) finish and store it.
+// - The tile in f32, so that those warps also applied the GELU's and the
+//   residual's steps (calls 1 and 2): 128 × 192 tiles in three stages or
+//   128 × 128 in five, since the buffer takes a stage or more. The GELU
+//   products took 1.29-1.55 times WideS's time (c_fc's forward 196-207 µs
+//   against 152-153, c_proj's dx through the GELU 234-249 against
+//   157-159), the plain ones 1.1-1.3 times; the gpt2 step 33.0-35.0 ms
+//   against 31.4-31.7. Three warps, one a scheduler, did not keep up with
+//   the GELU's exponential and division, with 72 registers or with 168.
+// - The tile in f16, for the products with no step after the bias (call
+//   3): 128 × 192 tiles in four stages. Every product 1.04-1.07 times
+//   WideS's time (linear 16384×2304×768 99.3-99.4 µs against 93.3-93.4,
+//   linear_nt 16384×50304×768 1.99 ms against 1.87, gemm_grad_a
+//   16384×3072×768 111.3-111.7 µs against 106.6-106.8); the gpt2 step
+//   31.75 ms against 31.17-31.25. The narrower tile cost more than the
+//   hidden epilogue saved.
 // WideS in class tiles (product_wgmma's kOutClass; gemm.cuh,
 // sm90_tiles_ran) for f16 outputs whose rows are not 16-byte aligned:
 // linear_nt 16384×50257×768 2.09 ms, against 2.67 for WideS's staged store
@@ -453,20 +442,6 @@ __device__ __forceinline__ int staged_unit(int r, int lane) {
 }
 __device__ __forceinline__ void store_one(__half* p, float v) { *p = __float2half_rn(v); }
 
-// The hand-off buffer's layout (Config::kHandoff): the tile's row r, BN
-// halves, at r·BN·2, its 16-byte unit x (columns 8x … 8x + 7) at x ^ (r %
-// 8), which keeps both the consumers' pair writes (a warp's 8 rows × 4
-// lanes, one unit a row) and the storing warps' unit reads (8 consecutive
-// units of a row at once) free of bank conflicts.
-template <int BN>
-__device__ __forceinline__ uint32_t handoff_offset(int r, int x) {
-  static_assert(BN % 64 == 0, "a row is a whole number of 8-unit swizzle periods");
-  return static_cast<uint32_t>(r * BN * 2 + (x ^ (r % 8)) * 16);
-}
-__device__ __forceinline__ void sts32(uint32_t addr, uint32_t w) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(w) : "memory");
-}
-
 // Unit u of the tile order → its first tile row (in units of kCluster tile
 // rows) and tile column.
 __device__ __forceinline__ void unit_origin(int64_t u, int64_t units_m, int64_t tiles_n, int group, int64_t* um,
@@ -502,23 +477,6 @@ __host__ __device__ __forceinline__ void tile_grid(int64_t rows, int64_t cols, i
 template <class Cfg, bool kRDepth, class Epi, Tiles kTiles>
 __host__ __device__ constexpr bool sums_columns() {
   return Epi::kColumnSums && kTiles == Tiles::kPlain && Cfg::kCluster == 1 && !kRDepth;
-}
-
-// Whether the hand-off epilogue serves a product's output and epilogue:
-// f16, with no step after the bias (which the consumers add before they
-// round).
-template <typename Out, class Epi>
-__host__ __device__ constexpr bool handoff_serves() {
-  return sizeof(Out) == 2 && !Epi::kAccumulate && !Epi::kResidual && Epi::kGelu == vkern_epilogue::kNoGelu;
-}
-
-// Whether the tile at (m0, n0) is handed off: whole (no edge) and its rows
-// 16-byte aligned. The consumers and the storing warps ask it of every
-// tile alike.
-template <int BM, int BN>
-__device__ __forceinline__ bool handoff_takes(int64_t m0, int64_t n0, int64_t rows, int64_t cols,
-                                              bool rows_aligned16) {
-  return m0 + BM <= rows && n0 + BN <= cols && rows_aligned16;
 }
 
 template <Tiles kTiles, bool kLDepth, bool kRDepth, typename Out, class Epi>
@@ -626,23 +584,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // the product alone 0.126), the summers setting the stages' pace.
   constexpr bool kSums = sums_columns<Cfg, kRDepth, Epi, kTiles>();
   constexpr int kSummers = kSums ? 3 : 0;
-  // The hand-off epilogue (Cfg::kHandoff): warps 1-3 of the producer
-  // warpgroup store the tiles the consumers leave in shared memory, those
-  // handoff_takes says they take (every other tile the consumers store
-  // themselves, unstaged); for f16 outputs, in plain tiles.
-  constexpr bool kHandoff = Cfg::kHandoff;
-  constexpr int kHandoffThreads = 96;
-  static_assert(!kHandoff || (kTiles == Tiles::kPlain && kCluster == 1 && !kSums && !Cfg::kStagedEpilogue &&
-                              handoff_serves<Out, Epi>()),
-                "the hand-off: plain tiles, no clusters, an f16 output with no step after the bias");
   static_assert(!kSums || BK == 64, "a stage's depth rows are one of bias_grad's blocks (oracle.BiasGradRowBlock)");
   extern __shared__ unsigned char smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t epilogue0 = smem + kStages * Cfg::kStageBytes;  // staged epilogue buffers
   const uint32_t bias0 = epilogue0 + Cfg::kEpilogueBytes;         // consumer c's bias slice at bias0 + 2·BN·c
-  const uint32_t handoff0 = bias0 + Cfg::kBiasBytes;              // kHandoff: the tile, then its two barriers
-  const uint32_t handoff_full = handoff0 + BM * BN * 2, handoff_empty = handoff_full + 8;
-  const uint32_t full0 = handoff0 + Cfg::kHandoffBytes;           // full[s] at full0 + 8s
+  const uint32_t full0 = bias0 + Cfg::kBiasBytes;                 // full[s] at full0 + 8s
   const uint32_t empty0 = full0 + kStages * 8;                // empty[s] at empty0 + 8s
   using Raw = vkern_shift::Raw<kLDepth>;
   const uint32_t raw0 = (empty0 + kStages * 8 + 127u) & ~127u;  // kLShift: raw slot r at raw0 + r·kSlotBytes
@@ -660,10 +607,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         mbar_init(raw_full0 + 8 * r, 1);
         mbar_init(raw_empty0 + 8 * r, 4);
       }
-    }
-    if constexpr (kHandoff) {
-      mbar_init(handoff_full, 128 * kConsumers);  // every consumer thread, after its writes
-      mbar_init(handoff_empty, kHandoffThreads);  // every storing thread, after its reads
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -709,9 +652,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
 
   if (warpgroup == 0) {
-    if constexpr (Cfg::kProducerRegisters != 168) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegisters));
-    }
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if constexpr (kLShift) {
       const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
       // Thread 0 copies item q's raw boxes (the block's q-th depth step,
@@ -931,47 +872,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
         }
       }
-    } else if constexpr (kHandoff) {
-      if (threadIdx.x >= 32) {
-        // The tiles the consumers hand off, in their order: thread t
-        // copies 16-byte units t, t + 96, … of the tile, in row order, to
-        // the output, kBatch loads from shared memory before their stores.
-        // The empty barrier's arrival follows the thread's last read.
-        constexpr int kUnitsPerRow = BN / 8, kUnits = BM * kUnitsPerRow, kBatch = 8;
-        static_assert(kUnits % (kHandoffThreads * kBatch) == 0, "whole batches a tile");
-        const int t = threadIdx.x - 32;
-        const bool rows_aligned16 = vkern_shift::rows_aligned(out, cols, sizeof(Out), 16);
-        uint32_t phase = 0;
-        for (int64_t u = first_unit; u < units; u += unit_step) {
-          int64_t um, tn;
-          unit_origin(u, units_m, tiles_n, group, &um, &tn);
-          const int64_t m0 = um * BM, n0 = tn * BN;
-          if (!handoff_takes<BM, BN>(m0, n0, rows, cols, rows_aligned16)) continue;
-          Out* const tile = out + m0 * cols + n0;
-          mbar_wait(handoff_full, phase);
-          for (int i0 = t; i0 < kUnits; i0 += kHandoffThreads * kBatch) {
-            uint32_t w[kBatch][4];
-#pragma unroll
-            for (int b = 0; b < kBatch; ++b) {
-              const int i = i0 + b * kHandoffThreads;
-              lds128(handoff0 + handoff_offset<BN>(i / kUnitsPerRow, i % kUnitsPerRow), w[b]);
-            }
-#pragma unroll
-            for (int b = 0; b < kBatch; ++b) {
-              const int i = i0 + b * kHandoffThreads;
-              *reinterpret_cast<uint4*>(tile + (i / kUnitsPerRow) * cols + 8 * (i % kUnitsPerRow)) =
-                  make_uint4(w[b][0], w[b][1], w[b][2], w[b][3]);
-            }
-          }
-          mbar_arrive(handoff_empty);
-          phase ^= 1;
-        }
-      }
     }
   } else {
-    if constexpr (Cfg::kConsumerRegisters != 168) {
-      asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegisters));
-    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int consumer = warpgroup - 1;
     const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const bool releaser = threadIdx.x % 128 == 0;
@@ -985,7 +888,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     int stage = 0;
-    uint32_t phase = 0, handoff_phase = 0;
+    uint32_t phase = 0;
     const bool pairs_aligned = vkern_shift::rows_aligned(out, cols, sizeof(Out), 2 * sizeof(Out));
     const bool rows_aligned16 = vkern_shift::rows_aligned(out, cols, sizeof(Out), 16);
     // kClassL: this warp's class q and, in a stage, the offset of its first
@@ -1163,28 +1066,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             acc[4 * j + 2 * h] = acc[4 * j + 2 * h] + b.x;
             acc[4 * j + 2 * h + 1] = acc[4 * j + 2 * h + 1] + b.y;
           }
-        }
-      }
-      if constexpr (kHandoff) {
-        if (handoff_takes<BM, BN>(m0, n0, rows, cols, rows_aligned16)) {
-          // Once the storing warps have read the tile before, the
-          // fragments' pairs, rounded to f16 as store_pair rounds them,
-          // into the hand-off buffer (handoff_offset: pair j of a row is in
-          // unit j); then on to the next tile's products.
-          mbar_wait(handoff_empty, handoff_phase ^ 1);
-#pragma unroll
-          for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int r = 64 * consumer + 16 * warp + lane / 4 + 8 * h;
-              const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-              const __half2 pair = __floats2half2_rn(v0, v1);
-              sts32(handoff0 + handoff_offset<BN>(r, j) + (lane % 4) * 4, *reinterpret_cast<const uint32_t*>(&pair));
-            }
-          }
-          mbar_arrive(handoff_full);
-          handoff_phase ^= 1;
-          continue;
         }
       }
       if constexpr (Epi::kAccumulate) {
@@ -1479,15 +1360,6 @@ bool shift_chosen() {
 // WideS192, to time one against the other.
 bool bn192_chosen() {
   static const bool chosen = vkern_env::on_off("VKERN_GEMM_BN192", true);
-  return chosen;
-}
-
-// handoff_chosen says whether the server's environment sets
-// VKERN_GEMM_HANDOFF=1, which sends the f16 products with no step after the
-// bias that choose_sm90 gives 128 × 256 tiles to WideH (gemm.cuh,
-// handoff_ran), to time one against the other.
-bool handoff_chosen() {
-  static const bool chosen = vkern_env::on_off("VKERN_GEMM_HANDOFF", false);
   return chosen;
 }
 

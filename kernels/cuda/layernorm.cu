@@ -107,6 +107,18 @@
 //      05423ba) were slower than one and than none: residual=1,dx_sum=1
 //      51.3–51.5 and 55.4–55.5 µs against 46.6–47.0 and 49.3–49.4.
 //
+// Variants of layernorm's forward (at 16384×768 on an H200, `vkern bench
+// --suite ops`, shares of anchors.py's 4.23 TB/s copy in the same call,
+// docs/gemm-handoff-h200 call 3, two rounds alternating):
+//   1. a warp a row, 8 rows a block, each warp's row and its own slices of
+//      w and b loaded, then the row reduced and stored: 22.8–22.9 µs, 0.52.
+//   2. variant 1 with two rows a warp (kPair), both loaded before either is
+//      reduced: twice the bytes in flight, half the reads of w and b, and
+//      the 16,384 rows in one wave of blocks where they were two. 21.4–21.5
+//      µs, 0.55–0.56; the same bits (6 gpt2 steps: the same losses, norms
+//      and checkpoint bytes); the gpt2 step did not move (25 calls × 1.4
+//      µs). In use; $VKERN_LAYERNORM_PAIRS=0 turns it off.
+//
 // Scratch: layernorm_grad's partials, 8·C bytes per block, 12·C with
 // dx_sum (P <= 2 per SM, or as many as the occupancy allows for variant 3,
 // or up to 64 strips, and with dx_sum 64 blocks'
