@@ -90,6 +90,44 @@ trap finish EXIT
 #               layernorm_grad_rows) into resources-KERNEL.txt: its integer
 #               and bool template arguments in order, then its registers,
 #               stack, local and shared memory
+#   gpt2_parity A "VAR=VALUE ..." B "VAR=VALUE ..."
+#               6 gpt2 steps (B 16, the kernels' text as data) with A's
+#               variables, then with B's (either list may be empty), each
+#               saved to /tmp/gpt2-A and /tmp/gpt2-B; into parity.txt and
+#               printed: whether the steps' losses, norms and validation
+#               losses are the same bits, and whether the checkpoints are
+#               the same bytes
+#   gpt2_step TAG [VAR=VALUE...]
+#               a gpt2 `vkern bench --suite train` (B 16, 30 steps after
+#               10) with the variables set, into step-TAG.json and .txt,
+#               its line printed; skipped with a message when under 15 s
+#               are left. Alternate the settings' calls to time them.
+gpt2_parity() {
+  local a=$1 a_env=$2 b=$3 b_env=$4 tag env_words
+  local args=(train --backend cuda --model gpt2 --batch 16 --steps 6 --warmup 2 --data kernels --eval-every 1000 --sample 0)
+  for tag in "$a" "$b"; do
+    [ "$tag" = "$a" ] && env_words=$a_env || env_words=$b_env
+    # shellcheck disable=SC2086 # the variables are words
+    run "train-$tag" env $env_words ./bin/vkern "${args[@]}" --out "/tmp/gpt2-$tag" --json "$out/train-$tag.json"
+  done
+  python3 - "$out/train-$a.json" "$out/train-$b.json" <<'PY' | tee "$out/parity.txt"
+import json, sys
+def steps(p):
+    return [(s["step"], s["loss"], s.get("grad_norm"), s.get("val_loss")) for s in json.load(open(p))["steps"]]
+x, y = steps(sys.argv[1]), steps(sys.argv[2])
+print("gpt2 losses and norms:", "the same bits" if x == y and len(x) == 6 else "NOT the same", x[-1] if x else None)
+PY
+  for f in model.safetensors optimizer.safetensors; do
+    cmp -s "/tmp/gpt2-$a/$f" "/tmp/gpt2-$b/$f" && echo "gpt2 $f: the same bytes" || echo "gpt2 $f: DIFFERENT"
+  done | tee -a "$out/parity.txt"
+}
+gpt2_step() {
+  local tag=$1; shift
+  [ "$(left)" -gt 15 ] || { echo "$tag: no time left"; return; }
+  env "$@" ./bin/vkern bench --suite train --backend cuda --model gpt2 --batch 16 --steps 30 --warmup 10 \
+    --json "$out/step-$tag.json" > "$out/step-$tag.txt" 2>&1
+  printf '%-14s %s\n' "$tag" "$(grep -E '^train_' "$out/step-$tag.txt" | head -1)"
+}
 tables() {
   bench_table > "$out/table.txt"
   [ -f "$out/anchors.jsonl" ] && anchor_table "$out/anchors.jsonl" >> "$out/table.txt"
