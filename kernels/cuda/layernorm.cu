@@ -14,7 +14,8 @@
 //
 // Launch shapes:
 // - Rows of C <= 1,024: one warp a row, 8 rows a block of 256 threads (4
-//   rows, 128 threads, for layernorm_grad's rows kernel); each
+//   rows, 128 threads, for layernorm_grad's rows kernel; layernorm's
+//   forward holds two rows a warp at once, variant 2 below); each
 //   thread holds E <= 32 elements of the row in registers as f16 pairs
 //   (rows.cuh's RowSlice), read once with 16-byte loads where the row allows,
 //   and the row's sums are warp shuffles. Longer rows up to 16,384
