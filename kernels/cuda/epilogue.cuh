@@ -134,24 +134,22 @@ struct Epilogue {
   // them with the tensor cores idle: c_proj's dx through the GELU ran at 0.60
   // of the plain product's speed, for 100 MB of pre read (0.193 → 0.180 ms
   // with it on the H100). Not the residual: prefetched the same way, the
-  // residual products were 5% slower. (A hint in PTX: on HIP, which the
-  // mma.sync path also builds for and which never calls it, it does
-  // nothing.)
+  // residual products were 5% slower. (A hint, compat.h's vk_prefetch_l2:
+  // on HIP, which the mma.sync path also builds for and which never calls
+  // it, it does nothing.)
   template <int kRows, int kCols>
   __device__ __forceinline__ void prefetch_pre(int64_t m0, int64_t n0, int64_t rows, int64_t cols, int t,
                                                int n) const {
-#if !defined(__HIP_PLATFORM_AMD__)
     if constexpr (kGelu == kGeluBackward) {
       constexpr int kPerRow = kCols / 64 + 1;
       for (int i = t; i < kRows * kPerRow; i += n) {
         const int64_t r = m0 + i / kPerRow;
         const int64_t c = min(n0 + 64 * (i % kPerRow), n0 + kCols - 1);
-        if (r < rows && c < cols) asm volatile("prefetch.global.L2 [%0];" ::"l"(pre + r * cols + c));
+        if (r < rows && c < cols) vk_prefetch_l2(pre + r * cols + c);
       }
+    } else {
+      (void)m0, (void)n0, (void)rows, (void)cols, (void)t, (void)n;
     }
-#else
-    (void)m0, (void)n0, (void)rows, (void)cols, (void)t, (void)n;
-#endif
   }
 
   // The residual and GELU steps for four consecutive elements of a row, v
