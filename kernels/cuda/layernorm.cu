@@ -484,13 +484,15 @@ bool pairs_chosen() {
 
 template <int T, int RPB, int E, int VW>
 cudaError_t launch_forward(const Forward& a) {
-  if (T == 32 && pairs_chosen()) {
-    layernorm_rows<T, RPB, E, VW, T == 32><<<grid_for(ceil_div(a.R, 2 * RPB)), T * RPB, 0, a.s>>>(
-        a.X, a.W, a.B, a.Y, a.mean, a.rstd, a.R, static_cast<int>(a.C), a.eps);
-  } else {
-    layernorm_rows<T, RPB, E, VW><<<grid_for(ceil_div(a.R, RPB)), T * RPB, 0, a.s>>>(
-        a.X, a.W, a.B, a.Y, a.mean, a.rstd, a.R, static_cast<int>(a.C), a.eps);
+  if constexpr (T == 32) {
+    if (pairs_chosen()) {
+      layernorm_rows<T, RPB, E, VW, true><<<grid_for(ceil_div(a.R, 2 * RPB)), T * RPB, 0, a.s>>>(
+          a.X, a.W, a.B, a.Y, a.mean, a.rstd, a.R, static_cast<int>(a.C), a.eps);
+      return cudaGetLastError();
+    }
   }
+  layernorm_rows<T, RPB, E, VW><<<grid_for(ceil_div(a.R, RPB)), T * RPB, 0, a.s>>>(
+      a.X, a.W, a.B, a.Y, a.mean, a.rstd, a.R, static_cast<int>(a.C), a.eps);
   return cudaGetLastError();
 }
 
