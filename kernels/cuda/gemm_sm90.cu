@@ -191,6 +191,16 @@ using WideS3 = Config<256, 3, 1, true>;
 //   16384×3072×768 111.3-111.7 µs against 106.6-106.8); the gpt2 step
 //   31.75 ms against 31.17-31.25. The narrower tile cost more than the
 //   hidden epilogue saved.
+// Tried and not kept (branch gemm-tma-store, docs/gemm-tma-store-h200; the
+// same bits): WideST, WideS whose plain f16 chunks leave shared memory by
+// TMA bulk tensor stores, from two 2 KB buffers a warp used in turn, so
+// that the lanes go on to the next chunk while the copy engine writes.
+// One H200 call, two rounds against WideS: linear_nt 16384×50304×768
+// 1.867-1.890 ms against 1.857, linear 16384×2304×768 90.5-90.6 µs
+// against 92.8-93.0, gemm_grad_a 16384×{2304,3072,768}×768 unchanged
+// (81.2-81.5, 105.6-105.7 and 34.3 µs against 80.8, 105.0-105.1 and
+// 34.3-34.4); the gpt2 step 31.26-31.40 ms against 31.08-31.66. The lanes'
+// stores were not what held these products back.
 // WideS in class tiles (product_wgmma's kOutClass; gemm.cuh,
 // sm90_tiles_ran) for f16 outputs whose rows are not 16-byte aligned:
 // linear_nt 16384×50257×768 2.09 ms, against 2.67 for WideS's staged store
