@@ -725,6 +725,11 @@ var CUDADefects = []Mutation{
 		Op: "cross_entropy", Shapes: []string{"7x4099"},
 	},
 	{
+		Name: "cross_entropy's EX2 exponentials without log2(e)", File: "cuda/cross_entropy.cu",
+		Old: "return vk_ex2_ftz(d * kLog2e);", New: "return vk_ex2_ftz(d);",
+		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
 		Name: "one-hot added instead of subtracted in cross_entropy", File: "cuda/cross_entropy.cu",
 		Old: "return e * q - (idx == mine ? c : 0.0f);", New: "return e * q + (idx == mine ? c : 0.0f);",
 		Op: "cross_entropy", Shapes: []string{"7x4099"},

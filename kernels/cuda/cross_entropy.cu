@@ -76,6 +76,12 @@
 //      against 0.678; the gpt2 step 32.20 and 32.32 ms against 32.33 and
 //      32.19. Two rows in flight an SM buy nothing: the row kernel's loads
 //      are not what holds it below the copy rate here.
+//   4. variant 2 with its exponentials by the EX2 instruction alone
+//      (row_exp<true>), where exp2f adds a test and two multiplications
+//      under a predicate to keep subnormal results: at 16384×50304 each
+//      element takes two exponentials (the rows of 512 threads keep no
+//      exps), so about 6 of some 20 instructions an element go.
+//      $VKERN_CROSS_ENTROPY_FTZ=0 keeps variant 2. Not yet measured.
 //
 // Scratch (see ops.cuh): one word (the count of rows kept), and for long
 // rows 8 bytes per row per segment.
@@ -83,6 +89,7 @@
 
 #include "core/backend.h"
 #include "cuda/compat.h"
+#include "cuda/env.h"
 #include "cuda/ops.cuh"
 #include "cuda/rows.cuh"
 
@@ -106,6 +113,22 @@ __device__ __forceinline__ RowKind row_kind(int64_t label, int64_t V, int64_t ig
 __device__ __forceinline__ float mean_scale(const unsigned long long* kept, int64_t R, double grad_scale) {
   const double n = kept != nullptr ? static_cast<double>(*kept) : static_cast<double>(R);
   return static_cast<float>(grad_scale / n);
+}
+
+// row_exp is e = exp(d) for d = x − m ≤ 0 (rows.cuh's exp_of, d·log₂e
+// rounded once): by exp2f where kFtz is false, and by the multiprocessor's
+// EX2 alone (compat.h's vk_ex2_ftz) where it is true (variant 4). The two
+// give the same bits wherever e ≥ 2⁻¹²⁶; below it exp2f gives a subnormal
+// and EX2 +0, off by under 2⁻¹²⁶. oracle/softmax.go's bound takes that in:
+// each term of the sum may be off by 2⁻¹²⁶ (S ≥ 1), and the gradient
+// c·e/s by c·2⁻¹²⁶, inside the absolute term it allows each yⱼ.
+template <bool kFtz>
+__device__ __forceinline__ float row_exp(float d) {
+  if constexpr (kFtz) {
+    return vk_ex2_ftz(d * kLog2e);
+  } else {
+    return exp_of(d);
+  }
 }
 
 // gradient is dLogit for element idx of a slice with exp e, q = c/s, and
@@ -148,7 +171,7 @@ __global__ void __launch_bounds__(kCountThreads)
 // ---------------------------------------------------------------------------
 // Rows on chip: RPB rows per block of T·RPB threads (RPB > 1 only for T = 32).
 
-template <int T, int RPB, int E, int VW>
+template <int T, int RPB, int E, int VW, bool kFtz>
 __global__ void __launch_bounds__(T* RPB)
     cross_entropy_rows(const __half* __restrict__ X, const int32_t* __restrict__ labels, float* __restrict__ loss,
                        __half* __restrict__ G, int64_t R, int64_t V, int64_t ignore, double grad_scale,
@@ -182,7 +205,7 @@ __global__ void __launch_bounds__(T* RPB)
       float s = 0.0f;
 #pragma unroll
       for (int i = 0; i < E; ++i) {
-        e[i] = exp_of(element(x.w, i) - m);
+        e[i] = row_exp<kFtz>(element(x.w, i) - m);
         s += e[i];
       }
       s = row_sum<T>(s, red);
@@ -194,14 +217,14 @@ __global__ void __launch_bounds__(T* RPB)
     } else {
       float s = 0.0f;
 #pragma unroll
-      for (int i = 0; i < E; ++i) s += exp_of(element(x.w, i) - m);
+      for (int i = 0; i < E; ++i) s += row_exp<kFtz>(element(x.w, i) - m);
       s = row_sum<T>(s, red);
       launder(x.w);
       if (t == 0) loss[r] = (m - x_label) + logf(s);
       const float q = c / s;
       RowSlice<T, E, VW>::store_row(g, cols, t, [&](int i) {
-        return pack(gradient(exp_of(element(x.w, 2 * i) - m), q, c, 2 * i, mine),
-                    gradient(exp_of(element(x.w, 2 * i + 1) - m), q, c, 2 * i + 1, mine));
+        return pack(gradient(row_exp<kFtz>(element(x.w, 2 * i) - m), q, c, 2 * i, mine),
+                    gradient(row_exp<kFtz>(element(x.w, 2 * i + 1) - m), q, c, 2 * i + 1, mine));
       });
     }
   }
@@ -310,10 +333,23 @@ struct Call {
   cudaStream_t s;
 };
 
+// ftz_exps: the row kernel's exponentials by EX2 alone (variant 4), unless
+// $VKERN_CROSS_ENTROPY_FTZ=0 keeps exp2f (variant 2's).
+inline bool ftz_exps() {
+  static const bool chosen = vkern_env::on_off("VKERN_CROSS_ENTROPY_FTZ", true);
+  return chosen;
+}
+
 template <int T, int RPB, int E, int VW>
 cudaError_t launch_rows(const Call& a) {
-  cross_entropy_rows<T, RPB, E, VW>
-      <<<grid_for(ceil_div(a.R, RPB)), T * RPB, 0, a.s>>>(a.X, a.labels, a.loss, a.G, a.R, a.V, a.ignore, a.grad_scale, a.kept, a.bad_row);
+  const unsigned grid = grid_for(ceil_div(a.R, RPB));
+  if (ftz_exps()) {
+    cross_entropy_rows<T, RPB, E, VW, true>
+        <<<grid, T * RPB, 0, a.s>>>(a.X, a.labels, a.loss, a.G, a.R, a.V, a.ignore, a.grad_scale, a.kept, a.bad_row);
+  } else {
+    cross_entropy_rows<T, RPB, E, VW, false>
+        <<<grid, T * RPB, 0, a.s>>>(a.X, a.labels, a.loss, a.G, a.R, a.V, a.ignore, a.grad_scale, a.kept, a.bad_row);
+  }
   return cudaGetLastError();
 }
 
