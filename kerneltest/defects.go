@@ -1089,7 +1089,15 @@ var CUDADefects = []Mutation{
 		Setup: []Edit{storedDS},
 		Old:   "__floats2half2_rn(ldexpf(x[n][2 * r], -s0), ldexpf(x[n][2 * r + 1], -s1));",
 		New:   "__floats2half2_rn(x[n][2 * r], x[n][2 * r + 1]);",
-		Op:    "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4"},
+		// 1x192x256x4: heads of 64, the Hopper kernels (variant 20) on sm_90.
+		Op: "attention_grad", Shapes: []string{"2x17x24x3", "1x64x64x4", "1x192x256x4"},
+	},
+	{
+		Name: "attention_grad's Hopper dS tiles stored at the diagonal's place (variant 20)", File: "cuda/attention.cu",
+		Setup: []Edit{storedDS},
+		Old:   "pair_index(qt, kt);  // the pair's place",
+		New:   "pair_index(qt, qt);  // the pair's place",
+		Op:    "attention_grad", Shapes: []string{"1x192x256x4"},
 	},
 	{
 		Name: "attention_grad's route misses infinities in dy (tensor cores)", File: "cuda/attention.cu",

@@ -289,6 +289,12 @@
 //      0.1945 against 0.1949 and 0.1942 at B = 32: with head size 64 a
 //      tile's products hide little of its softmax
 //      (docs/attention-fa3-h200).
+//   20. (off unless $VKERN_ATTENTION_DQ=stored) variant 5 on the Hopper
+//      path: backward_dkdv_hopper<true> stores each pair's dS as
+//      backward_dkdv_mma<true> does, and backward_dq_stored sums dq from
+//      them, instead of backward_dq_hopper's S, dP and dS again. On the
+//      H200 backward_dq_hopper took 131.7 µs of the backward's 322 (Nsight
+//      Compute, variant 17). Not yet measured.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -1388,6 +1394,8 @@ constexpr int kHopperForwardMinBlocks = VKERN_ATTENTION_HOPPER_FORWARD_MIN_BLOCK
 // 64 D (dkdv), and 1 KB to align the tiles to the swizzle's 1024-byte
 // period; of the forward: Q, and K and V in two stages.
 constexpr int kHopperSmem = 6 * kSwTile + 2 * 2 * kTile * 4 + 1024;
+// backward_dkdv_hopper<true> adds store_ds's column maxima and shifts.
+constexpr int kHopperStoredSmem = kHopperSmem + 5 * kTile * 4;
 constexpr int kHopperForwardSmem = 5 * kSwTile + 1024;
 
 // align_swizzle is the first 1024-byte boundary at or after p, a pointer
@@ -1554,13 +1562,17 @@ __device__ __forceinline__ void add_scaled(float (&x)[8][4], const float (&part)
   }
 }
 
-// backward_dkdv_hopper is backward_dkdv_mma on wgmma (without kStoreDS):
-// dv += Pᵀ·dY is issued as soon as P is rounded and runs while dS is
-// formed.
+// backward_dkdv_hopper is backward_dkdv_mma on wgmma: dv += Pᵀ·dY is
+// issued as soon as P is rounded and runs while dS is formed. With
+// kStoreDS (variant 20) it also writes each pair's dS for
+// backward_dq_stored, as backward_dkdv_mma does (store_ds, its column
+// maxima in shared memory after the stages' rows).
+template <bool kStoreDS>
 __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
     backward_dkdv_hopper(const __half* __restrict__ dy, const __half* __restrict__ qkv, const float* __restrict__ lse2,
                          const float* __restrict__ dsum, __half* __restrict__ dqkv, Heads a, float scale,
-                         float scale2, unsigned* __restrict__ flag) {
+                         float scale2, unsigned* __restrict__ flag, __half* __restrict__ ds_out,
+                         int* __restrict__ shifts_out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint4 attention_shared[];
   unsigned char* const ks = align_swizzle(attention_shared);
@@ -1630,6 +1642,12 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
       fragment_products<true>(dv, fp, g_addr);  // dv += Pᵀ·dY, while dS is formed
       wgmma_commit();
       key_ds(dp, p_t, lane, ds);
+      if constexpr (kStoreDS) {
+        float* colmax = stage_rows + 4 * kTile;
+        const int64_t at = bh * (tiles * (tiles + 1) / 2) + pair_index(qt, kt);  // the pair's place among the tiles
+        store_ds(dp, colmax, reinterpret_cast<int*>(colmax + 4 * kTile), ds_out + at * kTile * kTile,
+                 shifts_out + at * kTile, warp, lane);
+      }
       int shift[2];
       row_shift(dp, shift);
       uint32_t fd[4][4];
@@ -1925,17 +1943,31 @@ cudaError_t launch_forward_hopper(const __half* qkv, __half* y, float* lse, Head
   return cudaGetLastError();
 }
 
-// launch_backward_hopper launches variant 6's dk and dv, then dq.
+// launch_backward_hopper launches variant 6's dk and dv, then dq: from
+// the dS tiles backward_dkdv_hopper stores in ds and shifts when they are
+// not null (variant 20, backward_dq_stored on mma.sync), else computing S
+// and dP again (backward_dq_hopper).
 cudaError_t launch_backward_hopper(const __half* dy, const __half* qkv, const float* lse2, const float* dsum,
-                                   __half* dqkv, Heads a, float scale, float scale2, unsigned* flag, int device,
-                                   cudaStream_t s) {
+                                   __half* dqkv, Heads a, float scale, float scale2, unsigned* flag, __half* ds,
+                                   int* shifts, int device, cudaStream_t s) {
   a.group = head_group();
+  const unsigned grid = grid_for(a.head_count() * ceil_div(a.T, kTile));
+  if (ds != nullptr) {
+    static uint64_t raised_dkdv, raised_dq;
+    cudaError_t err = allow_smem(backward_dkdv_hopper<true>, kHopperStoredSmem, true, device, &raised_dkdv);
+    if (err == cudaSuccess) err = allow_smem(backward_dq_stored<64>, dq_stored_smem<64>(), false, device, &raised_dq);
+    if (err != cudaSuccess) return err;
+    backward_dkdv_hopper<true><<<grid, kThreads, kHopperStoredSmem, s>>>(dy, qkv, lse2, dsum, dqkv, a, scale, scale2,
+                                                                          flag, ds, shifts);
+    backward_dq_stored<64><<<grid, kThreads, dq_stored_smem<64>(), s>>>(qkv, ds, shifts, dqkv, a, scale, true);
+    return cudaGetLastError();
+  }
   static uint64_t raised_dkdv, raised_dq;
-  cudaError_t err = allow_smem(backward_dkdv_hopper, kHopperSmem, true, device, &raised_dkdv);
+  cudaError_t err = allow_smem(backward_dkdv_hopper<false>, kHopperSmem, true, device, &raised_dkdv);
   if (err == cudaSuccess) err = allow_smem(backward_dq_hopper, kHopperSmem, true, device, &raised_dq);
   if (err != cudaSuccess) return err;
-  const unsigned grid = grid_for(a.head_count() * ceil_div(a.T, kTile));
-  backward_dkdv_hopper<<<grid, kThreads, kHopperSmem, s>>>(dy, qkv, lse2, dsum, dqkv, a, scale, scale2, flag);
+  backward_dkdv_hopper<false><<<grid, kThreads, kHopperSmem, s>>>(dy, qkv, lse2, dsum, dqkv, a, scale, scale2, flag,
+                                                                   nullptr, nullptr);
   backward_dq_hopper<<<grid, kThreads, kHopperSmem, s>>>(dy, qkv, lse2, dsum, dqkv, a, scale, scale2);
   return cudaGetLastError();
 }
@@ -2099,8 +2131,8 @@ cudaError_t backward(const __half* dy, const __half* qkv, const __half* y, const
     if (err != cudaSuccess) return err;
     row_dots<<<blocks_for(rows), kThreads, 0, s>>>(dy, y, lse, dsum, lse2, a, vec8, flag);
     const bool tiles16 = vec8 && aligned16(qkv) && aligned16(dqkv);
-    if (dp == 64 && tiles16 && ds == nullptr && hopper(device)) {
-      err = launch_backward_hopper(dy, qkv, lse2, dsum, dqkv, a, scale, scale2, flag, device, s);
+    if (dp == 64 && tiles16 && hopper(device)) {
+      err = launch_backward_hopper(dy, qkv, lse2, dsum, dqkv, a, scale, scale2, flag, ds, shifts, device, s);
     } else if (dp == 16) {
       err = launch_backward_mma<16>(dy, qkv, lse2, dsum, dqkv, a, scale, scale2, tiles16, flag, ds, shifts, device, s);
     } else if (dp == 32) {
