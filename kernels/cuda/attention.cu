@@ -292,9 +292,17 @@
 //   20. (off unless $VKERN_ATTENTION_DQ=stored) variant 5 on the Hopper
 //      path: backward_dkdv_hopper<true> stores each pair's dS as
 //      backward_dkdv_mma<true> does, and backward_dq_stored sums dq from
-//      them, instead of backward_dq_hopper's S, dP and dS again. On the
-//      H200 backward_dq_hopper took 131.7 µs of the backward's 322 (Nsight
-//      Compute, variant 17). Not yet measured.
+//      them, instead of backward_dq_hopper's S, dP and dS again (131.7 µs
+//      of the backward's 322 under Nsight Compute, variant 17). One H200
+//      call (2026-11-28; no H100 was lent that day), against variant 17 in
+//      the same server: verified (35 of 35, 15 of 15 at heads of 64, 1 of
+//      1 at 16x1024x768x12), its three planted defects caught, the same
+//      bits in 6 gpt2 steps; 168 registers and no spills either way. But
+//      attention_grad took 481.2 and 481.8 µs against 372.6 and 373.2 at
+//      16x1024x768x12 (1.29× slower), and the gpt2 step 32.96 ms against
+//      31.60 and 31.63 (docs/attention-stored-h200): writing 214 MB of dS
+//      and reading it back through mma.sync costs more than the two
+//      products and the exponentials it saves.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
