@@ -725,9 +725,14 @@ var CUDADefects = []Mutation{
 		Op: "cross_entropy", Shapes: []string{"7x4099"},
 	},
 	{
-		Name: "cross_entropy's EX2 exponentials without log2(e)", File: "cuda/cross_entropy.cu",
+		Name: "cross_entropy's EX2 exponentials without log2(e)", File: "cuda/rows.cuh",
 		Old: "return vk_ex2_ftz(d * kLog2e);", New: "return vk_ex2_ftz(d);",
 		Op: "cross_entropy", Shapes: []string{"7x4099"},
+	},
+	{
+		Name: "softmax's EX2 exponentials without log2(e)", File: "cuda/rows.cuh",
+		Old: "return vk_ex2_ftz(d * kLog2e);", New: "return vk_ex2_ftz(d);",
+		Op: "softmax", Shapes: []string{"64x1000", "7x4099"},
 	},
 	{
 		Name: "one-hot added instead of subtracted in cross_entropy", File: "cuda/cross_entropy.cu",

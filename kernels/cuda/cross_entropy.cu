@@ -121,22 +121,6 @@ __device__ __forceinline__ float mean_scale(const unsigned long long* kept, int6
   return static_cast<float>(grad_scale / n);
 }
 
-// row_exp is e = exp(d) for d = x − m ≤ 0 (rows.cuh's exp_of, d·log₂e
-// rounded once): by exp2f where kFtz is false, and by the multiprocessor's
-// EX2 alone (compat.h's vk_ex2_ftz) where it is true (variant 4). The two
-// give the same bits wherever e ≥ 2⁻¹²⁶; below it exp2f gives a subnormal
-// and EX2 +0, off by under 2⁻¹²⁶. oracle/softmax.go's bound takes that in:
-// each term of the sum may be off by 2⁻¹²⁶ (S ≥ 1), and the gradient
-// c·e/s by c·2⁻¹²⁶, inside the absolute term it allows each yⱼ.
-template <bool kFtz>
-__device__ __forceinline__ float row_exp(float d) {
-  if constexpr (kFtz) {
-    return vk_ex2_ftz(d * kLog2e);
-  } else {
-    return exp_of(d);
-  }
-}
-
 // gradient is dLogit for element idx of a slice with exp e, q = c/s, and
 // mine the slice's slot of the label (−1 when another thread holds it).
 __device__ __forceinline__ float gradient(float e, float q, float c, int idx, int mine) {

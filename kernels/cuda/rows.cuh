@@ -28,6 +28,24 @@ constexpr uint32_t kNegInfPair = 0xfc00fc00u;  // two f16 −Inf
 
 __device__ __forceinline__ float exp_of(float d) { return exp2f(d * kLog2e); }
 
+// row_exp is e = exp(d) for d = x − m ≤ 0 as exp_of takes it (d·log₂e
+// rounded once): by exp2f where kFtz is false, and by the multiprocessor's
+// EX2 alone (compat.h's vk_ex2_ftz) where it is true (cross_entropy's and
+// softmax's row kernels, unless their switches say otherwise). The two give
+// the same bits wherever e ≥ 2⁻¹²⁶; below it exp2f gives a subnormal and
+// EX2 +0, off by under 2⁻¹²⁶. oracle/softmax.go's bound takes that in: each
+// term of the sum may be off by 2⁻¹²⁶ (S ≥ 1), and an output e/s (times c
+// for cross_entropy's gradient) by as much, inside the absolute term it
+// allows each yⱼ.
+template <bool kFtz>
+__device__ __forceinline__ float row_exp(float d) {
+  if constexpr (kFtz) {
+    return vk_ex2_ftz(d * kLog2e);
+  } else {
+    return exp_of(d);
+  }
+}
+
 __device__ __forceinline__ float neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fffffff); }
 

@@ -100,6 +100,9 @@
 //   1. 2-byte accesses ........................................... 0.57†
 //   2. 16-byte accesses from each row's boundary, the cut vectors
 //      element by element (used) ......... 0.91† (8192×50257 0.93†, 471e06a)
+//   3. 2 with its exponentials by EX2 alone (row_exp<true>, rows of up to
+//      65,536; $VKERN_SOFTMAX_FTZ=0 keeps 2), as cross_entropy's variant 4,
+//      which took 1.06–1.07× off its time on an H200. Not yet measured.
 // - softmax_grad, 4096×50257:
 //   1. staged, 2-byte accesses ................................... 0.76†
 //   2. staged, 16-byte accesses from each row's boundary (used)
@@ -133,6 +136,7 @@
 
 #include "core/backend.h"
 #include "cuda/compat.h"
+#include "cuda/env.h"
 #include "cuda/ops.cuh"
 #include "cuda/rows.cuh"
 
@@ -158,8 +162,9 @@ using namespace vkern_rows;  // rows.cuh
 // ---------------------------------------------------------------------------
 // Rows on chip.
 
-// softmax_rows: RPB rows per block of T·RPB threads (RPB > 1 only for T = 32).
-template <int T, int RPB, int E, int VW>
+// softmax_rows: RPB rows per block of T·RPB threads (RPB > 1 only for T = 32),
+// its exponentials by EX2 alone with kFtz (rows.cuh's row_exp).
+template <int T, int RPB, int E, int VW, bool kFtz>
 __global__ void __launch_bounds__(T* RPB)
     softmax_rows(const __half* __restrict__ X, __half* __restrict__ Y, int64_t R, int64_t C) {
   static_assert(T == 32 || RPB == 1, "several rows per block only with a warp per row");
@@ -180,7 +185,7 @@ __global__ void __launch_bounds__(T* RPB)
       float e[E];
 #pragma unroll
       for (int i = 0; i < E; ++i) {
-        e[i] = exp_of(element(x.w, i) - m);
+        e[i] = row_exp<kFtz>(element(x.w, i) - m);
         s += e[i];
       }
       s = row_sum<T>(s, red);
@@ -188,12 +193,12 @@ __global__ void __launch_bounds__(T* RPB)
       RowSlice<T, E, VW>::store_row(y, cols, t, [&](int i) { return pack(e[2 * i] * inv, e[2 * i + 1] * inv); });
     } else {
 #pragma unroll
-      for (int i = 0; i < E; ++i) s += exp_of(element(x.w, i) - m);
+      for (int i = 0; i < E; ++i) s += row_exp<kFtz>(element(x.w, i) - m);
       s = row_sum<T>(s, red);
       launder(x.w);
       const float inv = 1.0f / s;
       RowSlice<T, E, VW>::store_row(y, cols, t, [&](int i) {
-        return pack(exp_of(element(x.w, 2 * i) - m) * inv, exp_of(element(x.w, 2 * i + 1) - m) * inv);
+        return pack(row_exp<kFtz>(element(x.w, 2 * i) - m) * inv, row_exp<kFtz>(element(x.w, 2 * i + 1) - m) * inv);
       });
     }
   }
@@ -651,9 +656,21 @@ cudaError_t scratch(size_t bytes, void** out) {
   return buffer.get(bytes, out);
 }
 
+// ftz_exps: softmax_rows's exponentials by EX2 alone (variant 3 of the
+// rows kernel), unless $VKERN_SOFTMAX_FTZ=0 keeps exp2f.
+inline bool ftz_exps() {
+  static const bool chosen = vkern_env::on_off("VKERN_SOFTMAX_FTZ", true);
+  return chosen;
+}
+
 template <int T, int RPB, int E, int VW>
 cudaError_t launch_softmax_rows(const __half* X, __half* Y, int64_t R, int64_t C, cudaStream_t s) {
-  softmax_rows<T, RPB, E, VW><<<grid_for(ceil_div(R, RPB)), T * RPB, 0, s>>>(X, Y, R, C);
+  const unsigned grid = grid_for(ceil_div(R, RPB));
+  if (ftz_exps()) {
+    softmax_rows<T, RPB, E, VW, true><<<grid, T * RPB, 0, s>>>(X, Y, R, C);
+  } else {
+    softmax_rows<T, RPB, E, VW, false><<<grid, T * RPB, 0, s>>>(X, Y, R, C);
+  }
   return cudaGetLastError();
 }
 
