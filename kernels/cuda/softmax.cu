@@ -101,8 +101,12 @@
 //   2. 16-byte accesses from each row's boundary, the cut vectors
 //      element by element (used) ......... 0.91† (8192×50257 0.93†, 471e06a)
 //   3. 2 with its exponentials by EX2 alone (row_exp<true>, rows of up to
-//      65,536; $VKERN_SOFTMAX_FTZ=0 keeps 2), as cross_entropy's variant 4,
-//      which took 1.06–1.07× off its time on an H200. Not yet measured.
+//      65,536; $VKERN_SOFTMAX_FTZ=0 keeps 2), as cross_entropy's variant
+//      4. On an H200 (docs/softmax-ftz-h200, one call, two rounds
+//      alternating, shares of a 4.25 TB/s copy floor): 4096×50257 252.6–
+//      252.9 µs (0.77) against 273.9–274.4 (0.71), 8192×50257 0.79 against
+//      0.73, 8192×50304 0.83 against 0.77; 8192×32768, whose rows keep
+//      their exps (one exponential an element), 0.75 either way. Used.
 // - softmax_grad, 4096×50257:
 //   1. staged, 2-byte accesses ................................... 0.76†
 //   2. staged, 16-byte accesses from each row's boundary (used)
