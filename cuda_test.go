@@ -54,11 +54,20 @@ func TestPlantedDefectSnippetsMatchTheSources(t *testing.T) {
 	}
 }
 
-// attention.cu's variant 5 (dq from the dS tiles the dk/dv kernel stores)
-// stays off until a GPU run measures it; this holds it to attention_grad's
-// checks meanwhile, at the quick shapes and at gpt2's.
+// attention.cu's variants 5 and 20 (dq from the dS tiles the dk/dv kernel
+// stores, on mma.sync and on the Hopper kernels) measured slower than
+// computing S and dP again, so they stay off; this holds them to
+// attention_grad's checks, at the quick shapes and at gpt2's. On a GPU
+// without the Hopper kernels both runs take variant 5.
 func TestCUDAAttentionGradFromStoredDS(t *testing.T) {
 	t.Setenv("VKERN_ATTENTION_DQ", "stored")
-	dev := openBackend(t, "cuda", Options{})
-	kerneltest.Op(t, dev, "attention_grad", "16x1024x768x12")
+	for _, path := range []string{"hopper", "mma"} {
+		t.Run(path, func(t *testing.T) {
+			if path == "mma" {
+				t.Setenv("VKERN_ATTENTION", "mma")
+			}
+			dev := openBackend(t, "cuda", Options{})
+			kerneltest.Op(t, dev, "attention_grad", "16x1024x768x12")
+		})
+	}
 }

@@ -1435,7 +1435,8 @@ var CUDADefects = []Mutation{
 // of keys and queries, the last partial.
 const hopperAttention = "1x130x128x2"
 
-// storedDS switches attention.cu's variant 5 on in a mutant's source.
+// storedDS switches attention.cu's variants 5 and 20 (dq from stored dS) on
+// in a mutant's source.
 var storedDS = Edit{
 	Old: `return v != nullptr && std::strcmp(v, "stored") == 0;`,
 	New: `return v == nullptr || std::strcmp(v, "recompute") != 0;`,

@@ -12,9 +12,10 @@ import (
 )
 
 // crossEntropy32 is a binary32 cross_entropy row the way a GPU kernel
-// computes it: exp through exp2, logf, and the gradient either as e·(c/S) − c
-// (scaleFirst) or as (e/S − 1)·c.
-func crossEntropy32(x []uint16, label int, c float32, scaleFirst bool) (loss float32, grad []float32) {
+// computes it: exp through exp2 (with flush, a term under 2⁻¹²⁶ taken as +0,
+// as the CUDA row kernel's EX2 takes it), logf, and the gradient either as
+// e·(c/S) − c (scaleFirst) or as (e/S − 1)·c.
+func crossEntropy32(x []uint16, label int, c float32, scaleFirst, flush bool) (loss float32, grad []float32) {
 	m := float32(math.Inf(-1))
 	for _, h := range x {
 		m = max(m, f16.ToFloat32(h))
@@ -23,6 +24,9 @@ func crossEntropy32(x []uint16, label int, c float32, scaleFirst bool) (loss flo
 	var sum float32
 	for j, h := range x {
 		e[j] = float32(math.Exp2(float64((f16.ToFloat32(h) - m) * float32(math.Log2E))))
+		if flush && e[j] < 0x1p-126 {
+			e[j] = 0
+		}
 		sum += e[j]
 	}
 	loss = (m - f16.ToFloat32(x[label])) + float32(math.Log(float64(sum)))
@@ -48,8 +52,22 @@ func crossEntropy32(x []uint16, label int, c float32, scaleFirst bool) (loss flo
 func TestCrossEntropyBoundHoldsForBinary32Kernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	const rows, cols = 7, 3001
-	for _, dist := range []string{"uniform", "normal", "wide"} {
-		x := randomF16(rng, rows*cols, dist)
+	for _, dist := range []string{"uniform", "normal", "wide", "far"} {
+		var x []uint16
+		if dist == "far" {
+			// One logit of 60 and the rest in [−40, −20]: terms e^(x − 60)
+			// between about 2⁻¹⁴⁴ and 2⁻¹¹⁵, many of them under 2⁻¹²⁶,
+			// which a flushing kernel takes as +0.
+			x = make([]uint16, rows*cols)
+			for i := range x {
+				x[i] = f16.FromFloat32(float32(-40 + 20*rng.Float64()))
+			}
+			for r := 0; r < rows; r++ {
+				x[r*cols+rng.IntN(cols)] = f16.FromFloat32(60)
+			}
+		} else {
+			x = randomF16(rng, rows*cols, dist)
+		}
 		labels := make([]int32, rows)
 		for r := range labels {
 			labels[r] = int32(rng.IntN(cols))
@@ -68,8 +86,9 @@ func TestCrossEntropyBoundHoldsForBinary32Kernels(t *testing.T) {
 				}
 				continue
 			}
-			for _, scaleFirst := range []bool{true, false} {
-				l32, g32 := crossEntropy32(x[r*cols:(r+1)*cols], int(labels[r]), c, scaleFirst)
+			for _, way := range []struct{ scaleFirst, flush bool }{{true, false}, {false, false}, {true, true}, {false, true}} {
+				scaleFirst := way.scaleFirst
+				l32, g32 := crossEntropy32(x[r*cols:(r+1)*cols], int(labels[r]), c, scaleFirst, way.flush)
 				if e := math.Abs(float64(l32) - loss.Value[r]); e > loss.Bound[r] {
 					t.Fatalf("%s: loss[%d] error %g exceeds bound %g", dist, r, e, loss.Bound[r])
 				} else {

@@ -22,8 +22,8 @@ import (
 // rescaling by exp(m_old − m_new) of an online pass. Summing the C positive
 // terms adds γ(C), so Ŝ/S lies within [(1−H)(1−γ(C)), (1+H)(1+γ(C))] with
 // H = Σ eⱼhⱼ/S + C·2⁻¹²⁶ (a term under 2⁻¹²⁶ may be a binary32 subnormal or
-// flushed to +0, as cross_entropy's row kernel on CUDA flushes it, off by
-// under 2⁻¹²⁶ either way, and S ≥ 1). The division, or a reciprocal and a
+// flushed to +0, as the CUDA row kernels of softmax and cross_entropy flush
+// it, off by under 2⁻¹²⁶ either way, and S ≥ 1). The division, or a reciprocal and a
 // multiplication, costs (1+u)². Hence
 //
 //	|ŷᵢ − yᵢ| ≤ yᵢ·[(1+hᵢ)(1+u)² / ((1−H)(1−γ(C))) − 1] + 2⁻¹²⁶,
@@ -55,7 +55,8 @@ func SoftmaxRows(ctx context.Context, xs []uint16, rows, cols int) (*Reference, 
 // H = Σ eⱼ·hⱼ / S + V·2⁻¹²⁶, the weighted bound on a kernel's relative
 // error in its exponentials (hⱼ = expError(dⱼ); the last term covers
 // terms under 2⁻¹²⁶, subnormal or flushed to +0). xⱼ − m is exact in
-// float64: both are multiples of 2⁻²⁴ below 2¹⁶. A term that is exactly 0 (x = −Inf) carries no error.
+// float64: both are multiples of 2⁻²⁴ below 2¹⁶. A term that is exactly 0
+// (x = −Inf) carries no error.
 func shiftedExpSum(d []float64, m float64) (sum, h float64) {
 	var weighted float64
 	for j := range d {

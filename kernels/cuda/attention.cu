@@ -782,7 +782,8 @@ __device__ __forceinline__ void row_shift(const float (&x)[8][4], int (&shift)[2
 // key tiles in order.
 __host__ __device__ __forceinline__ int64_t pair_index(int64_t qt, int64_t kt) { return qt * (qt + 1) / 2 + kt; }
 
-// store_ds writes a warp's share of backward_dkdv_mma's dSᵀ tile x (rows the
+// store_ds writes a warp's share of the dSᵀ tile x of backward_dkdv_mma or
+// backward_dkdv_hopper (variants 5 and 20; the same fragments, rows the
 // warp's 16 keys, columns the tile's 64 queries) to tile, key-major (key k's
 // query c at tile[k·kTile + c]): each query's column scaled by 2^−shift, the
 // shift that puts its largest |dS| over the tile's 64 keys in [2¹⁴, 2¹⁵),
@@ -1286,8 +1287,9 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-// backward_dq_stored: backward_dq_mma from backward_dkdv_mma's stored dS (a
-// variant: launch_backward_mma). A block of 4 warps owns a query tile
+// backward_dq_stored: backward_dq_mma from the dS that backward_dkdv_mma or
+// backward_dkdv_hopper stores (variants 5 and 20: launch_backward_mma,
+// launch_backward_hopper). A block of 4 warps owns a query tile
 // (heaviest first) and keeps its dq in registers while the pairs' dS tiles
 // (key-major), their shifts and the key tiles j ≤ i stream through two
 // stages of shared memory: dq += 2^shift·(dS·K) per query row and key tile,
@@ -1402,8 +1404,11 @@ constexpr int kHopperForwardMinBlocks = VKERN_ATTENTION_HOPPER_FORWARD_MIN_BLOCK
 // 64 D (dkdv), and 1 KB to align the tiles to the swizzle's 1024-byte
 // period; of the forward: Q, and K and V in two stages.
 constexpr int kHopperSmem = 6 * kSwTile + 2 * 2 * kTile * 4 + 1024;
-// backward_dkdv_hopper<true> adds store_ds's column maxima and shifts.
+// backward_dkdv_hopper<true> adds store_ds's column maxima and shifts
+// (4·kTile floats and kTile ints) after the stages' rows.
 constexpr int kHopperStoredSmem = kHopperSmem + 5 * kTile * 4;
+static_assert(1008 + 6 * kSwTile + 2 * 2 * kTile * 4 + 5 * kTile * 4 <= kHopperStoredSmem,
+              "the stored-dS layout, after align_swizzle's largest step from a 16-byte aligned base, fits");
 constexpr int kHopperForwardSmem = 5 * kSwTile + 1024;
 
 // align_swizzle is the first 1024-byte boundary at or after p, a pointer
@@ -1652,9 +1657,9 @@ __global__ void __launch_bounds__(kThreads, kHopperMinBlocks)
       key_ds(dp, p_t, lane, ds);
       if constexpr (kStoreDS) {
         float* colmax = stage_rows + 4 * kTile;
-        const int64_t at = bh * (tiles * (tiles + 1) / 2) + pair_index(qt, kt);  // the pair's place among the tiles
-        store_ds(dp, colmax, reinterpret_cast<int*>(colmax + 4 * kTile), ds_out + at * kTile * kTile,
-                 shifts_out + at * kTile, warp, lane);
+        const int64_t pair = bh * (tiles * (tiles + 1) / 2) + pair_index(qt, kt);  // the pair's place among the tiles
+        store_ds(dp, colmax, reinterpret_cast<int*>(colmax + 4 * kTile), ds_out + pair * kTile * kTile,
+                 shifts_out + pair * kTile, warp, lane);
       }
       int shift[2];
       row_shift(dp, shift);
@@ -1988,16 +1993,16 @@ cudaError_t launch_backward_hopper(const __half* dy, const __half* qkv, const fl
 ScratchBuffer g_scratch;  // the route flag, then D (attention_grad), then the stored dS and shifts
 
 #if defined(VKERN_PTX_MMA)
-// kStoredDSLimit caps the stored dS (launch_backward_mma) of one call:
+// kStoredDSLimit caps the stored dS (variants 5 and 20) of one call:
 // 2 B·H·P·(kTile² + 2·kTile) bytes for the P = n(n+1)/2 tile pairs of
 // n = ⌈T/64⌉ tiles, 221 MB at gpt2's 16x1024x768x12. Past it, or when the
 // memory cannot be had, dq computes S and dP again.
 constexpr int64_t kStoredDSLimit = int64_t{1} << 30;
 
 // dq_from_stored_ds says whether attention_grad's dq comes from the dS tiles
-// backward_dkdv_mma stores (variant 5, attention.cu's list), or from S and
-// dP computed again: $VKERN_ATTENTION_DQ = "stored" or "recompute", read
-// once; recompute unless set (variant 5 measured slower in the step). The
+// the dk/dv kernel stores (variants 5 and 20, attention.cu's list), or from
+// S and dP computed again: $VKERN_ATTENTION_DQ = "stored" or "recompute",
+// read once; recompute unless set (both measured slower in the step). The
 // lab sets it directly.
 #if defined(VKERN_ATTENTION_LAB)
 bool vk_attention_dq_stored = false;

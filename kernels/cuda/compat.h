@@ -143,7 +143,8 @@
 // vk_ex2_ftz is 2^z by the multiprocessor's EX2 alone on CUDA
 // (ex2.approx.ftz.f32: exp2f's bits for z ≥ −126, +0 where exp2f gives a
 // subnormal; bench/exp2_check.cu), exp2f on HIP. Its callers (gelu.cuh,
-// attention.cu's exp2_tile) say why the flush is within their bounds.
+// attention.cu's exp2_tile, rows.cuh's row_exp) say why the flush is within
+// their bounds.
 __device__ __forceinline__ float vk_ex2_ftz(float z) {
 #if defined(__HIP_PLATFORM_AMD__)
   return exp2f(z);

@@ -7,7 +7,7 @@
 // kernels/cpu/cross_entropy.cc):
 //
 //   m        = max_j x_j                            (NaNs skipped, as fmaxf does)
-//   e_j      = exp2f((x_j − m) · log2 e)            f32, never rounded to f16
+//   e_j      = 2^((x_j − m) · log2 e)               f32, never rounded to f16
 //   s        = Σ_j e_j                              f32
 //   loss     = (m − x_l) + logf(s)                  unscaled: the mean loss is Σ loss / n
 //   dLogit_j = f16(e_j · (c / s) − [j = l] · c),    c = f32(1/n)
@@ -45,9 +45,14 @@
 //
 // Accuracy: as softmax.cu's, with the loss's log (logf, within 1 ulp), the
 // rounding of m − x_l and of the quotient c/s; the oracle's bound
-// (oracle/crossentropy.go) allows each of these.
+// (oracle/crossentropy.go) allows each of these. As in softmax.cu, the row
+// kernel takes e_j by the EX2 instruction alone (rows.cuh's row_exp,
+// variant 4 below): exp2f's bits where e_j ≥ 2⁻¹²⁶ and +0 below, an error
+// the bound's V·2⁻¹²⁶ in the sum and c·2⁻¹²⁶ in each gradient allow; the
+// long-row path takes exp2f.
 //
-// IEEE facts relied on (no fast-math, no flush-to-zero), as softmax.cu's: a
+// IEEE facts relied on (no fast-math, no flush-to-zero but that EX2), as
+// softmax.cu's: a
 // NaN or +Inf in a row, or a row of only −Inf, makes s NaN, so the loss and
 // the gradient row are NaN; with m finite, x_l = −Inf gives loss +Inf and
 // e_l = 0, so dLogit_l = −c. Padding slots hold −Inf, which add 0.
@@ -63,7 +68,7 @@
 //      from the row's max and sum, and the gradient written in place of Y .. 3.45
 //      (4096×50257, 2-byte accesses: 0.59 of the copy floor)
 //   2. as 1, with 16-byte accesses from each row's 16-byte boundary and the
-//      cut vectors element by element (used) .. 4096×50257: 0.85 of the copy
+//      cut vectors element by element ......... 4096×50257: 0.85 of the copy
 //      floor, 8192×50257 0.87, 8192×50304 0.90 (vkern bench, 471e06a)
 //   3. rows of 32,768 < extent staged in shared memory, softmax_grad_staged's
 //      way: 512 threads a block, each thread's vectors parked in its own
@@ -86,8 +91,8 @@
 //      1,004 µs (0.78) against 1,066–1,068 (0.73), 8192×50304 0.77 against
 //      0.72, 8192×50257 0.74 against 0.70, 4096×50257 0.72 against 0.67;
 //      verify and every planted cross_entropy defect passed, 6 gpt2 steps
-//      gave the same losses, norms and checkpoint bytes. In use;
-//      $VKERN_CROSS_ENTROPY_FTZ=0 keeps variant 2.
+//      gave the same losses, norms and checkpoint bytes (used;
+//      $VKERN_CROSS_ENTROPY_FTZ=0 keeps variant 2).
 //
 // Scratch (see ops.cuh): one word (the count of rows kept), and for long
 // rows 8 bytes per row per segment.

@@ -1,8 +1,9 @@
 // The row machinery the softmax ops (softmax.cu) and cross_entropy
 // (cross_entropy.cu) share: f16 pair arithmetic, a thread's slice of a row
 // held in registers (RowSlice: 16-byte accesses wherever a row starts, or
-// 2-byte ones; slots outside the row filled), and max and sum reductions
-// over the threads that own a row; and, for bias_grad's column sums,
+// 2-byte ones; slots outside the row filled), the rows' exponentials
+// (exp_of, row_exp), and max and sum reductions over the threads that own
+// a row; and, for bias_grad's column sums,
 // partial sums of many blocks finished in the same kernel by the last block
 // to arrive (last_to_arrive, sum_partial_rows, Counters). Every unit that
 // uses it includes it and gets its own copy (an unnamed namespace), so no

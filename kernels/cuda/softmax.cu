@@ -3,7 +3,7 @@
 // Per row of C elements (the same math as kernels/cpu/softmax.cc):
 //
 //   softmax       m   = max_j x_j                       (NaNs skipped, as fmaxf does)
-//                 e_j = exp2f((x_j − m) · log2 e)       f32, never rounded to f16
+//                 e_j = 2^((x_j − m) · log2 e)          f32, never rounded to f16
 //                 s   = Σ_j e_j                         f32
 //                 y_j = f16(e_j · (1 / s))              the only rounding to f16
 //
@@ -61,18 +61,22 @@
 //
 // Accuracy, against the oracle's bound: x − m is exact or within 2⁻²⁴
 // relative (x and m are f16 values), the product with log2 e adds two more
-// roundings, and exp2f is within 2 ulp, so each e_j is within
+// roundings, and the exponential is within 2 ulp, so each e_j is within
 // (1.5·|x − m| + 2)·2⁻²³ relative of exp(x − m) (the bound allows
-// (4·|x − m| + 16)·2⁻²³). The segmented and cluster paths multiply a
+// (4·|x − m| + 16)·2⁻²³). The row kernel (rows of up to 65,536) takes it
+// by the EX2 instruction alone (rows.cuh's row_exp; variant 3 below),
+// exp2f's bits where e_j ≥ 2⁻¹²⁶ and +0 below, which the oracle's C·2⁻¹²⁶
+// term allows; the segmented and cluster paths take exp2f. The segmented and cluster paths multiply a
 // partial sum by one more exp of the same accuracy, with |x − m_seg| +
 // |m_seg − m| = |x − m|, and add P partials (γ(C) covers any order).
 // y = e · (1/s) is two roundings, which the bound allows.
 //
-// IEEE facts relied on (no fast-math, no flush-to-zero: exp2f keeps
-// subnormal results, f16 subnormal inputs convert exactly):
+// IEEE facts relied on (no fast-math, no flush-to-zero but the row
+// kernel's EX2 above: exp2f keeps subnormal results, f16 subnormal inputs
+// convert exactly):
 // - A NaN in a row is skipped by the max but makes s (or d) NaN: all NaN.
 // - A +Inf in a row makes m = +Inf and that entry's x − m = NaN: all NaN.
-// - With m finite, an entry of −Inf gives exp2f(−Inf) = 0 exactly.
+// - With m finite, an entry of −Inf gives 2^−Inf = 0 exactly, by either.
 // - A row of only −Inf has m = −Inf and x − m = NaN: all NaN.
 // - Padding slots past the end of a row hold −Inf (softmax) or 0 (grad), so
 //   they add 0 whenever the row's result is not NaN anyway.
@@ -99,14 +103,14 @@
 //   to its copy floor):
 //   1. 2-byte accesses ........................................... 0.57†
 //   2. 16-byte accesses from each row's boundary, the cut vectors
-//      element by element (used) ......... 0.91† (8192×50257 0.93†, 471e06a)
+//      element by element ................ 0.91† (8192×50257 0.93†, 471e06a)
 //   3. 2 with its exponentials by EX2 alone (row_exp<true>, rows of up to
 //      65,536; $VKERN_SOFTMAX_FTZ=0 keeps 2), as cross_entropy's variant
 //      4. On an H200 (docs/softmax-ftz-h200, one call, two rounds
 //      alternating, shares of a 4.25 TB/s copy floor): 4096×50257 252.6–
 //      252.9 µs (0.77) against 273.9–274.4 (0.71), 8192×50257 0.79 against
 //      0.73, 8192×50304 0.83 against 0.77; 8192×32768, whose rows keep
-//      their exps (one exponential an element), 0.75 either way. Used.
+//      their exps (one exponential an element), 0.75 either way (used).
 // - softmax_grad, 4096×50257:
 //   1. staged, 2-byte accesses ................................... 0.76†
 //   2. staged, 16-byte accesses from each row's boundary (used)
