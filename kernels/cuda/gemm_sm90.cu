@@ -199,8 +199,10 @@ using WideS3 = Config<256, 3, 1, true>;
 // 1.867-1.890 ms against 1.857, linear 16384×2304×768 90.5-90.6 µs
 // against 92.8-93.0, gemm_grad_a 16384×{2304,3072,768}×768 unchanged
 // (81.2-81.5, 105.6-105.7 and 34.3 µs against 80.8, 105.0-105.1 and
-// 34.3-34.4); the gpt2 step 31.26-31.40 ms against 31.08-31.66. The lanes'
-// stores were not what held these products back.
+// 34.3-34.4); the gpt2 step 31.26-31.40 ms against 31.08-31.66. Only
+// c_attn's forward gained (1.03×), 28 µs a step over its 12 calls, less
+// than the head's forward lost: the lanes' stores were not what held these
+// products back.
 // WideS in class tiles (product_wgmma's kOutClass; gemm.cuh,
 // sm90_tiles_ran) for f16 outputs whose rows are not 16-byte aligned:
 // linear_nt 16384×50257×768 2.09 ms, against 2.67 for WideS's staged store
