@@ -102,6 +102,25 @@ trap finish EXIT
 #               10) with the variables set, into step-TAG.json and .txt,
 #               its line printed; skipped with a message when under 15 s
 #               are left. Alternate the settings' calls to time them.
+#   defects_start REGEX [VAR=VALUE...]
+#               the planted CUDA defects whose subtest names match REGEX
+#               (spaces as _), in the background (bin/vkern.test, 300 s at
+#               most) with the variables set, into defects.txt
+#   defects_wait
+#               waits for defects_start's run, then prints each subtest's
+#               line and the counts caught and missed
+defects_start() {
+  local regex=$1; shift
+  env "$@" timeout 300 ./bin/vkern.test -test.run "TestPlantedDefectsInTheCUDAKernelsAreIncorrect/($regex)" \
+    -test.v > "$out/defects.txt" 2>&1 &
+  defects_pid=$!
+}
+defects_wait() {
+  [ -n "${defects_pid:-}" ] || { echo "defects_wait: no defects_start"; return 1; }
+  wait "$defects_pid"
+  grep -E '^(    --- |--- |ok|FAIL$|PASS$)' "$out/defects.txt"
+  echo "defects caught: $(grep -cE '^    --- PASS' "$out/defects.txt"), missed: $(grep -cE '^    --- FAIL' "$out/defects.txt")"
+}
 gpt2_parity() {
   local a=$1 a_env=$2 b=$3 b_env=$4 tag env_words
   local args=(train --backend cuda --model gpt2 --batch 16 --steps 6 --warmup 2 --data kernels --eval-every 1000 --sample 0)
