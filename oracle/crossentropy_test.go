@@ -55,16 +55,7 @@ func TestCrossEntropyBoundHoldsForBinary32Kernels(t *testing.T) {
 	for _, dist := range []string{"uniform", "normal", "wide", "far"} {
 		var x []uint16
 		if dist == "far" {
-			// One logit of 60 and the rest in [−40, −20]: terms e^(x − 60)
-			// between about 2⁻¹⁴⁴ and 2⁻¹¹⁵, many of them under 2⁻¹²⁶,
-			// which a flushing kernel takes as +0.
-			x = make([]uint16, rows*cols)
-			for i := range x {
-				x[i] = f16.FromFloat32(float32(-40 + 20*rng.Float64()))
-			}
-			for r := 0; r < rows; r++ {
-				x[r*cols+rng.IntN(cols)] = f16.FromFloat32(60)
-			}
+			x = farRows(rng, rows, cols)
 		} else {
 			x = randomF16(rng, rows*cols, dist)
 		}

@@ -12,6 +12,21 @@ import (
 
 // randomF16 draws n f16 values: "uniform" in [−1, 1), "normal" N(0, 1),
 // "wide" with magnitudes 2⁻¹⁴…2¹⁴ and random signs.
+// farRows is rows×cols f16 logits, each row one 60 and the rest in
+// [−40, −20], so that its terms e^(x − 60) lie between about 2⁻¹⁴⁴ and
+// 2⁻¹¹⁵, many of them under 2⁻¹²⁶: what a kernel that flushes such terms
+// to +0 (the CUDA row kernels' EX2) must still get within the bound.
+func farRows(rng *rand.Rand, rows, cols int) []uint16 {
+	x := make([]uint16, rows*cols)
+	for i := range x {
+		x[i] = f16.FromFloat32(float32(-40 + 20*rng.Float64()))
+	}
+	for r := 0; r < rows; r++ {
+		x[r*cols+rng.IntN(cols)] = f16.FromFloat32(60)
+	}
+	return x
+}
+
 func randomF16(rng *rand.Rand, n int, dist string) []uint16 {
 	out := make([]uint16, n)
 	for i := range out {
@@ -198,8 +213,13 @@ func TestTransposedViewsMatchTheGradientDefinitions(t *testing.T) {
 func TestSoftmaxBoundHoldsForABinary32Kernel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	const rows, cols = 6, 3000
-	for _, dist := range []string{"uniform", "normal", "wide"} {
-		x := randomF16(rng, rows*cols, dist)
+	for _, dist := range []string{"uniform", "normal", "wide", "far"} {
+		var x []uint16
+		if dist == "far" {
+			x = farRows(rng, rows, cols)
+		} else {
+			x = randomF16(rng, rows*cols, dist)
+		}
 		ref, err := SoftmaxRows(context.Background(), x, rows, cols)
 		if err != nil {
 			t.Fatal(err)
@@ -211,21 +231,28 @@ func TestSoftmaxBoundHoldsForABinary32Kernel(t *testing.T) {
 			for _, h := range row {
 				m = max(m, f16.ToFloat32(h))
 			}
-			// A binary32 kernel that goes through exp2, as GPU kernels do.
-			e := make([]float32, cols)
-			var sum float32
-			for j, h := range row {
-				e[j] = float32(math.Exp2(float64((f16.ToFloat32(h) - m) * float32(math.Log2E))))
-				sum += e[j]
-			}
-			for j := range row {
-				got := float64(e[j] / sum)
-				idx := r*cols + j
-				if err := math.Abs(got - ref.Value[idx]); err > ref.Bound[idx] {
-					t.Fatalf("%s: (%d,%d) error %g exceeds bound %g", dist, r, j, err, ref.Bound[idx])
+			// A binary32 kernel that goes through exp2, as GPU kernels do,
+			// keeping terms under 2⁻¹²⁶ or flushing them to +0 (the CUDA
+			// row kernel's EX2).
+			for _, flush := range []bool{false, true} {
+				e := make([]float32, cols)
+				var sum float32
+				for j, h := range row {
+					e[j] = float32(math.Exp2(float64((f16.ToFloat32(h) - m) * float32(math.Log2E))))
+					if flush && e[j] < 0x1p-126 {
+						e[j] = 0
+					}
+					sum += e[j]
 				}
-				if ref.Bound[idx] > 0 {
-					worst = max(worst, math.Abs(got-ref.Value[idx])/ref.Bound[idx])
+				for j := range row {
+					got := float64(e[j] / sum)
+					idx := r*cols + j
+					if err := math.Abs(got - ref.Value[idx]); err > ref.Bound[idx] {
+						t.Fatalf("%s, flush=%v: (%d,%d) error %g exceeds bound %g", dist, flush, r, j, err, ref.Bound[idx])
+					}
+					if ref.Bound[idx] > 0 {
+						worst = max(worst, math.Abs(got-ref.Value[idx])/ref.Bound[idx])
+					}
 				}
 			}
 		}
