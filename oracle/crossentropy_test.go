@@ -53,12 +53,7 @@ func TestCrossEntropyBoundHoldsForBinary32Kernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	const rows, cols = 7, 3001
 	for _, dist := range []string{"uniform", "normal", "wide", "far"} {
-		var x []uint16
-		if dist == "far" {
-			x = farRows(rng, rows, cols)
-		} else {
-			x = randomF16(rng, rows*cols, dist)
-		}
+		x := rowsF16(rng, rows, cols, dist)
 		labels := make([]int32, rows)
 		for r := range labels {
 			labels[r] = int32(rng.IntN(cols))

@@ -12,11 +12,15 @@ import (
 
 // randomF16 draws n f16 values: "uniform" in [−1, 1), "normal" N(0, 1),
 // "wide" with magnitudes 2⁻¹⁴…2¹⁴ and random signs.
-// farRows is rows×cols f16 logits, each row one 60 and the rest in
-// [−40, −20], so that its terms e^(x − 60) lie between about 2⁻¹⁴⁴ and
-// 2⁻¹¹⁵, many of them under 2⁻¹²⁶: what a kernel that flushes such terms
-// to +0 (the CUDA row kernels' EX2) must still get within the bound.
-func farRows(rng *rand.Rand, rows, cols int) []uint16 {
+// rowsF16 is rows×cols f16 values from randomF16's dist, or with dist
+// "far" each row one 60 and the rest in [−40, −20], so that its terms
+// e^(x − 60) lie between about 2⁻¹⁴⁴ and 2⁻¹¹⁵, many of them under 2⁻¹²⁶:
+// what a kernel that flushes such terms to +0 (the CUDA row kernels' EX2)
+// must still get within the bound.
+func rowsF16(rng *rand.Rand, rows, cols int, dist string) []uint16 {
+	if dist != "far" {
+		return randomF16(rng, rows*cols, dist)
+	}
 	x := make([]uint16, rows*cols)
 	for i := range x {
 		x[i] = f16.FromFloat32(float32(-40 + 20*rng.Float64()))
@@ -214,12 +218,7 @@ func TestSoftmaxBoundHoldsForABinary32Kernel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	const rows, cols = 6, 3000
 	for _, dist := range []string{"uniform", "normal", "wide", "far"} {
-		var x []uint16
-		if dist == "far" {
-			x = farRows(rng, rows, cols)
-		} else {
-			x = randomF16(rng, rows*cols, dist)
-		}
+		x := rowsF16(rng, rows, cols, dist)
 		ref, err := SoftmaxRows(context.Background(), x, rows, cols)
 		if err != nil {
 			t.Fatal(err)

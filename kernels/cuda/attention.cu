@@ -1407,8 +1407,6 @@ constexpr int kHopperSmem = 6 * kSwTile + 2 * 2 * kTile * 4 + 1024;
 // backward_dkdv_hopper<true> adds store_ds's column maxima and shifts
 // (4·kTile floats and kTile ints) after the stages' rows.
 constexpr int kHopperStoredSmem = kHopperSmem + 5 * kTile * 4;
-static_assert(1008 + 6 * kSwTile + 2 * 2 * kTile * 4 + 5 * kTile * 4 <= kHopperStoredSmem,
-              "the stored-dS layout, after align_swizzle's largest step from a 16-byte aligned base, fits");
 constexpr int kHopperForwardSmem = 5 * kSwTile + 1024;
 
 // align_swizzle is the first 1024-byte boundary at or after p, a pointer

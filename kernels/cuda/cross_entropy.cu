@@ -337,14 +337,10 @@ inline bool ftz_exps() {
 
 template <int T, int RPB, int E, int VW>
 cudaError_t launch_rows(const Call& a) {
-  const unsigned grid = grid_for(ceil_div(a.R, RPB));
-  if (ftz_exps()) {
-    cross_entropy_rows<T, RPB, E, VW, true>
-        <<<grid, T * RPB, 0, a.s>>>(a.X, a.labels, a.loss, a.G, a.R, a.V, a.ignore, a.grad_scale, a.kept, a.bad_row);
-  } else {
-    cross_entropy_rows<T, RPB, E, VW, false>
-        <<<grid, T * RPB, 0, a.s>>>(a.X, a.labels, a.loss, a.G, a.R, a.V, a.ignore, a.grad_scale, a.kept, a.bad_row);
-  }
+  const auto kernel =
+      ftz_exps() ? cross_entropy_rows<T, RPB, E, VW, true> : cross_entropy_rows<T, RPB, E, VW, false>;
+  kernel<<<grid_for(ceil_div(a.R, RPB)), T * RPB, 0, a.s>>>(a.X, a.labels, a.loss, a.G, a.R, a.V, a.ignore,
+                                                           a.grad_scale, a.kept, a.bad_row);
   return cudaGetLastError();
 }
 

@@ -66,7 +66,7 @@
 // (4·|x − m| + 16)·2⁻²³). The row kernel (rows of up to 65,536) takes it
 // by the EX2 instruction alone (rows.cuh's row_exp; variant 3 below),
 // exp2f's bits where e_j ≥ 2⁻¹²⁶ and +0 below, which the oracle's C·2⁻¹²⁶
-// term allows; the segmented and cluster paths take exp2f. The segmented and cluster paths multiply a
+// term allows. The segmented and cluster paths take exp2f; they multiply a
 // partial sum by one more exp of the same accuracy, with |x − m_seg| +
 // |m_seg − m| = |x − m|, and add P partials (γ(C) covers any order).
 // y = e · (1/s) is two roundings, which the bound allows.
@@ -673,12 +673,8 @@ inline bool ftz_exps() {
 
 template <int T, int RPB, int E, int VW>
 cudaError_t launch_softmax_rows(const __half* X, __half* Y, int64_t R, int64_t C, cudaStream_t s) {
-  const unsigned grid = grid_for(ceil_div(R, RPB));
-  if (ftz_exps()) {
-    softmax_rows<T, RPB, E, VW, true><<<grid, T * RPB, 0, s>>>(X, Y, R, C);
-  } else {
-    softmax_rows<T, RPB, E, VW, false><<<grid, T * RPB, 0, s>>>(X, Y, R, C);
-  }
+  const auto kernel = ftz_exps() ? softmax_rows<T, RPB, E, VW, true> : softmax_rows<T, RPB, E, VW, false>;
+  kernel<<<grid_for(ceil_div(R, RPB)), T * RPB, 0, s>>>(X, Y, R, C);
   return cudaGetLastError();
 }
 
