@@ -12,6 +12,12 @@
 #     reasons) and the SASS summary (bench/ncu_sass_summary.py).
 # VKERN_CUDA_ARCH=90a: under `ncu --target-processes all` the server's GPU
 # probe did not answer within its minute (docs/cross-entropy-ftz-h200).
+# First, since 02f3d53 (the row kernels' EX2 switch picks its kernel once)
+# had not been built by nvcc: the build, softmax's and cross_entropy's
+# conformance, verify and planted defects (the defects finish before ncu
+# starts, so nothing shares the GPU with a profile), and the stored-dS
+# attention_grad test in its new form (16x1024x768x12 by default, 2x256 by
+# the MMA path).
 # Run from the repository root with bin/ from `bash bench/prep-call.sh`.
 set -uo pipefail
 NAME=call1
@@ -20,6 +26,16 @@ source bench/call-lib.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$out/nvidia-smi.txt"
 step "build"
 build_server bin/vkern || exit 1
+step "planted defects (background), conformance, verify, stored dS"
+defects_start 'softmax|cross_entropy'
+run conformance timeout 150 ./bin/vkern.test -test.v -test.run '^TestCUDABackendConformance$/^(softmax|cross_entropy)$'
+grep -E '^(    )?--- (PASS|FAIL|SKIP)|^(ok|FAIL|PASS)' "$out/conformance.txt"
+VERIFY_TIMEOUT=100 verify verify-softmax --op softmax
+VERIFY_TIMEOUT=100 verify verify-ce --op cross_entropy
+VKERN_SOFTMAX_FTZ=0 VKERN_CROSS_ENTROPY_FTZ=0 VERIFY_TIMEOUT=100 verify verify-exp2f --op softmax --op cross_entropy
+run stored-ds timeout 150 ./bin/vkern.test -test.v -test.run '^TestCUDAAttentionGradFromStoredDS$'
+grep -E '^(    )?--- (PASS|FAIL|SKIP)|^(ok|FAIL|PASS)' "$out/stored-ds.txt"
+defects_wait
 profile() {
   local tag=$1 kernel=$2 op=$3 shape=$4
   [ "$(left)" -gt 80 ] || { echo "$tag: no time left"; return; }
