@@ -24,8 +24,9 @@ type Config struct {
 	// BeforeStart, if set, is called before every start and restart; vkern
 	// uses it to recheck the binary's SHA-256. An error aborts the start.
 	BeforeStart func(ctx context.Context) error
-	// CallTimeout is the deadline of a call whose ctx has none (60s). It is
-	// also how long the server may take over a request whose caller gave up
+	// CallTimeout is the deadline of a call whose ctx has none (60s), with
+	// StartTimeout added when the call finds no live server. It is also how
+	// long the server may take over a request whose caller gave up
 	// waiting for it, counted from when the server gets to it.
 	CallTimeout time.Duration
 	// StartTimeout bounds the wait for HELLO after a start (10s).
@@ -643,14 +644,23 @@ func (c *Client) Stderr() string {
 }
 
 // begin checks that c is open and fixes the call's deadline: ctx's, or
-// CallTimeout from now.
+// CallTimeout from now, and StartTimeout more where no server is live (the
+// call may have to start one), so that a StartTimeout longer than
+// CallTimeout is what bounds a slow start (a server under Nsight Compute
+// can take minutes to say HELLO).
 func (c *Client) begin(ctx context.Context, op Opcode) (callCtx, error) {
 	if c.closed.Load() {
 		return callCtx{}, fmt.Errorf("kserver: %v: %w", op, ErrClosed)
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = time.Now().Add(c.cfg.CallTimeout)
+		wait := c.cfg.CallTimeout
+		c.mu.Lock()
+		if c.live == nil {
+			wait += c.cfg.StartTimeout
+		}
+		c.mu.Unlock()
+		deadline = time.Now().Add(wait)
 	}
 	return callCtx{ctx: ctx, deadline: deadline}, nil
 }

@@ -411,6 +411,29 @@ func TestStartFailuresSayWhatHappened(t *testing.T) {
 	}
 }
 
+// A StartTimeout longer than CallTimeout bounds a start, where the call's
+// ctx has no deadline: a server under a profiler may say HELLO only after
+// the call's own timeout has passed.
+func TestAStartTimeoutLongerThanTheCallTimeoutIsHonoured(t *testing.T) {
+	t.Parallel()
+	cfg := fakeConfig(t, modeSlowHello)
+	cfg.CallTimeout = 500 * time.Millisecond
+	cfg.StartTimeout = 10 * time.Second
+	c := newClient(t, cfg)
+	if err := c.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping with a HELLO after 1.5 s, CallTimeout 500ms and StartTimeout 10s: %v", err)
+	}
+	// With the server live, a call gets CallTimeout alone.
+	began := time.Now()
+	_, err := c.Run(context.Background(), opSleep, []int64{2000}, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a 2 s request under CallTimeout 500ms = %v, want a deadline error", err)
+	}
+	if took := time.Since(began); took > 1500*time.Millisecond {
+		t.Errorf("the request gave up after %v, want about CallTimeout (500ms)", took)
+	}
+}
+
 func TestABinaryThatCannotRunSaysSo(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

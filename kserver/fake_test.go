@@ -36,6 +36,7 @@ const (
 	modeSilent          = "silent"            // never sends HELLO
 	modeGarbageHello    = "garbage-hello"     // prints text on stdout instead of HELLO
 	modeFloodFirst      = "flood-first"       // 2.5 MiB of stderr, then HELLO
+	modeSlowHello       = "slow-hello"        // HELLO after 1.5 s, as a server under a profiler
 	modeIgnoreShutdown  = "ignore-shutdown"   // answers SHUTDOWN but does not exit
 )
 
@@ -115,6 +116,8 @@ func fakeServer(mode string) int {
 		time.Sleep(time.Hour)
 	case modeFloodFirst:
 		floodStderr(5 << 19)
+	case modeSlowHello:
+		time.Sleep(1500 * time.Millisecond)
 	default:
 		fmt.Fprintf(os.Stderr, "fake: unknown mode %q\n", mode)
 		return 1
