@@ -1428,19 +1428,6 @@ var CUDADefects = []Mutation{
 		Old: "for (int b = 1; b < kSpanBlocks; ++b) sum +=", New: "for (int b = 1; b < 1; ++b) sum +=",
 		Op: "bias_grad", Shapes: []string{"4100x1000", "16384x768"},
 	},
-	{
-		// Staged spans (variant 9, the default where a block may have 192
-		// KiB of shared memory): every stage copies its row block's first
-		// 16 rows.
-		Name: "bias_grad's staged spans copy the first stage's rows at every stage", File: "cuda/bias_grad.cu",
-		Old: "(row / kStageRows) * kRowBlock + k * kStageRows +", New: "(row / kStageRows) * kRowBlock + 0 * kStageRows +",
-		Op: "bias_grad", Shapes: []string{"4100x1000", "16384x768"},
-	},
-	{
-		Name: "bias_grad's staged spans sum the first tile's columns in every warp", File: "cuda/bias_grad.cu",
-		Old: "(b * kStageRows) * (kSpanWidth / 8) + tile * 32 + lane;", New: "(b * kStageRows) * (kSpanWidth / 8) + 0 * 32 + lane;",
-		Op: "bias_grad", Shapes: []string{"4100x1000", "16384x768"},
-	},
 }
 
 // hopperAttention is an attention shape that takes attention.cu's Hopper

@@ -118,6 +118,16 @@
 //      34.4–34.5 µs against 37.4–37.6 (0.69 against 0.63); the gpt2 step
 //      33.58 ms against 33.67. span_sums: 168 registers a thread and a
 //      16-byte stack frame (cuobjdump).
+//   9. variant 8 with dy brought into 192 KiB of shared memory by cp.async,
+//      a whole job (128 rows × 768 columns) in flight a block where variant
+//      8 has 16 rows a lane; the same jobs and order of additions (branch
+//      bias-grad-staged; docs/bias-grad-staged-h200, H200, two rounds
+//      against variant 8 in the same call): N = 768 16.5–16.6 µs against
+//      16.2–16.3 (0.358 of the floor against 0.365), 2304 30.2–30.3
+//      against 28.3, 3072 37.2–37.3 against 34.8. Correct (verify, 8 of 8
+//      planted defects), not kept: asking for all of dy at once does not
+//      make the 25 MB come sooner, so what holds N = 768 at 16 µs is not
+//      the loads in flight.
 //
 // Scratch (ops.cuh): the partials, 4 bytes per column per group of 512
 // rows, and a counter per tile, cleared once when allocated; only when
@@ -128,7 +138,6 @@
 #include "core/backend.h"
 #include "cuda/compat.h"
 #include "cuda/env.h"
-#include "cuda/mma.cuh"
 #include "cuda/ops.cuh"
 #include "cuda/rows.cuh"
 
@@ -261,39 +270,13 @@ constexpr int kSpanThreads = 32 * kSpanWarps;
 constexpr int kSpanWidth = 256 * kSpanTiles;  // columns of a span
 constexpr int kSlice = 96;  // columns of a slice, finished by one block
 
-// group_sums writes job (group, span)'s group sums, each column's
-// kSpanBlocks row-block sums (warp_sums[b · kSpanTiles + tile]) added in b
-// order, to partial[group · cols + column]. Both span kernels end a job here;
-// every thread of the block calls it, after the warps' sums are in
-// warp_sums and the block has synchronised.
-__device__ __forceinline__ void group_sums(const float (&warp_sums)[kSpanWarps][256], int64_t group, int64_t span0,
-                                           int64_t cols, float* partial) {
-  const int width = static_cast<int>(cols - span0 < kSpanWidth ? cols - span0 : kSpanWidth);
-  for (int c = threadIdx.x; c < width; c += kSpanThreads) {
-    float sum = warp_sums[c / 256][c % 256];
-    for (int b = 1; b < kSpanBlocks; ++b) sum += warp_sums[b * kSpanTiles + c / 256][c % 256];
-    partial[group * cols + span0 + c] = sum;
-  }
-}
-
-// finish_slices: after the grid-wide barrier, each block adds the partial
-// rows of its slices of kSlice columns, slice blockIdx.x, + gridDim.x, …, in
-// sum_partial_rows's strands, into db.
-__device__ __forceinline__ void finish_slices(const float* partial, int64_t groups, int64_t cols, float* db) {
-  for (int64_t slice = blockIdx.x; slice * kSlice < cols; slice += gridDim.x) {
-    const int64_t lo = slice * kSlice;
-    const int n = static_cast<int>(cols - lo < kSlice ? cols - lo : kSlice);
-    sum_partial_rows<kSpanThreads, 4>(partial + lo, groups, cols, n,
-                                      [&](int c, float total) { add_into(db, lo + c, total); });
-  }
-}
-
 // span_sums: job (group, span) sums row blocks group · kSpanBlocks + b, b <
-// kSpanBlocks, over the span's columns (the last span may be narrower),
-// each warp's rows loaded into registers (block_sums); group_sums writes
-// the job's partial row. The blocks loop over the jobs, wait at a grid-wide
-// barrier (the launch is cooperative: every block is resident), then
-// finish_slices.
+// kSpanBlocks, over the span's columns (the last span may be narrower); the
+// group sum of a column is its row blocks' sums in b order, written to
+// partial[group · cols + column]. The blocks loop over the jobs, wait at a
+// grid-wide barrier (the launch is cooperative: every block is resident),
+// then each adds the partial rows of its slices of kSlice columns, slice
+// blockIdx.x, + gridDim.x, …, in sum_partial_rows's strands, into db.
 __global__ void __launch_bounds__(kSpanThreads)
     span_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, float* db) {
 #if !defined(__HIP_PLATFORM_AMD__)
@@ -308,114 +291,25 @@ __global__ void __launch_bounds__(kSpanThreads)
 #pragma unroll
     for (int v = 0; v < 8; ++v) warp_sums[warp][lane * 8 + v] = s[v];
     __syncthreads();
-    group_sums(warp_sums, group, span0, cols, partial);
+    const int width = static_cast<int>(cols - span0 < kSpanWidth ? cols - span0 : kSpanWidth);
+    for (int c = threadIdx.x; c < width; c += kSpanThreads) {
+      float sum = warp_sums[c / 256][c % 256];
+      for (int b = 1; b < kSpanBlocks; ++b) sum += warp_sums[b * kSpanTiles + c / 256][c % 256];
+      partial[group * cols + span0 + c] = sum;
+    }
     __syncthreads();  // warp_sums is rewritten by the next job
   }
   cg::this_grid().sync();  // every partial row is written and visible
-  finish_slices(partial, groups, cols, db);
+  for (int64_t slice = blockIdx.x; slice * kSlice < cols; slice += gridDim.x) {
+    const int64_t lo = slice * kSlice;
+    const int n = static_cast<int>(cols - lo < kSlice ? cols - lo : kSlice);
+    sum_partial_rows<kSpanThreads, 4>(partial + lo, groups, cols, n,
+                                      [&](int c, float total) { add_into(db, lo + c, total); });
+  }
 #else
   (void)dy, (void)rows, (void)cols, (void)partial, (void)db;
 #endif
 }
-
-#if defined(VKERN_PTX_MMA)
-// Staged spans (variant 9): span_sums's jobs, warps and order of additions,
-// but dy reaches the warps through shared memory. A job's rows are taken in
-// kStages stages, stage k holding rows k · kStageRows … + kStageRows − 1 of
-// each of the job's row blocks over the span (48 KiB); every thread copies
-// 16 of a stage's 16-byte vectors with cp.async, and the block keeps
-// kStages stages in flight, a whole job's 192 KiB, refilling a stage's
-// buffer with the stage kStages further on (the next job's, where this
-// job's are all asked for) as soon as its sums are taken. A block of
-// span_sums has 48 KiB of loads in flight a batch and waits for each batch
-// before it asks for the next; here 128 blocks at 16384×768 ask for all of
-// dy at once.
-constexpr int kStageRows = 16;                                            // rows of each row block a stage holds
-constexpr int kStages = kRowBlock / kStageRows;                           // a job's stages, all in flight
-constexpr int kStageVectors = kSpanBlocks * kStageRows * kSpanWidth / 8;  // 16-byte vectors of a stage
-constexpr int kStageBytes = kStageVectors * 16;
-constexpr int kStagedShared = kStages * kStageBytes;  // dynamic shared memory: 192 KiB
-static_assert(kStageVectors % kSpanThreads == 0, "a stage's vectors split evenly over the threads");
-
-// stage_copies asks for stage c of the block's stages (job blockIdx.x +
-// (c / kStages) · gridDim.x, stage c % kStages) into buffer c % kStages;
-// vectors past dy's rows or columns are zero-filled and never added.
-__device__ __forceinline__ void stage_copies(const __half* __restrict__ dy, int64_t rows, int64_t cols, int64_t spans,
-                                             int64_t c, uint32_t buffers) {
-  using namespace vkern_mma;
-  constexpr int kRowVectors = kSpanWidth / 8;
-  const int64_t job = blockIdx.x + (c / kStages) * gridDim.x;
-  const int64_t group = job / spans, span0 = (job % spans) * kSpanWidth;
-  const int k = static_cast<int>(c % kStages);
-  const uint32_t buffer = buffers + static_cast<uint32_t>(k) * kStageBytes;
-#pragma unroll
-  for (int i = 0; i < kStageVectors / kSpanThreads; ++i) {
-    const int v = threadIdx.x + i * kSpanThreads, row = v / kRowVectors;  // row of the stage: row block row / kStageRows
-    const int64_t r = group * (kRowBlock * kSpanBlocks) + (row / kStageRows) * kRowBlock + k * kStageRows +
-                      row % kStageRows;
-    const int64_t col = span0 + (v % kRowVectors) * 8;
-    const bool in = r < rows && col < cols;
-    cp_async_16_at(buffer + static_cast<uint32_t>(v) * 16, in ? dy + r * cols + col : dy, in ? 16 : 0);
-  }
-}
-
-// staged_span_sums: see above; the grid-wide barrier and finish_slices as
-// span_sums's.
-__global__ void __launch_bounds__(kSpanThreads)
-    staged_span_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, float* db) {
-  using namespace vkern_mma;
-  extern __shared__ __align__(16) unsigned char stages[];
-  __shared__ float warp_sums[kSpanWarps][256];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int b = warp / kSpanTiles, tile = warp % kSpanTiles;  // the warp's row block in the job, and tile
-  const int64_t spans = ceil_div(cols, kSpanWidth), groups = ceil_div(rows, int64_t{kRowBlock} * kSpanBlocks);
-  const int64_t jobs = groups * spans;
-  const int64_t mine = blockIdx.x < jobs ? (jobs - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-  const int64_t count = mine * kStages;  // the block's stages
-  const uint32_t buffers = smem_addr(stages);
-  for (int64_t c = 0; c < kStages; ++c) {
-    if (c < count) stage_copies(dy, rows, cols, spans, c, buffers);
-    cp_async_commit();  // a group every stage, empty or not, so the wait below counts stages
-  }
-  float s[8];
-#pragma unroll
-  for (int v = 0; v < 8; ++v) s[v] = -0.0f;
-  for (int64_t c = 0; c < count; ++c) {
-    const int64_t job = blockIdx.x + (c / kStages) * gridDim.x;
-    const int64_t group = job / spans, span0 = (job % spans) * kSpanWidth;
-    const int k = static_cast<int>(c % kStages);
-    cp_async_wait<kStages - 1>();  // this thread's copies of stage c have landed
-    __syncthreads();               // and every thread's
-    const uint4* rows_of = reinterpret_cast<const uint4*>(stages + k * kStageBytes) +
-                           (b * kStageRows) * (kSpanWidth / 8) + tile * 32 + lane;
-    const int64_t r0 = group * (kRowBlock * kSpanBlocks) + b * kRowBlock + k * kStageRows;
-    const int n = static_cast<int>(rows - r0 < kStageRows ? (rows > r0 ? rows - r0 : 0) : kStageRows);
-#pragma unroll
-    for (int rr = 0; rr < kStageRows; ++rr) {
-      if (rr < n) add_halves(rows_of[rr * (kSpanWidth / 8)], s);
-    }
-    if (k == kStages - 1) {  // the job's last stage: its sums are whole
-#pragma unroll
-      for (int v = 0; v < 8; ++v) {
-        warp_sums[warp][lane * 8 + v] = s[v];
-        s[v] = -0.0f;
-      }
-      __syncthreads();
-      group_sums(warp_sums, group, span0, cols, partial);
-    }
-    __syncthreads();  // stage c's buffer and warp_sums are free
-    if (c + kStages < count) stage_copies(dy, rows, cols, spans, c + kStages, buffers);
-    cp_async_commit();
-  }
-  cp_async_wait<0>();
-#if !defined(__HIP_PLATFORM_AMD__)
-  cg::this_grid().sync();  // every partial row is written and visible
-#else
-  abort();  // never launched on HIP (launch_spans); compiled there only by .ci/sm90-syntax-check's shim
-#endif
-  finish_slices(partial, groups, cols, db);
-}
-#endif
 
 // The partials and the tiles' counters, kept between calls (rows.cuh).
 cudaError_t partials_scratch(size_t bytes, float** out) {
@@ -431,12 +325,10 @@ cudaError_t tile_counters(size_t count, cudaStream_t s, unsigned** out) {
   return counters.get(count, s, out);
 }
 
-// launch_spans launches staged_span_sums, or span_sums, where they apply:
-// CUDA, 16-byte loads, at least a span of columns, a device with
-// cooperative launches, and $VKERN_BIAS_GRAD_SPANS not 0; the staged kernel
-// where the device gives a block its 192 KiB of shared memory and
-// $VKERN_BIAS_GRAD_STAGED is not 0. As many blocks as the SMs hold at once,
-// at most one a job. *launched says whether it did.
+// launch_spans launches span_sums where it applies: CUDA, 16-byte loads,
+// at least a span of columns, a device with cooperative launches, and
+// $VKERN_BIAS_GRAD_SPANS not 0; as many blocks as the SMs hold at once, at
+// most one a job. *launched says whether it did.
 cudaError_t launch_spans(const __half* dy, float* db, int64_t rows, int64_t cols, cudaStream_t s, bool* launched) {
   *launched = false;
 #if defined(__HIP_PLATFORM_AMD__)
@@ -444,35 +336,19 @@ cudaError_t launch_spans(const __half* dy, float* db, int64_t rows, int64_t cols
   return cudaSuccess;
 #else
   static const bool on = vkern_env::on_off("VKERN_BIAS_GRAD_SPANS", true);
-  static const bool staged_on = vkern_env::on_off("VKERN_BIAS_GRAD_STAGED", true);
   if (!on || cols < kSpanWidth) return cudaSuccess;
   struct Resident {
     cudaError_t err = cudaSuccess;
-    int64_t blocks = 0;  // blocks of the kernel the device holds at once; 0 without cooperative launches
-    bool staged = false;
+    int64_t blocks = 0;  // span_sums blocks the device holds at once; 0 without cooperative launches
   };
   static const Resident resident = [] {
     const DeviceLimits& limits = device_limits();  // rows.cuh
     Resident r;
     r.err = limits.err;
-    if (r.err != cudaSuccess || limits.cooperative == 0) return r;
     int per_sm = 0;
-#if defined(VKERN_PTX_MMA)
-    // The staged kernel's static shared memory (warp_sums, sum_partial_rows's
-    // strands) comes on top of its dynamic 192 KiB.
-    cudaFuncAttributes attrs{};
-    if (staged_on && limits.major >= 8 && cudaFuncGetAttributes(&attrs, staged_span_sums) == cudaSuccess &&
-        static_cast<size_t>(limits.shared_bytes) >= attrs.sharedSizeBytes + kStagedShared) {
-      r.err = cudaFuncSetAttribute(staged_span_sums, cudaFuncAttributeMaxDynamicSharedMemorySize, kStagedShared);
-      if (r.err == cudaSuccess)
-        r.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, staged_span_sums, kSpanThreads, kStagedShared);
-      if (r.err != cudaSuccess) return r;
-      r.staged = per_sm > 0;
-    }
-    (void)cudaGetLastError();  // a refused attribute query leaves no error behind
-#endif
-    if (!r.staged) r.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, span_sums, kSpanThreads, 0);
-    if (r.err == cudaSuccess) r.blocks = int64_t{limits.sms} * per_sm;
+    if (r.err == cudaSuccess)
+      r.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, span_sums, kSpanThreads, 0);
+    if (r.err == cudaSuccess && limits.cooperative != 0) r.blocks = int64_t{limits.sms} * per_sm;
     return r;
   }();
   if (resident.err != cudaSuccess) return resident.err;
@@ -484,12 +360,8 @@ cudaError_t launch_spans(const __half* dy, float* db, int64_t rows, int64_t cols
   const int64_t jobs = groups * spans;
   const unsigned grid = static_cast<unsigned>(jobs < resident.blocks ? jobs : resident.blocks);
   void* args[] = {&dy, &rows, &cols, &partial, &db};
-  const void* kernel = reinterpret_cast<const void*>(span_sums);
-  size_t shared = 0;
-#if defined(VKERN_PTX_MMA)
-  if (resident.staged) kernel = reinterpret_cast<const void*>(staged_span_sums), shared = kStagedShared;
-#endif
-  err = cudaLaunchCooperativeKernel(kernel, dim3(grid), dim3(kSpanThreads), args, shared, s);
+  err = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(span_sums), dim3(grid), dim3(kSpanThreads), args, 0,
+                                    s);
   *launched = true;
   return err != cudaSuccess ? err : cudaGetLastError();
 #endif
