@@ -37,12 +37,15 @@ type Options struct {
 	// CacheDir overrides $VKERN_CACHE and the user cache folder.
 	CacheDir string
 	// CallTimeout is the deadline of a call whose context has none
-	// (DefaultCallTimeout where zero).
+	// (DefaultCallTimeout where zero), counted from the server's arrival
+	// where the call starts the server.
 	CallTimeout time.Duration
 	// StartTimeout bounds the wait for the server's HELLO after it starts;
 	// zero takes $VKERN_START_TIMEOUT (a Go duration, such as 2m), else
 	// 10 s. A profiler that intercepts the server's device calls (Nsight
-	// Compute) can make its start take longer than that.
+	// Compute) can make its start take longer than that. It bounds the
+	// start of a call whose context has no deadline; one with a deadline
+	// has that deadline for its start too.
 	StartTimeout time.Duration
 	// Isolated runs every call that needs the server in a fresh server
 	// process, shut down when the call ends; buffers then live in host

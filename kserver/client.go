@@ -24,8 +24,9 @@ type Config struct {
 	// BeforeStart, if set, is called before every start and restart; vkern
 	// uses it to recheck the binary's SHA-256. An error aborts the start.
 	BeforeStart func(ctx context.Context) error
-	// CallTimeout is the deadline of a call whose ctx has none (60s), with
-	// StartTimeout added when the call finds no live server. It is also how
+	// CallTimeout is the deadline of a call whose ctx has none (60s),
+	// counted from the server's arrival where the call starts one or waits
+	// for another call's start (StartTimeout bounds that). It is also how
 	// long the server may take over a request whose caller gave up
 	// waiting for it, counted from when the server gets to it.
 	CallTimeout time.Duration
@@ -178,7 +179,7 @@ func (c *Client) Hello(ctx context.Context) (Hello, error) {
 	if err != nil {
 		return Hello{}, err
 	}
-	s, err := c.server(cx, OpHello, true)
+	s, err := c.server(&cx, OpHello, true)
 	if err != nil {
 		return Hello{}, err
 	}
@@ -221,7 +222,7 @@ func (c *Client) Memory(ctx context.Context) (Memory, error) {
 	if err != nil {
 		return Memory{}, err
 	}
-	s, err := c.server(cx, OpMemory, true)
+	s, err := c.server(&cx, OpMemory, true)
 	if err != nil {
 		return Memory{}, err
 	}
@@ -329,7 +330,7 @@ func (c *Client) commCall(ctx context.Context, op Opcode, payload func(callCtx, 
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.server(cx, op, op == OpCommInfo || op == OpCommUniqueID || op == OpCommInit)
+	s, err := c.server(&cx, op, op == OpCommInfo || op == OpCommUniqueID || op == OpCommInit)
 	if err != nil {
 		return nil, err
 	}
@@ -361,7 +362,7 @@ func (c *Client) simple(ctx context.Context, op Opcode) error {
 	if err != nil {
 		return err
 	}
-	s, err := c.server(cx, op, true)
+	s, err := c.server(&cx, op, true)
 	if err != nil {
 		return err
 	}
@@ -377,7 +378,7 @@ func (c *Client) Alloc(ctx context.Context, bytes uint64) (Handle, error) {
 	if err != nil {
 		return Handle{}, err
 	}
-	s, err := c.server(cx, OpAlloc, true)
+	s, err := c.server(&cx, OpAlloc, true)
 	if err != nil {
 		return Handle{}, err
 	}
@@ -407,7 +408,7 @@ func (c *Client) View(ctx context.Context, h Handle, offset, bytes uint64) (Hand
 	if err != nil {
 		return Handle{}, err
 	}
-	s, err := c.serverFor(cx, OpView, h)
+	s, err := c.serverFor(&cx, OpView, h)
 	if err != nil {
 		return Handle{}, err
 	}
@@ -428,7 +429,7 @@ func (c *Client) Free(ctx context.Context, h Handle) error {
 	if err != nil {
 		return err
 	}
-	s, err := c.serverFor(cx, OpFree, h)
+	s, err := c.serverFor(&cx, OpFree, h)
 	if err != nil {
 		return err
 	}
@@ -464,7 +465,7 @@ func (c *Client) transfer(ctx context.Context, op Opcode, h Handle, offset uint6
 	if err != nil {
 		return err
 	}
-	s, err := c.serverFor(cx, op, h)
+	s, err := c.serverFor(&cx, op, h)
 	if err != nil {
 		return err
 	}
@@ -496,7 +497,7 @@ func (c *Client) run(ctx context.Context, r RunRequest) (kernelNs uint64, err er
 	if err != nil {
 		return 0, err
 	}
-	s, err := c.serverFor(cx, OpRun, named(r.Buffers)...)
+	s, err := c.serverFor(&cx, OpRun, named(r.Buffers)...)
 	if err != nil {
 		return 0, err
 	}
@@ -535,7 +536,7 @@ func (c *Client) RunBatch(ctx context.Context, runs []RunRequest) (kernelNs []ui
 	if size > MaxFrameBytes-HeaderBytes {
 		return nil, fmt.Errorf("kserver: RUN_BATCH of %d runs is %d bytes, over the frame cap of %d bytes: split it", len(runs), size, MaxFrameBytes)
 	}
-	s, err := c.server(cx, OpRunBatch, !withBuffers)
+	s, err := c.server(&cx, OpRunBatch, !withBuffers)
 	if err != nil {
 		return nil, err
 	}
@@ -643,32 +644,38 @@ func (c *Client) Stderr() string {
 	return p.stderrTail()
 }
 
-// begin checks that c is open and fixes the call's deadline: ctx's, or
-// CallTimeout from now, and StartTimeout more where no server is live (the
-// call may have to start one), so that a StartTimeout longer than
-// CallTimeout is what bounds a slow start (a server under Nsight Compute
-// can take minutes to say HELLO).
+// begin checks that c is open and fixes the call's deadline: ctx's, or,
+// where ctx has none, CallTimeout from now (implicit: a server start the
+// call makes or waits for moves it, see server).
 func (c *Client) begin(ctx context.Context, op Opcode) (callCtx, error) {
 	if c.closed.Load() {
 		return callCtx{}, fmt.Errorf("kserver: %v: %w", op, ErrClosed)
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		wait := c.cfg.CallTimeout
-		c.mu.Lock()
-		if c.live == nil {
-			wait += c.cfg.StartTimeout
-		}
-		c.mu.Unlock()
-		deadline = time.Now().Add(wait)
+		deadline = time.Now().Add(c.cfg.CallTimeout)
 	}
-	return callCtx{ctx: ctx, deadline: deadline}, nil
+	return callCtx{ctx: ctx, deadline: deadline, implicit: !ok}, nil
 }
 
 // server returns the live server, starting one if there is none and start
 // is set (else it returns nil). A server that died between calls is
-// reported, once, to the call that finds out.
-func (c *Client) server(cx callCtx, op Opcode, start bool) (*conn, error) {
+// reported, once, to the call that finds out. Where cx's deadline is
+// implicit, a start is bounded by StartTimeout alone (a server under Nsight
+// Compute can take minutes to say HELLO, past CallTimeout), as is the wait
+// for another call's start, and the call's CallTimeout then counts from
+// the server's arrival: server moves cx's deadline so.
+func (c *Client) server(cx *callCtx, op Opcode, start bool) (*conn, error) {
+	s, waited, err := c.serverOrStart(cx, op, start)
+	if waited && err == nil && cx.implicit {
+		cx.deadline = time.Now().Add(c.cfg.CallTimeout)
+	}
+	return s, err
+}
+
+// serverOrStart is server's loop; waited says whether it waited for a start
+// or made one.
+func (c *Client) serverOrStart(cx *callCtx, op Opcode, start bool) (s *conn, waited bool, err error) {
 	for {
 		c.mu.Lock()
 		if d := c.unreported; d != nil {
@@ -676,22 +683,26 @@ func (c *Client) server(cx callCtx, op Opcode, start bool) (*conn, error) {
 			c.mu.Unlock()
 			e := *d
 			e.Op = op.String()
-			return nil, &e
+			return nil, waited, &e
 		}
-		s := c.live
+		s = c.live
 		c.mu.Unlock()
 		if s != nil {
 			if !s.p.wait(0) {
-				return s, nil
+				return s, waited, nil
 			}
 			s.reap() // it exited between calls
 			continue
 		}
 		if !start {
-			return nil, nil
+			return nil, waited, nil
+		}
+		waited = true
+		if cx.implicit {
+			cx.deadline = later(cx.deadline, time.Now().Add(c.cfg.StartTimeout))
 		}
 		if err := cx.acquire(c.starting); err != nil {
-			return nil, fmt.Errorf("kserver: %v: gave up waiting for the server to start: %w", op, err)
+			return nil, waited, fmt.Errorf("kserver: %v: gave up waiting for the server to start: %w", op, err)
 		}
 		c.mu.Lock()
 		again := c.live != nil || c.unreported != nil
@@ -702,17 +713,28 @@ func (c *Client) server(cx callCtx, op Opcode, start bool) (*conn, error) {
 		}
 		if c.closed.Load() {
 			<-c.starting
-			return nil, fmt.Errorf("kserver: %v: %w", op, ErrClosed)
+			return nil, waited, fmt.Errorf("kserver: %v: %w", op, ErrClosed)
 		}
-		s, err := c.start(cx)
+		if cx.implicit {
+			cx.deadline = later(cx.deadline, time.Now().Add(c.cfg.StartTimeout))
+		}
+		s, err = c.start(*cx)
 		<-c.starting
-		return s, err
+		return s, waited, err
 	}
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // serverFor returns the live server after checking that every handle names
 // one of its buffers. It never starts a server.
-func (c *Client) serverFor(cx callCtx, op Opcode, hs ...Handle) (*conn, error) {
+func (c *Client) serverFor(cx *callCtx, op Opcode, hs ...Handle) (*conn, error) {
 	for i, h := range hs {
 		if h.id == 0 {
 			return nil, fmt.Errorf("kserver: %v: buffer %d is the zero Handle: %w", op, i, ErrStaleHandle)
@@ -825,11 +847,12 @@ func (c *Client) start(cx callCtx) (*conn, error) {
 	f, err := s.fr.next()
 	if !stop() {
 		cause := fmt.Errorf("no HELLO within StartTimeout (%v): %w", c.cfg.StartTimeout, startCtx.Err())
+		hint := fmt.Sprintf("is %s a vkern kernel server? A server sends HELLO at once; a slow device initialisation (under a profiler such as Nsight Compute) needs a longer StartTimeout (vkern: $VKERN_START_TIMEOUT, e.g. 2m)", c.cfg.Path)
 		if ctx.Err() != nil {
 			cause = fmt.Errorf("no HELLO before the call's deadline: %w", ctx.Err())
+			hint = "the call's context ended before StartTimeout did: give the call a later deadline (or none: then StartTimeout alone bounds the start)"
 		}
-		return nil, c.endStart(p, gen, failure{cause: cause, killed: true,
-			hint: fmt.Sprintf("is %s a vkern kernel server? A server sends HELLO at once; a slow device initialisation (under a profiler such as Nsight Compute) needs a longer StartTimeout (vkern: $VKERN_START_TIMEOUT, e.g. 2m)", c.cfg.Path)})
+		return nil, c.endStart(p, gen, failure{cause: cause, killed: true, hint: hint})
 	}
 	if errors.Is(err, ErrProtocol) {
 		return nil, c.endStart(p, gen, failure{cause: fmt.Errorf("reading HELLO: %w", err), hint: framingHint})

@@ -411,26 +411,54 @@ func TestStartFailuresSayWhatHappened(t *testing.T) {
 	}
 }
 
-// A StartTimeout longer than CallTimeout bounds a start, where the call's
-// ctx has no deadline: a server under a profiler may say HELLO only after
-// the call's own timeout has passed.
-func TestAStartTimeoutLongerThanTheCallTimeoutIsHonoured(t *testing.T) {
+// Where a call's ctx has no deadline, StartTimeout alone bounds the start
+// of its server (a server under a profiler may say HELLO only after
+// CallTimeout has passed), and CallTimeout counts from the server's
+// arrival: a request that hangs is given up after about CallTimeout more,
+// not CallTimeout plus what was left of StartTimeout. The same in isolated
+// mode, where every call starts a server.
+func TestAStartTimeoutLongerThanTheCallTimeoutBoundsTheStartAlone(t *testing.T) {
+	t.Parallel()
+	for _, isolated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("isolated=%v", isolated), func(t *testing.T) {
+			t.Parallel()
+			cfg := fakeConfig(t, modeSlowHello) // HELLO after 1.5 s
+			cfg.CallTimeout = 500 * time.Millisecond
+			cfg.StartTimeout = 20 * time.Second
+			cfg.Isolated = isolated
+			c := newClient(t, cfg)
+			if err := c.Ping(context.Background()); err != nil {
+				t.Fatalf("Ping with HELLO after 1.5 s, CallTimeout 500ms, StartTimeout 20s: %v", err)
+			}
+			if !isolated {
+				c.Close() // the next call starts a server again
+				c = newClient(t, cfg)
+			}
+			// A request of 4 s on a server that takes 1.5 s to start.
+			began := time.Now()
+			_, err := c.Run(context.Background(), opSleep, []int64{4000}, nil)
+			took := time.Since(began)
+			if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "HELLO") {
+				t.Fatalf("a 4 s request under CallTimeout 500ms, after a start of 1.5 s = %v, want the request's deadline error", err)
+			}
+			if took < 1500*time.Millisecond || took > 6*time.Second {
+				t.Errorf("the request gave up after %v, want the start's 1.5 s and about CallTimeout (500ms) more", took)
+			}
+		})
+	}
+}
+
+// A call with a deadline of its own keeps it for the start, and the error
+// says that the call's deadline, not StartTimeout, ended the wait.
+func TestAStartCutShortByTheCallsDeadlineSaysSo(t *testing.T) {
 	t.Parallel()
 	cfg := fakeConfig(t, modeSlowHello)
-	cfg.CallTimeout = 500 * time.Millisecond
-	cfg.StartTimeout = 10 * time.Second
+	cfg.StartTimeout = 20 * time.Second
 	c := newClient(t, cfg)
-	if err := c.Ping(context.Background()); err != nil {
-		t.Fatalf("Ping with a HELLO after 1.5 s, CallTimeout 500ms and StartTimeout 10s: %v", err)
-	}
-	// With the server live, a call gets CallTimeout alone.
-	began := time.Now()
-	_, err := c.Run(context.Background(), opSleep, []int64{2000}, nil)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a 2 s request under CallTimeout 500ms = %v, want a deadline error", err)
-	}
-	if took := time.Since(began); took > 1500*time.Millisecond {
-		t.Errorf("the request gave up after %v, want about CallTimeout (500ms)", took)
+	err := c.Ping(withTimeout(t, 300*time.Millisecond))
+	checkErr(t, err, []error{ErrServerDied, context.DeadlineExceeded}, "no HELLO before the call's deadline", "give the call a later deadline")
+	if strings.Contains(err.Error(), "VKERN_START_TIMEOUT") {
+		t.Errorf("the hint names StartTimeout's setting, which would not have helped:\n%v", err)
 	}
 }
 

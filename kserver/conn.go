@@ -110,10 +110,12 @@ func newConn(c *Client, gen uint64, p process, r *rings) (*conn, error) {
 }
 
 // callCtx is a call's context and the deadline it runs under: the
-// context's own, or CallTimeout from the call's start.
+// context's own, or (implicit) CallTimeout from the call's start, or from
+// the arrival of the server it started or waited for (Client.server).
 type callCtx struct {
 	ctx      context.Context
 	deadline time.Time
+	implicit bool // ctx has no deadline: the deadline is CallTimeout's
 }
 
 // err is the context's error (its cause, when it was cancelled with one:

@@ -40,14 +40,15 @@ func newIsolated(c *Client) *isolated {
 	return &isolated{c: c, bufs: map[uint64]*shadow{}, running: map[*Client]struct{}{}}
 }
 
-// oneShot runs fn against a fresh server and shuts it down.
+// oneShot runs fn against a fresh server and shuts it down. Where ctx has
+// no deadline, the server's start is bounded by StartTimeout and fn by
+// CallTimeout from the server's arrival, as a persistent Client's call
+// that starts its server (Client.server).
 func (m *isolated) oneShot(ctx context.Context, op Opcode, fn func(ctx context.Context, one *Client) error) error {
 	cx, err := m.c.begin(ctx, op)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithDeadline(ctx, cx.deadline)
-	defer cancel()
 	cfg := m.c.cfg
 	cfg.Isolated = false
 	one := New(cfg)
@@ -59,7 +60,15 @@ func (m *isolated) oneShot(ctx context.Context, op Opcode, fn func(ctx context.C
 	m.running[one] = struct{}{}
 	m.last = one
 	m.mu.Unlock()
-	err = fn(ctx, one)
+	if cx.implicit {
+		_, err = one.server(&cx, op, true)
+	}
+	if err == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, cx.deadline)
+		defer cancel()
+		err = fn(ctx, one)
+	}
 	if cerr := one.Close(); err == nil && cerr != nil {
 		err = cerr
 	}

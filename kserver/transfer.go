@@ -180,7 +180,7 @@ func (c *Client) TextWrite(ctx context.Context, h Handle, offset uint64, values 
 	if err != nil {
 		return err
 	}
-	s, err := c.serverFor(cx, OpTextWrite, h)
+	s, err := c.serverFor(&cx, OpTextWrite, h)
 	if err != nil {
 		return err
 	}
@@ -232,7 +232,7 @@ func (c *Client) TextRead(ctx context.Context, h Handle, offset uint64, dst []ui
 	if err != nil {
 		return err
 	}
-	s, err := c.serverFor(cx, OpTextRead, h)
+	s, err := c.serverFor(&cx, OpTextRead, h)
 	if err != nil {
 		return err
 	}
