@@ -47,6 +47,12 @@ type Options struct {
 	// start of a call whose context has no deadline; one with a deadline
 	// has that deadline for its start too.
 	StartTimeout time.Duration
+	// ServerWrapper, if set, is a command the server is started under (its
+	// words; the server's path is appended): where nil, the words of
+	// $VKERN_SERVER_WRAPPER. It is how Nsight Compute profiles the server's
+	// kernels, as the server's parent; kserver.Config.Wrapper says what it
+	// must do.
+	ServerWrapper []string
 	// Isolated runs every call that needs the server in a fresh server
 	// process, shut down when the call ends; buffers then live in host
 	// memory between calls. Slower by the cost of a process start per
@@ -129,6 +135,7 @@ func Open(ctx context.Context, opts Options) (*Device, error) {
 		BeforeStart:        d.recheck,
 		CallTimeout:        opts.CallTimeout,
 		StartTimeout:       start,
+		Wrapper:            serverWrapper(opts.ServerWrapper, os.LookupEnv),
 		ExpectSourceSHA256: d.artifact.Manifest.SourceSHA256,
 		Isolated:           opts.Isolated,
 	})
@@ -137,6 +144,22 @@ func Open(ctx context.Context, opts Options) (*Device, error) {
 		return nil, fmt.Errorf("vkern: starting the %s kernel server: %w", d.backend, err)
 	}
 	return d, nil
+}
+
+// ServerWrapperEnv names the environment variable that sets
+// Options.ServerWrapper where a caller leaves it nil: words separated by
+// blanks, without quoting, e.g. "ncu --log-file /tmp/ncu.log -o /tmp/rows
+// --set full -k regex:layernorm_grad -c 1".
+const ServerWrapperEnv = "VKERN_SERVER_WRAPPER"
+
+// serverWrapper is the wrapper Open gives the server: set, else the words
+// of $VKERN_SERVER_WRAPPER (read through lookup), else none.
+func serverWrapper(set []string, lookup func(string) (string, bool)) []string {
+	if set != nil {
+		return set
+	}
+	v, _ := lookup(ServerWrapperEnv)
+	return strings.Fields(v)
 }
 
 // StartTimeoutEnv names the environment variable that sets

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,6 +91,18 @@ func TestCPUBackendConformance(t *testing.T) {
 	kerneltest.All(t, dev)
 	t.Run("add in place", func(t *testing.T) { checkAddInPlace(t, dev) })
 	t.Run("layernorm_grad in place", func(t *testing.T) { checkLayerNormGradInPlace(t, dev) })
+}
+
+// The real server runs under a wrapper that stays its parent (as Nsight
+// Compute does): the arena, the rings and the cookie reach it through the
+// wrapper, and its kernels answer.
+func TestTheServerRunsUnderAWrapper(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "mark")
+	dev := openCPU(t, Options{ServerWrapper: []string{"sh", "-c", `echo "$0" > "` + mark + `"; "$@"`, "wrapper"}})
+	if got, err := os.ReadFile(mark); err != nil || strings.TrimSpace(string(got)) != "wrapper" {
+		t.Fatalf("the wrapper's mark: %q, %v; want it to have run", got, err)
+	}
+	checkAddInPlace(t, dev)
 }
 
 func TestOpenReportsWhatBuiltAndRunsTheServer(t *testing.T) {
@@ -769,5 +783,31 @@ func TestStartTimeoutComesFromOptionsThenTheEnvironment(t *testing.T) {
 	}
 	if _, err := startTimeout(-time.Second, env("", false)); err == nil {
 		t.Error("a negative Options.StartTimeout was accepted")
+	}
+}
+
+func TestServerWrapperComesFromOptionsThenTheEnvironment(t *testing.T) {
+	env := func(v string) func(string) (string, bool) {
+		return func(name string) (string, bool) {
+			if name != ServerWrapperEnv {
+				t.Errorf("looked up %q, want %q", name, ServerWrapperEnv)
+			}
+			return v, v != ""
+		}
+	}
+	for _, tt := range []struct {
+		name  string
+		set   []string
+		value string
+		want  []string
+	}{
+		{"unset: none", nil, "", nil},
+		{"blank: none", nil, "  \t ", nil},
+		{"from the environment, by words", nil, " ncu  --log-file /tmp/l -o /tmp/r\t-c 1 ", []string{"ncu", "--log-file", "/tmp/l", "-o", "/tmp/r", "-c", "1"}},
+		{"options first", []string{"env"}, "ncu -c 1", []string{"env"}},
+	} {
+		if got := serverWrapper(tt.set, env(tt.value)); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: serverWrapper = %q, want %q", tt.name, got, tt.want)
+		}
 	}
 }

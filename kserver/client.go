@@ -32,6 +32,18 @@ type Config struct {
 	CallTimeout time.Duration
 	// StartTimeout bounds the wait for HELLO after a start (10s).
 	StartTimeout time.Duration
+	// Wrapper, if set, is a command the server runs under: its first word
+	// (looked up in $PATH) is started with the other words and then Path as
+	// its arguments, and is the server's parent. It must hand on the
+	// server's stdin, stdout, stderr, descriptors 3 and 4 and environment,
+	// and write nothing of its own to stdout: Nsight Compute with
+	// --log-file, say, to profile the server's kernels (ncu as the direct
+	// parent; under `ncu --target-processes all vkern …` the server does
+	// not start). BeforeStart still checks Path. A kill takes the wrapper's
+	// process group, the server in it; after SHUTDOWN the wrapper may take
+	// StartTimeout, not CloseTimeout, to exit (a profiler writes its report
+	// then).
+	Wrapper []string
 	// CloseTimeout bounds each step of Close: the SHUTDOWN reply (behind the
 	// calls in flight) and the exit after it (2s).
 	CloseTimeout time.Duration
@@ -814,7 +826,7 @@ func (c *Client) start(cx callCtx) (*conn, error) {
 		}
 		ringFile = r.file
 	}
-	p, err := startProcess(c.cfg.Path, childEnv(c.cfg.Env), c.cfg.StderrTail, a.file, ringFile)
+	p, err := startProcess(c.cfg.Path, c.cfg.Wrapper, childEnv(c.cfg.Env), c.cfg.StderrTail, a.file, ringFile)
 	started := false
 	if r != nil {
 		r.closeFile() // the child has its own, or never will

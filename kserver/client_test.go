@@ -462,6 +462,73 @@ func TestAStartCutShortByTheCallsDeadlineSaysSo(t *testing.T) {
 	}
 }
 
+// A wrapper starts the server as its child and hands on its pipes,
+// descriptors and environment (so the rings work through it); a kill at a
+// call's deadline takes the wrapper's process group, the server with it.
+func TestAWrapperRunsTheServerAsItsChild(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "mark")
+	wrapper := filepath.Join(dir, "wrap")
+	// Its flag, then the server, run not by exec: the shell stays the
+	// server's parent, as a profiler does.
+	script := "#!/bin/sh\necho \"$$ $*\" > \"$WRAP_MARK\"\nshift\n\"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fakeConfig(t, modeServe, "WRAP_MARK="+mark)
+	cfg.Wrapper = []string{wrapper, "--a-flag"}
+	c := newClient(t, cfg)
+	server := serverPID(t, c)
+	got, err := os.ReadFile(mark)
+	if err != nil {
+		t.Fatalf("the wrapper did not run: %v", err)
+	}
+	var shell int
+	var args string
+	if _, err := fmt.Sscanf(string(got), "%d %s", &shell, &args); err != nil || args != "--a-flag" ||
+		!strings.HasSuffix(strings.TrimSpace(string(got)), " "+cfg.Path) {
+		t.Fatalf("the wrapper was run as %q, want its pid, --a-flag and then the server's path %s", got, cfg.Path)
+	}
+	if shell == server {
+		t.Fatalf("the server's HELLO pid %d is the wrapper's: the server is not its child", server)
+	}
+	if err := c.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping through the wrapper: %v", err)
+	}
+	_, err = c.Run(withTimeout(t, 300*time.Millisecond), opHang, nil, nil)
+	checkErr(t, err, []error{ErrServerDied})
+	for _, pid := range []int{shell, server} {
+		waitGone(t, pid)
+	}
+}
+
+// A wrapper that is not in $PATH is named, with what to do.
+func TestAMissingWrapperSaysSo(t *testing.T) {
+	t.Parallel()
+	cfg := fakeConfig(t, modeServe)
+	cfg.Wrapper = []string{"vkern-no-such-wrapper", "-x"}
+	err := newClient(t, cfg).Ping(context.Background())
+	checkErr(t, err, nil, `the server's wrapper "vkern-no-such-wrapper"`, "not a program in $PATH")
+}
+
+// waitGone waits up to 5 s for pid to be gone or a zombie (the wrapper's
+// child, orphaned by the kill, is reaped by whichever process adopts it).
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); ; {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			return
+		}
+		if time.Now().After(end) {
+			t.Errorf("process %d still runs after the kill: %s", pid, stat)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestABinaryThatCannotRunSaysSo(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

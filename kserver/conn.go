@@ -782,10 +782,14 @@ func (s *conn) shutdown() error {
 		return cl.err
 	}
 	var err error
-	if !s.p.wait(cfg.CloseTimeout) {
+	exit := cfg.CloseTimeout
+	if len(cfg.Wrapper) > 0 {
+		exit = max(exit, cfg.StartTimeout) // a profiler writes its report after the server exits
+	}
+	if !s.p.wait(exit) {
 		s.p.kill()
 		s.p.wait(waitDelay + time.Second)
-		err = fmt.Errorf("kserver: close: kernel server #%d (pid %d) answered SHUTDOWN but had not exited %v later; killed it", s.gen, s.p.pid(), cfg.CloseTimeout)
+		err = fmt.Errorf("kserver: close: kernel server #%d (pid %d) answered SHUTDOWN but had not exited %v later; killed it", s.gen, s.p.pid(), exit)
 	} else if exit, _ := s.p.diagnose(); exit != "exit status 0" {
 		err = fmt.Errorf("kserver: close: kernel server #%d (pid %d) ended with %s after SHUTDOWN, want exit status 0\n--- stderr tail ---\n%s",
 			s.gen, s.p.pid(), exit, s.p.stderrTail())

@@ -50,6 +50,7 @@ type execProcess struct {
 	stderr  *tailBuffer
 	done    chan struct{}
 	waitErr error // set before done is closed
+	wrapped bool  // the child is a wrapper whose own child is the server: kill takes its process group
 }
 
 // startProcess starts path with no arguments and the environment env. Its
@@ -57,10 +58,21 @@ type execProcess struct {
 // is lost when it exits; its stderr goes through exec's copying goroutine
 // into a ring of stderrBytes, so a chatty child never blocks. The arena
 // file, if any, becomes the child's file descriptor 3, and the ring file,
-// if any, its descriptor 4 (with the variable that tells it so).
-func startProcess(path string, env []string, stderrBytes int, arena, rings *os.File) (*execProcess, error) {
+// if any, its descriptor 4 (with the variable that tells it so). With a
+// wrapper (Config.Wrapper), the child is the wrapper's first word, found in
+// $PATH, run with its other words and then path: it inherits the pipes and
+// descriptors and hands them on to the server it starts.
+func startProcess(path string, wrapper []string, env []string, stderrBytes int, arena, rings *os.File) (*execProcess, error) {
 	if rings != nil && arena == nil {
 		return nil, errors.New("kserver: the ring file goes on descriptor 4, after an arena on 3")
+	}
+	program, args := path, []string{path}
+	if len(wrapper) > 0 {
+		found, err := exec.LookPath(wrapper[0])
+		if err != nil {
+			return nil, fmt.Errorf("the server's wrapper %q: %w", wrapper[0], err)
+		}
+		program, args = found, append(append([]string{wrapper[0]}, wrapper[1:]...), path)
 	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -76,7 +88,7 @@ func startProcess(path string, env []string, stderrBytes int, arena, rings *os.F
 		// Built by hand, not with exec.Command, so that a bare name is never
 		// looked up in $PATH: the binary that runs is the one whose hash
 		// BeforeStart checked.
-		cmd: &exec.Cmd{Path: path, Args: []string{path}, Env: env, Stdin: inR, Stdout: outW, WaitDelay: waitDelay,
+		cmd: &exec.Cmd{Path: program, Args: args, Env: env, Stdin: inR, Stdout: outW, WaitDelay: waitDelay,
 			// A process group of its own: a terminal's Ctrl-C (SIGINT to the
 			// foreground group) reaches the host alone, which finishes its
 			// call, saves and closes the server, rather than the server dying
@@ -88,10 +100,11 @@ func startProcess(path string, env []string, stderrBytes int, arena, rings *os.F
 			// started the child: Start runs on a locked thread, which the
 			// runtime keeps after the unlock.
 			SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}},
-		in:     inW,
-		out:    outR,
-		stderr: newTailBuffer(stderrBytes),
-		done:   make(chan struct{}),
+		in:      inW,
+		out:     outR,
+		stderr:  newTailBuffer(stderrBytes),
+		done:    make(chan struct{}),
+		wrapped: len(wrapper) > 0,
 	}
 	p.cmd.Stderr = p.stderr
 	if arena != nil {
@@ -128,6 +141,13 @@ func (p *execProcess) pid() int           { return p.cmd.Process.Pid }
 func (p *execProcess) stderrTail() string { return p.stderr.String() }
 
 func (p *execProcess) kill() {
+	if p.wrapped {
+		// The wrapper's process group (its own, Setpgid), with the server
+		// in it, which may outlive a wrapper that exits or dies first. The
+		// group's id stays reserved while a member lives, so this reaches
+		// no other process; ESRCH once all are gone.
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
 	// After the child has exited, Kill returns os.ErrProcessDone: nothing to do.
 	_ = p.cmd.Process.Kill()
 }
@@ -194,7 +214,10 @@ func (p *execProcess) release() {
 
 // startHint says what to do about an error from startProcess.
 func startHint(err error) string {
+	var lookup *exec.Error // only the wrapper is looked up in $PATH
 	switch {
+	case errors.As(err, &lookup):
+		return "the server's wrapper (Config.Wrapper; vkern: $VKERN_SERVER_WRAPPER) is not a program in $PATH: install it, or name it by its path"
 	case errors.Is(err, fs.ErrNotExist):
 		return "the kernel-server binary is missing; `vkern cache clean` rebuilds it"
 	case errors.Is(err, fs.ErrPermission):

@@ -333,7 +333,7 @@ func startRawServer(t *testing.T, bin string) (*execProcess, *frameReader) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.close() })
-	p, err := startProcess(bin, childEnv(nil), 4<<10, a.file, nil)
+	p, err := startProcess(bin, nil, childEnv(nil), 4<<10, a.file, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

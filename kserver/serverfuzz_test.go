@@ -63,7 +63,7 @@ func startRaw(t testing.TB, bin string, a *arena, useRings bool) *rawServer {
 		}
 		ringFile = rf.file
 	}
-	p, err := startProcess(bin, childEnv(nil), 16<<10, a.file, ringFile)
+	p, err := startProcess(bin, nil, childEnv(nil), 16<<10, a.file, ringFile)
 	if rf != nil {
 		rf.closeFile()
 	}
