@@ -31,6 +31,16 @@ trap finish EXIT
 #               /tmp/TAG.ncu-rep, then ncu_report. (In calls 2-4 of
 #               docs/lm-head-class-tiles-h100 the kernel server did not start
 #               under ncu; bench/gemm_lab.cu is the way that has worked.)
+#   ncu_server TAG KERNELS COUNT CMD...
+#               runs CMD (a bin/vkern command) with its kernel server started
+#               under Nsight Compute as its parent ($VKERN_SERVER_WRAPPER;
+#               $VKERN_START_TIMEOUT 3m unless set), profiling COUNT launches
+#               of the kernels whose names match the regex KERNELS (--set
+#               full), after the first $NCU_SKIP (2) of them, into
+#               /tmp/TAG.ncu-rep, ncu's own output in
+#               ncu-TAG-log.txt; then ncu_report. The way to profile the
+#               server: under `ncu --target-processes all bin/vkern …` it
+#               never started (docs/rows-ncu-h200)
 #   tables      writes table.txt: bench_table, then anchor_table of
 #               anchors.jsonl and of anchors-after.jsonl (its lines marked
 #               "after", anchors measured after the rounds), and prints it
@@ -206,6 +216,18 @@ ncu_lab() {
     --launch-skip 2 -c 1 -f -o "/tmp/$tag" /tmp/gemm_lab 6 > "$out/ncu-$tag-run.txt" 2>&1
   echo "rc=$?"
   [ -f "/tmp/$tag.ncu-rep" ] || return
+  ncu_report "$tag"
+}
+ncu_server() {
+  local tag=$1 kernels=$2 count=$3
+  shift 3
+  [ "$(left)" -gt 60 ] || { echo "$tag: no time left"; return; }
+  step "ncu, the server's parent: $tag ($kernels)"
+  VKERN_START_TIMEOUT=${VKERN_START_TIMEOUT:-3m} \
+    VKERN_SERVER_WRAPPER="ncu --log-file $out/ncu-$tag-log.txt -f -o /tmp/$tag --clock-control none --set full --import-source no -k regex:$kernels --launch-skip ${NCU_SKIP:-2} -c $count" \
+    timeout $(( $(left) - 20 )) "$@" > "$out/ncu-$tag-run.txt" 2>&1
+  echo "rc=$?"
+  [ -f "/tmp/$tag.ncu-rep" ] || { tail -3 "$out/ncu-$tag-run.txt"; tail -5 "$out/ncu-$tag-log.txt" 2>/dev/null; return; }
   ncu_report "$tag"
 }
 ncu_report() {
