@@ -98,7 +98,9 @@ func TestCPUBackendConformance(t *testing.T) {
 // wrapper, and its kernels answer.
 func TestTheServerRunsUnderAWrapper(t *testing.T) {
 	mark := filepath.Join(t.TempDir(), "mark")
-	dev := openCPU(t, Options{ServerWrapper: []string{"sh", "-c", `echo "$0" > "` + mark + `"; "$@"`, "wrapper"}})
+	// "; exit $?": a shell may exec its last command, which would leave no
+	// wrapper.
+	dev := openCPU(t, Options{ServerWrapper: []string{"sh", "-c", `echo "$0" > "` + mark + `"; "$@"; exit $?`, "wrapper"}})
 	if got, err := os.ReadFile(mark); err != nil || strings.TrimSpace(string(got)) != "wrapper" {
 		t.Fatalf("the wrapper's mark: %q, %v; want it to have run", got, err)
 	}

@@ -38,7 +38,9 @@ trap finish EXIT
 #               of the kernels whose names match the regex KERNELS (--set
 #               full), after the first $NCU_SKIP (2) of them, into
 #               /tmp/TAG.ncu-rep, ncu's own output in
-#               ncu-TAG-log.txt; then ncu_report. The way to profile the
+#               ncu-TAG-log.txt, within what is left but 40 s (then SIGTERM,
+#               and SIGKILL 20 s on: vkern's Close may wait 3 minutes for
+#               ncu); then ncu_report. The way to profile the
 #               server: under `ncu --target-processes all bin/vkern …` it
 #               never started (docs/rows-ncu-h200)
 #   tables      writes table.txt: bench_table, then anchor_table of
@@ -225,7 +227,7 @@ ncu_server() {
   step "ncu, the server's parent: $tag ($kernels)"
   VKERN_START_TIMEOUT=${VKERN_START_TIMEOUT:-3m} \
     VKERN_SERVER_WRAPPER="ncu --log-file $out/ncu-$tag-log.txt -f -o /tmp/$tag --clock-control none --set full --import-source no -k regex:$kernels --launch-skip ${NCU_SKIP:-2} -c $count" \
-    timeout $(( $(left) - 20 )) "$@" > "$out/ncu-$tag-run.txt" 2>&1
+    timeout -k 20 $(( $(left) - 40 )) "$@" > "$out/ncu-$tag-run.txt" 2>&1
   echo "rc=$?"
   [ -f "/tmp/$tag.ncu-rep" ] || { tail -3 "$out/ncu-$tag-run.txt"; tail -5 "$out/ncu-$tag-log.txt" 2>/dev/null; return; }
   ncu_report "$tag"

@@ -39,13 +39,17 @@ type Config struct {
 	// and write nothing of its own to stdout: Nsight Compute with
 	// --log-file, say, to profile the server's kernels (ncu as the direct
 	// parent; under `ncu --target-processes all vkern …` the server does
-	// not start). BeforeStart still checks Path. A kill takes the wrapper's
-	// process group, the server in it; after SHUTDOWN the wrapper may take
+	// not start). It must keep the server in its own process group: a kill
+	// takes that group, and the group is killed when the wrapper exits.
+	// BeforeStart still checks Path. After SHUTDOWN the wrapper may take
 	// StartTimeout, not CloseTimeout, to exit (a profiler writes its report
-	// then).
+	// then). The server is told (VKERN_WRAPPED=1) to end itself 2 s after
+	// its stdin hangs up, since the host's parent-death signal reaches the
+	// wrapper alone. A DiedError's PID and exit status are the wrapper's.
 	Wrapper []string
 	// CloseTimeout bounds each step of Close: the SHUTDOWN reply (behind the
-	// calls in flight) and the exit after it (2s).
+	// calls in flight) and the exit after it (2s; under a Wrapper, the exit
+	// may take StartTimeout if that is longer).
 	CloseTimeout time.Duration
 	// StderrTail is how many bytes of the child's stderr are kept (64 KiB).
 	StderrTail int
@@ -603,7 +607,8 @@ func appendRun(dst []byte, r RunRequest) []byte {
 }
 
 // Close asks the server to shut down once the calls in flight are answered,
-// waits up to CloseTimeout for that and up to CloseTimeout for the exit, and
+// waits up to CloseTimeout for that and up to CloseTimeout (under a Wrapper,
+// StartTimeout where longer) for the exit, and
 // kills it when either runs out; calls still in flight then fail with an
 // error wrapping ErrClosed. Later calls fail with ErrClosed. Close is safe
 // to call more than once and from several goroutines; all get the first
@@ -860,7 +865,9 @@ func (c *Client) start(cx callCtx) (*conn, error) {
 	if !stop() {
 		cause := fmt.Errorf("no HELLO within StartTimeout (%v): %w", c.cfg.StartTimeout, startCtx.Err())
 		hint := fmt.Sprintf("is %s a vkern kernel server? A server sends HELLO at once; a slow device initialisation (under a profiler such as Nsight Compute) needs a longer StartTimeout (vkern: $VKERN_START_TIMEOUT, e.g. 2m)", c.cfg.Path)
-		if ctx.Err() != nil {
+		// The call's own deadline ended the wait where its context has one
+		// (an implicit deadline was moved to StartTimeout's end: server).
+		if cx.ctx.Err() != nil || (!cx.implicit && ctx.Err() != nil) {
 			cause = fmt.Errorf("no HELLO before the call's deadline: %w", ctx.Err())
 			hint = "the call's context ended before StartTimeout did: give the call a later deadline (or none: then StartTimeout alone bounds the start)"
 		}

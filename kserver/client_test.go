@@ -496,11 +496,54 @@ func TestAWrapperRunsTheServerAsItsChild(t *testing.T) {
 	if err := c.Ping(context.Background()); err != nil {
 		t.Fatalf("Ping through the wrapper: %v", err)
 	}
-	_, err = c.Run(withTimeout(t, 300*time.Millisecond), opHang, nil, nil)
+	// Without the group kill the host's read of the server's stdout would
+	// never end (the server holds it open): fail rather than hang.
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Run(withTimeout(t, 300*time.Millisecond), opHang, nil, nil)
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("a call to a hung server under a wrapper did not end 15 s after its 300ms deadline")
+	}
 	checkErr(t, err, []error{ErrServerDied})
 	for _, pid := range []int{shell, server} {
 		waitGone(t, pid)
 	}
+}
+
+// A server whose wrapper exits first is killed with the wrapper's process
+// group, not left running without it.
+func TestAServerOutlivingItsWrapperIsKilled(t *testing.T) {
+	t.Parallel()
+	wrapper := filepath.Join(t.TempDir(), "wrap")
+	// The server in the background (its stdin kept: sh gives a background
+	// command /dev/null), and the wrapper gone half a second on.
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\n\"$@\" <&0 &\nsleep 0.5\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fakeConfig(t, modeServe)
+	cfg.Wrapper = []string{wrapper}
+	c := newClient(t, cfg)
+	server := serverPID(t, c)
+	waitGone(t, server)
+	if err := c.Ping(withTimeout(t, 10*time.Second)); !errors.Is(err, ErrServerDied) {
+		t.Errorf("Ping after the wrapper exited = %v, want the server's death reported", err)
+	}
+}
+
+// Where StartTimeout is longer than CallTimeout and the call's context has
+// no deadline, a start that runs out says StartTimeout did, and names its
+// setting.
+func TestAStartPastStartTimeoutNamesIt(t *testing.T) {
+	t.Parallel()
+	cfg := fakeConfig(t, modeSilent)
+	cfg.CallTimeout = 200 * time.Millisecond
+	cfg.StartTimeout = 500 * time.Millisecond
+	err := newClient(t, cfg).Ping(context.Background())
+	checkErr(t, err, []error{ErrServerDied, context.DeadlineExceeded}, "no HELLO within StartTimeout (500ms)", "VKERN_START_TIMEOUT")
 }
 
 // A wrapper that is not in $PATH is named, with what to do.

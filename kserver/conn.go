@@ -782,14 +782,14 @@ func (s *conn) shutdown() error {
 		return cl.err
 	}
 	var err error
-	exit := cfg.CloseTimeout
+	grace := cfg.CloseTimeout
 	if len(cfg.Wrapper) > 0 {
-		exit = max(exit, cfg.StartTimeout) // a profiler writes its report after the server exits
+		grace = max(grace, cfg.StartTimeout) // a profiler writes its report after the server exits
 	}
-	if !s.p.wait(exit) {
+	if !s.p.wait(grace) {
 		s.p.kill()
 		s.p.wait(waitDelay + time.Second)
-		err = fmt.Errorf("kserver: close: kernel server #%d (pid %d) answered SHUTDOWN but had not exited %v later; killed it", s.gen, s.p.pid(), exit)
+		err = fmt.Errorf("kserver: close: kernel server #%d (pid %d) answered SHUTDOWN but had not exited %v later; killed it", s.gen, s.p.pid(), grace)
 	} else if exit, _ := s.p.diagnose(); exit != "exit status 0" {
 		err = fmt.Errorf("kserver: close: kernel server #%d (pid %d) ended with %s after SHUTDOWN, want exit status 0\n--- stderr tail ---\n%s",
 			s.gen, s.p.pid(), exit, s.p.stderrTail())

@@ -68,6 +68,9 @@ func TestMain(m *testing.M) {
 	if mode, ok := os.LookupEnv(fakeModeEnv); ok {
 		os.Exit(fakeServer(mode))
 	}
+	if bin, ok := os.LookupEnv(testHostEnv); ok {
+		os.Exit(busyWrappedHost(bin))
+	}
 	code := m.Run()
 	if realDir != "" {
 		os.RemoveAll(realDir)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // process is one incarnation of the kernel server. The Client sees only this
@@ -22,7 +24,8 @@ type process interface {
 	stdin() *os.File
 	stdout() *os.File
 	pid() int
-	// kill sends SIGKILL, which ends any blocked read or write on the
+	// kill sends SIGKILL (under a wrapper, to the wrapper's process group
+	// until the wrapper exits), which ends any blocked read or write on the
 	// pipes. It is safe at any time, from any goroutine, any number of
 	// times, before or after the child exits.
 	kill()
@@ -39,6 +42,10 @@ type process interface {
 	release()
 }
 
+// wrappedEnv tells a server started under a wrapper to watch for its
+// host's death itself.
+const wrappedEnv = "VKERN_WRAPPED"
+
 // waitDelay bounds how long Wait waits for the child's stderr to close after
 // the child itself has exited (a grandchild could hold it open).
 const waitDelay = 2 * time.Second
@@ -51,6 +58,12 @@ type execProcess struct {
 	done    chan struct{}
 	waitErr error // set before done is closed
 	wrapped bool  // the child is a wrapper whose own child is the server: kill takes its process group
+
+	// Under a wrapper: groupGone says the group was killed when the
+	// wrapper exited, before it was reaped (its pid, the group's id, then
+	// free for reuse: no signal to the group after that).
+	groupMu   sync.Mutex
+	groupGone bool
 }
 
 // startProcess starts path with no arguments and the environment env. Its
@@ -98,7 +111,9 @@ func startProcess(path string, wrapper []string, env []string, stderrBytes int, 
 			// server) the kernel's parent-death signal kills it at once, not
 			// after its call in flight. That signal follows the thread that
 			// started the child: Start runs on a locked thread, which the
-			// runtime keeps after the unlock.
+			// runtime keeps after the unlock. Under a wrapper it reaches the
+			// wrapper; the server, told by wrappedEnv, ends itself 2 s after
+			// its stdin hangs up.
 			SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}},
 		in:      inW,
 		out:     outR,
@@ -110,9 +125,15 @@ func startProcess(path string, wrapper []string, env []string, stderrBytes int, 
 	if arena != nil {
 		p.cmd.ExtraFiles = []*os.File{arena}
 	}
+	if p.wrapped {
+		// The server's own watch for the host's death, which the
+		// parent-death signal no longer covers (server.cc,
+		// watch_host_when_wrapped).
+		p.cmd.Env = append(p.cmd.Env[:len(p.cmd.Env):len(p.cmd.Env)], wrappedEnv+"=1")
+	}
 	if rings != nil {
 		p.cmd.ExtraFiles = append(p.cmd.ExtraFiles, rings)
-		p.cmd.Env = append(env[:len(env):len(env)], fmt.Sprintf("%s=%d", ringsEnv, ringsFd))
+		p.cmd.Env = append(p.cmd.Env[:len(p.cmd.Env):len(p.cmd.Env)], fmt.Sprintf("%s=%d", ringsEnv, ringsFd))
 	}
 	runtime.LockOSThread()
 	err = p.cmd.Start()
@@ -129,10 +150,26 @@ func startProcess(path string, wrapper []string, env []string, stderrBytes int, 
 	inW.Fd()
 	outR.Fd()
 	go func() {
+		if p.wrapped {
+			p.endGroup()
+		}
 		p.waitErr = p.cmd.Wait()
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// endGroup waits for the wrapper to exit without reaping it (its pid stays
+// taken, and with it the group's id), then kills what is left of its process
+// group: a server whose wrapper died first, say.
+func (p *execProcess) endGroup() {
+	var info unix.Siginfo
+	for unix.Waitid(unix.P_PID, p.cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
+	}
+	p.groupMu.Lock()
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	p.groupGone = true
+	p.groupMu.Unlock()
 }
 
 func (p *execProcess) stdin() *os.File    { return p.in }
@@ -143,10 +180,14 @@ func (p *execProcess) stderrTail() string { return p.stderr.String() }
 func (p *execProcess) kill() {
 	if p.wrapped {
 		// The wrapper's process group (its own, Setpgid), with the server
-		// in it, which may outlive a wrapper that exits or dies first. The
-		// group's id stays reserved while a member lives, so this reaches
-		// no other process; ESRCH once all are gone.
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		// in it. Only until the wrapper has exited: endGroup kills the group
+		// then, before the wrapper is reaped and its pid (the group's id)
+		// can be taken by another process.
+		p.groupMu.Lock()
+		if !p.groupGone {
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		}
+		p.groupMu.Unlock()
 	}
 	// After the child has exited, Kill returns os.ErrProcessDone: nothing to do.
 	_ = p.cmd.Process.Kill()

@@ -1,6 +1,7 @@
 package kserver
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -875,4 +877,114 @@ func TestRealServerReportsMemory(t *testing.T) {
 			t.Errorf("MEMORY answered %+v, %v", m, err)
 		}
 	})
+}
+
+// testHostEnv makes the test binary busyWrappedHost, a host that the test
+// kills in the middle of a call.
+const testHostEnv = "VKERN_KSERVER_TEST_HOST"
+
+// busyWrappedHost starts the real server at bin under a shell wrapper that
+// stays its parent, prints "wrapper PID", and runs a GEMM of about 275
+// GFLOP: many seconds of a -O1 cpu server's time.
+func busyWrappedHost(bin string) int {
+	c := New(Config{Path: bin, Wrapper: []string{"sh", "-c", `"$@"; exit $?`, "sh"}, CallTimeout: 10 * time.Minute})
+	ctx := context.Background()
+	const m, n, k = 8192, 4096, 4096
+	var hs []Handle
+	for _, bytes := range []uint64{2 * m * k, 2 * k * n, 4 * m * n} {
+		h, err := c.Alloc(ctx, bytes)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "busyWrappedHost:", err)
+			return 1
+		}
+		hs = append(hs, h)
+	}
+	fmt.Printf("wrapper %d\n", c.lastProcess().pid())
+	_, err := c.Run(ctx, 1, []int64{m, n, k}, hs)
+	fmt.Fprintln(os.Stderr, "busyWrappedHost: the GEMM ended before the host was killed:", err)
+	return 1
+}
+
+// childOf is the pid of a process whose parent is pid, or 0.
+func childOf(pid int) int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may hold blanks and parentheses.
+		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			child, _ := strconv.Atoi(strings.TrimSuffix(filepath.Base(filepath.Dir(path)), "/"))
+			return child
+		}
+	}
+	return 0
+}
+
+// A server under a wrapper, busy in a long kernel when its host is killed,
+// ends soon after (the host's parent-death signal reaches the wrapper
+// alone; the server watches its stdin, server.cc's watch_host_when_wrapped)
+// rather than when the kernel would have finished.
+func TestAWrappedServerEndsWhenItsHostIsKilled(t *testing.T) {
+	t.Parallel()
+	bin := buildRealServer(t)
+	host := exec.Command(os.Args[0])
+	host.Env = append(os.Environ(), testHostEnv+"="+bin)
+	var stderr bytes.Buffer
+	host.Stderr = &stderr
+	out, err := host.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		host.Process.Kill()
+		host.Wait()
+	}()
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(out).ReadString('\n')
+		line <- s
+	}()
+	var wrapper int
+	select {
+	case s := <-line:
+		if _, err := fmt.Sscanf(s, "wrapper %d", &wrapper); err != nil {
+			t.Fatalf("the host said %q (stderr: %s)", s, stderr.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the host did not start its server (stderr: %s)", stderr.String())
+	}
+	var server int
+	for end := time.Now().Add(10 * time.Second); server == 0 && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		server = childOf(wrapper)
+	}
+	if server == 0 {
+		t.Fatalf("no child of the wrapper %d found", wrapper)
+	}
+	t.Cleanup(func() { // a server the watch missed, if it is still ours
+		if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", server)); strings.HasPrefix(string(cmd), bin) {
+			syscall.Kill(server, syscall.SIGKILL)
+		}
+	})
+	time.Sleep(500 * time.Millisecond) // the GEMM under way
+	host.Process.Kill()
+	host.Wait()
+	began := time.Now()
+	waitGone(t, wrapper)
+	for {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", server))
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			break
+		}
+		if time.Since(began) > 10*time.Second {
+			t.Fatalf("the server %d still runs 10 s after its host was killed: %s", server, stat)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the server ended %v after its host was killed", time.Since(began).Round(10*time.Millisecond))
 }

@@ -32,6 +32,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -1099,6 +1100,29 @@ bool host_gone() {
   return ::poll(&in, 1, 0) == 1 && (in.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
+// watch_host_when_wrapped: under a wrapper (a profiler that is the
+// server's parent; kserver then sets VKERN_WRAPPED=1), the host's
+// parent-death signal reaches the wrapper, not the server, so a server busy
+// in a long or hung kernel would outlive a host that was killed. A thread
+// then waits for stdin to hang up (every write end closed: only the host
+// holds one), gives the serving loop 2 s to see the end of its input and
+// exit as it does, and ends the process.
+void watch_host_when_wrapped() {
+  const char* wrapped = std::getenv("VKERN_WRAPPED");
+  if (wrapped == nullptr || std::strcmp(wrapped, "1") != 0) return;
+  std::thread([] {
+    pollfd in{0, 0, 0};  // no events asked: poll returns on a hang-up or an error alone
+    int ready;
+    do {
+      ready = ::poll(&in, 1, -1);
+    } while (ready < 0 && errno == EINTR);
+    if (ready < 0) return;
+    ::sleep(2);
+    std::fprintf(stderr, "vkern kernel server: the host is gone (stdin hung up) and the server had not ended; ending it\n");
+    ::_exit(kExitOutputClosed);
+  }).detach();
+}
+
 // run_server is the whole process: cookie check, arena, device open, HELLO,
 // then requests until SHUTDOWN or end of input. It returns the exit status.
 int run_server() {
@@ -1109,6 +1133,7 @@ int run_server() {
     return kExitNoCookie;
   }
   ::signal(SIGPIPE, SIG_IGN);
+  watch_host_when_wrapped();
   read_spin_setting();
   // Above the arena's and the rings' descriptors, which the host may have
   // left empty.
