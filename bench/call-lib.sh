@@ -38,7 +38,8 @@ trap finish EXIT
 #               of the kernels whose names match the regex KERNELS (--set
 #               full), after the first $NCU_SKIP (2) of them, into
 #               /tmp/TAG.ncu-rep, ncu's own output in
-#               ncu-TAG-log.txt, within what is left but 40 s (then SIGTERM,
+#               ncu-TAG-log.txt, the processes 20 s in in ncu-TAG-ps.txt,
+#               within what is left but 40 s (then SIGTERM,
 #               and SIGKILL 20 s on: vkern's Close may wait 3 minutes for
 #               ncu); then ncu_report. The way to profile the
 #               server: under `ncu --target-processes all bin/vkern …` it
@@ -225,6 +226,8 @@ ncu_server() {
   shift 3
   [ "$(left)" -gt 60 ] || { echo "$tag: no time left"; return; }
   step "ncu, the server's parent: $tag ($kernels)"
+  # Who is whose parent, and in which group and state, 20 s in.
+  (sleep 20; ps -eo pid,ppid,pgid,stat,etime,args | grep -E '[n]cu|[s]erver' > "$out/ncu-$tag-ps.txt") &
   VKERN_START_TIMEOUT=${VKERN_START_TIMEOUT:-3m} \
     VKERN_SERVER_WRAPPER="ncu --log-file $out/ncu-$tag-log.txt -f -o /tmp/$tag --clock-control none --set full --import-source no -k regex:$kernels --launch-skip ${NCU_SKIP:-2} -c $count" \
     timeout -k 20 $(( $(left) - 40 )) "$@" > "$out/ncu-$tag-run.txt" 2>&1
