@@ -128,6 +128,13 @@
 //      planted defects), not kept: asking for all of dy at once does not
 //      make the 25 MB come sooner, so what holds N = 768 at 16 µs is not
 //      the loads in flight.
+//  10. variant 8 finished in slices of 32 columns, not 96
+//      ($VKERN_BIAS_GRAD_NARROW_SLICES=1): at N = 768 the finish's 128
+//      partial rows a column are added by 24 blocks where 8 did, each in
+//      24 strands where 8 did (a different fixed order, the same bound).
+//      Under Nsight Compute on an H100 the finish took about 2.2 of variant
+//      7's 16.2 µs. Not yet built or measured
+//      (docs/bias-grad-slices-h200/call1.sh).
 //
 // Scratch (ops.cuh): the partials, 4 bytes per column per group of 512
 // rows, and a counter per tile, cleared once when allocated; only when
@@ -268,17 +275,19 @@ constexpr int kSpanBlocks = 2;
 constexpr int kSpanWarps = kSpanTiles * kSpanBlocks;
 constexpr int kSpanThreads = 32 * kSpanWarps;
 constexpr int kSpanWidth = 256 * kSpanTiles;  // columns of a span
-constexpr int kSlice = 96;  // columns of a slice, finished by one block
+constexpr int kSlice = 96;        // columns of a slice, finished by one block
+constexpr int kNarrowSlice = 32;  // the same with $VKERN_BIAS_GRAD_NARROW_SLICES=1 (variant 10)
 
 // span_sums: job (group, span) sums row blocks group · kSpanBlocks + b, b <
 // kSpanBlocks, over the span's columns (the last span may be narrower); the
 // group sum of a column is its row blocks' sums in b order, written to
 // partial[group · cols + column]. The blocks loop over the jobs, wait at a
 // grid-wide barrier (the launch is cooperative: every block is resident),
-// then each adds the partial rows of its slices of kSlice columns, slice
-// blockIdx.x, + gridDim.x, …, in sum_partial_rows's strands, into db.
+// then each adds the partial rows of its slices of `slice` columns (kSlice,
+// or kNarrowSlice), slice blockIdx.x, + gridDim.x, …, in sum_partial_rows's
+// strands, into db.
 __global__ void __launch_bounds__(kSpanThreads)
-    span_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, float* db) {
+    span_sums(const __half* __restrict__ dy, int64_t rows, int64_t cols, float* partial, float* db, int slice_cols) {
 #if !defined(__HIP_PLATFORM_AMD__)
   __shared__ float warp_sums[kSpanWarps][256];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -300,14 +309,14 @@ __global__ void __launch_bounds__(kSpanThreads)
     __syncthreads();  // warp_sums is rewritten by the next job
   }
   cg::this_grid().sync();  // every partial row is written and visible
-  for (int64_t slice = blockIdx.x; slice * kSlice < cols; slice += gridDim.x) {
-    const int64_t lo = slice * kSlice;
-    const int n = static_cast<int>(cols - lo < kSlice ? cols - lo : kSlice);
+  for (int64_t slice = blockIdx.x; slice * slice_cols < cols; slice += gridDim.x) {
+    const int64_t lo = slice * slice_cols;
+    const int n = static_cast<int>(cols - lo < slice_cols ? cols - lo : slice_cols);
     sum_partial_rows<kSpanThreads, 4>(partial + lo, groups, cols, n,
                                       [&](int c, float total) { add_into(db, lo + c, total); });
   }
 #else
-  (void)dy, (void)rows, (void)cols, (void)partial, (void)db;
+  (void)dy, (void)rows, (void)cols, (void)partial, (void)db, (void)slice_cols;
 #endif
 }
 
@@ -359,7 +368,9 @@ cudaError_t launch_spans(const __half* dy, float* db, int64_t rows, int64_t cols
   if (err != cudaSuccess) return err;
   const int64_t jobs = groups * spans;
   const unsigned grid = static_cast<unsigned>(jobs < resident.blocks ? jobs : resident.blocks);
-  void* args[] = {&dy, &rows, &cols, &partial, &db};
+  static const int slice_cols = vkern_env::on_off("VKERN_BIAS_GRAD_NARROW_SLICES", false) ? kNarrowSlice : kSlice;
+  int slice_arg = slice_cols;
+  void* args[] = {&dy, &rows, &cols, &partial, &db, &slice_arg};
   err = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(span_sums), dim3(grid), dim3(kSpanThreads), args, 0,
                                     s);
   *launched = true;
