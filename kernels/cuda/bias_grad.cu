@@ -283,7 +283,7 @@ constexpr int kNarrowSlice = 32;  // the same with $VKERN_BIAS_GRAD_NARROW_SLICE
 // group sum of a column is its row blocks' sums in b order, written to
 // partial[group · cols + column]. The blocks loop over the jobs, wait at a
 // grid-wide barrier (the launch is cooperative: every block is resident),
-// then each adds the partial rows of its slices of `slice` columns (kSlice,
+// then each adds the partial rows of its slices of slice_cols columns (kSlice,
 // or kNarrowSlice), slice blockIdx.x, + gridDim.x, …, in sum_partial_rows's
 // strands, into db.
 __global__ void __launch_bounds__(kSpanThreads)
