@@ -37,13 +37,13 @@ trap finish EXIT
 #               $VKERN_START_TIMEOUT 3m unless set), profiling COUNT launches
 #               of the kernels whose names match the regex KERNELS (--set
 #               full), after the first $NCU_SKIP (2) of them, into
-#               /tmp/TAG.ncu-rep, ncu's own output in
-#               ncu-TAG-log.txt, the processes 20 s in in ncu-TAG-ps.txt,
-#               within what is left but 40 s (then SIGTERM,
-#               and SIGKILL 20 s on: vkern's Close may wait 3 minutes for
-#               ncu); then ncu_report. The way to profile the
-#               server: under `ncu --target-processes all bin/vkern …` it
-#               never started (docs/rows-ncu-h200)
+#               /tmp/TAG.ncu-rep; ncu's own output in ncu-TAG-log.txt, the
+#               processes 20 s in in ncu-TAG-ps.txt; within what is left
+#               but 40 s (then SIGTERM, and SIGKILL 20 s on: vkern's Close
+#               may wait minutes for ncu); then ncu_report. The way to
+#               profile the server (under `ncu --target-processes all
+#               bin/vkern …` it never started: docs/rows-ncu-h200); not yet
+#               tried with ncu itself
 #   tables      writes table.txt: bench_table, then anchor_table of
 #               anchors.jsonl and of anchors-after.jsonl (its lines marked
 #               "after", anchors measured after the rounds), and prints it
@@ -226,12 +226,16 @@ ncu_server() {
   shift 3
   [ "$(left)" -gt 60 ] || { echo "$tag: no time left"; return; }
   step "ncu, the server's parent: $tag ($kernels)"
+  rm -f "/tmp/$tag.ncu-rep"
   # Who is whose parent, and in which group and state, 20 s in.
-  (sleep 20; ps -eo pid,ppid,pgid,stat,etime,args | grep -E '[n]cu|[s]erver' > "$out/ncu-$tag-ps.txt") &
+  (sleep 20; ps -eo pid,ppid,pgid,stat,etime,args | grep -E '[n]cu --log-file|/server$' > "$out/ncu-$tag-ps.txt") &
+  local ps_pid=$!
   VKERN_START_TIMEOUT=${VKERN_START_TIMEOUT:-3m} \
     VKERN_SERVER_WRAPPER="ncu --log-file $out/ncu-$tag-log.txt -f -o /tmp/$tag --clock-control none --set full --import-source no -k regex:$kernels --launch-skip ${NCU_SKIP:-2} -c $count" \
     timeout -k 20 $(( $(left) - 40 )) "$@" > "$out/ncu-$tag-run.txt" 2>&1
   echo "rc=$?"
+  kill "$ps_pid" 2>/dev/null
+  wait "$ps_pid" 2>/dev/null
   [ -f "/tmp/$tag.ncu-rep" ] || { tail -3 "$out/ncu-$tag-run.txt"; tail -5 "$out/ncu-$tag-log.txt" 2>/dev/null; return; }
   ncu_report "$tag"
 }

@@ -1409,16 +1409,19 @@ var CUDADefects = []Mutation{
 		// is 9 groups of 512 rows and 13000x40 is 26, finished in 6 to 32
 		// strands however dy aligns: at 13000x40 the last strand holds a
 		// partial in every tile of 16-byte and 4-byte aligned dy, and in
-		// the 32-column tile of 2-byte aligned dy.
+		// the 32-column tile of 2-byte aligned dy. 16384x768 takes the
+		// spans' finish: 128 partial rows in 8 strands of 96-column slices
+		// (24 of 32-column ones).
 		Name: "bias_grad loses the last strand's partial sums", File: "cuda/rows.cuh",
 		Old: "for (int k = 1; k < strands; ++k) {",
 		New: "for (int k = 1; k + 1 < strands; ++k) {",
-		Op:  "bias_grad", Shapes: []string{"4100x40", "13000x40"},
+		Op:  "bias_grad", Shapes: []string{"4100x40", "13000x40", "16384x768"},
 	},
 	{
 		// Spans (CUDA, at least 768 columns of 16-byte rows): 4100x1000 is
 		// 33 groups of 128 rows and two spans, the second 232 columns wide;
-		// 11 slices of 96 columns or fewer.
+		// 11 slices of 96 columns or fewer (32 of 32 or fewer with
+		// $VKERN_BIAS_GRAD_NARROW_SLICES=1).
 		Name: "bias_grad's span finish leaves out the first group's partial row", File: "cuda/bias_grad.cu",
 		Old: "sum_partial_rows<kSpanThreads, 4>(partial + lo, groups, cols, n,", New: "sum_partial_rows<kSpanThreads, 4>(partial + lo + cols, groups - 1, cols, n,",
 		Op: "bias_grad", Shapes: []string{"4100x1000", "16384x768"},

@@ -752,8 +752,9 @@ func (c *Client) duringClose(op Opcode, err *DiedError) error {
 }
 
 // shutdown sends SHUTDOWN behind the calls in flight, waits up to
-// CloseTimeout for its answer and as long again for the exit, and kills the
-// server when either runs out.
+// CloseTimeout for its answer and as long again for the exit (under a
+// wrapper, StartTimeout where that is longer), and kills the server when
+// either runs out.
 func (s *conn) shutdown() error {
 	cfg := s.c.cfg
 	s.mu.Lock()

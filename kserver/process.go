@@ -271,11 +271,12 @@ func startHint(err error) string {
 
 // childEnv is the child's environment: the host's, then extra, then the
 // cookie, with any other value of the cookie variable removed, and without
-// the rings variable, which startProcess sets when it passes rings.
+// the rings and wrapped variables, which startProcess sets when it passes
+// rings or starts a wrapper.
 func childEnv(extra []string) []string {
 	env := make([]string, 0, len(os.Environ())+len(extra)+1)
 	for _, kv := range append(os.Environ(), extra...) {
-		if !strings.HasPrefix(kv, CookieEnv+"=") && !strings.HasPrefix(kv, ringsEnv+"=") {
+		if !strings.HasPrefix(kv, CookieEnv+"=") && !strings.HasPrefix(kv, ringsEnv+"=") && !strings.HasPrefix(kv, wrappedEnv+"=") {
 			env = append(env, kv)
 		}
 	}

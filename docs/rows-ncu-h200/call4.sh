@@ -5,8 +5,10 @@
 # ncu_server) instead of `ncu --target-processes all bin/vkern …`, under
 # which neither vkern's GPU probe nor its server ever started. bias_grad
 # first, the smallest: if it fails, ncu-biasgrad-log.txt and -run.txt say
-# how, and it is tried once more with ncu's frontend and target connected
-# over TCP; if that fails too, the call stops there. Each profile: the third launch of the kernel (two skipped), the
+# how (its start is given 2 minutes, so that a second try fits), and it is
+# tried once more with ncu's frontend and target connected over TCP, which
+# then stays set for the other profiles; if that fails too, the call stops
+# there. Each profile: the third launch of the kernel (two skipped), the
 # details page and the SASS summary (ncu_report).
 #   - span_sums, bias_grad 16384x768 (issue 11's shortfall: 0.36 of the
 #     floor on an H200);
@@ -24,7 +26,7 @@ ncu --version | tail -1 | tee "$out/ncu-version.txt"
 step "build"
 build_server bin/vkern || exit 1
 bench=(bin/vkern bench --suite ops --backend cuda --runs 3)
-ncu_server biasgrad span_sums 1 "${bench[@]}" --op bias_grad --shape 16384x768
+VKERN_START_TIMEOUT=2m ncu_server biasgrad span_sums 1 "${bench[@]}" --op bias_grad --shape 16384x768
 if [ ! -f /tmp/biasgrad.ncu-rep ]; then
   # ncu's documented fix for connection problems between its frontend and
   # the target (Nsight Compute CLI, "Environment Variables").

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -1106,7 +1107,10 @@ bool host_gone() {
 // in a long or hung kernel would outlive a host that was killed. A thread
 // then waits for stdin to hang up (every write end closed: only the host
 // holds one), gives the serving loop 2 s to see the end of its input and
-// exit as it does, and ends the process.
+// exit as it does (30 s more once it is releasing the device, whose last
+// writes, a graphs log, say, should not be cut), and ends the process.
+std::atomic<bool> g_tearing_down{false};
+
 void watch_host_when_wrapped() {
   const char* wrapped = std::getenv("VKERN_WRAPPED");
   if (wrapped == nullptr || std::strcmp(wrapped, "1") != 0) return;
@@ -1118,6 +1122,7 @@ void watch_host_when_wrapped() {
     } while (ready < 0 && errno == EINTR);
     if (ready < 0) return;
     ::sleep(2);
+    if (g_tearing_down.load()) ::sleep(30);
     std::fprintf(stderr, "vkern kernel server: the host is gone (stdin hung up) and the server had not ended; ending it\n");
     ::_exit(kExitOutputClosed);
   }).detach();
@@ -1169,6 +1174,7 @@ int run_server() {
   } else {
     std::fprintf(stderr, "vkern kernel server: writing HELLO to stdout: %s\n", std::strerror(errno));
   }
+  g_tearing_down.store(true);
   server.release_all();
   backend_close();
   return status;

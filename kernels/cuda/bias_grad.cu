@@ -132,8 +132,10 @@
 //      ($VKERN_BIAS_GRAD_NARROW_SLICES=1): at N = 768 the finish's 128
 //      partial rows a column are added by 24 blocks where 8 did, each in
 //      24 strands where 8 did (a different fixed order, the same bound).
-//      Under Nsight Compute on an H100 the finish took about 2.2 of variant
-//      7's 16.2 µs. Not yet built or measured
+//      On an H100 (docs/bias-grad-variants-h100 call 2) variant 3's kernel
+//      ran 16.2 µs under Nsight Compute where a one-pass read of dy took
+//      11.5, about 2.2 µs of it put down to the tiles' finish; the spans'
+//      finish has not been measured. Not yet built or measured
 //      (docs/bias-grad-slices-h200/call1.sh).
 //
 // Scratch (ops.cuh): the partials, 4 bytes per column per group of 512
