@@ -45,7 +45,9 @@ type Config struct {
 	// StartTimeout, not CloseTimeout, to exit (a profiler writes its report
 	// then). The server is told (VKERN_WRAPPED=1) to end itself 2 s after
 	// its stdin hangs up, since the host's parent-death signal reaches the
-	// wrapper alone. A DiedError's PID and exit status are the wrapper's.
+	// wrapper alone. A kill also signals the pid the server's HELLO names
+	// (a pidfd), should the wrapper have moved it out of its group. A
+	// DiedError's PID and exit status are the wrapper's.
 	Wrapper []string
 	// CloseTimeout bounds each step of Close: the SHUTDOWN reply (behind the
 	// calls in flight) and the exit after it (2s; under a Wrapper, the exit
@@ -897,6 +899,11 @@ func (c *Client) start(cx callCtx) (*conn, error) {
 			h.SourceSHA256(), want)})
 	}
 	s.hello = h
+	if len(c.cfg.Wrapper) > 0 {
+		if pid, err := h.Uint("pid"); err == nil && pid > 0 {
+			p.adopt(int(pid))
+		}
+	}
 	c.mu.Lock()
 	if c.closed.Load() {
 		c.mu.Unlock()

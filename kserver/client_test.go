@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -512,6 +513,36 @@ func TestAWrapperRunsTheServerAsItsChild(t *testing.T) {
 	for _, pid := range []int{shell, server} {
 		waitGone(t, pid)
 	}
+}
+
+// A server that its wrapper put in a process group of its own (setsid) is
+// still killed at a call's deadline: the host signals the pid its HELLO
+// named, not only the wrapper's group.
+func TestAServerOutsideItsWrappersGroupIsStillKilled(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid here")
+	}
+	cfg := fakeConfig(t, modeServe)
+	cfg.Wrapper = []string{"sh", "-c", `setsid "$@"; exit $?`, "sh"}
+	c := newClient(t, cfg)
+	server := serverPID(t, c)
+	if own, _ := syscall.Getpgid(server); own != server {
+		t.Fatalf("the server's group is %d, want its own (%d): setsid did not move it", own, server)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Run(withTimeout(t, 300*time.Millisecond), opHang, nil, nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		checkErr(t, err, []error{ErrServerDied})
+	case <-time.After(15 * time.Second):
+		syscall.Kill(server, syscall.SIGKILL) // what the host should have done
+		t.Fatal("a call to a hung server outside its wrapper's group did not end 15 s after its 300ms deadline")
+	}
+	waitGone(t, server)
 }
 
 // A server whose wrapper exits first is killed with the wrapper's process

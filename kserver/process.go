@@ -64,6 +64,10 @@ type execProcess struct {
 	// free for reuse: no signal to the group after that).
 	groupMu   sync.Mutex
 	groupGone bool
+	// serverFD is a pidfd of the server its HELLO named (adopt), or -1:
+	// kill signals it too, should the wrapper have moved it to another
+	// group.
+	serverFD int
 }
 
 // startProcess starts path with no arguments and the environment env. Its
@@ -115,11 +119,12 @@ func startProcess(path string, wrapper []string, env []string, stderrBytes int, 
 			// wrapper; the server, told by wrappedEnv, ends itself 2 s after
 			// its stdin hangs up.
 			SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}},
-		in:      inW,
-		out:     outR,
-		stderr:  newTailBuffer(stderrBytes),
-		done:    make(chan struct{}),
-		wrapped: len(wrapper) > 0,
+		in:       inW,
+		out:      outR,
+		stderr:   newTailBuffer(stderrBytes),
+		done:     make(chan struct{}),
+		wrapped:  len(wrapper) > 0,
+		serverFD: -1,
 	}
 	p.cmd.Stderr = p.stderr
 	if arena != nil {
@@ -177,6 +182,22 @@ func (p *execProcess) stdout() *os.File   { return p.out }
 func (p *execProcess) pid() int           { return p.cmd.Process.Pid }
 func (p *execProcess) stderrTail() string { return p.stderr.String() }
 
+// adopt takes a pidfd of the server a wrapper started (pid, from its HELLO),
+// so that kill reaches it wherever the wrapper put it. Without pidfds
+// (Linux before 5.3) kill has the wrapper's group alone.
+func (p *execProcess) adopt(pid int) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return
+	}
+	p.groupMu.Lock()
+	defer p.groupMu.Unlock()
+	if p.serverFD >= 0 {
+		unix.Close(p.serverFD)
+	}
+	p.serverFD = fd
+}
+
 func (p *execProcess) kill() {
 	if p.wrapped {
 		// The wrapper's process group (its own, Setpgid), with the server
@@ -186,6 +207,9 @@ func (p *execProcess) kill() {
 		p.groupMu.Lock()
 		if !p.groupGone {
 			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		}
+		if p.serverFD >= 0 { // the very process, however long since its exit
+			_ = unix.PidfdSendSignal(p.serverFD, unix.SIGKILL, nil, 0)
 		}
 		p.groupMu.Unlock()
 	}
@@ -249,6 +273,12 @@ func (p *execProcess) diagnose() (exit, hint string) {
 }
 
 func (p *execProcess) release() {
+	p.groupMu.Lock()
+	if p.serverFD >= 0 {
+		unix.Close(p.serverFD)
+		p.serverFD = -1
+	}
+	p.groupMu.Unlock()
 	p.in.Close()
 	p.out.Close()
 }

@@ -416,6 +416,7 @@ bool Server::send_hello() {
   std::vector<HelloField> fields = backend_hello_fields();
   fields.push_back({"source_sha256", vkern_source_sha256});
   fields.push_back({"ops", backend_op_names()});
+  fields.push_back({"pid", std::to_string(static_cast<long>(::getpid()))});
   size_t n = 8;
   for (const HelloField& f : fields) n += 2 + f.key.size() + 4 + f.value.size();
   uint8_t* p = payload(n);
