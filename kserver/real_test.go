@@ -126,6 +126,9 @@ func TestRealServer(t *testing.T) {
 		if got := h.Fields["dot_accumulation"]; got != "rn-blocked:256" {
 			t.Errorf("HELLO's dot_accumulation = %q, want rn-blocked:256", got)
 		}
+		if pid, err := h.Uint("pid"); err != nil || int(pid) != c.lastProcess().pid() {
+			t.Errorf("HELLO's pid = %v, %v; want the server's, %d", pid, err, c.lastProcess().pid())
+		}
 		if err := c.Ping(ctx); err != nil {
 			t.Fatal(err)
 		}
