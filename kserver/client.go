@@ -687,7 +687,7 @@ func (c *Client) begin(ctx context.Context, op Opcode) (callCtx, error) {
 func (c *Client) server(cx *callCtx, op Opcode, start bool) (*conn, error) {
 	s, waited, err := c.serverOrStart(cx, op, start)
 	if waited && err == nil && cx.implicit {
-		cx.deadline = time.Now().Add(c.cfg.CallTimeout)
+		cx.deadline = time.Now().Add(c.cfg.CallTimeout) // from the server's arrival
 	}
 	return s, err
 }
@@ -717,9 +717,7 @@ func (c *Client) serverOrStart(cx *callCtx, op Opcode, start bool) (s *conn, wai
 			return nil, waited, nil
 		}
 		waited = true
-		if cx.implicit {
-			cx.deadline = later(cx.deadline, time.Now().Add(c.cfg.StartTimeout))
-		}
+		cx.allow(c.cfg.StartTimeout)
 		if err := cx.acquire(c.starting); err != nil {
 			return nil, waited, fmt.Errorf("kserver: %v: gave up waiting for the server to start: %w", op, err)
 		}
@@ -734,21 +732,11 @@ func (c *Client) serverOrStart(cx *callCtx, op Opcode, start bool) (s *conn, wai
 			<-c.starting
 			return nil, waited, fmt.Errorf("kserver: %v: %w", op, ErrClosed)
 		}
-		if cx.implicit {
-			cx.deadline = later(cx.deadline, time.Now().Add(c.cfg.StartTimeout))
-		}
+		cx.allow(c.cfg.StartTimeout)
 		s, err = c.start(*cx)
 		<-c.starting
 		return s, waited, err
 	}
-}
-
-// later is the later of two times.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // serverFor returns the live server after checking that every handle names

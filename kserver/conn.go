@@ -118,6 +118,15 @@ type callCtx struct {
 	implicit bool // ctx has no deadline: the deadline is CallTimeout's
 }
 
+// allow moves an implicit deadline to d from now, where that is later: the
+// wait for a server's start (Client.server). A deadline of the context's
+// own stays.
+func (cx *callCtx) allow(d time.Duration) {
+	if t := time.Now().Add(d); cx.implicit && t.After(cx.deadline) {
+		cx.deadline = t
+	}
+}
+
 // err is the context's error (its cause, when it was cancelled with one:
 // a data-parallel rank's calls end with the failure of the rank that ended
 // them), or DeadlineExceeded once the deadline passed.

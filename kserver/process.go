@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -134,11 +135,11 @@ func startProcess(path string, wrapper []string, env []string, stderrBytes int, 
 		// The server's own watch for the host's death, which the
 		// parent-death signal no longer covers (server.cc,
 		// watch_host_when_wrapped).
-		p.cmd.Env = append(p.cmd.Env[:len(p.cmd.Env):len(p.cmd.Env)], wrappedEnv+"=1")
+		p.cmd.Env = append(slices.Clip(p.cmd.Env), wrappedEnv+"=1")
 	}
 	if rings != nil {
 		p.cmd.ExtraFiles = append(p.cmd.ExtraFiles, rings)
-		p.cmd.Env = append(p.cmd.Env[:len(p.cmd.Env):len(p.cmd.Env)], fmt.Sprintf("%s=%d", ringsEnv, ringsFd))
+		p.cmd.Env = append(slices.Clip(p.cmd.Env), fmt.Sprintf("%s=%d", ringsEnv, ringsFd))
 	}
 	runtime.LockOSThread()
 	err = p.cmd.Start()
